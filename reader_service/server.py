@@ -1,0 +1,208 @@
+"""The RolloutReader gRPC servicer and its server (grpc.aio); it never writes.
+
+File reads and rebuilds run in a thread pool so that health checks stay
+responsive; errors become statuses in :func:`shared.status.status_mapping`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import grpc
+import grpc.aio
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1._async import HealthServicer
+from grpc_reflection.v1alpha import reflection
+
+from reader_service.listing import SessionFilters, list_sessions, read_session_meta
+from reader_service.replay import DigestStatus, replay_file
+from reader_service.stop_facts import DEFAULT_TAIL_WINDOW, StopFactsResult, read_stop_facts
+from rollout.v1 import reader_pb2, reader_pb2_grpc
+from shared.errors import InvalidArgumentError
+from shared.layout import DataRoot
+from shared.status import status_mapping
+from shared.stop_kinds import classify_resume
+from shared.wire import checkpoint_to_proto, degraded_to_proto, message_from_payload
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = reader_pb2.DESCRIPTOR.services_by_name["RolloutReader"].full_name
+MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+T = TypeVar("T")
+
+_DIGEST_STATUS = {
+    DigestStatus.VERIFIED: reader_pb2.DIGEST_STATUS_VERIFIED,
+    DigestStatus.MISMATCH: reader_pb2.DIGEST_STATUS_MISMATCH,
+    DigestStatus.NO_CHECKPOINT: reader_pb2.DIGEST_STATUS_NO_CHECKPOINT,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ReaderConfig:
+    """Reader settings; ``tail_window`` in bytes."""
+
+    data_dir: Path
+    tail_window: int = DEFAULT_TAIL_WINDOW
+    io_threads: int = 4
+
+
+def stop_facts_to_proto(
+    session_id: str, facts: StopFactsResult, meta: dict[str, Any]
+) -> reader_pb2.StopFacts:
+    """StopFacts with its resume eligibility (default-deny, shared.stop_kinds)."""
+    message = reader_pb2.StopFacts(
+        session_id=session_id,
+        found=facts.found,
+        stop_kind=facts.stop_kind,
+        reason=facts.reason,
+        has_stop_record=facts.has_stop_record,
+        stop_seq=facts.stop_seq,
+        tail_bytes_read=facts.tail_bytes_read,
+    )
+    if facts.error:
+        message.error.message = str(facts.error.get("message", ""))
+        message.error.category = str(facts.error.get("category", ""))
+    if facts.checkpoint is not None:
+        message.checkpoint.CopyFrom(checkpoint_to_proto(facts.checkpoint))
+    if facts.found:
+        is_child = bool(meta.get("agent_name") or meta.get("delegation_id") or meta.get("parent_session_id"))
+        eligibility = classify_resume(
+            facts.stop_kind or None,
+            is_child=is_child,
+            delegation_id=str(meta.get("delegation_id", "")),
+            parent_session_id=str(meta.get("parent_session_id", "")),
+        )
+        message.resume.replayable = eligibility.replayable
+        message.resume.reason = eligibility.reason
+    else:
+        message.resume.replayable = False
+        message.resume.reason = "unknown: no stop facts in the tail (running, or killed before any Stop)"
+    return message
+
+
+class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
+    """gRPC front of replay, stop facts and listing."""
+
+    def __init__(self, config: ReaderConfig) -> None:
+        self.config = config
+        self.root = DataRoot(config.data_dir)
+        self._executor = ThreadPoolExecutor(config.io_threads, thread_name_prefix="rollout-read")
+
+    async def _run(self, function: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, function, *args)
+
+    async def GetReplay(
+        self, request: reader_pb2.ReplayRequest, context: grpc.aio.ServicerContext
+    ) -> reader_pb2.ReplayResponse:
+        async with status_mapping(context, "GetReplay"):
+            if request.token_budget < 0 or request.max_messages < 0:
+                raise InvalidArgumentError("token_budget", "token_budget and max_messages must be >= 0")
+            _, path = self.root.locate(request.session_id)
+            result = await self._run(replay_file, path, request.token_budget, request.max_messages)
+            return await self._run(self._replay_response, request.session_id, result)
+        raise AssertionError("unreachable: status_mapping aborts")
+
+    @staticmethod
+    def _replay_response(session_id: str, result: Any) -> reader_pb2.ReplayResponse:
+        rebuilt = result.rebuilt
+        response = reader_pb2.ReplayResponse(
+            session_id=session_id,
+            messages=[message_from_payload(message) for message in rebuilt.messages],
+            degraded=[degraded_to_proto(entry) for entry in rebuilt.degraded],
+            superseded_outputs=rebuilt.superseded_outputs,
+            digest_status=_DIGEST_STATUS[result.digest_status],
+            computed_digest=result.computed_digest,
+            estimated_tokens=result.estimated_tokens,
+        )
+        if rebuilt.last_checkpoint is not None:
+            response.last_checkpoint.CopyFrom(checkpoint_to_proto(rebuilt.last_checkpoint))
+        if result.too_large:
+            response.too_large.estimated_tokens = result.estimated_tokens
+            response.too_large.token_budget = result.token_budget
+        return response
+
+    async def GetStopFacts(
+        self, request: reader_pb2.StopFactsRequest, context: grpc.aio.ServicerContext
+    ) -> reader_pb2.StopFacts:
+        async with status_mapping(context, "GetStopFacts"):
+            _, path = self.root.locate(request.session_id)
+            facts = await self._run(read_stop_facts, path, self.config.tail_window)
+            meta = await self._run(read_session_meta, path)
+            return stop_facts_to_proto(request.session_id, facts, meta)
+        raise AssertionError("unreachable: status_mapping aborts")
+
+    async def ListSessions(
+        self, request: reader_pb2.ListSessionsRequest, context: grpc.aio.ServicerContext
+    ) -> reader_pb2.ListSessionsResponse:
+        async with status_mapping(context, "ListSessions"):
+            filters = SessionFilters(request.tenant, request.agent_name, request.parent_session_id)
+            page, token = await self._run(
+                list_sessions,
+                self.root,
+                request.page_size,
+                request.page_token,
+                filters,
+                self.config.tail_window,
+            )
+            response = reader_pb2.ListSessionsResponse(next_page_token=token)
+            for listing in page:
+                meta = listing.meta
+                response.sessions.add(
+                    session_id=listing.name.session_id,
+                    agent_name=listing.name.agent_name,
+                    created_at=str(meta.get("created_at", listing.name.created_at.isoformat())),
+                    tenant=str(meta.get("tenant", "")),
+                    parent_session_id=str(meta.get("parent_session_id", "")),
+                    delegation_id=str(meta.get("delegation_id", "")),
+                    stop_facts=stop_facts_to_proto(listing.name.session_id, listing.stop_facts, meta),
+                )
+            return response
+        raise AssertionError("unreachable: status_mapping aborts")
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False)
+
+
+@dataclass
+class RunningReader:
+    server: grpc.aio.Server
+    servicer: RolloutReaderServicer
+    health: HealthServicer
+    port: int
+
+    async def stop(self, grace: float = 5.0) -> None:
+        await self.health.enter_graceful_shutdown()
+        await self.server.stop(grace)
+        self.servicer.close()
+
+
+async def start_reader(config: ReaderConfig, address: str = "127.0.0.1:0") -> RunningReader:
+    """Start serving on ``address``; RuntimeError when it cannot be bound."""
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_receive_message_length", 4 * 1024 * 1024),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ]
+    )
+    servicer = RolloutReaderServicer(config)
+    reader_pb2_grpc.add_RolloutReaderServicer_to_server(servicer, server)
+    health = HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    reflection.enable_server_reflection(
+        (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
+        server,
+    )
+    port = server.add_insecure_port(address)
+    if port == 0:
+        raise RuntimeError(f"cannot bind the reader to {address}")
+    await server.start()
+    await health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+    await health.set("", health_pb2.HealthCheckResponse.SERVING)
+    log.info("reader serving on port %d, data root %s", port, config.data_dir)
+    return RunningReader(server, servicer, health, port)

@@ -1,0 +1,130 @@
+"""Stop facts from a session file's tail (SPEC §5, seed rules 6 and 9).
+
+Only the end of the file is read: a window of ``tail_window`` bytes (64 KiB by
+default) that grows only when it does not yet hold the last complete records,
+so the bytes read do not depend on the file's size. A last line without
+``\\n`` is not yet committed and is ignored (the reader never repairs).
+
+* the last record is ``stop``: found, with its kind, reason and the checkpoint
+  just before it (the last checkpoint wins: earlier pause/continue rounds are
+  never looked at);
+* the last record is ``agent_checkpoint``: found, ``has_stop_record`` false (the
+  process was killed between the two): still a stopped session;
+* anything else: ``found=false``, shown as "unknown" (running, or killed before
+  any Stop), never "cannot continue".
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from shared.rebuild import CheckpointRecord
+from shared.records import RecordType
+
+DEFAULT_TAIL_WINDOW = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class StopFactsResult:
+    """What the tail says; ``tail_bytes_read`` is the cost of finding out (bytes)."""
+
+    found: bool
+    stop_kind: str = ""
+    reason: str = ""
+    error: dict[str, Any] | None = None
+    checkpoint: CheckpointRecord | None = None
+    has_stop_record: bool = False
+    stop_seq: int = -1
+    tail_bytes_read: int = 0
+
+
+def _last_records(tail: bytes, partial_first: bool, want: int) -> list[dict[str, Any]]:
+    """Up to ``want`` last parseable records of ``tail``, newest first."""
+    end = tail.rfind(b"\n")
+    if end < 0:
+        return []
+    lines = tail[:end].split(b"\n")
+    if partial_first:
+        lines = lines[1:]
+    found: list[dict[str, Any]] = []
+    for raw in reversed(lines):
+        try:
+            record = orjson.loads(raw.lstrip(b"\x00"))
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(record, dict) and isinstance(record.get("payload"), dict):
+            found.append(record)
+            if len(found) == want:
+                break
+    return found
+
+
+def _checkpoint_of(record: dict[str, Any]) -> CheckpointRecord | None:
+    payload = record["payload"]
+    try:
+        return CheckpointRecord(
+            int(record.get("seq", -1)),
+            0,
+            str(payload["digest"]),
+            int(payload["message_count"]),
+            int(payload["covers_seq"]),
+            str(payload.get("stop_kind", "")),
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def read_stop_facts(path: Path, tail_window: int = DEFAULT_TAIL_WINDOW) -> StopFactsResult:
+    """Read the stop facts of one session file from its tail.
+
+    Raises FileNotFoundError when the file is gone. Bytes read: ``tail_window``,
+    doubled only while the window holds fewer than the last two complete records.
+    """
+    with path.open("rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        window = min(tail_window, size)
+        total_read = 0
+        while True:
+            handle.seek(size - window)
+            tail = handle.read(window)
+            total_read += len(tail)
+            records = _last_records(tail, partial_first=window < size, want=2)
+            if len(records) == 2 or window >= size:
+                break
+            window = min(size, window * 2)
+    if not records:
+        return StopFactsResult(found=False, tail_bytes_read=total_read)
+    last = records[0]
+    record_type = last.get("type")
+    if record_type == RecordType.STOP:
+        payload = last["payload"]
+        checkpoint = None
+        if len(records) > 1 and records[1].get("type") == RecordType.AGENT_CHECKPOINT:
+            checkpoint = _checkpoint_of(records[1])
+        error = payload.get("error") if isinstance(payload.get("error"), dict) else None
+        return StopFactsResult(
+            found=True,
+            stop_kind=str(payload.get("stop_kind") or ""),
+            reason=str(payload.get("reason", "")),
+            error=error,
+            checkpoint=checkpoint,
+            has_stop_record=True,
+            stop_seq=int(last.get("seq", -1)),
+            tail_bytes_read=total_read,
+        )
+    if record_type == RecordType.AGENT_CHECKPOINT:
+        checkpoint = _checkpoint_of(last)
+        return StopFactsResult(
+            found=True,
+            stop_kind=checkpoint.stop_kind if checkpoint else "",
+            reason="the process stopped after writing its checkpoint and before its stop record",
+            checkpoint=checkpoint,
+            has_stop_record=False,
+            tail_bytes_read=total_read,
+        )
+    return StopFactsResult(found=False, tail_bytes_read=total_read)

@@ -1,0 +1,138 @@
+from rollout.v1 import records_pb2 as _records_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class DigestStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    DIGEST_STATUS_UNSPECIFIED: _ClassVar[DigestStatus]
+    DIGEST_STATUS_VERIFIED: _ClassVar[DigestStatus]
+    DIGEST_STATUS_MISMATCH: _ClassVar[DigestStatus]
+    DIGEST_STATUS_NO_CHECKPOINT: _ClassVar[DigestStatus]
+DIGEST_STATUS_UNSPECIFIED: DigestStatus
+DIGEST_STATUS_VERIFIED: DigestStatus
+DIGEST_STATUS_MISMATCH: DigestStatus
+DIGEST_STATUS_NO_CHECKPOINT: DigestStatus
+
+class ReplayRequest(_message.Message):
+    __slots__ = ("session_id", "token_budget", "max_messages")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_BUDGET_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    token_budget: int
+    max_messages: int
+    def __init__(self, session_id: _Optional[str] = ..., token_budget: _Optional[int] = ..., max_messages: _Optional[int] = ...) -> None: ...
+
+class ReplayTooLarge(_message.Message):
+    __slots__ = ("estimated_tokens", "token_budget")
+    ESTIMATED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_BUDGET_FIELD_NUMBER: _ClassVar[int]
+    estimated_tokens: int
+    token_budget: int
+    def __init__(self, estimated_tokens: _Optional[int] = ..., token_budget: _Optional[int] = ...) -> None: ...
+
+class ReplayResponse(_message.Message):
+    __slots__ = ("session_id", "messages", "degraded", "superseded_outputs", "last_checkpoint", "digest_status", "computed_digest", "estimated_tokens", "too_large")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    DEGRADED_FIELD_NUMBER: _ClassVar[int]
+    SUPERSEDED_OUTPUTS_FIELD_NUMBER: _ClassVar[int]
+    LAST_CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_STATUS_FIELD_NUMBER: _ClassVar[int]
+    COMPUTED_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TOO_LARGE_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    messages: _containers.RepeatedCompositeFieldContainer[_records_pb2.ChatMessage]
+    degraded: _containers.RepeatedCompositeFieldContainer[_records_pb2.DegradedEntry]
+    superseded_outputs: int
+    last_checkpoint: _records_pb2.AgentCheckpoint
+    digest_status: DigestStatus
+    computed_digest: str
+    estimated_tokens: int
+    too_large: ReplayTooLarge
+    def __init__(self, session_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_records_pb2.ChatMessage, _Mapping]]] = ..., degraded: _Optional[_Iterable[_Union[_records_pb2.DegradedEntry, _Mapping]]] = ..., superseded_outputs: _Optional[int] = ..., last_checkpoint: _Optional[_Union[_records_pb2.AgentCheckpoint, _Mapping]] = ..., digest_status: _Optional[_Union[DigestStatus, str]] = ..., computed_digest: _Optional[str] = ..., estimated_tokens: _Optional[int] = ..., too_large: _Optional[_Union[ReplayTooLarge, _Mapping]] = ...) -> None: ...
+
+class StopFactsRequest(_message.Message):
+    __slots__ = ("session_id",)
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+
+class StopFacts(_message.Message):
+    __slots__ = ("session_id", "found", "stop_kind", "reason", "error", "checkpoint", "has_stop_record", "stop_seq", "tail_bytes_read", "resume")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    FOUND_FIELD_NUMBER: _ClassVar[int]
+    STOP_KIND_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    HAS_STOP_RECORD_FIELD_NUMBER: _ClassVar[int]
+    STOP_SEQ_FIELD_NUMBER: _ClassVar[int]
+    TAIL_BYTES_READ_FIELD_NUMBER: _ClassVar[int]
+    RESUME_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    found: bool
+    stop_kind: str
+    reason: str
+    error: _records_pb2.StopError
+    checkpoint: _records_pb2.AgentCheckpoint
+    has_stop_record: bool
+    stop_seq: int
+    tail_bytes_read: int
+    resume: ResumeEligibility
+    def __init__(self, session_id: _Optional[str] = ..., found: _Optional[bool] = ..., stop_kind: _Optional[str] = ..., reason: _Optional[str] = ..., error: _Optional[_Union[_records_pb2.StopError, _Mapping]] = ..., checkpoint: _Optional[_Union[_records_pb2.AgentCheckpoint, _Mapping]] = ..., has_stop_record: _Optional[bool] = ..., stop_seq: _Optional[int] = ..., tail_bytes_read: _Optional[int] = ..., resume: _Optional[_Union[ResumeEligibility, _Mapping]] = ...) -> None: ...
+
+class ResumeEligibility(_message.Message):
+    __slots__ = ("replayable", "reason")
+    REPLAYABLE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    replayable: bool
+    reason: str
+    def __init__(self, replayable: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ListSessionsRequest(_message.Message):
+    __slots__ = ("page_size", "page_token", "tenant", "agent_name", "parent_session_id")
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    AGENT_NAME_FIELD_NUMBER: _ClassVar[int]
+    PARENT_SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    page_token: str
+    tenant: str
+    agent_name: str
+    parent_session_id: str
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., tenant: _Optional[str] = ..., agent_name: _Optional[str] = ..., parent_session_id: _Optional[str] = ...) -> None: ...
+
+class SessionSummary(_message.Message):
+    __slots__ = ("session_id", "agent_name", "created_at", "tenant", "parent_session_id", "delegation_id", "stop_facts")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    AGENT_NAME_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    PARENT_SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    DELEGATION_ID_FIELD_NUMBER: _ClassVar[int]
+    STOP_FACTS_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    agent_name: str
+    created_at: str
+    tenant: str
+    parent_session_id: str
+    delegation_id: str
+    stop_facts: StopFacts
+    def __init__(self, session_id: _Optional[str] = ..., agent_name: _Optional[str] = ..., created_at: _Optional[str] = ..., tenant: _Optional[str] = ..., parent_session_id: _Optional[str] = ..., delegation_id: _Optional[str] = ..., stop_facts: _Optional[_Union[StopFacts, _Mapping]] = ...) -> None: ...
+
+class ListSessionsResponse(_message.Message):
+    __slots__ = ("sessions", "next_page_token")
+    SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    sessions: _containers.RepeatedCompositeFieldContainer[SessionSummary]
+    next_page_token: str
+    def __init__(self, sessions: _Optional[_Iterable[_Union[SessionSummary, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...

@@ -1,0 +1,103 @@
+from google.protobuf import struct_pb2 as _struct_pb2
+from rollout.v1 import records_pb2 as _records_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class CreateSessionRequest(_message.Message):
+    __slots__ = ("session_id", "agent_name", "parent_session_id", "delegation_id", "tenant", "model", "cwd", "originator", "client_version", "created_at")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    AGENT_NAME_FIELD_NUMBER: _ClassVar[int]
+    PARENT_SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    DELEGATION_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    CWD_FIELD_NUMBER: _ClassVar[int]
+    ORIGINATOR_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    agent_name: str
+    parent_session_id: str
+    delegation_id: str
+    tenant: str
+    model: str
+    cwd: str
+    originator: str
+    client_version: str
+    created_at: str
+    def __init__(self, session_id: _Optional[str] = ..., agent_name: _Optional[str] = ..., parent_session_id: _Optional[str] = ..., delegation_id: _Optional[str] = ..., tenant: _Optional[str] = ..., model: _Optional[str] = ..., cwd: _Optional[str] = ..., originator: _Optional[str] = ..., client_version: _Optional[str] = ..., created_at: _Optional[str] = ...) -> None: ...
+
+class CreateSessionResponse(_message.Message):
+    __slots__ = ("session_id", "created_at", "next_seq")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    NEXT_SEQ_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    created_at: str
+    next_seq: int
+    def __init__(self, session_id: _Optional[str] = ..., created_at: _Optional[str] = ..., next_seq: _Optional[int] = ...) -> None: ...
+
+class AppendRecord(_message.Message):
+    __slots__ = ("message", "reasoning", "compacted", "turn_context", "event")
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    REASONING_FIELD_NUMBER: _ClassVar[int]
+    COMPACTED_FIELD_NUMBER: _ClassVar[int]
+    TURN_CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    message: _records_pb2.ChatMessage
+    reasoning: _records_pb2.Reasoning
+    compacted: _records_pb2.Compacted
+    turn_context: _struct_pb2.Struct
+    event: _records_pb2.Event
+    def __init__(self, message: _Optional[_Union[_records_pb2.ChatMessage, _Mapping]] = ..., reasoning: _Optional[_Union[_records_pb2.Reasoning, _Mapping]] = ..., compacted: _Optional[_Union[_records_pb2.Compacted, _Mapping]] = ..., turn_context: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., event: _Optional[_Union[_records_pb2.Event, _Mapping]] = ...) -> None: ...
+
+class AppendRequest(_message.Message):
+    __slots__ = ("session_id", "records", "expected_next_seq", "request_id")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_NEXT_SEQ_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    records: _containers.RepeatedCompositeFieldContainer[AppendRecord]
+    expected_next_seq: int
+    request_id: str
+    def __init__(self, session_id: _Optional[str] = ..., records: _Optional[_Iterable[_Union[AppendRecord, _Mapping]]] = ..., expected_next_seq: _Optional[int] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class AppendResponse(_message.Message):
+    __slots__ = ("session_id", "seqs", "next_seq")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_SEQ_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    seqs: _containers.RepeatedScalarFieldContainer[int]
+    next_seq: int
+    def __init__(self, session_id: _Optional[str] = ..., seqs: _Optional[_Iterable[int]] = ..., next_seq: _Optional[int] = ...) -> None: ...
+
+class StopRequest(_message.Message):
+    __slots__ = ("session_id", "stop_kind", "reason", "error")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    STOP_KIND_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    stop_kind: _records_pb2.StopKind
+    reason: str
+    error: _records_pb2.StopError
+    def __init__(self, session_id: _Optional[str] = ..., stop_kind: _Optional[_Union[_records_pb2.StopKind, str]] = ..., reason: _Optional[str] = ..., error: _Optional[_Union[_records_pb2.StopError, _Mapping]] = ...) -> None: ...
+
+class StopResponse(_message.Message):
+    __slots__ = ("checkpoint_seq", "stop_seq", "digest", "message_count")
+    CHECKPOINT_SEQ_FIELD_NUMBER: _ClassVar[int]
+    STOP_SEQ_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    checkpoint_seq: int
+    stop_seq: int
+    digest: str
+    message_count: int
+    def __init__(self, checkpoint_seq: _Optional[int] = ..., stop_seq: _Optional[int] = ..., digest: _Optional[str] = ..., message_count: _Optional[int] = ...) -> None: ...

@@ -1,0 +1,277 @@
+"""Convert a Codex CLI rollout file into ledger records (``rollout import codex``).
+
+Both Codex layouts are read: the envelope ``{"timestamp", "type", "payload"}``
+(2025-09 onwards) and the older bare layout (a header object, then bare
+response items and ``{"record_type": "state"}`` lines).
+
+Mapping (Codex -> ledger):
+
+=================================  ============================================
+session_meta                       CreateSession (id, created_at, cwd,
+                                   originator, client_version) + an event
+                                   ``codex.session_meta`` with the whole payload
+response_item message              message (role, content parts as given)
+response_item reasoning            reasoning (summary texts joined by a blank
+                                   line; encrypted_content kept opaque)
+response_item function_call        assistant message with one tool call
+                                   (type ``function``)
+response_item custom_tool_call     assistant message with one tool call
+                                   (type ``custom``, input as arguments)
+response_item *_call_output        tool message (tool_call_id = call_id)
+turn_context                       turn_context
+event_msg                          event (kind = payload.type)
+compacted                          compacted (summary, replacement_history)
+=================================  ============================================
+
+Whatever has no mapping (other response item types such as web_search_call or
+image_generation_call, state lines, unknown top-level types, an output whose
+call never appeared, fields of a mapped item beyond the mapped ones) is kept as
+an ``event`` record whose kind starts with ``codex.`` and is counted in the
+report: nothing is dropped.
+
+The stop kind reflects how the source ended, judged by its last turn event
+(``task_started`` / ``task_complete`` / ``turn_aborted``): complete ->
+completed; aborted -> cancelled; with no turn events at all (older files), an
+assistant answer last with every tool call answered -> completed; otherwise
+interrupted (the last turn may be unfinished).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from rollout.v1 import records_pb2, writer_pb2
+from shared.errors import FileNameError
+from shared.naming import validate_session_id
+from shared.stop_kinds import StopKind
+from shared.wire import python_to_list, python_to_struct
+
+_MESSAGE_KEYS = {"type", "role", "content"}
+_REASONING_KEYS = {"type", "summary", "encrypted_content", "content"}
+_CALL_KEYS = {"type", "name", "arguments", "input", "call_id"}
+_OUTPUT_KEYS = {"type", "call_id", "output"}
+_CALL_TYPES = {"function_call": "function", "custom_tool_call": "custom"}
+_OUTPUT_TYPES = {"function_call_output", "custom_tool_call_output"}
+_TURN_EVENTS = {"task_started", "task_complete", "turn_aborted"}
+
+
+@dataclass
+class CodexSession:
+    """A converted Codex rollout: what to create, what to append, how it ended."""
+
+    source_id: str = ""
+    created_at: str = ""
+    cwd: str = ""
+    originator: str = ""
+    client_version: str = ""
+    model: str = ""
+    records: list[writer_pb2.AppendRecord] = field(default_factory=list)
+    kept_as_event: Counter[str] = field(default_factory=Counter)
+    unparseable_lines: int = 0
+    stop_kind: StopKind = StopKind.INTERRUPTED
+    stop_reason: str = ""
+
+    @property
+    def session_id(self) -> str:
+        """The source's id when it is a lowercase UUID (kept), else "" (a new one is made)."""
+        try:
+            return validate_session_id(self.source_id)
+        except FileNameError:
+            return ""
+
+
+def _event(kind: str, body: dict[str, Any]) -> writer_pb2.AppendRecord:
+    return writer_pb2.AppendRecord(event=records_pb2.Event(kind=kind, body=python_to_struct(body)))
+
+
+def _content_text(value: Any) -> tuple[str | None, list[Any] | None]:
+    """(text, parts) of a Codex content/output value."""
+    if isinstance(value, str):
+        return value, None
+    if isinstance(value, list):
+        return None, value
+    if value is None:
+        return None, None
+    return orjson.dumps(value).decode(), None
+
+
+class _Converter:
+    def __init__(self) -> None:
+        self.session = CodexSession()
+        self.call_ids: set[str] = set()
+        self.open_calls: set[str] = set()
+        self.last_item: str = ""
+        self.last_event: str = ""
+
+    def keep(self, kind: str, body: dict[str, Any]) -> None:
+        self.session.records.append(_event(kind, body))
+        self.session.kept_as_event[kind] += 1
+
+    def extras(self, item: dict[str, Any], mapped: set[str]) -> None:
+        extra = {key: value for key, value in item.items() if key not in mapped}
+        if extra:
+            self.session.records.append(
+                _event("codex.item_fields", {"item_type": item.get("type"), "fields": extra})
+            )
+
+    def chat(self, item: dict[str, Any]) -> records_pb2.ChatMessage | None:
+        """The chat message of one response item, or None when it has no mapping."""
+        kind = item.get("type")
+        if kind == "message":
+            message = records_pb2.ChatMessage(role=str(item.get("role", "")))
+            text, parts = _content_text(item.get("content"))
+            if text is not None:
+                message.text = text
+            elif parts is not None:
+                message.parts.CopyFrom(python_to_list(parts))
+            return message
+        if kind in _CALL_TYPES:
+            call_id = str(item.get("call_id", ""))
+            arguments = item.get("arguments") if kind == "function_call" else item.get("input")
+            message = records_pb2.ChatMessage(role="assistant")
+            message.tool_calls.add(
+                id=call_id,
+                type=_CALL_TYPES[kind],
+                function=records_pb2.FunctionCall(
+                    name=str(item.get("name", "")),
+                    arguments=arguments if isinstance(arguments, str) else orjson.dumps(arguments).decode(),
+                ),
+            )
+            return message
+        if kind in _OUTPUT_TYPES:
+            message = records_pb2.ChatMessage(role="tool", tool_call_id=str(item.get("call_id", "")))
+            text, parts = _content_text(item.get("output"))
+            if text is not None:
+                message.text = text
+            elif parts is not None:
+                message.parts.CopyFrom(python_to_list(parts))
+            return message
+        return None
+
+    def response_item(self, item: dict[str, Any]) -> None:
+        kind = str(item.get("type"))
+        self.last_item = kind
+        if kind == "reasoning":
+            summary = item.get("summary") or []
+            texts = [part.get("text", "") for part in summary if isinstance(part, dict)]
+            reasoning = records_pb2.Reasoning(content="\n\n".join(texts))
+            if isinstance(item.get("encrypted_content"), str):
+                reasoning.encrypted = item["encrypted_content"]
+            self.session.records.append(writer_pb2.AppendRecord(reasoning=reasoning))
+            self.extras(item, _REASONING_KEYS if not item.get("content") else _REASONING_KEYS - {"content"})
+            return
+        if kind in _OUTPUT_TYPES and str(item.get("call_id", "")) not in self.call_ids:
+            self.keep("codex.orphan_output", item)
+            return
+        message = self.chat(item)
+        if message is None:
+            self.keep(f"codex.{kind}", item)
+            return
+        if kind in _CALL_TYPES:
+            self.call_ids.add(message.tool_calls[0].id)
+            self.open_calls.add(message.tool_calls[0].id)
+        elif kind in _OUTPUT_TYPES:
+            self.open_calls.discard(message.tool_call_id)
+        self.session.records.append(writer_pb2.AppendRecord(message=message))
+        mapped = _MESSAGE_KEYS if kind == "message" else _CALL_KEYS if kind in _CALL_TYPES else _OUTPUT_KEYS
+        self.extras(item, mapped)
+
+    def replacement(self, items: list[Any]) -> records_pb2.ReplacementHistory:
+        history = records_pb2.ReplacementHistory()
+        for item in items:
+            message = self.chat(item) if isinstance(item, dict) else None
+            if message is not None:
+                history.messages.append(message)
+                if message.tool_calls:
+                    self.call_ids.add(message.tool_calls[0].id)
+        return history
+
+    def envelope(self, line: dict[str, Any]) -> None:
+        kind = line.get("type")
+        payload = line.get("payload")
+        if not isinstance(payload, dict):
+            self.keep(f"codex.{kind}", {"line": line})
+            return
+        if kind == "session_meta":
+            self.meta(payload)
+        elif kind == "response_item":
+            self.response_item(payload)
+        elif kind == "turn_context":
+            if isinstance(payload.get("model"), str) and not self.session.model:
+                self.session.model = payload["model"]
+            self.session.records.append(writer_pb2.AppendRecord(turn_context=python_to_struct(payload)))
+        elif kind == "event_msg":
+            event_kind = str(payload.get("type", "event"))
+            if event_kind in _TURN_EVENTS:
+                self.last_event = event_kind
+            body = {key: value for key, value in payload.items() if key != "type"}
+            self.session.records.append(_event(event_kind, body))
+        elif kind == "compacted":
+            compacted = records_pb2.Compacted(summary=str(payload.get("message", "")))
+            if isinstance(payload.get("replacement_history"), list):
+                compacted.replacement_history.CopyFrom(self.replacement(payload["replacement_history"]))
+            self.session.records.append(writer_pb2.AppendRecord(compacted=compacted))
+        else:
+            self.keep(f"codex.{kind}", payload)
+
+    def meta(self, payload: dict[str, Any]) -> None:
+        session = self.session
+        session.source_id = str(payload.get("id", ""))
+        session.created_at = str(payload.get("timestamp", ""))
+        session.cwd = str(payload.get("cwd") or "")
+        session.originator = str(payload.get("originator") or "")
+        session.client_version = str(payload.get("cli_version") or "")
+        session.records.append(_event("codex.session_meta", payload))
+
+    def bare(self, line: dict[str, Any], first: bool) -> None:
+        if line.get("record_type") == "state":
+            self.keep("codex.state", line)
+        elif first and "type" not in line and "id" in line:
+            self.meta(line)
+        elif "type" in line:
+            self.response_item(line)
+        else:
+            self.keep("codex.unknown", line)
+
+    def finish(self) -> CodexSession:
+        session = self.session
+        if self.last_event == "turn_aborted":
+            session.stop_kind, session.stop_reason = StopKind.CANCELLED, "the source's last turn was aborted"
+        elif self.last_event == "task_complete":
+            session.stop_kind, session.stop_reason = StopKind.COMPLETED, "the source ended with task_complete"
+        elif not self.last_event and self.last_item == "message" and not self.open_calls:
+            session.stop_kind = StopKind.COMPLETED
+            session.stop_reason = "the source ended with an assistant answer and every tool call answered"
+        else:
+            session.stop_kind = StopKind.INTERRUPTED
+            session.stop_reason = "the source ended mid-turn; its last step may be incomplete"
+        session.stop_reason = "imported from Codex: " + session.stop_reason
+        return session
+
+
+def convert_codex(lines: Iterable[bytes]) -> CodexSession:
+    """Convert the lines of one Codex rollout file (see the module doc for the mapping)."""
+    converter = _Converter()
+    first = True
+    for raw in lines:
+        if not raw.strip():
+            continue
+        try:
+            line = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            converter.session.unparseable_lines += 1
+            converter.keep("codex.unparseable_line", {"text": raw.decode("utf-8", "replace")})
+            continue
+        if not isinstance(line, dict):
+            converter.keep("codex.unknown", {"line": line})
+        elif "payload" in line and "type" in line:
+            converter.envelope(line)
+        else:
+            converter.bare(line, first)
+        first = False
+    return converter.finish()

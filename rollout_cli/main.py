@@ -1,0 +1,377 @@
+"""The ``rollout`` command line: serve the pair, import sessions, look at them.
+
+Commands: ``serve`` (both services, as two processes), ``serve-writer``,
+``serve-reader``, ``import codex``, ``ls``, ``replay``, ``stop-facts``. Client
+commands reach the services at ``--writer`` / ``--reader`` (or the
+``ROLLOUT_WRITER`` / ``ROLLOUT_READER`` environment variables).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import click
+import grpc
+
+from rollout.v1 import reader_pb2, reader_pb2_grpc, records_pb2, writer_pb2, writer_pb2_grpc
+from rollout_cli.codex_import import convert_codex
+from writer_service.committer import CommitConfig, Durability
+
+DEFAULT_DATA_DIR = "rollout-data"
+DEFAULT_WRITER = "127.0.0.1:50051"
+DEFAULT_READER = "127.0.0.1:50052"
+CLIENT_OPTIONS = [
+    ("grpc.max_receive_message_length", 256 * 1024 * 1024),
+    ("grpc.max_send_message_length", 64 * 1024 * 1024),
+]
+IMPORT_BATCH_RECORDS = 32
+
+
+def _setup_logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+@click.group()
+@click.option("-v", "--verbose", is_flag=True, help="Log debug detail to stderr.")
+def cli(verbose: bool) -> None:
+    """The rollout ledger: the durable, append-only record of agent sessions."""
+    _setup_logging(verbose)
+
+
+# -- serving ------------------------------------------------------------------------
+
+data_dir_option = click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=lambda: os.environ.get("ROLLOUT_DATA_DIR", DEFAULT_DATA_DIR),
+    show_default=DEFAULT_DATA_DIR,
+    help="Data root holding the session files (env ROLLOUT_DATA_DIR).",
+)
+
+
+async def _serve_until_signal(start: Any, label: str) -> None:
+    running = await start
+    host = "127.0.0.1"
+    click.echo(f"rollout {label} listening on {host}:{running.port}", err=False)
+    sys.stdout.flush()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    logging.getLogger(__name__).info("%s: stopping (draining queued work)", label)
+    await running.stop()
+
+
+@cli.command("serve-writer")
+@data_dir_option
+@click.option("--address", default=DEFAULT_WRITER, show_default=True, help="host:port to bind (port 0: any).")
+@click.option(
+    "--durability",
+    type=click.Choice([d.value for d in Durability]),
+    default="fsync",
+    show_default=True,
+    help="fsync: an ack survives power loss; unsafe_no_fsync: process crash only.",
+)
+@click.option("--batch-max-records", default=32, show_default=True, help="Records per group-commit batch.")
+@click.option("--batch-max-wait-ms", default=20.0, show_default=True, help="Longest a record lingers (ms).")
+def serve_writer(
+    data_dir: Path, address: str, durability: str, batch_max_records: int, batch_max_wait_ms: float
+) -> None:
+    """Run the writer service alone (one per data root)."""
+    from writer_service.server import DataRootLockedError, start_writer
+    from writer_service.sessions import WriterConfig
+
+    config = WriterConfig(
+        data_dir=data_dir,
+        commit=CommitConfig(batch_max_records, batch_max_wait_ms, durability=Durability(durability)),
+    )
+    try:
+        asyncio.run(_serve_until_signal(start_writer(config, address), "writer"))
+    except DataRootLockedError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+@cli.command("serve-reader")
+@data_dir_option
+@click.option("--address", default=DEFAULT_READER, show_default=True, help="host:port to bind (port 0: any).")
+def serve_reader(data_dir: Path, address: str) -> None:
+    """Run a reader service (any number may serve one data root)."""
+    from reader_service.server import ReaderConfig, start_reader
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    asyncio.run(_serve_until_signal(start_reader(ReaderConfig(data_dir=data_dir), address), "reader"))
+
+
+@cli.command()
+@data_dir_option
+@click.option("--writer-address", default=DEFAULT_WRITER, show_default=True)
+@click.option("--reader-address", default=DEFAULT_READER, show_default=True)
+@click.option(
+    "--durability", type=click.Choice([d.value for d in Durability]), default="fsync", show_default=True
+)
+def serve(data_dir: Path, writer_address: str, reader_address: str, durability: str) -> None:
+    """Run the writer and a reader as two processes on a local data root; Ctrl-C stops both."""
+    base = [sys.executable, "-m", "rollout_cli.main"]
+    click.echo(f"data root: {data_dir.resolve()}")
+    children = [
+        subprocess.Popen(
+            [
+                *base,
+                "serve-writer",
+                "--data-dir",
+                str(data_dir),
+                "--address",
+                writer_address,
+                "--durability",
+                durability,
+            ]
+        ),
+        subprocess.Popen([*base, "serve-reader", "--data-dir", str(data_dir), "--address", reader_address]),
+    ]
+
+    def forward(signum: int, _frame: Any) -> None:
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signal.SIGTERM)
+
+    signal.signal(signal.SIGINT, forward)
+    signal.signal(signal.SIGTERM, forward)
+    codes = [child.wait() for child in children]
+    if any(codes):
+        raise SystemExit(max(abs(code) for code in codes))
+
+
+# -- clients ------------------------------------------------------------------------
+
+writer_option = click.option(
+    "--writer",
+    default=lambda: os.environ.get("ROLLOUT_WRITER", DEFAULT_WRITER),
+    show_default=DEFAULT_WRITER,
+    help="Writer address (env ROLLOUT_WRITER).",
+)
+reader_option = click.option(
+    "--reader",
+    default=lambda: os.environ.get("ROLLOUT_READER", DEFAULT_READER),
+    show_default=DEFAULT_READER,
+    help="Reader address (env ROLLOUT_READER).",
+)
+
+
+def _fail(exc: grpc.RpcError) -> click.ClickException:
+    return click.ClickException(f"{exc.code().name}: {exc.details()}")  # type: ignore[attr-defined]
+
+
+def _batches(records: list[writer_pb2.AppendRecord], session_id: str) -> Any:
+    for start in range(0, len(records), IMPORT_BATCH_RECORDS):
+        yield writer_pb2.AppendRequest(
+            session_id=session_id, records=records[start : start + IMPORT_BATCH_RECORDS]
+        )
+
+
+def import_codex_file(stub: writer_pb2_grpc.RolloutWriterStub, path: Path, tenant: str) -> dict[str, Any]:
+    """Import one Codex rollout through the writer; returns a report (raises grpc.RpcError)."""
+    with path.open("rb") as handle:
+        session = convert_codex(handle)
+    try:
+        created = stub.CreateSession(
+            writer_pb2.CreateSessionRequest(
+                session_id=session.session_id,
+                created_at=session.created_at,
+                cwd=session.cwd,
+                originator=session.originator or "codex",
+                client_version=session.client_version,
+                model=session.model,
+                tenant=tenant,
+            )
+        )
+    except grpc.RpcError as exc:
+        if exc.code() == grpc.StatusCode.ALREADY_EXISTS:  # type: ignore[attr-defined]
+            return {"file": str(path), "session_id": session.session_id, "skipped": "already imported"}
+        raise
+    acks = list(stub.AppendStream(_batches(session.records, created.session_id)))
+    stopped = stub.Stop(
+        writer_pb2.StopRequest(
+            session_id=created.session_id,
+            stop_kind=records_pb2.StopKind.Value("STOP_KIND_" + session.stop_kind.upper()),
+            reason=session.stop_reason,
+        )
+    )
+    return {
+        "file": str(path),
+        "session_id": created.session_id,
+        "records": len(session.records),
+        "next_seq": acks[-1].next_seq if acks else 1,
+        "kept_as_event": dict(session.kept_as_event),
+        "stop_kind": str(session.stop_kind),
+        "messages": stopped.message_count,
+        "digest": stopped.digest,
+    }
+
+
+@cli.group("import")
+def import_group() -> None:
+    """Import sessions recorded by other tools, through the writer's gRPC API."""
+
+
+@import_group.command("codex")
+@click.argument(
+    "paths", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path)
+)
+@writer_option
+@click.option("--tenant", default="default", show_default=True)
+def import_codex(paths: tuple[Path, ...], writer: str, tenant: str) -> None:
+    """Import Codex CLI rollout files (rollout-*.jsonl), one session each."""
+    with grpc.insecure_channel(writer, options=CLIENT_OPTIONS) as channel:
+        stub = writer_pb2_grpc.RolloutWriterStub(channel)
+        for path in paths:
+            try:
+                report = import_codex_file(stub, path, tenant)
+            except grpc.RpcError as exc:
+                raise _fail(exc) from exc
+            if "skipped" in report:
+                click.echo(f"{path.name}: skipped, {report['skipped']} as {report['session_id']}")
+                continue
+            kept = ", ".join(f"{k}×{v}" for k, v in sorted(report["kept_as_event"].items())) or "none"
+            click.echo(
+                f"{path.name}: session {report['session_id']}: {report['records']} records,"
+                f" {report['messages']} messages, stopped {report['stop_kind']};"
+                f" kept as events (no mapping): {kept}"
+            )
+
+
+@cli.command("ls")
+@reader_option
+@click.option("--page-size", default=50, show_default=True)
+@click.option("--page-token", default="", help="Continue from a previous page.")
+@click.option("--tenant", default="")
+@click.option("--agent-name", default="")
+def list_command(reader: str, page_size: int, page_token: str, tenant: str, agent_name: str) -> None:
+    """List sessions, newest first, with their stop state."""
+    with grpc.insecure_channel(reader, options=CLIENT_OPTIONS) as channel:
+        stub = reader_pb2_grpc.RolloutReaderStub(channel)
+        try:
+            page = stub.ListSessions(
+                reader_pb2.ListSessionsRequest(
+                    page_size=page_size, page_token=page_token, tenant=tenant, agent_name=agent_name
+                )
+            )
+        except grpc.RpcError as exc:
+            raise _fail(exc) from exc
+    click.echo(f"{'CREATED':27} {'SESSION':36} {'AGENT':14} {'STATE':16} RESUME")
+    for summary in page.sessions:
+        facts = summary.stop_facts
+        state = (facts.stop_kind or "legacy") if facts.found else "unknown"
+        resume = "yes" if facts.resume.replayable else "no"
+        click.echo(
+            f"{summary.created_at:27} {summary.session_id:36} {summary.agent_name or '-':14}"
+            f" {state:16} {resume}: {facts.resume.reason}"
+        )
+    if page.next_page_token:
+        click.echo(f"more: rollout ls --page-token {page.next_page_token}")
+
+
+def _message_text(message: records_pb2.ChatMessage) -> str:
+    kind = message.WhichOneof("content")
+    if kind == "text":
+        return message.text
+    if kind == "parts":
+        texts = []
+        for part in message.parts.values:
+            fields = part.struct_value.fields
+            texts.append(
+                fields["text"].string_value if "text" in fields else f"[{fields['type'].string_value}]"
+            )
+        return "\n".join(texts)
+    return ""
+
+
+@cli.command()
+@click.argument("session_id")
+@reader_option
+@click.option("--token-budget", default=0, help="Estimated tokens allowed (0: none).")
+@click.option("--width", default=400, show_default=True, help="Characters shown per message (0: all).")
+def replay(session_id: str, reader: str, token_budget: int, width: int) -> None:
+    """Show the exact rebuilt message sequence of a session."""
+    with grpc.insecure_channel(reader, options=CLIENT_OPTIONS) as channel:
+        stub = reader_pb2_grpc.RolloutReaderStub(channel)
+        try:
+            result = stub.GetReplay(
+                reader_pb2.ReplayRequest(session_id=session_id, token_budget=token_budget)
+            )
+        except grpc.RpcError as exc:
+            raise _fail(exc) from exc
+    for index, message in enumerate(result.messages):
+        head = f"[{index}] {message.role}"
+        if message.HasField("tool_call_id"):
+            head += f" (answers {message.tool_call_id})"
+        click.echo(click.style(head, bold=True))
+        if message.HasField("reasoning"):
+            click.echo(textwrap.indent(f"reasoning: {_shorten(message.reasoning.content, width)}", "  "))
+        text = _message_text(message)
+        if text:
+            click.echo(textwrap.indent(_shorten(text, width), "  "))
+        for call in message.tool_calls:
+            click.echo(f"  call {call.id}: {call.function.name}({_shorten(call.function.arguments, width)})")
+    status = reader_pb2.DigestStatus.Name(result.digest_status).removeprefix("DIGEST_STATUS_").lower()
+    click.echo(
+        f"-- {len(result.messages)} messages, ~{result.estimated_tokens} tokens,"
+        f" superseded outputs {result.superseded_outputs}, checkpoint {status}"
+    )
+    for entry in result.degraded:
+        click.echo(f"-- degraded {entry.kind} (line {entry.line}, byte {entry.offset}): {entry.detail}")
+    if result.HasField("too_large"):
+        click.echo(
+            f"-- REPLAY_TOO_LARGE: ~{result.too_large.estimated_tokens} tokens over the budget of"
+            f" {result.too_large.token_budget}"
+        )
+
+
+def _shorten(text: str, width: int) -> str:
+    return text if not width or len(text) <= width else text[:width] + f"… [{len(text)} chars]"
+
+
+@cli.command("stop-facts")
+@click.argument("session_id")
+@reader_option
+def stop_facts(session_id: str, reader: str) -> None:
+    """Why and where a session stopped, and whether it may be continued."""
+    with grpc.insecure_channel(reader, options=CLIENT_OPTIONS) as channel:
+        stub = reader_pb2_grpc.RolloutReaderStub(channel)
+        try:
+            facts = stub.GetStopFacts(reader_pb2.StopFactsRequest(session_id=session_id))
+        except grpc.RpcError as exc:
+            raise _fail(exc) from exc
+    if not facts.found:
+        click.echo(f"{session_id}: unknown (no stop facts in the tail: running, or killed before any Stop)")
+        return
+    click.echo(f"session:     {session_id}")
+    click.echo(f"stop kind:   {facts.stop_kind or '(none: legacy stop record)'}")
+    click.echo(f"reason:      {facts.reason}")
+    if facts.HasField("error"):
+        click.echo(f"error:       {facts.error.category}: {facts.error.message}")
+    if facts.HasField("checkpoint"):
+        cp = facts.checkpoint
+        click.echo(f"checkpoint:  seq {cp.seq}, {cp.message_count} messages, covers seq ≤ {cp.covers_seq}")
+        click.echo(f"digest:      {cp.digest}")
+    if not facts.has_stop_record:
+        click.echo("stop record: missing (killed between checkpoint and stop): still a stopped session")
+    verdict = "may be continued exactly" if facts.resume.replayable else "may not be continued as-is"
+    click.echo(f"resume:      {verdict}: {facts.resume.reason}")
+    click.echo(f"tail read:   {facts.tail_bytes_read} bytes")
+
+
+if __name__ == "__main__":
+    cli()

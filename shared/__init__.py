@@ -1,0 +1,59 @@
+"""What the writer and reader services must agree on, and nothing else.
+
+Record shapes and the line format (:mod:`shared.records`), the rebuild of a
+message sequence (:mod:`shared.rebuild`), the digest (:mod:`shared.digest`), the
+stop-kind vocabulary and resume eligibility (:mod:`shared.stop_kinds`), the file
+name codec (:mod:`shared.naming`), the data root layout (:mod:`shared.layout`),
+the protobuf conversions (:mod:`shared.wire`), the error hierarchy
+(:mod:`shared.errors`) and its gRPC status mapping (:mod:`shared.status`).
+Neither service re-implements any of it; ``shared`` imports neither service.
+"""
+
+from shared.digest import DIGEST_FIELDS, canonical_message, digest
+from shared.errors import (
+    CorruptSessionError,
+    FileNameError,
+    InvalidArgumentError,
+    LedgerError,
+    QueueFullError,
+    RecordValidationError,
+    SessionExistsError,
+    SessionNotFoundError,
+    SessionStateError,
+    StorageWriteError,
+)
+from shared.naming import SessionFileName, build_file_name, new_session_id, parse_file_name
+from shared.rebuild import CheckpointRecord, DegradedEntry, DegradedKind, Rebuild, rebuild
+from shared.records import RecordType, encode_line, validate_message
+from shared.stop_kinds import ResumeEligibility, StopKind, classify_resume
+
+__all__ = [
+    "DIGEST_FIELDS",
+    "CheckpointRecord",
+    "CorruptSessionError",
+    "DegradedEntry",
+    "DegradedKind",
+    "FileNameError",
+    "InvalidArgumentError",
+    "LedgerError",
+    "QueueFullError",
+    "Rebuild",
+    "RecordType",
+    "RecordValidationError",
+    "ResumeEligibility",
+    "SessionExistsError",
+    "SessionFileName",
+    "SessionNotFoundError",
+    "SessionStateError",
+    "StopKind",
+    "StorageWriteError",
+    "build_file_name",
+    "canonical_message",
+    "classify_resume",
+    "digest",
+    "encode_line",
+    "new_session_id",
+    "parse_file_name",
+    "rebuild",
+    "validate_message",
+]

@@ -1,0 +1,91 @@
+"""Errors both services raise; each maps to one canonical gRPC status.
+
+The hierarchy::
+
+    LedgerError                      base; never raised itself
+    ├── RecordValidationError        INVALID_ARGUMENT  (names record index and field)
+    ├── InvalidArgumentError         INVALID_ARGUMENT  (a request field, named)
+    │   └── FileNameError            INVALID_ARGUMENT  (a name that is not the SPEC §2.9 shape)
+    ├── SessionNotFoundError         NOT_FOUND
+    ├── SessionExistsError           ALREADY_EXISTS
+    ├── SessionStateError            FAILED_PRECONDITION (stopped session, seq mismatch)
+    ├── CorruptSessionError          DATA_LOSS         (names the file and byte offset)
+    ├── QueueFullError               RESOURCE_EXHAUSTED
+    └── StorageWriteError            UNAVAILABLE       (write or fsync failed; nothing kept)
+
+The services translate these in one place each (``writer_service/server.py`` and
+``reader_service/server.py``); nothing else chooses a status code.
+"""
+
+from __future__ import annotations
+
+
+class LedgerError(Exception):
+    """Base class of every error the ledger raises on purpose."""
+
+
+class RecordValidationError(LedgerError):
+    """A record of an Append request is invalid; the whole request is refused.
+
+    ``index`` is the position of the record in the request (0-based) and
+    ``field`` the dotted path of the offending field, e.g. ``message.tool_call_id``.
+    """
+
+    def __init__(self, index: int, field: str, description: str) -> None:
+        super().__init__(f"record {index}: {field}: {description}")
+        self.index = index
+        self.field = field
+        self.description = description
+
+
+class InvalidArgumentError(LedgerError):
+    """A request field (named by ``field``) has a value the ledger cannot take."""
+
+    def __init__(self, field: str, description: str) -> None:
+        super().__init__(f"{field}: {description}")
+        self.field = field
+        self.description = description
+
+
+class FileNameError(InvalidArgumentError):
+    """A session file name, session id or agent name is not of the SPEC §2.9 shape."""
+
+
+class SessionNotFoundError(LedgerError):
+    """No session with this id exists under the data root."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"session {session_id!r} not found")
+        self.session_id = session_id
+
+
+class SessionExistsError(LedgerError):
+    """CreateSession was given an id that is already in the ledger."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"session {session_id!r} already exists")
+        self.session_id = session_id
+
+
+class SessionStateError(LedgerError):
+    """The session is not in a state that allows the call (stopped, seq mismatch).
+
+    ``subject`` and ``precondition`` feed a google.rpc.PreconditionFailure detail.
+    """
+
+    def __init__(self, message: str, *, subject: str, precondition: str) -> None:
+        super().__init__(message)
+        self.subject = subject
+        self.precondition = precondition
+
+
+class CorruptSessionError(LedgerError):
+    """A session file cannot be used as asked; the message names the file and offset."""
+
+
+class QueueFullError(LedgerError):
+    """The writer's queue for a session holds too many records; retry with backoff."""
+
+
+class StorageWriteError(LedgerError):
+    """A write or fsync failed; the batch was cut back and nothing of it was kept."""

@@ -1,0 +1,106 @@
+"""Session file names: the writer's builder and the reader's parser, a mirror pair (SPEC §2.9).
+
+Shape: ``<YYYY-MM-DD>_<HHMMSS>_<session_id>[_<agent_name>].jsonl``, e.g.::
+
+    2026-11-30_101530_01a22c15-89a6-7d3d-b5b7-165622bd350c.jsonl
+    2026-11-30_101531_01a22c15-89a7-7aaa-8000-0123456789ab_code_reviewer.jsonl
+
+* the date and time are the session's creation time, UTC, to the second;
+* ``session_id`` is a lowercase UUID (36 characters; new ones are version 7,
+  time-ordered), so the agent name after it may itself contain ``_``;
+* ``agent_name`` is 1-64 characters of ``[A-Za-z0-9._-]``, not starting with ``.``
+  and never containing ``..`` (so never a path), optional.
+
+:func:`build_file_name` and :func:`parse_file_name` are inverses; a property test
+pins the round trip. Change both or neither.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import uuid6
+
+from shared.errors import FileNameError
+
+FILE_SUFFIX = ".jsonl"
+AGENT_NAME_MAX_CHARS = 64
+_SESSION_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_AGENT_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}")
+_FILE_NAME = re.compile(
+    r"(?P<date>\d{4}-\d{2}-\d{2})_(?P<time>\d{6})_(?P<session_id>[0-9a-f-]{36})"
+    r"(?:_(?P<agent_name>[^/]+))?\.jsonl"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionFileName:
+    """The parts of a session file name; ``created_at`` is UTC, whole seconds."""
+
+    created_at: datetime
+    session_id: str
+    agent_name: str
+
+    @property
+    def sort_key(self) -> tuple[datetime, str]:
+        """Listing order key: newest first means descending on this."""
+        return (self.created_at, self.session_id)
+
+
+def new_session_id() -> str:
+    """A new lowercase UUIDv7 session id (time-ordered)."""
+    return str(uuid6.uuid7())
+
+
+def validate_session_id(session_id: str) -> str:
+    """Return ``session_id`` if it is a lowercase UUID; raise FileNameError otherwise."""
+    if not _SESSION_ID.fullmatch(session_id):
+        raise FileNameError("session_id", f"must be a lowercase UUID, got {session_id!r}")
+    return session_id
+
+
+def validate_agent_name(agent_name: str) -> str:
+    """Return ``agent_name`` if it may appear in a file name; raise FileNameError otherwise.
+
+    Empty is allowed (no agent name). Otherwise 1-64 of ``[A-Za-z0-9._-]``, not
+    starting with ``.``, without ``..``: no ``/``, no control characters, never a path.
+    """
+    if agent_name and (not _AGENT_NAME.fullmatch(agent_name) or ".." in agent_name):
+        raise FileNameError(
+            "agent_name",
+            f"must be 1-{AGENT_NAME_MAX_CHARS} characters of letters, digits, '.', '_', '-',"
+            f" not start with '.' nor contain '..'; got {agent_name!r}",
+        )
+    return agent_name
+
+
+def build_file_name(created_at: datetime, session_id: str, agent_name: str = "") -> str:
+    """The file name of a session (the mirror of :func:`parse_file_name`).
+
+    ``created_at`` is converted to UTC and cut to whole seconds. Raises
+    FileNameError for a bad session id or agent name.
+    """
+    validate_session_id(session_id)
+    validate_agent_name(agent_name)
+    moment = created_at.astimezone(UTC) if created_at.tzinfo else created_at
+    stem = f"{moment:%Y-%m-%d}_{moment:%H%M%S}_{session_id}"
+    return f"{stem}_{agent_name}{FILE_SUFFIX}" if agent_name else stem + FILE_SUFFIX
+
+
+def parse_file_name(name: str) -> SessionFileName:
+    """Parse a session file name (the mirror of :func:`build_file_name`).
+
+    Raises FileNameError when ``name`` is not of the documented shape.
+    """
+    match = _FILE_NAME.fullmatch(name)
+    if match is None:
+        raise FileNameError("file_name", f"{name!r} is not <YYYY-MM-DD>_<HHMMSS>_<uuid>[_<agent>].jsonl")
+    session_id = validate_session_id(match["session_id"])
+    agent_name = validate_agent_name(match["agent_name"] or "")
+    try:
+        created_at = datetime.strptime(f"{match['date']}_{match['time']}", "%Y-%m-%d_%H%M%S")
+    except ValueError as exc:
+        raise FileNameError("file_name", f"{name!r} has no valid date and time") from exc
+    return SessionFileName(created_at.replace(tzinfo=UTC), session_id, agent_name)

@@ -1,0 +1,351 @@
+"""Rebuild the model-visible message sequence from a rollout file (SPEC §3).
+
+One function, :func:`rebuild`, used by the writer's checkpoint (SPEC §2.6) and by
+every reader path (replay, verify). It reads every line once:
+
+* ``message`` records append in order; a ``reasoning`` record attaches to the
+  next assistant message under ``"reasoning"`` (the mirror of the writer's split,
+  :func:`shared.wire.split_reasoning`); a reasoning left without one is degraded.
+* ``compacted`` resets the sequence to its ``replacement_history`` (or to one user
+  message holding the summary) and adds a ``compacted_rebuild`` entry.
+* Tool pairing, last wins in place: an output answers the most recent preceding
+  assistant call with its ``tool_call_id``; a second output for the same pairing
+  replaces the first at the first one's position (``superseded_outputs`` counts
+  it); a reused id in a later turn opens a new pairing. Unanswered calls and
+  outputs with no call are degraded entries, kept in the sequence, never invented.
+* Unparseable lines, NUL runs, seq gaps and repeats, unknown record types, a
+  missing ``session_meta``, a message cap and an uncommitted last line (no
+  ``\\n``) are one degraded entry each, with the 1-based line number and byte
+  offset. A bad line never hides the good lines after it.
+
+The memory view (a lossy model-facing summary) is a different function and is
+never used here.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from shared.records import RecordType
+
+
+class DegradedKind(enum.StrEnum):
+    """Why a rebuild is not a complete, exact restoration."""
+
+    UNPARSEABLE_LINE = "unparseable_line"
+    NUL_RUN = "nul_run"
+    MALFORMED_RECORD = "malformed_record"
+    SEQ_GAP = "seq_gap"
+    SEQ_REPEAT = "seq_repeat"
+    MISSING_SESSION_META = "missing_session_meta"
+    UNKNOWN_RECORD_TYPE = "unknown_record_type"
+    COMPACTED_REBUILD = "compacted_rebuild"
+    DANGLING_REASONING = "dangling_reasoning"
+    UNANSWERED_TOOL_CALL = "unanswered_tool_call"
+    ORPHAN_TOOL_OUTPUT = "orphan_tool_output"
+    MESSAGE_CAP = "message_cap"
+    UNCOMMITTED_TAIL = "uncommitted_tail"
+    NO_CHECKPOINT = "no_checkpoint"
+
+
+@dataclass(frozen=True, slots=True)
+class DegradedEntry:
+    """One incomplete restoration: ``line`` is 1-based (0: not tied to a line)."""
+
+    kind: DegradedKind
+    line: int
+    offset: int
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointRecord:
+    """An ``agent_checkpoint`` line as found in the file."""
+
+    seq: int
+    line: int
+    digest: str
+    message_count: int
+    covers_seq: int
+    stop_kind: str
+
+
+@dataclass(frozen=True, slots=True)
+class UnknownRecord:
+    """A record whose ``type`` this version does not know; kept, never dropped."""
+
+    seq: int
+    line: int
+    record_type: str
+    payload: Any
+
+
+@dataclass(slots=True)
+class Rebuild:
+    """What :func:`rebuild` found in one file.
+
+    ``messages`` are message payloads (reasoning attached); ``checkpoint_messages``
+    is the sequence as it stood at the last checkpoint, for verification.
+    ``committed_bytes`` is the length of the file up to its last ``\\n``.
+    """
+
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    degraded: list[DegradedEntry] = field(default_factory=list)
+    superseded_outputs: int = 0
+    session_meta: dict[str, Any] | None = None
+    last_checkpoint: CheckpointRecord | None = None
+    checkpoint_messages: list[dict[str, Any]] | None = None
+    last_stop: dict[str, Any] | None = None
+    last_record_type: str | None = None
+    unknown_records: list[UnknownRecord] = field(default_factory=list)
+    call_ids: set[str] = field(default_factory=set)
+    last_seq: int = -1
+    records: int = 0
+    committed_bytes: int = 0
+
+
+class _Pairing:
+    """One tool call and where its output sits in the sequence."""
+
+    __slots__ = ("call_line", "call_offset", "output_index")
+
+    def __init__(self, call_line: int, call_offset: int) -> None:
+        self.call_line = call_line
+        self.call_offset = call_offset
+        self.output_index = -1
+
+
+class _Rebuilder:
+    """The mutable state of one rebuild pass; see :func:`rebuild`."""
+
+    def __init__(self) -> None:
+        self.result = Rebuild()
+        self.messages = self.result.messages
+        self.pairings: dict[str, _Pairing] = {}
+        self.pending_reasoning: tuple[dict[str, Any], int, int] | None = None
+
+    def degrade(self, kind: DegradedKind, line: int, offset: int, detail: str) -> None:
+        self.result.degraded.append(DegradedEntry(kind, line, offset, detail))
+
+    def add_message(self, payload: dict[str, Any], line: int, offset: int) -> None:
+        """Append one message payload, applying reasoning and tool pairing rules."""
+        role = payload.get("role")
+        if role == "assistant":
+            if self.pending_reasoning is not None:
+                payload = {**payload, "reasoning": self.pending_reasoning[0]}
+                self.pending_reasoning = None
+            calls = payload.get("tool_calls")
+            if calls:
+                for call in calls:
+                    call_id = call.get("id") if isinstance(call, dict) else None
+                    if isinstance(call_id, str):
+                        self.pairings[call_id] = _Pairing(line, offset)
+                        self.result.call_ids.add(call_id)
+        elif role == "tool":
+            call_id = payload.get("tool_call_id")
+            pairing = self.pairings.get(call_id) if isinstance(call_id, str) else None
+            if pairing is None:
+                self.degrade(
+                    DegradedKind.ORPHAN_TOOL_OUTPUT,
+                    line,
+                    offset,
+                    f"tool output for {call_id!r} answers no preceding call; kept in place",
+                )
+            elif pairing.output_index >= 0:
+                self.messages[pairing.output_index] = payload
+                self.result.superseded_outputs += 1
+                return
+            else:
+                pairing.output_index = len(self.messages)
+        self.messages.append(payload)
+
+    def compact(self, payload: dict[str, Any], line: int, offset: int) -> None:
+        """Reset the sequence to the compaction's replacement history (or its summary)."""
+        self.flush_dangling_reasoning()
+        self.messages.clear()
+        self.pairings.clear()
+        history = payload.get("replacement_history")
+        if isinstance(history, list):
+            for message in history:
+                if isinstance(message, dict):
+                    self.add_message(message, line, offset)
+                else:
+                    self.degrade(
+                        DegradedKind.MALFORMED_RECORD,
+                        line,
+                        offset,
+                        "replacement_history holds a non-object; skipped",
+                    )
+            detail = f"model view replaced by {len(history)} replacement messages"
+        else:
+            self.messages.append({"role": "user", "content": payload.get("summary", "")})
+            detail = "model view replaced by the compaction summary"
+        self.degrade(DegradedKind.COMPACTED_REBUILD, line, offset, detail)
+
+    def flush_dangling_reasoning(self) -> None:
+        if self.pending_reasoning is not None:
+            _, line, offset = self.pending_reasoning
+            self.degrade(
+                DegradedKind.DANGLING_REASONING, line, offset, "reasoning with no assistant message after it"
+            )
+            self.pending_reasoning = None
+
+    def record(self, seq: int, record_type: str, payload: Any, line: int, offset: int) -> None:
+        """Apply one parsed record."""
+        result = self.result
+        if record_type == RecordType.MESSAGE:
+            self.add_message(payload, line, offset)
+        elif record_type == RecordType.REASONING:
+            self.flush_dangling_reasoning()
+            self.pending_reasoning = (payload, line, offset)
+        elif record_type in (RecordType.TURN_CONTEXT, RecordType.EVENT):
+            pass
+        elif record_type == RecordType.COMPACTED:
+            self.compact(payload, line, offset)
+        elif record_type == RecordType.AGENT_CHECKPOINT:
+            try:
+                result.last_checkpoint = CheckpointRecord(
+                    seq,
+                    line,
+                    str(payload["digest"]),
+                    int(payload["message_count"]),
+                    int(payload["covers_seq"]),
+                    str(payload.get("stop_kind", "")),
+                )
+            except (KeyError, TypeError, ValueError):
+                self.degrade(
+                    DegradedKind.MALFORMED_RECORD,
+                    line,
+                    offset,
+                    "agent_checkpoint lacks digest, message_count or covers_seq",
+                )
+                return
+            result.checkpoint_messages = list(self.messages)
+        elif record_type == RecordType.STOP:
+            result.last_stop = payload
+        elif record_type == RecordType.SESSION_META:
+            if line != 1 or result.session_meta is not None:
+                self.degrade(
+                    DegradedKind.MALFORMED_RECORD,
+                    line,
+                    offset,
+                    "session_meta is allowed only as the first line",
+                )
+            else:
+                result.session_meta = payload
+        else:
+            result.unknown_records.append(UnknownRecord(seq, line, record_type, payload))
+            self.degrade(
+                DegradedKind.UNKNOWN_RECORD_TYPE,
+                line,
+                offset,
+                f"record type {record_type!r} is unknown to this reader; kept, not replayed",
+            )
+
+    def finish(self, max_messages: int) -> Rebuild:
+        result = self.result
+        self.flush_dangling_reasoning()
+        for call_id, pairing in self.pairings.items():
+            if pairing.output_index < 0:
+                self.degrade(
+                    DegradedKind.UNANSWERED_TOOL_CALL,
+                    pairing.call_line,
+                    pairing.call_offset,
+                    f"tool call {call_id!r} has no output",
+                )
+        if result.session_meta is None and result.records:
+            self.degrade(DegradedKind.MISSING_SESSION_META, 1, 0, "the first record is not session_meta")
+        if max_messages and len(self.messages) > max_messages:
+            self.degrade(
+                DegradedKind.MESSAGE_CAP,
+                0,
+                0,
+                f"{len(self.messages)} messages, cap {max_messages}: later ones not returned",
+            )
+            del self.messages[max_messages:]
+        return result
+
+
+def _strip_nul_run(raw: bytes) -> bytes:
+    """``raw`` without leading NUL bytes (a pre-allocated, never written region)."""
+    return raw.lstrip(b"\x00")
+
+
+def rebuild(data: bytes, *, max_messages: int = 0) -> Rebuild:
+    """Rebuild the message sequence from the bytes of one session file.
+
+    ``data`` is the whole file as read once (bytes); ``max_messages`` caps the
+    returned sequence (0: no cap). A last line without ``\\n`` is treated as not
+    yet committed (ignored, reported). Never raises on bad content: every
+    problem becomes a :class:`DegradedEntry`. Source: SPEC §3, seed rules 8, 11, 12.
+    """
+    state = _Rebuilder()
+    result = state.result
+    loads = orjson.loads
+    decode_error = orjson.JSONDecodeError
+    lines = data.split(b"\n")
+    tail = lines.pop()
+    expected_seq = 0
+    offset = 0
+    line_no = 0
+    for raw in lines:
+        line_no += 1
+        start = offset
+        offset += len(raw) + 1
+        try:
+            record = loads(raw)
+        except decode_error:
+            stripped = _strip_nul_run(raw)
+            if len(stripped) != len(raw):
+                state.degrade(
+                    DegradedKind.NUL_RUN, line_no, start, f"{len(raw) - len(stripped)} NUL bytes skipped"
+                )
+                try:
+                    record = loads(stripped)
+                except decode_error:
+                    if stripped:
+                        state.degrade(
+                            DegradedKind.UNPARSEABLE_LINE, line_no, start, f"not JSON: {stripped[:60]!r}"
+                        )
+                    continue
+            else:
+                state.degrade(DegradedKind.UNPARSEABLE_LINE, line_no, start, f"not JSON: {raw[:60]!r}")
+                continue
+        try:
+            seq = record["seq"]
+            record_type = record["type"]
+            payload = record["payload"]
+        except (KeyError, TypeError):
+            state.degrade(
+                DegradedKind.MALFORMED_RECORD, line_no, start, "a record needs seq, type and payload"
+            )
+            continue
+        if type(seq) is not int or not isinstance(record_type, str) or not isinstance(payload, dict):
+            state.degrade(
+                DegradedKind.MALFORMED_RECORD,
+                line_no,
+                start,
+                "seq must be an integer, type a string and payload an object",
+            )
+            continue
+        if seq != expected_seq:
+            kind = DegradedKind.SEQ_GAP if seq > expected_seq else DegradedKind.SEQ_REPEAT
+            state.degrade(kind, line_no, start, f"expected seq {expected_seq}, found {seq}")
+        expected_seq = seq + 1
+        result.records += 1
+        result.last_seq = seq
+        result.last_record_type = record_type
+        state.record(seq, record_type, payload, line_no, start)
+    result.committed_bytes = offset
+    if tail:
+        state.degrade(
+            DegradedKind.UNCOMMITTED_TAIL,
+            line_no + 1,
+            offset,
+            f"{len(tail)} bytes after the last newline are not committed; ignored",
+        )
+    return state.finish(max_messages)

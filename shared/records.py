@@ -1,0 +1,178 @@
+"""The JSONL line format of a rollout file (SPEC §1) and record validation.
+
+A session file holds one record per line: UTF-8, ``\\n``-terminated, compact JSON
+written by orjson, no BOM. Every line has exactly these keys, in this order::
+
+    {"v":1,"seq":17,"ts":"2026-11-30T10:15:30.123456Z","type":"message","payload":{...}}
+
+* ``seq`` starts at 0 (the ``session_meta`` line) and grows by one per record;
+  the writer assigns it and never reuses one. A gap or repeat is corruption.
+* ``ts`` is UTC, RFC 3339 with microseconds, assigned by the writer (a fork keeps
+  the source's timestamps).
+* ``type`` is a :class:`RecordType`; ``payload`` its object:
+
+  ==================  ==========================================================
+  session_meta        session_id, agent_name?, parent_session_id?, delegation_id?,
+                      tenant, model?, cwd?, originator?, client_version?,
+                      forked_from? {session_id, seq, digest}, created_at
+  message             role, content? (string or list of parts), name?,
+                      tool_calls? [{id, type, function: {name, arguments}}],
+                      tool_call_id?, is_anchored?, truncation_marker?
+  reasoning           content, signature?, encrypted?  (attaches to the next
+                      assistant message)
+  compacted           summary, replacement_history? [message payloads]
+  turn_context        opaque object
+  event               {"kind": str, "body": opaque object}
+  agent_checkpoint    digest, message_count, covers_seq, stop_kind
+  stop                stop_kind, reason, error? {message, category}, checkpoint_seq
+  ==================  ==========================================================
+
+Documented additions to the SPEC §1 table (readers must accept them):
+
+* a tool call's ``type`` may be ``"custom"`` besides ``"function"``: a free-form
+  tool input (e.g. a patch) kept verbatim in ``function.arguments``;
+* an ``event`` keeps its opaque object under ``body`` so that it can never
+  collide with ``kind``;
+* optional fields are omitted when absent (never written as ``null``), and
+  ``is_anchored`` is written only when true.
+
+Unknown ``type`` values (a newer writer) are preserved by readers and reported as
+degraded, never dropped and never a crash.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Container
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from shared.errors import RecordValidationError
+
+LINE_FORMAT_VERSION = 1
+
+#: Roles a ``message`` record may carry.
+MESSAGE_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+
+#: Tool call types a message may carry (``custom`` is a documented addition).
+TOOL_CALL_TYPES = frozenset({"function", "custom"})
+
+
+class RecordType(enum.StrEnum):
+    """The ``type`` of a record line (SPEC §1)."""
+
+    SESSION_META = "session_meta"
+    MESSAGE = "message"
+    REASONING = "reasoning"
+    COMPACTED = "compacted"
+    TURN_CONTEXT = "turn_context"
+    EVENT = "event"
+    AGENT_CHECKPOINT = "agent_checkpoint"
+    STOP = "stop"
+
+
+#: Record types a client may send through Append; the others are written by
+#: CreateSession (session_meta) and Stop (agent_checkpoint, stop) only.
+APPENDABLE_TYPES = frozenset(
+    {
+        RecordType.MESSAGE,
+        RecordType.REASONING,
+        RecordType.COMPACTED,
+        RecordType.TURN_CONTEXT,
+        RecordType.EVENT,
+    }
+)
+
+
+def format_timestamp(moment: datetime) -> str:
+    """Return ``moment`` as RFC 3339 UTC with microseconds: ``2026-11-30T10:15:30.123456Z``.
+
+    A naive datetime is taken as UTC.
+    """
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_timestamp(text: str) -> datetime:
+    """Parse an RFC 3339 timestamp (``Z`` or an offset) into an aware UTC datetime.
+
+    Raises ValueError when ``text`` is not a timestamp.
+    """
+    moment = datetime.fromisoformat(text.replace("Z", "+00:00") if text.endswith("Z") else text)
+    if moment.tzinfo is None:
+        raise ValueError(f"timestamp {text!r} has no UTC offset")
+    return moment.astimezone(UTC)
+
+
+def now_timestamp() -> str:
+    """The current UTC time in the record ``ts`` format."""
+    return format_timestamp(datetime.now(UTC))
+
+
+def encode_line(seq: int, ts: str, record_type: str, payload: dict[str, Any]) -> bytes:
+    """Encode one record as its JSONL line, ``\\n`` included.
+
+    Raises TypeError (from orjson) when the payload holds a string that is not
+    valid UTF-8 (a lone surrogate) or a value JSON cannot hold.
+    """
+    return (
+        orjson.dumps(
+            {"v": LINE_FORMAT_VERSION, "seq": seq, "ts": ts, "type": record_type, "payload": payload}
+        )
+        + b"\n"
+    )
+
+
+def validate_message(
+    payload: dict[str, Any],
+    index: int,
+    known_call_ids: Container[str],
+    field_prefix: str = "message",
+) -> None:
+    """Check a ``message`` payload before it is written (SPEC §2.3).
+
+    ``known_call_ids`` holds every tool call id already in the session or earlier
+    in the same request. Raises :class:`RecordValidationError` naming ``index`` and
+    the field: unknown role, a tool message without ``tool_call_id`` or answering
+    no known call, a tool call without id or name, an unknown tool call type.
+    """
+    role = payload.get("role")
+    if role not in MESSAGE_ROLES:
+        raise RecordValidationError(
+            index, f"{field_prefix}.role", f"must be one of {sorted(MESSAGE_ROLES)}, got {role!r}"
+        )
+    for position, call in enumerate(payload.get("tool_calls", ())):
+        where = f"{field_prefix}.tool_calls[{position}]"
+        if role != "assistant":
+            raise RecordValidationError(
+                index, where, f"only assistant messages carry tool calls, not {role!r}"
+            )
+        if not call.get("id"):
+            raise RecordValidationError(index, f"{where}.id", "is empty")
+        if call.get("type") not in TOOL_CALL_TYPES:
+            raise RecordValidationError(
+                index, f"{where}.type", f"must be one of {sorted(TOOL_CALL_TYPES)}, got {call.get('type')!r}"
+            )
+        if not call.get("function", {}).get("name"):
+            raise RecordValidationError(index, f"{where}.function.name", "is empty")
+    if role == "tool":
+        call_id = payload.get("tool_call_id")
+        if not call_id:
+            raise RecordValidationError(
+                index, f"{field_prefix}.tool_call_id", "a tool message needs tool_call_id"
+            )
+        if call_id not in known_call_ids:
+            raise RecordValidationError(
+                index,
+                f"{field_prefix}.tool_call_id",
+                f"answers no tool call in this session or earlier in this request ({call_id!r});"
+                " an output with no call would poison every later replay",
+            )
+
+
+def call_ids_of(payload: dict[str, Any]) -> list[str]:
+    """The tool call ids an assistant ``message`` payload requests (empty for others)."""
+    return [call["id"] for call in payload.get("tool_calls", ())]

@@ -1,0 +1,205 @@
+"""Conversions between the rollout.v1 protobuf messages and record payloads.
+
+Both directions live here so that the writer (proto -> payload) and the reader
+(payload -> proto) cannot drift. The reasoning duality of SPEC §2.5 is one half
+here (:func:`split_reasoning`: an assistant message carrying reasoning becomes a
+``reasoning`` payload then the ``message`` payload) and the other half in
+:func:`shared.rebuild.rebuild` (re-attach to the next assistant message).
+
+Opaque objects travel as ``google.protobuf.Struct`` / ``ListValue``, whose numbers
+are doubles: an integral number within ±2**53 is stored as a JSON integer, so
+``{"tokens": 12}`` stays ``12`` and never becomes ``12.0``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from google.protobuf import struct_pb2
+
+from rollout.v1 import records_pb2, writer_pb2
+from shared.errors import RecordValidationError
+from shared.rebuild import CheckpointRecord, DegradedEntry
+from shared.records import RecordType
+
+_INTEGRAL_LIMIT = 2**53
+
+
+def value_to_python(value: struct_pb2.Value) -> Any:
+    """A ``google.protobuf.Value`` as plain Python (dict, list, str, int/float, bool, None)."""
+    kind = value.WhichOneof("kind")
+    if kind == "string_value":
+        return value.string_value
+    if kind == "number_value":
+        number = value.number_value
+        if number.is_integer() and -_INTEGRAL_LIMIT <= number <= _INTEGRAL_LIMIT:
+            return int(number)
+        return number
+    if kind == "struct_value":
+        return struct_to_python(value.struct_value)
+    if kind == "list_value":
+        return list_to_python(value.list_value)
+    if kind == "bool_value":
+        return value.bool_value
+    return None
+
+
+def struct_to_python(struct: struct_pb2.Struct) -> dict[str, Any]:
+    """A ``google.protobuf.Struct`` as a plain dict."""
+    return {key: value_to_python(value) for key, value in struct.fields.items()}
+
+
+def list_to_python(values: struct_pb2.ListValue) -> list[Any]:
+    """A ``google.protobuf.ListValue`` as a plain list."""
+    return [value_to_python(value) for value in values.values]
+
+
+def python_to_struct(obj: dict[str, Any]) -> struct_pb2.Struct:
+    """A plain dict as ``google.protobuf.Struct`` (numbers become doubles)."""
+    struct = struct_pb2.Struct()
+    struct.update(obj)
+    return struct
+
+
+def python_to_list(items: list[Any]) -> struct_pb2.ListValue:
+    """A plain list as ``google.protobuf.ListValue``."""
+    values = struct_pb2.ListValue()
+    values.extend(items)
+    return values
+
+
+def reasoning_payload(reasoning: records_pb2.Reasoning) -> dict[str, Any]:
+    """The ``reasoning`` record payload of a Reasoning message."""
+    payload: dict[str, Any] = {"content": reasoning.content}
+    if reasoning.HasField("signature"):
+        payload["signature"] = reasoning.signature
+    if reasoning.HasField("encrypted"):
+        payload["encrypted"] = reasoning.encrypted
+    return payload
+
+
+def message_payload(message: records_pb2.ChatMessage) -> dict[str, Any]:
+    """The ``message`` record payload of a ChatMessage (reasoning not included)."""
+    payload: dict[str, Any] = {"role": message.role}
+    content_kind = message.WhichOneof("content")
+    if content_kind == "text":
+        payload["content"] = message.text
+    elif content_kind == "parts":
+        payload["content"] = list_to_python(message.parts)
+    if message.HasField("name"):
+        payload["name"] = message.name
+    if message.tool_calls:
+        payload["tool_calls"] = [
+            {
+                "id": call.id,
+                "type": call.type or "function",
+                "function": {"name": call.function.name, "arguments": call.function.arguments},
+            }
+            for call in message.tool_calls
+        ]
+    if message.HasField("tool_call_id"):
+        payload["tool_call_id"] = message.tool_call_id
+    if message.is_anchored:
+        payload["is_anchored"] = True
+    if message.HasField("truncation_marker"):
+        payload["truncation_marker"] = message.truncation_marker
+    return payload
+
+
+def split_reasoning(message: records_pb2.ChatMessage) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """Writer half of the reasoning duality: (reasoning payload or None, message payload).
+
+    Only an assistant message may carry reasoning; :func:`append_payloads`
+    rejects it on any other role.
+    """
+    reasoning = reasoning_payload(message.reasoning) if message.HasField("reasoning") else None
+    return reasoning, message_payload(message)
+
+
+def message_from_payload(payload: dict[str, Any]) -> records_pb2.ChatMessage:
+    """A rebuilt message payload (reasoning attached) as a ChatMessage."""
+    message = records_pb2.ChatMessage(role=str(payload.get("role", "")))
+    content = payload.get("content")
+    if isinstance(content, str):
+        message.text = content
+    elif isinstance(content, list):
+        message.parts.extend(content)
+    elif content is not None:
+        message.text = str(content)
+    if "name" in payload:
+        message.name = str(payload["name"])
+    for call in payload.get("tool_calls") or ():
+        if isinstance(call, dict):
+            function = call.get("function") or {}
+            message.tool_calls.add(
+                id=str(call.get("id", "")),
+                type=str(call.get("type", "function")),
+                function=records_pb2.FunctionCall(
+                    name=str(function.get("name", "")), arguments=str(function.get("arguments", ""))
+                ),
+            )
+    if "tool_call_id" in payload:
+        message.tool_call_id = str(payload["tool_call_id"])
+    if payload.get("is_anchored"):
+        message.is_anchored = True
+    if "truncation_marker" in payload:
+        message.truncation_marker = str(payload["truncation_marker"])
+    reasoning = payload.get("reasoning")
+    if isinstance(reasoning, dict):
+        message.reasoning.content = str(reasoning.get("content", ""))
+        if "signature" in reasoning:
+            message.reasoning.signature = str(reasoning["signature"])
+        if "encrypted" in reasoning:
+            message.reasoning.encrypted = str(reasoning["encrypted"])
+    return message
+
+
+def append_payloads(record: writer_pb2.AppendRecord, index: int) -> list[tuple[RecordType, dict[str, Any]]]:
+    """The record payloads one AppendRecord becomes, in file order.
+
+    A message with reasoning becomes two: ``reasoning`` then ``message``.
+    Raises RecordValidationError (naming ``index``) for an empty record, reasoning
+    on a non-assistant message or an event without a kind.
+    """
+    kind = record.WhichOneof("record")
+    if kind == "message":
+        reasoning, payload = split_reasoning(record.message)
+        if reasoning is None:
+            return [(RecordType.MESSAGE, payload)]
+        if payload["role"] != "assistant":
+            raise RecordValidationError(index, "message.reasoning", "only assistant messages carry reasoning")
+        return [(RecordType.REASONING, reasoning), (RecordType.MESSAGE, payload)]
+    if kind == "reasoning":
+        return [(RecordType.REASONING, reasoning_payload(record.reasoning))]
+    if kind == "compacted":
+        compacted: dict[str, Any] = {"summary": record.compacted.summary}
+        if record.compacted.HasField("replacement_history"):
+            compacted["replacement_history"] = [
+                message_payload(message) for message in record.compacted.replacement_history.messages
+            ]
+        return [(RecordType.COMPACTED, compacted)]
+    if kind == "turn_context":
+        return [(RecordType.TURN_CONTEXT, struct_to_python(record.turn_context))]
+    if kind == "event":
+        if not record.event.kind:
+            raise RecordValidationError(index, "event.kind", "is empty")
+        return [(RecordType.EVENT, {"kind": record.event.kind, "body": struct_to_python(record.event.body)})]
+    raise RecordValidationError(
+        index, "record", "is empty: set one of message, reasoning, compacted, turn_context, event"
+    )
+
+
+def degraded_to_proto(entry: DegradedEntry) -> records_pb2.DegradedEntry:
+    return records_pb2.DegradedEntry(
+        kind=str(entry.kind), line=entry.line, offset=entry.offset, detail=entry.detail
+    )
+
+
+def checkpoint_to_proto(checkpoint: CheckpointRecord) -> records_pb2.AgentCheckpoint:
+    return records_pb2.AgentCheckpoint(
+        digest=checkpoint.digest,
+        message_count=checkpoint.message_count,
+        covers_seq=checkpoint.covers_seq,
+        stop_kind=checkpoint.stop_kind,
+        seq=checkpoint.seq,
+    )

@@ -1,0 +1,222 @@
+"""Group commit for one session file (SPEC §2.2).
+
+One :class:`SessionCommitter` owns one open file. Callers hand it encoded lines
+(:meth:`SessionCommitter.submit`) and await the returned future; a single flush
+task takes queued requests in order, writes them with one ``write`` and one
+fsync per batch in a worker thread, then resolves every waiter of the batch.
+
+Batching is adaptive: while nothing is being flushed, a request is written at
+once; requests that arrive during a flush form the next batch. A batch holds
+at most ``batch_max_records`` records, except that one request larger than that
+is never split (it is its own batch). ``batch_max_wait_ms`` bounds how long a
+partly filled batch may linger for company when ``linger_ms`` > 0 (0 by default:
+the previous flush is the only wait).
+
+A failed write or fsync fails every waiter of that batch and of everything
+queued behind it (their seqs were assigned after it), cuts the file back to its
+length before the batch (no partial line), and leaves the committer usable: the
+next submit writes again. Durability: ``fsync`` mode (default) calls
+``fdatasync`` per batch, so an acknowledged record survives a process crash and
+a power loss; ``unsafe_no_fsync`` leaves the bytes in OS buffers, surviving a
+process crash only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import os
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass
+
+from shared.errors import StorageWriteError
+from writer_service import metrics
+
+log = logging.getLogger(__name__)
+
+SLOW_FSYNC_SECONDS = 0.5
+
+
+class Durability(enum.StrEnum):
+    """What an acknowledgement promises."""
+
+    FSYNC = "fsync"
+    UNSAFE_NO_FSYNC = "unsafe_no_fsync"
+
+
+@dataclass(frozen=True, slots=True)
+class CommitConfig:
+    """Group commit settings; tests shrink them."""
+
+    batch_max_records: int = 32
+    batch_max_wait_ms: float = 20.0
+    linger_ms: float = 0.0
+    durability: Durability = Durability.FSYNC
+
+
+@dataclass(slots=True)
+class _Pending:
+    data: bytes
+    records: int
+    future: asyncio.Future[None]
+
+
+class SessionCommitter:
+    """The single owner of one session file's appends.
+
+    ``on_failure`` is called (in the event loop) after a failed batch so that the
+    owner can reload its view of the session from the file.
+    """
+
+    def __init__(
+        self,
+        fd: int,
+        size: int,
+        config: CommitConfig,
+        executor: Executor,
+        on_failure: Callable[[], None],
+        label: str,
+    ) -> None:
+        self._fd = fd
+        self._size = size
+        self._config = config
+        self._executor = executor
+        self._on_failure = on_failure
+        self._label = label
+        self._queue: deque[_Pending] = deque()
+        self._flusher: asyncio.Task[None] | None = None
+        self._wakeup = asyncio.Event()
+        self._closed = False
+
+    @property
+    def size(self) -> int:
+        """Bytes durably written (the file's committed length)."""
+        return self._size
+
+    @property
+    def queued_records(self) -> int:
+        return sum(item.records for item in self._queue)
+
+    def submit(self, data: bytes, records: int) -> asyncio.Future[None]:
+        """Queue encoded lines; the future resolves once they are durable.
+
+        The future raises StorageWriteError when the write or fsync fails.
+        """
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._queue.append(_Pending(data, records, future))
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush_loop(), name=f"flush {self._label}")
+        else:
+            self._wakeup.set()
+        return future
+
+    async def drain(self) -> None:
+        """Wait until everything queued so far is written (or has failed)."""
+        while self._flusher is not None and not self._flusher.done():
+            await asyncio.shield(self._flusher)
+
+    def _take_batch(self) -> list[_Pending]:
+        limit = self._config.batch_max_records
+        batch = [self._queue.popleft()]
+        count = batch[0].records
+        while self._queue and count + self._queue[0].records <= limit:
+            item = self._queue.popleft()
+            count += item.records
+            batch.append(item)
+        return batch
+
+    async def _linger(self) -> None:
+        """Give a partly filled batch up to ``linger_ms`` (bounded by the max wait) to fill."""
+        linger = min(self._config.linger_ms, self._config.batch_max_wait_ms) / 1000
+        deadline = time.monotonic() + linger
+        while sum(item.records for item in self._queue) < self._config.batch_max_records:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            self._wakeup.clear()
+            try:
+                await asyncio.wait_for(self._wakeup.wait(), remaining)
+            except TimeoutError:
+                return
+
+    async def _flush_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._queue:
+            if self._config.linger_ms > 0:
+                await self._linger()
+            batch = self._take_batch()
+            data = b"".join(item.data for item in batch) if len(batch) > 1 else batch[0].data
+            records = sum(item.records for item in batch)
+            started = time.perf_counter()
+            try:
+                await loop.run_in_executor(self._executor, self._write, data)
+            except OSError as exc:
+                self._fail(batch, exc)
+                continue
+            elapsed = time.perf_counter() - started
+            self._size += len(data)
+            metrics.BATCH_RECORDS.observe(records)
+            metrics.FLUSH_SECONDS.observe(elapsed)
+            metrics.APPENDED_RECORDS.inc(records)
+            metrics.STORAGE_HEALTHY.set(1)
+            if elapsed > SLOW_FSYNC_SECONDS:
+                log.warning(
+                    "slow flush: %d records, %d bytes in %.3f s (%s)",
+                    records,
+                    len(data),
+                    elapsed,
+                    self._label,
+                )
+            for item in batch:
+                if not item.future.done():
+                    item.future.set_result(None)
+
+    def _write(self, data: bytes) -> None:
+        """Write ``data`` at the end and sync it; on failure cut the file back (worker thread)."""
+        view = memoryview(data)
+        try:
+            while view:
+                written = os.write(self._fd, view)
+                view = view[written:]
+            if self._config.durability is Durability.FSYNC:
+                os.fdatasync(self._fd)
+        except OSError:
+            try:
+                os.ftruncate(self._fd, self._size)
+                if self._config.durability is Durability.FSYNC:
+                    os.fdatasync(self._fd)
+            except OSError:
+                log.exception(
+                    "could not cut %s back to %d bytes after a failed write", self._label, self._size
+                )
+            raise
+
+    def _fail(self, batch: list[_Pending], exc: OSError) -> None:
+        failed = batch + list(self._queue)
+        self._queue.clear()
+        metrics.WRITE_ERRORS.inc()
+        metrics.STORAGE_HEALTHY.set(0)
+        log.error(
+            "write failed for %s (%s); %d requests refused, nothing of them kept",
+            self._label,
+            exc,
+            len(failed),
+        )
+        error = StorageWriteError(
+            f"writing the session file failed ({exc.strerror or exc}); nothing of this request"
+            " was kept; retry once storage recovers"
+        )
+        for item in failed:
+            if not item.future.done():
+                item.future.set_exception(error)
+        self._on_failure()
+
+    def close(self) -> None:
+        """Close the file; call only after :meth:`drain`."""
+        if not self._closed:
+            self._closed = True
+            os.close(self._fd)

@@ -1,0 +1,118 @@
+"""Start-up repair of torn session tails (SPEC §2.10).
+
+A crash mid-write can leave a session file ending in a partial line (no ``\\n``),
+a line that is not JSON, or a run of NUL bytes (space the file system allocated
+but never filled). Only the writer repairs, and only the tail: the damaged bytes
+are copied to a sidecar ``<file>.torn-<n>`` next to the file (never lost), the
+file is truncated to the end of its last complete record and fsynced, and the
+repair is logged. Damage in the middle of a file is left alone; the reader
+reports it as degraded.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import orjson
+
+from shared.layout import DataRoot
+
+log = logging.getLogger(__name__)
+
+#: How far back from the end repair looks for the last complete record.
+REPAIR_WINDOW_BYTES = 1 << 20
+
+
+def _good_end(tail: bytes, base: int) -> int | None:
+    """Offset (absolute) just after the last parseable complete line in ``tail``, if any.
+
+    ``tail`` starts at absolute offset ``base``; None when no complete line parses.
+    """
+    end = len(tail)
+    while True:
+        cut = tail.rfind(b"\n", 0, end)
+        if cut < 0:
+            return None
+        start = tail.rfind(b"\n", 0, cut) + 1
+        line = tail[start:cut]
+        if start == 0 and base > 0:
+            return None  # the line may begin before the window; caller widens it
+        try:
+            orjson.loads(line)
+        except orjson.JSONDecodeError:
+            end = cut
+            continue
+        return base + cut + 1
+
+
+def repair_torn_tail(path: Path) -> int:
+    """Move a torn tail of ``path`` aside and truncate; returns the bytes moved (0: clean).
+
+    Raises OSError when the file cannot be read, written or synced.
+    """
+    size = path.stat().st_size
+    if size == 0:
+        return 0
+    window = min(size, REPAIR_WINDOW_BYTES)
+    with path.open("rb") as handle:
+        handle.seek(size - window)
+        tail = handle.read(window)
+    if tail.endswith(b"\n"):
+        last_start = tail.rfind(b"\n", 0, len(tail) - 1) + 1
+        try:
+            orjson.loads(tail[last_start:-1])
+            return 0
+        except orjson.JSONDecodeError:
+            pass
+    while True:
+        good = _good_end(tail, size - window)
+        if good is not None or window == size:
+            break
+        window = min(size, window * 4)
+        with path.open("rb") as handle:
+            handle.seek(size - window)
+            tail = handle.read(window)
+    good_end = good or 0
+    damaged = tail[good_end - (size - window) :]
+    sidecar = _sidecar_path(path)
+    with sidecar.open("xb") as side:
+        side.write(damaged)
+        side.flush()
+        os.fsync(side.fileno())
+    with path.open("r+b") as handle:
+        handle.truncate(good_end)
+        handle.flush()
+        os.fsync(handle.fileno())
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+    log.warning(
+        "repaired torn tail of %s: %d bytes moved to %s, file cut to %d bytes",
+        path.name,
+        len(damaged),
+        sidecar.name,
+        good_end,
+    )
+    return len(damaged)
+
+
+def _sidecar_path(path: Path) -> Path:
+    number = 1
+    while True:
+        candidate = path.with_name(f"{path.name}.torn-{number}")
+        if not candidate.exists():
+            return candidate
+        number += 1
+
+
+def repair_all(root: DataRoot) -> int:
+    """Repair every session file under ``root``; returns how many were repaired."""
+    repaired = 0
+    for _, name in root.scan():
+        if repair_torn_tail(root.sessions_dir / name):
+            repaired += 1
+    return repaired

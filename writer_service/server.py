@@ -1,0 +1,243 @@
+"""The RolloutWriter gRPC servicer and its server (grpc.aio).
+
+The servicer only translates: protobuf in, :class:`SessionLedger` call, protobuf
+out; errors become statuses in :func:`shared.status.status_mapping`. Standard
+health checking and server reflection are served beside it. The data root is
+locked (``writer.lock``) for the life of the process: a second writer on the
+same root fails fast (SPEC §2.1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+import grpc.aio
+from filelock import FileLock, Timeout
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1._async import HealthServicer
+from grpc_reflection.v1alpha import reflection
+
+from rollout.v1 import records_pb2, writer_pb2, writer_pb2_grpc
+from shared.errors import RecordValidationError
+from shared.records import RecordType
+from shared.status import status_mapping
+from shared.stop_kinds import StopKind
+from shared.wire import append_payloads
+from writer_service.recovery import repair_all
+from writer_service.sessions import SessionLedger, SessionSpec, WriterConfig
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = writer_pb2.DESCRIPTOR.services_by_name["RolloutWriter"].full_name
+#: Largest request accepted (bytes); single records are further capped by WriterConfig.
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+
+class DataRootLockedError(RuntimeError):
+    """Another writer process holds the data root."""
+
+
+def _stop_kind(value: int) -> StopKind:
+    if value == records_pb2.STOP_KIND_UNSPECIFIED:
+        raise RecordValidationError(0, "stop_kind", "is unspecified; name why the run stopped")
+    name = records_pb2.StopKind.Name(value).removeprefix("STOP_KIND_").lower()
+    return StopKind(name)
+
+
+def request_payloads(
+    request: writer_pb2.AppendRequest,
+) -> list[list[tuple[RecordType, dict[str, Any]]]]:
+    """The payloads of every record of an AppendRequest (RecordValidationError on bad ones)."""
+    if not request.records:
+        raise RecordValidationError(0, "records", "an Append needs at least one record")
+    return [append_payloads(record, index) for index, record in enumerate(request.records)]
+
+
+_Accepted = tuple[writer_pb2.AppendResponse, asyncio.Future[None]]
+
+
+class RolloutWriterServicer(writer_pb2_grpc.RolloutWriterServicer):
+    """gRPC front of :class:`SessionLedger`."""
+
+    def __init__(self, ledger: SessionLedger) -> None:
+        self.ledger = ledger
+
+    async def CreateSession(
+        self, request: writer_pb2.CreateSessionRequest, context: grpc.aio.ServicerContext
+    ) -> writer_pb2.CreateSessionResponse:
+        async with status_mapping(context, "CreateSession"):
+            spec = SessionSpec(
+                session_id=request.session_id,
+                agent_name=request.agent_name,
+                parent_session_id=request.parent_session_id,
+                delegation_id=request.delegation_id,
+                tenant=request.tenant,
+                model=request.model,
+                cwd=request.cwd,
+                originator=request.originator,
+                client_version=request.client_version,
+                created_at=request.created_at,
+            )
+            session_id, created_at = await self.ledger.create_session(spec)
+            return writer_pb2.CreateSessionResponse(session_id=session_id, created_at=created_at, next_seq=1)
+        raise AssertionError("unreachable: status_mapping aborts")
+
+    async def _enqueue(
+        self, request: writer_pb2.AppendRequest
+    ) -> tuple[writer_pb2.AppendResponse, asyncio.Future[None]]:
+        expected = request.expected_next_seq if request.HasField("expected_next_seq") else None
+        seqs, next_seq, durable = await self.ledger.enqueue(
+            request.session_id, request_payloads(request), expected
+        )
+        response = writer_pb2.AppendResponse(session_id=request.session_id, seqs=seqs, next_seq=next_seq)
+        return response, durable
+
+    async def Append(
+        self, request: writer_pb2.AppendRequest, context: grpc.aio.ServicerContext
+    ) -> writer_pb2.AppendResponse:
+        async with status_mapping(context, "Append"):
+            response, durable = await self._enqueue(request)
+            await durable
+            return response
+        raise AssertionError("unreachable: status_mapping aborts")
+
+    async def AppendStream(
+        self,
+        request_iterator: AsyncIterator[writer_pb2.AppendRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[writer_pb2.AppendResponse]:
+        """Pipelined appends: each request is validated and queued on arrival, acked in order.
+
+        A reader task queues requests as they arrive (so later requests are
+        written while earlier ones are being fsynced); this generator acknowledges
+        them in stream order. The first failing request ends the stream with its
+        status, and no request after it is read.
+        """
+        acks: asyncio.Queue[tuple[int, _Accepted | Exception] | None] = asyncio.Queue()
+
+        async def accept() -> None:
+            try:
+                position = 0
+                async for request in request_iterator:
+                    try:
+                        accepted: _Accepted | Exception = await self._enqueue(request)
+                    except Exception as exc:
+                        await acks.put((position, exc))
+                        return
+                    await acks.put((position, accepted))
+                    position += 1
+            finally:
+                await acks.put(None)
+
+        reader = asyncio.ensure_future(accept())
+        try:
+            while (item := await acks.get()) is not None:
+                position, outcome = item
+                async with status_mapping(context, "AppendStream", f"request {position} of the stream: "):
+                    if isinstance(outcome, Exception):
+                        raise outcome
+                    response, durable = outcome
+                    await durable
+                yield response
+        finally:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+
+    async def Stop(
+        self, request: writer_pb2.StopRequest, context: grpc.aio.ServicerContext
+    ) -> writer_pb2.StopResponse:
+        async with status_mapping(context, "Stop"):
+            error = None
+            if request.HasField("error"):
+                error = {"message": request.error.message, "category": request.error.category}
+            result = await self.ledger.stop(
+                request.session_id, _stop_kind(request.stop_kind), request.reason, error
+            )
+            return writer_pb2.StopResponse(
+                checkpoint_seq=result.checkpoint_seq,
+                stop_seq=result.stop_seq,
+                digest=result.digest,
+                message_count=result.message_count,
+            )
+        raise AssertionError("unreachable: status_mapping aborts")
+
+
+@dataclass
+class RunningWriter:
+    """A started writer server; ``port`` is the bound port."""
+
+    server: grpc.aio.Server
+    ledger: SessionLedger
+    lock: FileLock
+    health: HealthServicer
+    port: int
+
+    async def stop(self, grace: float = 5.0) -> None:
+        """Stop accepting, let in-flight calls finish, drain queues, release the lock."""
+        await self.health.enter_graceful_shutdown()
+        await self.server.stop(grace)
+        await self.ledger.close()
+        self.lock.release()
+
+
+def acquire_data_root(config: WriterConfig) -> FileLock:
+    """Lock the data root for this process; DataRootLockedError when another writer holds it."""
+    config.data_dir.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(config.data_dir / "writer.lock", is_singleton=False)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout as exc:
+        raise DataRootLockedError(
+            f"data root {config.data_dir} is already in use by another writer process"
+            f" (lock {config.data_dir / 'writer.lock'}); stop that writer or choose another --data-dir"
+        ) from exc
+    return lock
+
+
+async def start_writer(config: WriterConfig, address: str = "127.0.0.1:0") -> RunningWriter:
+    """Lock the root, repair torn tails, start serving on ``address``.
+
+    Raises DataRootLockedError when another writer holds the data root and
+    RuntimeError when the address cannot be bound.
+    """
+    lock = acquire_data_root(config)
+    try:
+        ledger = SessionLedger(config)
+        repaired = await asyncio.get_running_loop().run_in_executor(None, repair_all, ledger.root)
+        if repaired:
+            log.warning("start-up recovery repaired %d session files", repaired)
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ]
+        )
+        writer_pb2_grpc.add_RolloutWriterServicer_to_server(RolloutWriterServicer(ledger), server)
+        health = HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health, server)
+        reflection.enable_server_reflection(
+            (
+                SERVICE_NAME,
+                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                reflection.SERVICE_NAME,
+            ),
+            server,
+        )
+        port = server.add_insecure_port(address)
+        if port == 0:
+            raise RuntimeError(f"cannot bind the writer to {address}")
+        await server.start()
+        await health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+        await health.set("", health_pb2.HealthCheckResponse.SERVING)
+    except BaseException:
+        lock.release()
+        raise
+    log.info("writer serving on port %d, data root %s", port, config.data_dir)
+    return RunningWriter(server, ledger, lock, health, port)

@@ -1,0 +1,410 @@
+"""The writer's session life cycle: create, append, stop (SPEC §2).
+
+:class:`SessionLedger` is the writer's one entry point below the gRPC layer. It
+keeps, per open session, the next seq, the tool call ids already in the file and
+whether the session is stopped, plus the session's :class:`SessionCommitter`.
+Validation, seq assignment and queueing happen in the event loop without an
+await between them, so requests to one session are strictly ordered and all or
+nothing. A session not yet touched since start-up is loaded once from its file
+with the shared :func:`shared.rebuild.rebuild` (never on the append path).
+
+Stop follows SPEC §2.6 exactly: mark the session stopping (later appends are
+refused), drain its queue, read and rebuild the whole file with the same shared
+function the reader uses, digest it, then append ``agent_checkpoint`` and
+``stop`` as one batch with one fsync.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from shared.digest import digest
+from shared.errors import (
+    QueueFullError,
+    RecordValidationError,
+    SessionExistsError,
+    SessionNotFoundError,
+    SessionStateError,
+)
+from shared.layout import DataRoot
+from shared.naming import (
+    build_file_name,
+    new_session_id,
+    parse_file_name,
+    validate_agent_name,
+    validate_session_id,
+)
+from shared.rebuild import rebuild
+from shared.records import (
+    RecordType,
+    call_ids_of,
+    encode_line,
+    format_timestamp,
+    now_timestamp,
+    parse_timestamp,
+    validate_message,
+)
+from shared.stop_kinds import StopKind
+from writer_service.committer import CommitConfig, SessionCommitter
+from writer_service.recovery import repair_torn_tail
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class WriterConfig:
+    """Writer settings. Sizes in bytes; ``max_queued_records`` per session."""
+
+    data_dir: Path
+    commit: CommitConfig = field(default_factory=CommitConfig)
+    max_record_bytes: int = 8 * 1024 * 1024
+    max_queued_records: int = 100_000
+    io_threads: int = 4
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSpec:
+    """What CreateSession asks for (strings; empty means absent)."""
+
+    session_id: str = ""
+    agent_name: str = ""
+    parent_session_id: str = ""
+    delegation_id: str = ""
+    tenant: str = ""
+    model: str = ""
+    cwd: str = ""
+    originator: str = ""
+    client_version: str = ""
+    created_at: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class StopResult:
+    checkpoint_seq: int
+    stop_seq: int
+    digest: str
+    message_count: int
+
+
+@dataclass(slots=True)
+class _OpenSession:
+    session_id: str
+    path: Path
+    next_seq: int
+    call_ids: set[str]
+    committer: SessionCommitter
+    stopped_kind: str | None = None
+    stopping: bool = False
+
+
+class SessionLedger:
+    """Create, append to and stop sessions under one data root (single writer)."""
+
+    def __init__(self, config: WriterConfig) -> None:
+        self.config = config
+        self.root = DataRoot(config.data_dir)
+        self.root.ensure()
+        self._executor = ThreadPoolExecutor(config.io_threads, thread_name_prefix="rollout-io")
+        self._sessions: dict[str, _OpenSession] = {}
+        self._loading: dict[str, asyncio.Future[_OpenSession]] = {}
+
+    # -- life cycle -----------------------------------------------------------------
+
+    async def create_session(self, spec: SessionSpec) -> tuple[str, str]:
+        """Write a new session's ``session_meta`` (seq 0), durable before returning.
+
+        Returns (session_id, created_at). Raises FileNameError for a bad id or
+        agent name, RecordValidationError for a bad created_at, SessionExistsError
+        for a taken id, StorageWriteError when the file cannot be written.
+        """
+        session_id = validate_session_id(spec.session_id) if spec.session_id else new_session_id()
+        validate_agent_name(spec.agent_name)
+        if spec.created_at:
+            try:
+                created = parse_timestamp(spec.created_at)
+            except ValueError as exc:
+                raise RecordValidationError(0, "created_at", f"not an RFC 3339 timestamp: {exc}") from exc
+        else:
+            created = datetime.now(UTC)
+        if session_id in self._sessions or session_id in self._loading:
+            raise SessionExistsError(session_id)
+        try:
+            self.root.locate(session_id)
+        except SessionNotFoundError:
+            pass
+        else:
+            raise SessionExistsError(session_id)
+        created_at = format_timestamp(created)
+        name = build_file_name(created, session_id, spec.agent_name)
+        meta: dict[str, Any] = {"session_id": session_id}
+        for key in ("agent_name", "parent_session_id", "delegation_id"):
+            if getattr(spec, key):
+                meta[key] = getattr(spec, key)
+        meta["tenant"] = spec.tenant or "default"
+        for key in ("model", "cwd", "originator", "client_version"):
+            if getattr(spec, key):
+                meta[key] = getattr(spec, key)
+        meta["created_at"] = created_at
+        line = encode_line(0, now_timestamp(), RecordType.SESSION_META, meta)
+        path = self.root.sessions_dir / name
+        loop = asyncio.get_running_loop()
+        fd = await loop.run_in_executor(self._executor, self._create_file, path, line)
+        self.root.register(parse_file_name(name), name)
+        self._sessions[session_id] = _OpenSession(
+            session_id, path, 1, set(), self._committer(session_id, fd, len(line))
+        )
+        return session_id, created_at
+
+    def _create_file(self, path: Path, line: bytes) -> int:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, line)
+            os.fsync(fd)
+            dir_fd = os.open(path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+        except OSError:
+            os.close(fd)
+            path.unlink(missing_ok=True)
+            raise
+        return fd
+
+    def _committer(self, session_id: str, fd: int, size: int) -> SessionCommitter:
+        return SessionCommitter(
+            fd,
+            size,
+            self.config.commit,
+            self._executor,
+            on_failure=lambda: self._forget(session_id),
+            label=session_id,
+        )
+
+    def _forget(self, session_id: str) -> None:
+        """Drop a session's in-memory view after a failed batch; the next call reloads it."""
+        state = self._sessions.pop(session_id, None)
+        if state is not None:
+            state.committer.close()
+
+    async def _open(self, session_id: str) -> _OpenSession:
+        state = self._sessions.get(session_id)
+        if state is not None:
+            return state
+        pending = self._loading.get(session_id)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        future: asyncio.Future[_OpenSession] = asyncio.get_running_loop().create_future()
+        self._loading[session_id] = future
+        try:
+            _, path = self.root.locate(session_id)
+            state = await asyncio.get_running_loop().run_in_executor(
+                self._executor, self._load, session_id, path
+            )
+            self._sessions[session_id] = state
+            future.set_result(state)
+            return state
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # mark retrieved: waiters re-raise it themselves
+            raise
+        finally:
+            del self._loading[session_id]
+
+    def _load(self, session_id: str, path: Path) -> _OpenSession:
+        repair_torn_tail(path)
+        data = path.read_bytes()
+        found = rebuild(data)
+        stopped: str | None = None
+        if found.last_record_type == RecordType.STOP and found.last_stop is not None:
+            stopped = str(found.last_stop.get("stop_kind", ""))
+        elif found.last_record_type == RecordType.AGENT_CHECKPOINT and found.last_checkpoint:
+            stopped = found.last_checkpoint.stop_kind
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        return _OpenSession(
+            session_id,
+            path,
+            found.last_seq + 1,
+            found.call_ids,
+            self._committer(session_id, fd, found.committed_bytes),
+            stopped,
+        )
+
+    # -- appends --------------------------------------------------------------------
+
+    async def append(
+        self,
+        session_id: str,
+        records: list[list[tuple[RecordType, dict[str, Any]]]],
+        expected_next_seq: int | None = None,
+    ) -> tuple[list[int], int]:
+        """Append one request's records, all or nothing; returns (seq per record, next seq).
+
+        ``records`` holds, per request record, the payloads it becomes (a message
+        with reasoning becomes two). Raises SessionNotFoundError, SessionStateError
+        (stopped, stopping, seq mismatch), RecordValidationError (index and field
+        named, nothing written), QueueFullError, StorageWriteError.
+        """
+        seqs, next_seq, durable = await self.enqueue(session_id, records, expected_next_seq)
+        await durable
+        return seqs, next_seq
+
+    async def enqueue(
+        self,
+        session_id: str,
+        records: list[list[tuple[RecordType, dict[str, Any]]]],
+        expected_next_seq: int | None = None,
+    ) -> tuple[list[int], int, asyncio.Future[None]]:
+        """Validate, assign seqs and queue; returns (seqs, next seq, durable future).
+
+        The first half of :meth:`append`, for pipelined streams: once this returns,
+        the request holds its place in the session's order; await the future for
+        durability (it raises StorageWriteError on a failed batch).
+        """
+        state = await self._open(session_id)
+        self._check_appendable(state)
+        if expected_next_seq is not None and expected_next_seq != state.next_seq:
+            raise SessionStateError(
+                f"expected_next_seq is {expected_next_seq} but the session's next seq is {state.next_seq}",
+                subject=f"session/{session_id}",
+                precondition=f"next_seq={state.next_seq}",
+            )
+        lines, seqs, new_call_ids = self._encode(state, records)
+        count = len(lines)
+        if state.committer.queued_records + count > self.config.max_queued_records:
+            raise QueueFullError(
+                f"session {session_id} has {state.committer.queued_records} records queued"
+                f" (limit {self.config.max_queued_records}); retry with backoff"
+            )
+        state.next_seq += count
+        state.call_ids.update(new_call_ids)
+        durable = state.committer.submit(b"".join(lines), count)
+        return seqs, state.next_seq, durable
+
+    def _check_appendable(self, state: _OpenSession) -> None:
+        if state.stopped_kind is not None:
+            raise SessionStateError(
+                f"session is stopped ({state.stopped_kind or 'no stop kind'}); call Resume",
+                subject=f"session/{state.session_id}",
+                precondition="session is open",
+            )
+        if state.stopping:
+            raise SessionStateError(
+                "session is stopping (a Stop is in progress)",
+                subject=f"session/{state.session_id}",
+                precondition="session is open",
+            )
+
+    def _encode(
+        self, state: _OpenSession, records: list[list[tuple[RecordType, dict[str, Any]]]]
+    ) -> tuple[list[bytes], list[int], set[str]]:
+        """Validate and encode one request (no state change); see :meth:`append`."""
+        ts = now_timestamp()
+        seq = state.next_seq
+        limit = self.config.max_record_bytes
+        new_call_ids: set[str] = set()
+        known = _Union(state.call_ids, new_call_ids)
+        lines: list[bytes] = []
+        seqs: list[int] = []
+        for index, payloads in enumerate(records):
+            for record_type, payload in payloads:
+                if record_type == RecordType.MESSAGE:
+                    validate_message(payload, index, known)
+                    new_call_ids.update(call_ids_of(payload))
+                try:
+                    line = encode_line(seq, ts, record_type, payload)
+                except TypeError as exc:
+                    raise RecordValidationError(index, str(record_type), f"cannot be stored: {exc}") from exc
+                if len(line) > limit:
+                    raise RecordValidationError(
+                        index,
+                        str(record_type),
+                        f"record is {len(line)} bytes, over the limit of {limit} bytes; it is"
+                        " rejected, never truncated",
+                    )
+                lines.append(line)
+                seq += 1
+            seqs.append(seq - 1)
+        return lines, seqs, new_call_ids
+
+    # -- stop -----------------------------------------------------------------------
+
+    async def stop(
+        self, session_id: str, kind: StopKind, reason: str, error: dict[str, str] | None = None
+    ) -> StopResult:
+        """Drain, rebuild the whole file, append checkpoint and stop, fsync (SPEC §2.6).
+
+        Raises SessionNotFoundError, SessionStateError (already stopped or
+        stopping), StorageWriteError.
+        """
+        state = await self._open(session_id)
+        self._check_appendable(state)
+        state.stopping = True
+        try:
+            await state.committer.drain()
+            if self._sessions.get(session_id) is not state:
+                raise SessionStateError(
+                    "a write failed while draining; nothing was stopped, retry Stop",
+                    subject=f"session/{session_id}",
+                    precondition="storage healthy",
+                )
+            loop = asyncio.get_running_loop()
+            data = await loop.run_in_executor(self._executor, state.path.read_bytes)
+            found = rebuild(data)
+            checkpoint_seq = state.next_seq
+            message_digest = digest(found.messages)
+            ts = now_timestamp()
+            checkpoint = {
+                "digest": message_digest,
+                "message_count": len(found.messages),
+                "covers_seq": checkpoint_seq - 1,
+                "stop_kind": str(kind),
+            }
+            stop: dict[str, Any] = {"stop_kind": str(kind), "reason": reason}
+            if error:
+                stop["error"] = error
+            stop["checkpoint_seq"] = checkpoint_seq
+            lines = encode_line(checkpoint_seq, ts, RecordType.AGENT_CHECKPOINT, checkpoint)
+            lines += encode_line(checkpoint_seq + 1, ts, RecordType.STOP, stop)
+            state.next_seq += 2
+            await state.committer.submit(lines, 2)
+            state.stopped_kind = str(kind)
+        finally:
+            state.stopping = False
+        log.info(
+            "stopped %s (%s) at seq %d: %d messages, %s",
+            session_id,
+            kind,
+            checkpoint_seq + 1,
+            len(found.messages),
+            message_digest,
+        )
+        return StopResult(checkpoint_seq, checkpoint_seq + 1, message_digest, len(found.messages))
+
+    async def close(self) -> None:
+        """Drain every session's queue, close files and the I/O threads."""
+        for state in list(self._sessions.values()):
+            await state.committer.drain()
+            state.committer.close()
+        self._sessions.clear()
+        self._executor.shutdown(wait=True)
+
+
+class _Union:
+    """Membership in either of two sets, without copying the session's set."""
+
+    __slots__ = ("first", "second")
+
+    def __init__(self, first: set[str], second: set[str]) -> None:
+        self.first = first
+        self.second = second
+
+    def __contains__(self, item: object) -> bool:
+        return item in self.first or item in self.second
