@@ -154,7 +154,7 @@ class SessionCommitter:
             started = time.perf_counter()
             try:
                 await loop.run_in_executor(self._executor, self._write, data)
-            except OSError as exc:
+            except Exception as exc:  # an OSError, or a bug: either way no waiter may hang
                 self._fail(batch, exc)
                 continue
             elapsed = time.perf_counter() - started
@@ -195,7 +195,7 @@ class SessionCommitter:
                 )
             raise
 
-    def _fail(self, batch: list[_Pending], exc: OSError) -> None:
+    def _fail(self, batch: list[_Pending], exc: Exception) -> None:
         failed = batch + list(self._queue)
         self._queue.clear()
         metrics.WRITE_ERRORS.inc()
@@ -206,8 +206,9 @@ class SessionCommitter:
             exc,
             len(failed),
         )
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         error = StorageWriteError(
-            f"writing the session file failed ({exc.strerror or exc}); nothing of this request"
+            f"writing the session file failed ({reason}); nothing of this request"
             " was kept; retry once storage recovers"
         )
         for item in failed:

@@ -1,0 +1,267 @@
+"""Append throughput: the writer's AppendStream against a raw orjson + write + fsync baseline.
+
+Streams ``--requests`` AppendRequests of ``--batch`` ~1 KB message records each
+(one fdatasync per request on the server, since a group-commit batch holds at
+most 32 records) through a writer started as a subprocess on a temporary data
+root, then writes the same records, in the same line shape, straight to a file
+with ``orjson.dumps`` + ``os.write`` + ``os.fdatasync`` per batch. Prints both
+rates in records/s and their ratio; the target is service/raw >= 0.5.
+
+    .venv/bin/python bench/append.py [--requests 2000] [--batch 32] [--record-bytes 1024] [--check]
+
+Exit status is 0 whatever the figures, unless ``--check`` is given: then 1 when
+the ratio is below the target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import grpc
+import orjson
+
+from rollout.v1 import records_pb2, writer_pb2, writer_pb2_grpc
+
+REPO = Path(__file__).resolve().parent.parent
+TARGET_RATIO = 0.5
+_LISTENING = re.compile(r"listening on (\S+:\d+)")
+# A seq and ts of representative width, used only to size the text of a record.
+_SIZING_SEQ = 12345
+_SIZING_TS = "2026-11-30T10:15:30.123456Z"
+
+
+@dataclass(frozen=True)
+class Result:
+    records: int
+    seconds: float
+
+    @property
+    def rate(self) -> float:
+        return self.records / self.seconds
+
+
+def _timestamp() -> str:
+    """The record ``ts`` format of the writer (RFC 3339 UTC, microseconds)."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _line(seq: int, ts: str, payload: dict[str, Any]) -> bytes:
+    return orjson.dumps({"v": 1, "seq": seq, "ts": ts, "type": "message", "payload": payload}) + b"\n"
+
+
+def make_payloads(count: int, record_bytes: int) -> list[dict[str, Any]]:
+    """``count`` message payloads, user/assistant alternating, each line ~``record_bytes`` long."""
+    overhead = len(_line(_SIZING_SEQ, _SIZING_TS, {"role": "assistant", "content": ""}))
+    text_bytes = max(record_bytes - overhead, 16)
+    filler = "The quick brown fox jumps over the lazy dog; 0123456789. " * (text_bytes // 56 + 2)
+    payloads = []
+    for index in range(count):
+        head = f"#{index}: "
+        payloads.append(
+            {
+                "role": "user" if index % 2 == 0 else "assistant",
+                "content": head + filler[: text_bytes - len(head)],
+            }
+        )
+    return payloads
+
+
+def make_requests(
+    session_id: str, payloads: list[dict[str, Any]], batch: int
+) -> list[writer_pb2.AppendRequest]:
+    requests = []
+    for start in range(0, len(payloads), batch):
+        request = writer_pb2.AppendRequest(session_id=session_id)
+        for payload in payloads[start : start + batch]:
+            message = records_pb2.ChatMessage(role=payload["role"], text=payload["content"])
+            request.records.add(message=message)
+        requests.append(request)
+    return requests
+
+
+# -- raw baseline ---------------------------------------------------------------------
+
+
+def run_raw(path: Path, payloads: list[dict[str, Any]], batch: int) -> Result:
+    """Encode each batch as JSONL lines with orjson, one write and one fdatasync per batch."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, _line(0, _timestamp(), {"session_id": "raw"}))
+        os.fsync(fd)
+        seq = 1
+        started = time.perf_counter()
+        for start in range(0, len(payloads), batch):
+            ts = _timestamp()
+            lines = []
+            for payload in payloads[start : start + batch]:
+                lines.append(_line(seq, ts, payload))
+                seq += 1
+            view = memoryview(b"".join(lines))
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fdatasync(fd)
+        elapsed = time.perf_counter() - started
+    finally:
+        os.close(fd)
+    return Result(len(payloads), elapsed)
+
+
+# -- service ----------------------------------------------------------------------------
+
+
+@dataclass
+class Writer:
+    process: subprocess.Popen[str]
+    address: str
+    stderr_path: Path
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+
+def start_writer(data_dir: Path, stderr_path: Path) -> Writer:
+    """``rollout serve-writer`` on a free port; waits for its "listening on" line."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with stderr_path.open("w") as stderr:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "rollout_cli.main",
+                "serve-writer",
+                "--data-dir",
+                str(data_dir),
+                "--address",
+                "127.0.0.1:0",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            env=env,
+            cwd=REPO,
+        )
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    match = _LISTENING.search(line)
+    if match is None:
+        process.kill()
+        process.wait()
+        raise RuntimeError(f"writer did not start: {line!r}\n{stderr_path.read_text()}")
+    return Writer(process, match.group(1), stderr_path)
+
+
+def run_service(address: str, payloads: list[dict[str, Any]], batch: int) -> tuple[Result, str]:
+    """CreateSession, then one pipelined AppendStream of every batch; returns (result, session id)."""
+    with grpc.insecure_channel(address) as channel:
+        stub = writer_pb2_grpc.RolloutWriterStub(channel)
+        session_id = stub.CreateSession(writer_pb2.CreateSessionRequest(agent_name="bench")).session_id
+        requests = make_requests(session_id, payloads, batch)
+        first_send: list[float] = []
+
+        def feed() -> Iterator[writer_pb2.AppendRequest]:
+            first_send.append(time.perf_counter())
+            yield from requests
+
+        acks = 0
+        next_seq = 0
+        for response in stub.AppendStream(feed()):
+            acks += 1
+            next_seq = response.next_seq
+        last_ack = time.perf_counter()
+    if acks != len(requests) or next_seq != len(payloads) + 1:
+        raise RuntimeError(f"{acks} acks for {len(requests)} requests, next_seq {next_seq}")
+    return Result(len(payloads), last_ack - first_send[0]), session_id
+
+
+def count_lines(data_dir: Path, session_id: str) -> int:
+    files = [path for path in data_dir.rglob("*.jsonl") if session_id in path.name]
+    if len(files) != 1:
+        raise RuntimeError(f"expected one session file for {session_id}, found {files}")
+    with files[0].open("rb") as handle:
+        return sum(1 for _ in handle)
+
+
+# -- main ---------------------------------------------------------------------------------
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    pass
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=_HelpFormatter)
+    parser.add_argument("--requests", type=int, default=2000, help="AppendRequests to stream")
+    parser.add_argument("--batch", type=int, default=32, help="records per request and per raw fsync")
+    parser.add_argument("--record-bytes", type=int, default=1024, help="approximate bytes per line")
+    parser.add_argument("--check", action="store_true", help=f"exit 1 when service/raw < {TARGET_RATIO}")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary directory (prints its path)")
+    args = parser.parse_args(argv)
+    if args.requests < 1 or args.batch < 1:
+        parser.error("--requests and --batch must be positive")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    payloads = make_payloads(args.requests * args.batch, args.record_bytes)
+    sample = len(_line(_SIZING_SEQ, _timestamp(), payloads[0]))
+    print("command:", shlex.join(sys.orig_argv))
+    print(
+        f"workload: {args.requests} requests x {args.batch} records = {len(payloads)} records,"
+        f" {sample} bytes per line, fdatasync per {args.batch} records"
+    )
+    tmp = Path(tempfile.mkdtemp(prefix="rollout-bench-"))
+    try:
+        raw = run_raw(tmp / "raw.jsonl", payloads, args.batch)
+        data_dir = tmp / "data"
+        writer = start_writer(data_dir, tmp / "writer.stderr")
+        try:
+            service, session_id = run_service(writer.address, payloads, args.batch)
+        finally:
+            writer.stop()
+        lines = count_lines(data_dir, session_id)
+        if lines != len(payloads) + 1:
+            raise RuntimeError(f"session file has {lines} lines, expected {len(payloads) + 1}")
+    finally:
+        if args.keep:
+            print(f"kept {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    ratio = service.rate / raw.rate
+    print(f"raw     (orjson + write + fdatasync): {raw.rate:10,.0f} records/s  ({raw.seconds:.3f} s)")
+    print(f"service (AppendStream, grpc):         {service.rate:10,.0f} records/s  ({service.seconds:.3f} s)")
+    print(f"ratio service/raw: {ratio:.3f}")
+    if args.batch >= 32:
+        # The writer's default --batch-max-records is 32 and a request is never split.
+        print(f"batches: every {args.batch}-record request is its own group-commit batch (cap 32 records)")
+    else:
+        print("batches: distribution not available (serve-writer exposes no metrics endpoint)")
+    holds = ratio >= TARGET_RATIO
+    print(f"target service/raw >= {TARGET_RATIO}: {'MET' if holds else 'NOT MET'}")
+    return 1 if args.check and not holds else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

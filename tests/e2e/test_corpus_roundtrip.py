@@ -1,0 +1,171 @@
+"""Real Codex sessions go in through the writer and come back out of the reader exactly.
+
+The writer and the reader run as separate processes on free ports; the import
+runs through the ``rollout import codex`` command (gRPC only). The expected
+sequence is an independent parse of each source file done here, not by the
+importer's code.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rollout.v1 import reader_pb2
+from tests.conftest import CORPUS, REPO
+
+CODEX_FILES = sorted((CORPUS / "codex").glob("*.jsonl"))
+
+
+def _parts_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    return "\n".join(part.get("text", f"[{part.get('type')}]") for part in content)
+
+
+def expected_messages(path: Path) -> list[dict[str, Any]]:
+    """The model-visible sequence of a Codex rollout, parsed independently of the importer."""
+    expected: list[dict[str, Any]] = []
+    reasoning: dict[str, Any] | None = None
+    for raw in path.read_text(encoding="utf-8").splitlines():
+        if not raw.strip():
+            continue
+        line = json.loads(raw)
+        if line.get("type") != "response_item":
+            continue
+        item = line["payload"]
+        kind = item["type"]
+        if kind == "reasoning":
+            reasoning = {
+                "content": "\n\n".join(part["text"] for part in item.get("summary") or []),
+                "encrypted": item.get("encrypted_content"),
+            }
+            continue
+        if kind == "message":
+            entry: dict[str, Any] = {"role": item["role"], "text": _parts_text(item["content"])}
+        elif kind in ("function_call", "custom_tool_call"):
+            arguments = item["arguments"] if kind == "function_call" else item["input"]
+            entry = {"role": "assistant", "text": "", "calls": [(item["call_id"], item["name"], arguments)]}
+        elif kind in ("function_call_output", "custom_tool_call_output"):
+            entry = {"role": "tool", "text": _parts_text(item["output"]), "answers": item["call_id"]}
+        else:
+            continue
+        if entry["role"] == "assistant" and reasoning is not None:
+            entry["reasoning"] = reasoning
+            reasoning = None
+        expected.append(entry)
+    return expected
+
+
+def replayed_messages(response: reader_pb2.ReplayResponse) -> list[dict[str, Any]]:
+    """The same view of what the reader returned."""
+    found: list[dict[str, Any]] = []
+    for message in response.messages:
+        kind = message.WhichOneof("content")
+        if kind == "text":
+            text = message.text
+        elif kind == "parts":
+            text = "\n".join(
+                part.struct_value["text"] if "text" in part.struct_value else f"[{part.struct_value['type']}]"
+                for part in message.parts.values
+            )
+        else:
+            text = ""
+        entry: dict[str, Any] = {"role": message.role, "text": text}
+        if message.tool_calls:
+            entry["calls"] = [(c.id, c.function.name, c.function.arguments) for c in message.tool_calls]
+        if message.HasField("tool_call_id"):
+            entry["answers"] = message.tool_call_id
+        if message.HasField("reasoning"):
+            entry["reasoning"] = {
+                "content": message.reasoning.content,
+                "encrypted": message.reasoning.encrypted if message.reasoning.HasField("encrypted") else None,
+            }
+        found.append(entry)
+    return found
+
+
+def source_session_id(path: Path) -> str:
+    first = json.loads(path.read_text(encoding="utf-8").splitlines()[0])
+    return str(first["payload"]["id"])
+
+
+@pytest.fixture
+def imported(writer_process, reader):
+    """Every corpus Codex file imported through ``rollout import codex``."""
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rollout_cli.main",
+            "import",
+            "codex",
+            "--writer",
+            writer_process.address,
+            *map(str, CODEX_FILES),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("session ") == len(CODEX_FILES), result.stdout
+    return reader
+
+
+def test_corpus_is_present() -> None:
+    """The corpus holds the four Codex sessions this suite replays."""
+    assert len(CODEX_FILES) == 4
+
+
+@pytest.mark.parametrize("path", CODEX_FILES, ids=lambda p: p.name)
+def test_replay_equals_independent_parse(imported, path: Path) -> None:
+    """Replay returns roles, text, tool calls, outputs and reasoning exactly as the source had them."""
+    response = imported.GetReplay(reader_pb2.ReplayRequest(session_id=source_session_id(path)))
+    expected = expected_messages(path)
+    assert expected, "the independent parse found no messages"
+    assert replayed_messages(response) == expected
+
+
+@pytest.mark.parametrize("path", CODEX_FILES, ids=lambda p: p.name)
+def test_checkpoint_verifies_and_stop_facts_are_found(imported, path: Path) -> None:
+    """The checkpoint written at Stop matches the reader's recomputed digest; stop facts are in the tail."""
+    session_id = source_session_id(path)
+    response = imported.GetReplay(reader_pb2.ReplayRequest(session_id=session_id))
+    assert response.digest_status == reader_pb2.DIGEST_STATUS_VERIFIED
+    assert response.last_checkpoint.digest == response.computed_digest
+    assert response.last_checkpoint.message_count == len(response.messages)
+    facts = imported.GetStopFacts(reader_pb2.StopFactsRequest(session_id=session_id))
+    assert facts.found
+    assert facts.has_stop_record
+    assert facts.checkpoint.digest == response.computed_digest
+    assert facts.stop_kind in {"completed", "interrupted", "cancelled"}
+
+
+def test_listing_shows_every_session_newest_first_in_pages_of_two(imported) -> None:
+    """ListSessions pages through every imported session, newest first, each exactly once."""
+    seen: list[reader_pb2.SessionSummary] = []
+    token = ""
+    pages = 0
+    while True:
+        page = imported.ListSessions(reader_pb2.ListSessionsRequest(page_size=2, page_token=token))
+        assert len(page.sessions) <= 2
+        seen.extend(page.sessions)
+        pages += 1
+        token = page.next_page_token
+        if not token:
+            break
+    ids = [summary.session_id for summary in seen]
+    assert sorted(ids) == sorted(source_session_id(path) for path in CODEX_FILES)
+    assert len(set(ids)) == len(ids)
+    assert pages == 2
+    created = [summary.created_at for summary in seen]
+    assert created == sorted(created, reverse=True)
+    assert all(summary.stop_facts.found for summary in seen)

@@ -1,0 +1,205 @@
+"""The writer's gRPC surface: appends, bad input, unknown sessions, the single-writer lock."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import grpc
+import pytest
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
+
+from rollout.v1 import reader_pb2, records_pb2, writer_pb2
+from tests.conftest import REPO
+
+
+def user(text: str) -> writer_pb2.AppendRecord:
+    return writer_pb2.AppendRecord(message=records_pb2.ChatMessage(role="user", text=text))
+
+
+def tool_output(call_id: str, text: str) -> writer_pb2.AppendRecord:
+    return writer_pb2.AppendRecord(
+        message=records_pb2.ChatMessage(role="tool", tool_call_id=call_id, text=text)
+    )
+
+
+def session_file(data_dir, session_id: str):
+    (path,) = (data_dir / "sessions").glob(f"*{session_id}*.jsonl")
+    return path
+
+
+def test_append_acknowledges_contiguous_seqs(writer, data_dir) -> None:
+    """Append answers with one seq per record, contiguous after session_meta, and the file holds them."""
+    created = writer.CreateSession(writer_pb2.CreateSessionRequest(tenant="t1"))
+    assert created.next_seq == 1
+    first = writer.Append(
+        writer_pb2.AppendRequest(session_id=created.session_id, records=[user("a"), user("b")])
+    )
+    second = writer.Append(writer_pb2.AppendRequest(session_id=created.session_id, records=[user("c")]))
+    assert list(first.seqs) == [1, 2]
+    assert first.next_seq == 3
+    assert list(second.seqs) == [3]
+    assert second.next_seq == 4
+    lines = session_file(data_dir, created.session_id).read_bytes().splitlines()
+    assert len(lines) == 4
+
+
+def test_message_with_reasoning_takes_two_seqs(writer, data_dir) -> None:
+    """An assistant message carrying reasoning is stored as a reasoning record then the message."""
+    created = writer.CreateSession(writer_pb2.CreateSessionRequest())
+    message = records_pb2.ChatMessage(
+        role="assistant", text="answer", reasoning=records_pb2.Reasoning(content="thought", signature="sig")
+    )
+    ack = writer.Append(
+        writer_pb2.AppendRequest(
+            session_id=created.session_id, records=[writer_pb2.AppendRecord(message=message)]
+        )
+    )
+    assert list(ack.seqs) == [2]
+    assert ack.next_seq == 3
+    text = session_file(data_dir, created.session_id).read_text()
+    assert text.index('"type":"reasoning"') < text.index('"type":"message"')
+
+
+def test_invalid_record_is_rejected_naming_index_and_field_and_nothing_is_written(writer, data_dir) -> None:
+    """One invalid record refuses the whole request with INVALID_ARGUMENT naming its index and field."""
+    created = writer.CreateSession(writer_pb2.CreateSessionRequest())
+    path = session_file(data_dir, created.session_id)
+    before = path.read_bytes()
+    records = [user("fine"), user("also fine"), tool_output("call_missing", "orphan")]
+    with pytest.raises(grpc.RpcError) as caught:
+        writer.Append(writer_pb2.AppendRequest(session_id=created.session_id, records=records))
+    error = caught.value
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "record 2" in error.details()
+    assert "message.tool_call_id" in error.details()
+    status = rpc_status.from_call(error)
+    assert status is not None
+    bad_request = error_details_pb2.BadRequest()
+    assert status.details[0].Unpack(bad_request)
+    assert bad_request.field_violations[0].field == "records[2].message.tool_call_id"
+    assert path.read_bytes() == before
+    ack = writer.Append(writer_pb2.AppendRequest(session_id=created.session_id, records=[user("next")]))
+    assert list(ack.seqs) == [1], "the refused request consumed no seq"
+
+
+def test_tool_output_may_answer_a_call_earlier_in_the_same_request(writer) -> None:
+    """A tool output is accepted when its call is earlier in the same request."""
+    created = writer.CreateSession(writer_pb2.CreateSessionRequest())
+    call = records_pb2.ChatMessage(role="assistant")
+    call.tool_calls.add(
+        id="call_1", type="function", function=records_pb2.FunctionCall(name="ls", arguments="{}")
+    )
+    ack = writer.Append(
+        writer_pb2.AppendRequest(
+            session_id=created.session_id,
+            records=[writer_pb2.AppendRecord(message=call), tool_output("call_1", "a b c")],
+        )
+    )
+    assert list(ack.seqs) == [1, 2]
+
+
+def test_oversized_record_is_rejected_not_truncated(data_dir) -> None:
+    """A record over the configured size limit is refused with the limit in the message."""
+    import asyncio
+
+    from shared.errors import RecordValidationError
+    from shared.wire import append_payloads
+    from writer_service.sessions import SessionLedger, SessionSpec, WriterConfig
+
+    async def scenario() -> None:
+        ledger = SessionLedger(WriterConfig(data_dir=data_dir, max_record_bytes=1024))
+        try:
+            session_id, _ = await ledger.create_session(SessionSpec())
+            with pytest.raises(RecordValidationError, match="over the limit of 1024 bytes"):
+                await ledger.append(session_id, [append_payloads(user("x" * 2000), 0)])
+            seqs, _ = await ledger.append(session_id, [append_payloads(user("small"), 0)])
+            assert seqs == [1]
+        finally:
+            await ledger.close()
+
+    asyncio.run(scenario())
+
+
+def test_unknown_session_is_not_found(writer, reader) -> None:
+    """Appending to, stopping or reading an unknown session answers NOT_FOUND."""
+    missing = "01933333-3333-7333-8333-333333333333"
+    calls = [
+        lambda: writer.Append(writer_pb2.AppendRequest(session_id=missing, records=[user("x")])),
+        lambda: writer.Stop(
+            writer_pb2.StopRequest(session_id=missing, stop_kind=records_pb2.STOP_KIND_PAUSED)
+        ),
+        lambda: reader.GetReplay(reader_pb2.ReplayRequest(session_id=missing)),
+        lambda: reader.GetStopFacts(reader_pb2.StopFactsRequest(session_id=missing)),
+    ]
+    for call in calls:
+        with pytest.raises(grpc.RpcError) as caught:
+            call()
+        assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+        assert missing in caught.value.details()
+
+
+def test_malformed_session_id_is_invalid_argument(writer) -> None:
+    """A session id that is not a lowercase UUID is INVALID_ARGUMENT, not NOT_FOUND."""
+    with pytest.raises(grpc.RpcError) as caught:
+        writer.Append(writer_pb2.AppendRequest(session_id="../etc/passwd", records=[user("x")]))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_stopped_session_refuses_appends(writer) -> None:
+    """After Stop, Append answers FAILED_PRECONDITION naming the stop kind."""
+    created = writer.CreateSession(writer_pb2.CreateSessionRequest())
+    writer.Stop(writer_pb2.StopRequest(session_id=created.session_id, stop_kind=records_pb2.STOP_KIND_PAUSED))
+    with pytest.raises(grpc.RpcError) as caught:
+        writer.Append(writer_pb2.AppendRequest(session_id=created.session_id, records=[user("late")]))
+    assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "stopped (paused)" in caught.value.details()
+
+
+def test_append_stream_acks_in_order_and_ends_at_the_first_bad_request(writer, data_dir) -> None:
+    """AppendStream acks each request in order; a bad request ends the stream and nothing after it lands."""
+    created = writer.CreateSession(writer_pb2.CreateSessionRequest())
+    sid = created.session_id
+    requests = [
+        writer_pb2.AppendRequest(session_id=sid, records=[user("0a"), user("0b")]),
+        writer_pb2.AppendRequest(session_id=sid, records=[user("1a")]),
+        writer_pb2.AppendRequest(session_id=sid, records=[tool_output("nope", "orphan")]),
+        writer_pb2.AppendRequest(session_id=sid, records=[user("3a")]),
+    ]
+    acks = []
+    stream = writer.AppendStream(iter(requests))
+    acks.append(next(stream))
+    acks.append(next(stream))
+    with pytest.raises(grpc.RpcError) as caught:
+        next(stream)
+    assert [list(ack.seqs) for ack in acks] == [[1, 2], [3]]
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "request 2 of the stream" in caught.value.details()
+    text = session_file(data_dir, sid).read_text()
+    assert '"3a"' not in text
+    assert text.count("\n") == 4
+
+
+def test_second_writer_on_the_same_root_fails_fast(writer_process, data_dir) -> None:
+    """A second writer process on a locked data root exits at once with a clear message."""
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rollout_cli.main",
+            "serve-writer",
+            "--data-dir",
+            str(data_dir),
+            "--address",
+            "127.0.0.1:0",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode != 0
+    assert "already in use by another writer process" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -1,0 +1,148 @@
+"""Checkpoints: only on Stop, over the whole file, after draining the queue (SPEC §2.6, §2.7)."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import threading
+from pathlib import Path
+
+import orjson
+
+import reader_service.replay
+import writer_service.sessions
+from reader_service.replay import DigestStatus, replay_file
+from rollout.v1 import records_pb2, writer_pb2
+from shared.stop_kinds import StopKind
+from shared.wire import append_payloads
+from writer_service.committer import SessionCommitter
+from writer_service.sessions import SessionLedger, SessionSpec, WriterConfig
+
+REPO = Path(__file__).resolve().parents[2]
+# shared/__init__.py re-exports the functions digest and rebuild under the names of
+# their modules, so the modules themselves are taken from importlib.
+digest_module = importlib.import_module("shared.digest")
+rebuild_module = importlib.import_module("shared.rebuild")
+
+
+def message(role: str, text: str) -> writer_pb2.AppendRecord:
+    return writer_pb2.AppendRecord(message=records_pb2.ChatMessage(role=role, text=text))
+
+
+def records_of(path: Path) -> list[dict]:
+    return [orjson.loads(line) for line in path.read_bytes().splitlines()]
+
+
+def test_checkpoint_sees_records_still_queued_when_stop_arrives(data_dir, monkeypatch) -> None:
+    """Stop drains the queue first, so its checkpoint covers records queued behind a slow flush."""
+    release = threading.Event()
+    original_write = SessionCommitter._write
+    blocked_once = []
+
+    def slow_write(self: SessionCommitter, data: bytes) -> None:
+        if not blocked_once:
+            blocked_once.append(True)
+            assert release.wait(10)
+        original_write(self, data)
+
+    monkeypatch.setattr(SessionCommitter, "_write", slow_write)
+
+    async def scenario() -> tuple[Path, int]:
+        ledger = SessionLedger(WriterConfig(data_dir=data_dir))
+        try:
+            sid, _ = await ledger.create_session(SessionSpec())
+            appends = [
+                asyncio.ensure_future(ledger.append(sid, [append_payloads(message("user", f"m{i}"), 0)]))
+                for i in range(5)
+            ]
+            await asyncio.sleep(0.05)  # the first flush is now blocked, four requests queue behind it
+            stop = asyncio.ensure_future(ledger.stop(sid, StopKind.PAUSED, "pause"))
+            await asyncio.sleep(0.05)
+            release.set()
+            await asyncio.gather(*appends)
+            result = await stop
+            path = ledger.root.locate(sid)[1]
+            return path, result.message_count
+        finally:
+            release.set()
+            await ledger.close()
+
+    path, count = asyncio.run(scenario())
+    assert count == 5
+    records = records_of(path)
+    assert [r["type"] for r in records][-2:] == ["agent_checkpoint", "stop"]
+    assert records[-2]["payload"]["message_count"] == 5
+    assert records[-2]["payload"]["covers_seq"] == records[-3]["seq"]
+    assert replay_file(path).digest_status == DigestStatus.VERIFIED
+
+
+def test_no_checkpoint_is_written_except_on_stop(data_dir) -> None:
+    """Many appends write no agent_checkpoint; one Stop writes exactly one, then the stop record."""
+
+    async def scenario() -> Path:
+        ledger = SessionLedger(WriterConfig(data_dir=data_dir))
+        try:
+            sid, _ = await ledger.create_session(SessionSpec())
+            for turn in range(20):
+                await ledger.append(
+                    sid,
+                    [
+                        append_payloads(message("user", f"q{turn}"), 0),
+                        append_payloads(message("assistant", f"a{turn}"), 1),
+                    ],
+                )
+            path = ledger.root.locate(sid)[1]
+            assert not any(r["type"] == "agent_checkpoint" for r in records_of(path))
+            await ledger.stop(sid, StopKind.COMPLETED, "done")
+            return path
+        finally:
+            await ledger.close()
+
+    types = [r["type"] for r in records_of(asyncio.run(scenario()))]
+    assert types.count("agent_checkpoint") == 1
+    assert types[-2:] == ["agent_checkpoint", "stop"]
+
+
+def test_writer_checkpoint_and_reader_share_one_rebuild_and_one_digest() -> None:
+    """The writer's checkpoint and the reader call the very same shared rebuild and digest functions."""
+    assert writer_service.sessions.digest is digest_module.digest
+    assert reader_service.replay.digest is digest_module.digest
+    assert writer_service.sessions.rebuild is rebuild_module.rebuild
+    assert reader_service.replay.rebuild is rebuild_module.rebuild
+    hashing = [
+        path.relative_to(REPO).as_posix()
+        for folder in ("shared", "writer_service", "reader_service", "rollout_cli")
+        for path in (REPO / folder).rglob("*.py")
+        if "sha256" in path.read_text(encoding="utf-8")
+    ]
+    assert hashing == ["shared/digest.py"]
+
+
+def test_checkpoint_digest_equals_a_fresh_rebuild_of_the_file(data_dir) -> None:
+    """The stored checkpoint digest is the shared digest of the file's rebuilt messages, reasoning included."""
+
+    async def scenario() -> tuple[Path, str]:
+        ledger = SessionLedger(WriterConfig(data_dir=data_dir))
+        try:
+            sid, _ = await ledger.create_session(SessionSpec())
+            thinking = records_pb2.ChatMessage(
+                role="assistant", text="ok", reasoning=records_pb2.Reasoning(content="think")
+            )
+            await ledger.append(
+                sid,
+                [
+                    append_payloads(message("system", "be brief"), 0),
+                    append_payloads(writer_pb2.AppendRecord(message=thinking), 1),
+                ],
+            )
+            result = await ledger.stop(sid, StopKind.PAUSED, "pause")
+            return ledger.root.locate(sid)[1], result.digest
+        finally:
+            await ledger.close()
+
+    path, stored = asyncio.run(scenario())
+    rebuilt = rebuild_module.rebuild(path.read_bytes())
+    assert rebuilt.messages[1]["reasoning"] == {"content": "think"}
+    assert stored == digest_module.digest(rebuilt.messages)
+    without_reasoning = [{k: v for k, v in m.items() if k != "reasoning"} for m in rebuilt.messages]
+    assert stored != digest_module.digest(without_reasoning)
