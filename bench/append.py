@@ -21,6 +21,7 @@ import re
 import shlex
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -215,12 +216,40 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--requests", type=int, default=2000, help="AppendRequests to stream")
     parser.add_argument("--batch", type=int, default=32, help="records per request and per raw fsync")
     parser.add_argument("--record-bytes", type=int, default=1024, help="approximate bytes per line")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="raw + service measurements; figures are the medians"
+    )
     parser.add_argument("--check", action="store_true", help=f"exit 1 when service/raw < {TARGET_RATIO}")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (prints its path)")
     args = parser.parse_args(argv)
-    if args.requests < 1 or args.batch < 1:
-        parser.error("--requests and --batch must be positive")
+    if min(args.requests, args.batch, args.rounds) < 1:
+        parser.error("--requests, --batch and --rounds must be positive")
     return args
+
+
+def measure(
+    tmp: Path, payloads: list[dict[str, Any]], args: argparse.Namespace
+) -> list[tuple[Result, Result]]:
+    """(raw, service) per round; one writer process serves every round (a new session each)."""
+    data_dir = tmp / "data"
+    writer = start_writer(data_dir, tmp / "writer.stderr")
+    rounds = []
+    try:
+        for number in range(1, args.rounds + 1):
+            raw = run_raw(tmp / f"raw-{number}.jsonl", payloads, args.batch)
+            service, session_id = run_service(writer.address, payloads, args.batch)
+            lines = count_lines(data_dir, session_id)
+            if lines != len(payloads) + 1:
+                raise RuntimeError(f"session file has {lines} lines, expected {len(payloads) + 1}")
+            if args.rounds > 1:
+                print(
+                    f"round {number}: raw {raw.rate:,.0f}  service {service.rate:,.0f} records/s"
+                    f"  ratio {service.rate / raw.rate:.3f}"
+                )
+            rounds.append((raw, service))
+    finally:
+        writer.stop()
+    return rounds
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -234,25 +263,28 @@ def main(argv: list[str] | None = None) -> int:
     )
     tmp = Path(tempfile.mkdtemp(prefix="rollout-bench-"))
     try:
-        raw = run_raw(tmp / "raw.jsonl", payloads, args.batch)
-        data_dir = tmp / "data"
-        writer = start_writer(data_dir, tmp / "writer.stderr")
-        try:
-            service, session_id = run_service(writer.address, payloads, args.batch)
-        finally:
-            writer.stop()
-        lines = count_lines(data_dir, session_id)
-        if lines != len(payloads) + 1:
-            raise RuntimeError(f"session file has {lines} lines, expected {len(payloads) + 1}")
+        rounds = measure(tmp, payloads, args)
+    except grpc.RpcError as exc:
+        print(f"service run failed: {exc.code().name}: {exc.details()}")
+        return 2
     finally:
         if args.keep:
             print(f"kept {tmp}")
         else:
             shutil.rmtree(tmp, ignore_errors=True)
-    ratio = service.rate / raw.rate
-    print(f"raw     (orjson + write + fdatasync): {raw.rate:10,.0f} records/s  ({raw.seconds:.3f} s)")
-    print(f"service (AppendStream, grpc):         {service.rate:10,.0f} records/s  ({service.seconds:.3f} s)")
-    print(f"ratio service/raw: {ratio:.3f}")
+    raw_rate = statistics.median(raw.rate for raw, _ in rounds)
+    service_rate = statistics.median(service.rate for _, service in rounds)
+    ratio = statistics.median(service.rate / raw.rate for raw, service in rounds)
+    if len(rounds) == 1:
+        raw_note = f"  ({rounds[0][0].seconds:.3f} s)"
+        service_note = f"  ({rounds[0][1].seconds:.3f} s)"
+        ratio_note = ""
+    else:
+        raw_note = service_note = "  (median)"
+        ratio_note = f"  (median of {len(rounds)} rounds)"
+    print(f"raw     (orjson + write + fdatasync): {raw_rate:10,.0f} records/s{raw_note}")
+    print(f"service (AppendStream over gRPC):     {service_rate:10,.0f} records/s{service_note}")
+    print(f"ratio service/raw: {ratio:.3f}{ratio_note}")
     if args.batch >= 32:
         # The writer's default --batch-max-records is 32 and a request is never split.
         print(f"batches: every {args.batch}-record request is its own group-commit batch (cap 32 records)")

@@ -20,23 +20,76 @@ from typing import Any
 
 import orjson
 
-from reader_service.stop_facts import DEFAULT_TAIL_WINDOW, StopFactsResult, read_stop_facts
+from reader_service.stop_facts import DEFAULT_TAIL_WINDOW, StopFactsResult, eligibility_of, read_stop_facts
 from shared.errors import InvalidArgumentError
 from shared.layout import DataRoot
 from shared.naming import SessionFileName
+from shared.stop_kinds import StopKind
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 1000
 HEAD_WINDOW = 64 * 1024
 
 
+STOP_STATES = ("", "unknown", "stopped", "replayable", "not_replayable", *(kind.value for kind in StopKind))
+DEFAULT_MAX_SCAN = 10_000
+
+
 @dataclass(frozen=True, slots=True)
 class SessionFilters:
-    """Listing filters; empty strings match everything."""
+    """Listing filters; empty values match everything. Bounds are inclusive, UTC."""
 
     tenant: str = ""
     agent_name: str = ""
     parent_session_id: str = ""
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+    stop_state: str = ""
+
+    def __post_init__(self) -> None:
+        if self.stop_state not in STOP_STATES:
+            raise InvalidArgumentError(
+                "stop_state", f"must be one of {list(STOP_STATES)}, got {self.stop_state!r}"
+            )
+
+    def matches_name(self, name: SessionFileName) -> bool:
+        """The filters a file name alone decides (no read)."""
+        if self.agent_name and name.agent_name != self.agent_name:
+            return False
+        if self.created_after and name.created_at < self.created_after.replace(microsecond=0):
+            return False
+        return not (self.created_before and name.created_at > self.created_before)
+
+    def matches_meta(self, meta: dict[str, Any]) -> bool:
+        """The filters the session_meta line decides (one head read)."""
+        if self.tenant and meta.get("tenant", "") != self.tenant:
+            return False
+        return not (self.parent_session_id and meta.get("parent_session_id", "") != self.parent_session_id)
+
+    def matches_stop(self, facts: StopFactsResult, meta: dict[str, Any]) -> bool:
+        """The stop-state filter (one tail read)."""
+        state = self.stop_state
+        if not state:
+            return True
+        if state == "unknown":
+            return not facts.found
+        if not facts.found:
+            return False
+        if state == "stopped":
+            return True
+        if state in ("replayable", "not_replayable"):
+            return eligibility_of(facts, meta).replayable == (state == "replayable")
+        return facts.stop_kind == state
+
+
+@dataclass(frozen=True, slots=True)
+class ListingPage:
+    """One page: the sessions, the token of the next page ("" at the end), the work done."""
+
+    sessions: list[SessionListing]
+    next_page_token: str
+    scanned: int
+    scan_capped: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,48 +140,55 @@ def decode_cursor(token: str) -> tuple[datetime, str]:
         raise InvalidArgumentError("page_token", "is not a token returned by ListSessions") from exc
 
 
-def _matches(listing_meta: dict[str, Any], name: SessionFileName, filters: SessionFilters) -> bool:
-    if filters.agent_name and name.agent_name != filters.agent_name:
-        return False
-    if filters.tenant and listing_meta.get("tenant", "") != filters.tenant:
-        return False
-    return not (
-        filters.parent_session_id and listing_meta.get("parent_session_id", "") != filters.parent_session_id
-    )
-
-
 def list_sessions(
     root: DataRoot,
     page_size: int = DEFAULT_PAGE_SIZE,
     page_token: str = "",
     filters: SessionFilters | None = None,
     tail_window: int = DEFAULT_TAIL_WINDOW,
-) -> tuple[list[SessionListing], str]:
-    """One page of sessions, newest first; returns (page, next page token or "").
+    max_scan: int = DEFAULT_MAX_SCAN,
+) -> ListingPage:
+    """One page of sessions, newest first.
 
-    Raises InvalidArgumentError for a malformed token or a page size outside 0..1000
-    (0 means the default of 50).
+    At most ``max_scan`` sessions that pass the name filters are examined (head
+    and tail reads); when that ends the page early it says so (``scan_capped``)
+    and its token continues after the last one examined. Raises
+    InvalidArgumentError for a malformed token, a page size outside 0..1000 (0
+    means 50) or a negative scan cap.
     """
     if not 0 <= page_size <= MAX_PAGE_SIZE:
         raise InvalidArgumentError("page_size", f"must be between 1 and {MAX_PAGE_SIZE}, got {page_size}")
+    if max_scan < 0:
+        raise InvalidArgumentError("max_scan", f"must be >= 0, got {max_scan}")
     size = page_size or DEFAULT_PAGE_SIZE
+    cap = max_scan or DEFAULT_MAX_SCAN
     filters = filters or SessionFilters()
-    names = sorted(root.scan(), key=lambda entry: entry[0].sort_key, reverse=True)
-    if page_token:
-        after = decode_cursor(page_token)
-        names = [entry for entry in names if entry[0].sort_key < after]
+    after = decode_cursor(page_token) if page_token else None
+    names = sorted(
+        (entry for entry in root.scan() if after is None or entry[0].sort_key < after),
+        key=lambda entry: entry[0].sort_key,
+        reverse=True,
+    )
     page: list[SessionListing] = []
+    scanned = 0
     for position, (parsed, file_name) in enumerate(names):
+        if not filters.matches_name(parsed):
+            continue
+        if scanned == cap:
+            return ListingPage(page, encode_cursor(names[position - 1][0]), scanned, True)
+        scanned += 1
         path = root.sessions_dir / file_name
         try:
             meta = read_session_meta(path)
-            if not _matches(meta, parsed, filters):
+            if not filters.matches_meta(meta):
                 continue
             facts = read_stop_facts(path, tail_window)
         except FileNotFoundError:
             continue
+        if not filters.matches_stop(facts, meta):
+            continue
         page.append(SessionListing(parsed, meta, facts))
         if len(page) == size:
             more = position + 1 < len(names)
-            return page, encode_cursor(parsed) if more else ""
-    return page, ""
+            return ListingPage(page, encode_cursor(parsed) if more else "", scanned, False)
+    return ListingPage(page, "", scanned, False)

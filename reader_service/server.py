@@ -11,6 +11,7 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -20,19 +21,21 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
+from reader_service.delegations import find_children, find_parent
 from reader_service.listing import SessionFilters, list_sessions, read_session_meta
 from reader_service.replay import DigestStatus, replay_file
-from reader_service.stop_facts import DEFAULT_TAIL_WINDOW, StopFactsResult, read_stop_facts
+from reader_service.stop_facts import DEFAULT_TAIL_WINDOW, StopFactsResult, eligibility_of, read_stop_facts
 from rollout.v1 import reader_pb2, reader_pb2_grpc
 from shared.errors import InvalidArgumentError
 from shared.layout import DataRoot
-from shared.status import status_mapping
-from shared.stop_kinds import classify_resume
+from shared.records import parse_timestamp
+from shared.status import add_servicer, status_mapping
 from shared.wire import checkpoint_to_proto, degraded_to_proto, message_from_payload
 
 log = logging.getLogger(__name__)
 
-SERVICE_NAME = reader_pb2.DESCRIPTOR.services_by_name["RolloutReader"].full_name
+SERVICE = reader_pb2.DESCRIPTOR.services_by_name["RolloutReader"]
+SERVICE_NAME = SERVICE.full_name
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 T = TypeVar("T")
 
@@ -70,20 +73,19 @@ def stop_facts_to_proto(
         message.error.category = str(facts.error.get("category", ""))
     if facts.checkpoint is not None:
         message.checkpoint.CopyFrom(checkpoint_to_proto(facts.checkpoint))
-    if facts.found:
-        is_child = bool(meta.get("agent_name") or meta.get("delegation_id") or meta.get("parent_session_id"))
-        eligibility = classify_resume(
-            facts.stop_kind or None,
-            is_child=is_child,
-            delegation_id=str(meta.get("delegation_id", "")),
-            parent_session_id=str(meta.get("parent_session_id", "")),
-        )
-        message.resume.replayable = eligibility.replayable
-        message.resume.reason = eligibility.reason
-    else:
-        message.resume.replayable = False
-        message.resume.reason = "unknown: no stop facts in the tail (running, or killed before any Stop)"
+    eligibility = eligibility_of(facts, meta)
+    message.resume.replayable = eligibility.replayable
+    message.resume.reason = eligibility.reason
     return message
+
+
+def _timestamp_filter(field: str, text: str) -> datetime | None:
+    if not text:
+        return None
+    try:
+        return parse_timestamp(text)
+    except ValueError as exc:
+        raise InvalidArgumentError(field, f"is not an RFC 3339 timestamp: {text!r}") from exc
 
 
 class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
@@ -141,17 +143,27 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
         self, request: reader_pb2.ListSessionsRequest, context: grpc.aio.ServicerContext
     ) -> reader_pb2.ListSessionsResponse:
         async with status_mapping(context, "ListSessions"):
-            filters = SessionFilters(request.tenant, request.agent_name, request.parent_session_id)
-            page, token = await self._run(
+            filters = SessionFilters(
+                tenant=request.tenant,
+                agent_name=request.agent_name,
+                parent_session_id=request.parent_session_id,
+                created_after=_timestamp_filter("created_after", request.created_after),
+                created_before=_timestamp_filter("created_before", request.created_before),
+                stop_state=request.stop_state,
+            )
+            page = await self._run(
                 list_sessions,
                 self.root,
                 request.page_size,
                 request.page_token,
                 filters,
                 self.config.tail_window,
+                request.max_scan,
             )
-            response = reader_pb2.ListSessionsResponse(next_page_token=token)
-            for listing in page:
+            response = reader_pb2.ListSessionsResponse(
+                next_page_token=page.next_page_token, scanned=page.scanned, scan_capped=page.scan_capped
+            )
+            for listing in page.sessions:
                 meta = listing.meta
                 response.sessions.add(
                     session_id=listing.name.session_id,
@@ -161,6 +173,38 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
                     parent_session_id=str(meta.get("parent_session_id", "")),
                     delegation_id=str(meta.get("delegation_id", "")),
                     stop_facts=stop_facts_to_proto(listing.name.session_id, listing.stop_facts, meta),
+                )
+            return response
+        raise AssertionError("unreachable: status_mapping aborts")
+
+    async def FindDelegations(
+        self, request: reader_pb2.FindDelegationsRequest, context: grpc.aio.ServicerContext
+    ) -> reader_pb2.FindDelegationsResponse:
+        async with status_mapping(context, "FindDelegations"):
+            direction = request.WhichOneof("from")
+            if direction is None:
+                raise InvalidArgumentError("from", "give parent_session_id or child_session_id")
+            if direction == "parent_session_id":
+                found = await self._run(
+                    find_children,
+                    self.root,
+                    request.parent_session_id,
+                    request.delegation_id,
+                    self.config.tail_window,
+                )
+            else:
+                found = [
+                    await self._run(find_parent, self.root, request.child_session_id, self.config.tail_window)
+                ]
+            response = reader_pb2.FindDelegationsResponse()
+            for link in found:
+                response.delegations.add(
+                    parent_session_id=link.parent_session_id,
+                    delegation_id=link.delegation_id,
+                    child_session_id=link.child_session_id,
+                    agent_name=link.agent_name,
+                    created_at=link.created_at,
+                    stop_facts=stop_facts_to_proto(link.child_session_id, link.stop_facts, link.meta),
                 )
             return response
         raise AssertionError("unreachable: status_mapping aborts")
@@ -191,7 +235,7 @@ async def start_reader(config: ReaderConfig, address: str = "127.0.0.1:0") -> Ru
         ]
     )
     servicer = RolloutReaderServicer(config)
-    reader_pb2_grpc.add_RolloutReaderServicer_to_server(servicer, server)
+    add_servicer(server, SERVICE, servicer)
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     reflection.enable_server_reflection(

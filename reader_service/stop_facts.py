@@ -25,6 +25,7 @@ import orjson
 
 from shared.rebuild import CheckpointRecord
 from shared.records import RecordType
+from shared.stop_kinds import ResumeEligibility, classify_resume
 
 DEFAULT_TAIL_WINDOW = 64 * 1024
 
@@ -128,3 +129,25 @@ def read_stop_facts(path: Path, tail_window: int = DEFAULT_TAIL_WINDOW) -> StopF
             tail_bytes_read=total_read,
         )
     return StopFactsResult(found=False, tail_bytes_read=total_read)
+
+
+UNKNOWN_ELIGIBILITY = ResumeEligibility(
+    False, "unknown: no stop facts in the tail (running, or killed before any Stop)", None
+)
+
+
+def eligibility_of(facts: StopFactsResult, meta: dict[str, Any]) -> ResumeEligibility:
+    """Resume eligibility of a session from its stop facts and session_meta (default-deny).
+
+    A session naming an agent or any delegation field is a child: it needs both
+    delegation coordinates. No stop facts: not replayable, reason "unknown".
+    """
+    if not facts.found:
+        return UNKNOWN_ELIGIBILITY
+    is_child = bool(meta.get("agent_name") or meta.get("delegation_id") or meta.get("parent_session_id"))
+    return classify_resume(
+        facts.stop_kind or None,
+        is_child=is_child,
+        delegation_id=str(meta.get("delegation_id", "")),
+        parent_session_id=str(meta.get("parent_session_id", "")),
+    )

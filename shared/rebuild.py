@@ -90,7 +90,8 @@ class Rebuild:
 
     ``messages`` are message payloads (reasoning attached); ``checkpoint_messages``
     is the sequence as it stood at the last checkpoint, for verification.
-    ``committed_bytes`` is the length of the file up to its last ``\\n``.
+    ``committed_bytes`` is the length of the file up to its last ``\\n``;
+    ``unanswered_call_ids`` the calls still without an output, in call order.
     """
 
     messages: list[dict[str, Any]] = field(default_factory=list)
@@ -103,6 +104,7 @@ class Rebuild:
     last_record_type: str | None = None
     unknown_records: list[UnknownRecord] = field(default_factory=list)
     call_ids: set[str] = field(default_factory=set)
+    unanswered_call_ids: list[str] = field(default_factory=list)
     last_seq: int = -1
     records: int = 0
     committed_bytes: int = 0
@@ -139,7 +141,7 @@ class _Rebuilder:
                 payload = {**payload, "reasoning": self.pending_reasoning[0]}
                 self.pending_reasoning = None
             calls = payload.get("tool_calls")
-            if calls:
+            if isinstance(calls, list):
                 for call in calls:
                     call_id = call.get("id") if isinstance(call, dict) else None
                     if isinstance(call_id, str):
@@ -251,6 +253,7 @@ class _Rebuilder:
         self.flush_dangling_reasoning()
         for call_id, pairing in self.pairings.items():
             if pairing.output_index < 0:
+                result.unanswered_call_ids.append(call_id)
                 self.degrade(
                     DegradedKind.UNANSWERED_TOOL_CALL,
                     pairing.call_line,

@@ -17,7 +17,8 @@ written by orjson, no BOM. Every line has exactly these keys, in this order::
                       forked_from? {session_id, seq, digest}, created_at
   message             role, content? (string or list of parts), name?,
                       tool_calls? [{id, type, function: {name, arguments}}],
-                      tool_call_id?, is_anchored?, truncation_marker?
+                      tool_call_id?, is_anchored?, truncation_marker?,
+                      synthetic? (true on an output written by Resume)
   reasoning           content, signature?, encrypted?  (attaches to the next
                       assistant message)
   compacted           summary, replacement_history? [message payloads]
@@ -33,8 +34,11 @@ Documented additions to the SPEC §1 table (readers must accept them):
   tool input (e.g. a patch) kept verbatim in ``function.arguments``;
 * an ``event`` keeps its opaque object under ``body`` so that it can never
   collide with ``kind``;
+* a ``message`` may carry ``"synthetic": true``: a tool output the writer wrote on
+  Resume for a call left without one (not part of the digest);
+* an ``event`` of kind ``resumed`` / ``forked`` records a Resume / Fork;
 * optional fields are omitted when absent (never written as ``null``), and
-  ``is_anchored`` is written only when true.
+  ``is_anchored`` / ``synthetic`` are written only when true.
 
 Unknown ``type`` values (a newer writer) are preserved by readers and reported as
 degraded, never dropped and never a crash.

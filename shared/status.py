@@ -10,12 +10,15 @@ The table is in :mod:`shared.errors`.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 
 import grpc
 from google.protobuf import any_pb2
-from google.protobuf.message import Message
+from google.protobuf.descriptor import ServiceDescriptor
+from google.protobuf.message import DecodeError, Message
+from google.protobuf.message_factory import GetMessageClass
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
@@ -32,6 +35,11 @@ from shared.errors import (
 )
 
 log = logging.getLogger(__name__)
+
+
+def _field_violation(error: InvalidArgumentError) -> error_details_pb2.BadRequest:
+    violation = error_details_pb2.BadRequest.FieldViolation(field=error.field, description=error.description)
+    return error_details_pb2.BadRequest(field_violations=[violation])
 
 
 def _status_of(error: LedgerError, prefix: str) -> tuple[grpc.StatusCode, str, list[Message]]:
@@ -109,3 +117,100 @@ async def status_mapping(
         await context.abort_with_status(
             rich_status(grpc.StatusCode.INTERNAL, f"{rpc} failed unexpectedly; see the server log", [])
         )
+
+
+class UndecodableRequest:
+    """Stands in for a request whose bytes are not valid protobuf (e.g. a string field
+    that is not valid UTF-8, such as an encoded lone surrogate)."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: InvalidArgumentError) -> None:
+        self.error = error
+
+
+def _tolerant_deserializer(message_class: Any) -> Callable[[bytes], Any]:
+    def deserialize(raw: bytes) -> Any:
+        try:
+            return message_class.FromString(raw)
+        except DecodeError as exc:
+            return UndecodableRequest(
+                InvalidArgumentError(
+                    "request",
+                    f"is not a valid {message_class.DESCRIPTOR.full_name} ({exc}); every string must be"
+                    " valid UTF-8 (no lone surrogates)",
+                )
+            )
+
+    return deserialize
+
+
+async def _checked_stream(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    async for request in requests:
+        if isinstance(request, UndecodableRequest):
+            raise request.error
+        yield request
+
+
+def _wrap(method: Callable[..., Any], client_streaming: bool, server_streaming: bool) -> Callable[..., Any]:
+    """A handler that answers INVALID_ARGUMENT for undecodable requests, then calls ``method``."""
+    if client_streaming:
+        if server_streaming:
+
+            async def stream_stream(
+                requests: AsyncIterator[Any], context: grpc.aio.ServicerContext
+            ) -> AsyncIterator[Any]:
+                async for response in method(_checked_stream(requests), context):
+                    yield response
+
+            return stream_stream
+
+        async def stream_unary(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
+            return await method(_checked_stream(requests), context)
+
+        return stream_unary
+
+    async def reject(request: UndecodableRequest, context: grpc.aio.ServicerContext) -> None:
+        await context.abort_with_status(
+            rich_status(
+                grpc.StatusCode.INVALID_ARGUMENT, str(request.error), [_field_violation(request.error)]
+            )
+        )
+
+    if server_streaming:
+
+        async def unary_stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            if isinstance(request, UndecodableRequest):
+                await reject(request, context)
+            async for response in method(request, context):
+                yield response
+
+        return unary_stream
+
+    async def unary_unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        if isinstance(request, UndecodableRequest):
+            await reject(request, context)
+        return await method(request, context)
+
+    return unary_unary
+
+
+def add_servicer(server: grpc.aio.Server, service: ServiceDescriptor, servicer: object) -> None:
+    """Register ``servicer``'s methods for ``service`` with decoding errors answered as
+    INVALID_ARGUMENT (the generated ``add_*_to_server`` would answer INTERNAL)."""
+    handlers: dict[str, grpc.RpcMethodHandler] = {}
+    for method in service.methods:
+        request_class = GetMessageClass(method.input_type)
+        response_class = GetMessageClass(method.output_type)
+        factory = {
+            (False, False): grpc.unary_unary_rpc_method_handler,
+            (False, True): grpc.unary_stream_rpc_method_handler,
+            (True, False): grpc.stream_unary_rpc_method_handler,
+            (True, True): grpc.stream_stream_rpc_method_handler,
+        }[(method.client_streaming, method.server_streaming)]
+        handlers[method.name] = factory(
+            _wrap(getattr(servicer, method.name), method.client_streaming, method.server_streaming),
+            request_deserializer=_tolerant_deserializer(request_class),
+            response_serializer=response_class.SerializeToString,
+        )
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service.full_name, handlers),))

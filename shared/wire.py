@@ -103,6 +103,8 @@ def message_payload(message: records_pb2.ChatMessage) -> dict[str, Any]:
         payload["is_anchored"] = True
     if message.HasField("truncation_marker"):
         payload["truncation_marker"] = message.truncation_marker
+    if message.synthetic:
+        payload["synthetic"] = True
     return payload
 
 
@@ -123,6 +125,7 @@ def message_from_payload(payload: dict[str, Any]) -> records_pb2.ChatMessage:
     if isinstance(content, str):
         message.text = content
     elif isinstance(content, list):
+        message.parts.SetInParent()  # an empty list is still "parts", not "no content"
         message.parts.extend(content)
     elif content is not None:
         message.text = str(content)
@@ -144,6 +147,8 @@ def message_from_payload(payload: dict[str, Any]) -> records_pb2.ChatMessage:
         message.is_anchored = True
     if "truncation_marker" in payload:
         message.truncation_marker = str(payload["truncation_marker"])
+    if payload.get("synthetic"):
+        message.synthetic = True
     reasoning = payload.get("reasoning")
     if isinstance(reasoning, dict):
         message.reasoning.content = str(reasoning.get("content", ""))

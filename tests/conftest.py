@@ -54,9 +54,22 @@ def start_service(kind: str, data_dir: Path, *extra: str) -> ServiceProcess:
     log_path = data_dir.parent / f"{kind}-{os.urandom(4).hex()}.log"
     with log_path.open("w") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "rollout_cli.main", f"serve-{kind}", "--data-dir", str(data_dir),
-             "--address", "127.0.0.1:0", *extra],
-            stdout=subprocess.PIPE, stderr=log, text=True, env=env, cwd=REPO,
+            [
+                sys.executable,
+                "-m",
+                "rollout_cli.main",
+                f"serve-{kind}",
+                "--data-dir",
+                str(data_dir),
+                "--address",
+                "127.0.0.1:0",
+                *extra,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            env=env,
+            cwd=REPO,
         )
     assert process.stdout is not None
     line = process.stdout.readline()

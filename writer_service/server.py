@@ -26,7 +26,7 @@ from grpc_reflection.v1alpha import reflection
 from rollout.v1 import records_pb2, writer_pb2, writer_pb2_grpc
 from shared.errors import RecordValidationError
 from shared.records import RecordType
-from shared.status import status_mapping
+from shared.status import add_servicer, status_mapping
 from shared.stop_kinds import StopKind
 from shared.wire import append_payloads
 from writer_service.recovery import repair_all
@@ -34,7 +34,8 @@ from writer_service.sessions import SessionLedger, SessionSpec, WriterConfig
 
 log = logging.getLogger(__name__)
 
-SERVICE_NAME = writer_pb2.DESCRIPTOR.services_by_name["RolloutWriter"].full_name
+SERVICE = writer_pb2.DESCRIPTOR.services_by_name["RolloutWriter"]
+SERVICE_NAME = SERVICE.full_name
 #: Largest request accepted (bytes); single records are further capped by WriterConfig.
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
@@ -93,7 +94,7 @@ class RolloutWriterServicer(writer_pb2_grpc.RolloutWriterServicer):
     ) -> tuple[writer_pb2.AppendResponse, asyncio.Future[None]]:
         expected = request.expected_next_seq if request.HasField("expected_next_seq") else None
         seqs, next_seq, durable = await self.ledger.enqueue(
-            request.session_id, request_payloads(request), expected
+            request.session_id, request_payloads(request), expected, request.request_id
         )
         response = writer_pb2.AppendResponse(session_id=request.session_id, seqs=seqs, next_seq=next_seq)
         return response, durable
@@ -122,16 +123,13 @@ class RolloutWriterServicer(writer_pb2_grpc.RolloutWriterServicer):
         acks: asyncio.Queue[tuple[int, _Accepted | Exception] | None] = asyncio.Queue()
 
         async def accept() -> None:
+            position = 0
             try:
-                position = 0
                 async for request in request_iterator:
-                    try:
-                        accepted: _Accepted | Exception = await self._enqueue(request)
-                    except Exception as exc:
-                        await acks.put((position, exc))
-                        return
-                    await acks.put((position, accepted))
+                    await acks.put((position, await self._enqueue(request)))
                     position += 1
+            except Exception as exc:  # a bad request (or an undecodable one) ends the stream
+                await acks.put((position, exc))
             finally:
                 await acks.put(None)
 
@@ -165,6 +163,37 @@ class RolloutWriterServicer(writer_pb2_grpc.RolloutWriterServicer):
                 stop_seq=result.stop_seq,
                 digest=result.digest,
                 message_count=result.message_count,
+            )
+        raise AssertionError("unreachable: status_mapping aborts")
+
+    async def Resume(
+        self, request: writer_pb2.ResumeRequest, context: grpc.aio.ServicerContext
+    ) -> writer_pb2.ResumeResponse:
+        async with status_mapping(context, "Resume"):
+            result = await self.ledger.resume(request.session_id)
+            return writer_pb2.ResumeResponse(
+                session_id=request.session_id,
+                closed_call_ids=result.closed_call_ids,
+                previous_stop_kind=result.previous_stop_kind,
+                next_seq=result.next_seq,
+            )
+        raise AssertionError("unreachable: status_mapping aborts")
+
+    async def Fork(
+        self, request: writer_pb2.ForkRequest, context: grpc.aio.ServicerContext
+    ) -> writer_pb2.ForkResponse:
+        async with status_mapping(context, "Fork"):
+            point = request.WhichOneof("at")
+            result = await self.ledger.fork(
+                request.session_id,
+                request.at_seq if point == "at_seq" else None,
+                request.before_user_message if point == "before_user_message" else None,
+            )
+            return writer_pb2.ForkResponse(
+                session_id=result.session_id,
+                forked_at_seq=result.forked_at_seq,
+                digest=result.digest,
+                next_seq=result.next_seq,
             )
         raise AssertionError("unreachable: status_mapping aborts")
 
@@ -219,7 +248,7 @@ async def start_writer(config: WriterConfig, address: str = "127.0.0.1:0") -> Ru
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ]
         )
-        writer_pb2_grpc.add_RolloutWriterServicer_to_server(RolloutWriterServicer(ledger), server)
+        add_servicer(server, SERVICE, RolloutWriterServicer(ledger))
         health = HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health, server)
         reflection.enable_server_reflection(

@@ -27,13 +27,14 @@ from typing import Any
 
 from shared.digest import digest
 from shared.errors import (
+    InvalidArgumentError,
     QueueFullError,
     RecordValidationError,
     SessionExistsError,
     SessionNotFoundError,
     SessionStateError,
 )
-from shared.layout import DataRoot
+from shared.layout import DELEGATION_ID_MAX_CHARS, DataRoot
 from shared.naming import (
     build_file_name,
     new_session_id,
@@ -41,7 +42,7 @@ from shared.naming import (
     validate_agent_name,
     validate_session_id,
 )
-from shared.rebuild import rebuild
+from shared.rebuild import Rebuild, rebuild
 from shared.records import (
     RecordType,
     call_ids_of,
@@ -53,9 +54,14 @@ from shared.records import (
 )
 from shared.stop_kinds import StopKind
 from writer_service.committer import CommitConfig, SessionCommitter
+from writer_service.forking import check_fork_keeps_pairs, find_fork_point
+from writer_service.idempotency import RememberedAppend, RequestMemory, fingerprint
 from writer_service.recovery import repair_torn_tail
 
 log = logging.getLogger(__name__)
+
+#: The content of the tool output Resume writes for a call left without one.
+SYNTHETIC_OUTPUT = "Error: interrupted before the tool returned"
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +99,21 @@ class StopResult:
     message_count: int
 
 
+@dataclass(frozen=True, slots=True)
+class ResumeResult:
+    closed_call_ids: list[str]
+    previous_stop_kind: str
+    next_seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class ForkResult:
+    session_id: str
+    forked_at_seq: int
+    digest: str
+    next_seq: int
+
+
 @dataclass(slots=True)
 class _OpenSession:
     session_id: str
@@ -114,6 +135,8 @@ class SessionLedger:
         self._executor = ThreadPoolExecutor(config.io_threads, thread_name_prefix="rollout-io")
         self._sessions: dict[str, _OpenSession] = {}
         self._loading: dict[str, asyncio.Future[_OpenSession]] = {}
+        self._requests = RequestMemory()
+        self._creating: set[str] = set()
 
     # -- life cycle -----------------------------------------------------------------
 
@@ -126,21 +149,35 @@ class SessionLedger:
         """
         session_id = validate_session_id(spec.session_id) if spec.session_id else new_session_id()
         validate_agent_name(spec.agent_name)
+        if spec.parent_session_id:
+            validate_session_id(spec.parent_session_id)
+        if len(spec.delegation_id) > DELEGATION_ID_MAX_CHARS:
+            raise InvalidArgumentError(
+                "delegation_id", f"is longer than {DELEGATION_ID_MAX_CHARS} characters"
+            )
         if spec.created_at:
             try:
                 created = parse_timestamp(spec.created_at)
             except ValueError as exc:
-                raise RecordValidationError(0, "created_at", f"not an RFC 3339 timestamp: {exc}") from exc
+                raise InvalidArgumentError("created_at", f"is not an RFC 3339 timestamp: {exc}") from exc
         else:
             created = datetime.now(UTC)
-        if session_id in self._sessions or session_id in self._loading:
+        if session_id in self._sessions or session_id in self._loading or session_id in self._creating:
             raise SessionExistsError(session_id)
+        if spec.session_id:  # a new UUIDv7 cannot collide; a client's id may name an existing file
+            try:
+                self.root.locate(session_id)
+            except SessionNotFoundError:
+                pass
+            else:
+                raise SessionExistsError(session_id)
+        self._creating.add(session_id)
         try:
-            self.root.locate(session_id)
-        except SessionNotFoundError:
-            pass
-        else:
-            raise SessionExistsError(session_id)
+            return await self._create(session_id, created, spec)
+        finally:
+            self._creating.discard(session_id)
+
+    async def _create(self, session_id: str, created: datetime, spec: SessionSpec) -> tuple[str, str]:
         created_at = format_timestamp(created)
         name = build_file_name(created, session_id, spec.agent_name)
         meta: dict[str, Any] = {"session_id": session_id}
@@ -155,6 +192,9 @@ class SessionLedger:
         line = encode_line(0, now_timestamp(), RecordType.SESSION_META, meta)
         path = self.root.sessions_dir / name
         loop = asyncio.get_running_loop()
+        if spec.parent_session_id:
+            marker = self.root.delegation_marker(spec.parent_session_id, spec.delegation_id, session_id)
+            await loop.run_in_executor(self._executor, _create_marker, marker)
         fd = await loop.run_in_executor(self._executor, self._create_file, path, line)
         self.root.register(parse_file_name(name), name)
         self._sessions[session_id] = _OpenSession(
@@ -261,14 +301,23 @@ class SessionLedger:
         session_id: str,
         records: list[list[tuple[RecordType, dict[str, Any]]]],
         expected_next_seq: int | None = None,
+        request_id: str = "",
     ) -> tuple[list[int], int, asyncio.Future[None]]:
         """Validate, assign seqs and queue; returns (seqs, next seq, durable future).
 
         The first half of :meth:`append`, for pipelined streams: once this returns,
         the request holds its place in the session's order; await the future for
-        durability (it raises StorageWriteError on a failed batch).
+        durability (it raises StorageWriteError on a failed batch). A ``request_id``
+        seen before (writer_service.idempotency) returns the first answer and
+        queues nothing.
         """
         state = await self._open(session_id)
+        print_ = b""
+        if request_id:
+            print_ = fingerprint(records)
+            remembered = self._requests.recall(session_id, request_id, print_)
+            if remembered is not None:
+                return remembered.seqs, remembered.next_seq, remembered.durable
         self._check_appendable(state)
         if expected_next_seq is not None and expected_next_seq != state.next_seq:
             raise SessionStateError(
@@ -286,6 +335,10 @@ class SessionLedger:
         state.next_seq += count
         state.call_ids.update(new_call_ids)
         durable = state.committer.submit(b"".join(lines), count)
+        if request_id:
+            self._requests.remember(
+                session_id, request_id, RememberedAppend(print_, seqs, state.next_seq, durable)
+            )
         return seqs, state.next_seq, durable
 
     def _check_appendable(self, state: _OpenSession) -> None:
@@ -348,16 +401,7 @@ class SessionLedger:
         self._check_appendable(state)
         state.stopping = True
         try:
-            await state.committer.drain()
-            if self._sessions.get(session_id) is not state:
-                raise SessionStateError(
-                    "a write failed while draining; nothing was stopped, retry Stop",
-                    subject=f"session/{session_id}",
-                    precondition="storage healthy",
-                )
-            loop = asyncio.get_running_loop()
-            data = await loop.run_in_executor(self._executor, state.path.read_bytes)
-            found = rebuild(data)
+            _, found = await self._exclusive_rebuild(state)
             checkpoint_seq = state.next_seq
             message_digest = digest(found.messages)
             ts = now_timestamp()
@@ -388,6 +432,114 @@ class SessionLedger:
         )
         return StopResult(checkpoint_seq, checkpoint_seq + 1, message_digest, len(found.messages))
 
+    async def _exclusive_rebuild(self, state: _OpenSession) -> tuple[bytes, Rebuild]:
+        """Drain the session's queue, then read and rebuild its whole file (SPEC §2.7)."""
+        await state.committer.drain()
+        if self._sessions.get(state.session_id) is not state:
+            raise SessionStateError(
+                "a write failed while draining; nothing was done, retry",
+                subject=f"session/{state.session_id}",
+                precondition="storage healthy",
+            )
+        data = await asyncio.get_running_loop().run_in_executor(self._executor, state.path.read_bytes)
+        return data, rebuild(data)
+
+    async def resume(self, session_id: str) -> ResumeResult:
+        """Re-open a session for appending, closing calls left without an output (SPEC §2.8).
+
+        Appends one synthetic tool message per unanswered call, then a ``resumed``
+        event, in one batch. Raises SessionNotFoundError, SessionStateError (a Stop
+        or Resume in progress), StorageWriteError.
+        """
+        state = await self._open(session_id)
+        if state.stopping:
+            raise SessionStateError(
+                "a Stop or Resume of this session is in progress; retry when it ends",
+                subject=f"session/{session_id}",
+                precondition="no Stop or Resume in progress",
+            )
+        state.stopping = True
+        try:
+            _, found = await self._exclusive_rebuild(state)
+            closed = found.unanswered_call_ids
+            previous = state.stopped_kind or ""
+            ts = now_timestamp()
+            seq = state.next_seq
+            lines = b""
+            for call_id in closed:
+                output = {
+                    "role": "tool",
+                    "content": SYNTHETIC_OUTPUT,
+                    "tool_call_id": call_id,
+                    "synthetic": True,
+                }
+                lines += encode_line(seq, ts, RecordType.MESSAGE, output)
+                seq += 1
+            event = {
+                "kind": "resumed",
+                "body": {"previous_stop_kind": previous, "closed_call_ids": closed},
+            }
+            lines += encode_line(seq, ts, RecordType.EVENT, event)
+            seq += 1
+            count = seq - state.next_seq
+            state.next_seq = seq
+            state.stopped_kind = None
+            durable = state.committer.submit(lines, count)
+        finally:
+            state.stopping = False
+        await durable
+        log.info("resumed %s (was %s), closed %d dangling calls", session_id, previous or "open", len(closed))
+        return ResumeResult(closed, previous, seq)
+
+    async def fork(self, source_id: str, at_seq: int | None, before_user_message: int | None) -> ForkResult:
+        """Create a new session holding the source's records up to the fork point (SPEC §2.8).
+
+        Exactly one of ``at_seq`` (keep seq <= at_seq) and ``before_user_message``
+        (keep everything before the Nth user message, 1-based) is given. The
+        source is drained first when this writer has it open, and never written.
+        Raises InvalidArgumentError (no or bad fork point), SessionStateError (the
+        point cuts a tool call from its output), SessionNotFoundError, StorageWriteError.
+        """
+        source = self._sessions.get(source_id)
+        if source is not None:
+            await source.committer.drain()
+        _, path = self.root.locate(source_id)
+        data = await asyncio.get_running_loop().run_in_executor(self._executor, path.read_bytes)
+        cut = find_fork_point(data, at_seq, before_user_message)
+        prefix = data[: cut.end_offset]
+        found = rebuild(prefix)
+        meta = dict(found.session_meta or {})
+        check_fork_keeps_pairs(data, cut, found.unanswered_call_ids)
+        fork_digest = digest(found.messages)
+        session_id = new_session_id()
+        created = datetime.now(UTC)
+        meta.update(
+            session_id=session_id,
+            created_at=format_timestamp(created),
+            forked_from={"session_id": source_id, "seq": cut.seq, "digest": fork_digest},
+        )
+        ts = now_timestamp()
+        event = {
+            "kind": "forked",
+            "body": {"source_session_id": source_id, "seq": cut.seq, "digest": fork_digest},
+        }
+        body = (
+            encode_line(0, ts, RecordType.SESSION_META, meta)
+            + prefix[cut.first_line_end :]
+            + encode_line(cut.seq + 1, ts, RecordType.EVENT, event)
+        )
+        name = build_file_name(created, session_id, str(meta.get("agent_name", "")))
+        new_path = self.root.sessions_dir / name
+        fd = await asyncio.get_running_loop().run_in_executor(
+            self._executor, self._create_file, new_path, body
+        )
+        self.root.register(parse_file_name(name), name)
+        self._sessions[session_id] = _OpenSession(
+            session_id, new_path, cut.seq + 2, found.call_ids, self._committer(session_id, fd, len(body))
+        )
+        log.info("forked %s at seq %d into %s", source_id, cut.seq, session_id)
+        return ForkResult(session_id, cut.seq, fork_digest, cut.seq + 2)
+
     async def close(self) -> None:
         """Drain every session's queue, close files and the I/O threads."""
         for state in list(self._sessions.values()):
@@ -395,6 +547,17 @@ class SessionLedger:
             state.committer.close()
         self._sessions.clear()
         self._executor.shutdown(wait=True)
+
+
+def _create_marker(path: Path) -> None:
+    """Create an empty delegation marker and fsync its folder (see shared.layout)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch()
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
 
 
 class _Union:

@@ -98,18 +98,26 @@ class ResumeEligibility(_message.Message):
     def __init__(self, replayable: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class ListSessionsRequest(_message.Message):
-    __slots__ = ("page_size", "page_token", "tenant", "agent_name", "parent_session_id")
+    __slots__ = ("page_size", "page_token", "tenant", "agent_name", "parent_session_id", "created_after", "created_before", "stop_state", "max_scan")
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     AGENT_NAME_FIELD_NUMBER: _ClassVar[int]
     PARENT_SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AFTER_FIELD_NUMBER: _ClassVar[int]
+    CREATED_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    STOP_STATE_FIELD_NUMBER: _ClassVar[int]
+    MAX_SCAN_FIELD_NUMBER: _ClassVar[int]
     page_size: int
     page_token: str
     tenant: str
     agent_name: str
     parent_session_id: str
-    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., tenant: _Optional[str] = ..., agent_name: _Optional[str] = ..., parent_session_id: _Optional[str] = ...) -> None: ...
+    created_after: str
+    created_before: str
+    stop_state: str
+    max_scan: int
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., tenant: _Optional[str] = ..., agent_name: _Optional[str] = ..., parent_session_id: _Optional[str] = ..., created_after: _Optional[str] = ..., created_before: _Optional[str] = ..., stop_state: _Optional[str] = ..., max_scan: _Optional[int] = ...) -> None: ...
 
 class SessionSummary(_message.Message):
     __slots__ = ("session_id", "agent_name", "created_at", "tenant", "parent_session_id", "delegation_id", "stop_facts")
@@ -130,9 +138,45 @@ class SessionSummary(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., agent_name: _Optional[str] = ..., created_at: _Optional[str] = ..., tenant: _Optional[str] = ..., parent_session_id: _Optional[str] = ..., delegation_id: _Optional[str] = ..., stop_facts: _Optional[_Union[StopFacts, _Mapping]] = ...) -> None: ...
 
 class ListSessionsResponse(_message.Message):
-    __slots__ = ("sessions", "next_page_token")
+    __slots__ = ("sessions", "next_page_token", "scanned", "scan_capped")
     SESSIONS_FIELD_NUMBER: _ClassVar[int]
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SCANNED_FIELD_NUMBER: _ClassVar[int]
+    SCAN_CAPPED_FIELD_NUMBER: _ClassVar[int]
     sessions: _containers.RepeatedCompositeFieldContainer[SessionSummary]
     next_page_token: str
-    def __init__(self, sessions: _Optional[_Iterable[_Union[SessionSummary, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+    scanned: int
+    scan_capped: bool
+    def __init__(self, sessions: _Optional[_Iterable[_Union[SessionSummary, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., scanned: _Optional[int] = ..., scan_capped: _Optional[bool] = ...) -> None: ...
+
+class FindDelegationsRequest(_message.Message):
+    __slots__ = ("parent_session_id", "child_session_id", "delegation_id")
+    PARENT_SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    CHILD_SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    DELEGATION_ID_FIELD_NUMBER: _ClassVar[int]
+    parent_session_id: str
+    child_session_id: str
+    delegation_id: str
+    def __init__(self, parent_session_id: _Optional[str] = ..., child_session_id: _Optional[str] = ..., delegation_id: _Optional[str] = ...) -> None: ...
+
+class Delegation(_message.Message):
+    __slots__ = ("parent_session_id", "delegation_id", "child_session_id", "agent_name", "created_at", "stop_facts")
+    PARENT_SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    DELEGATION_ID_FIELD_NUMBER: _ClassVar[int]
+    CHILD_SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    AGENT_NAME_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    STOP_FACTS_FIELD_NUMBER: _ClassVar[int]
+    parent_session_id: str
+    delegation_id: str
+    child_session_id: str
+    agent_name: str
+    created_at: str
+    stop_facts: StopFacts
+    def __init__(self, parent_session_id: _Optional[str] = ..., delegation_id: _Optional[str] = ..., child_session_id: _Optional[str] = ..., agent_name: _Optional[str] = ..., created_at: _Optional[str] = ..., stop_facts: _Optional[_Union[StopFacts, _Mapping]] = ...) -> None: ...
+
+class FindDelegationsResponse(_message.Message):
+    __slots__ = ("delegations",)
+    DELEGATIONS_FIELD_NUMBER: _ClassVar[int]
+    delegations: _containers.RepeatedCompositeFieldContainer[Delegation]
+    def __init__(self, delegations: _Optional[_Iterable[_Union[Delegation, _Mapping]]] = ...) -> None: ...

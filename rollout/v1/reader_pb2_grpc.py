@@ -49,6 +49,11 @@ class RolloutReaderStub:
                 request_serializer=rollout_dot_v1_dot_reader__pb2.ListSessionsRequest.SerializeToString,
                 response_deserializer=rollout_dot_v1_dot_reader__pb2.ListSessionsResponse.FromString,
                 _registered_method=True)
+        self.FindDelegations = channel.unary_unary(
+                '/rollout.v1.RolloutReader/FindDelegations',
+                request_serializer=rollout_dot_v1_dot_reader__pb2.FindDelegationsRequest.SerializeToString,
+                response_deserializer=rollout_dot_v1_dot_reader__pb2.FindDelegationsResponse.FromString,
+                _registered_method=True)
 
 
 class RolloutReaderServicer:
@@ -80,7 +85,19 @@ class RolloutReaderServicer:
     def ListSessions(self, request, context):
         """Sessions newest first (created time, then session id), paged by an opaque
         cursor. Reads file names and heads/tails only; never rebuilds a session.
-        INVALID_ARGUMENT: a malformed page_token or page_size out of range.
+        Sessions whose stop facts are unknown are listed, never filtered out
+        (unless stop_state asks for a stopped state).
+        INVALID_ARGUMENT: a malformed page_token, filter or page_size out of range.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FindDelegations(self, request, context):
+        """Delegation lookup, both ways: from a parent session (optionally one
+        delegation id, the parent's tool call id) to its child sessions, or from a
+        child session to its parent coordinates.
+        INVALID_ARGUMENT: neither or a malformed session id. NOT_FOUND: unknown session.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -103,6 +120,11 @@ def add_RolloutReaderServicer_to_server(servicer, server):
                     servicer.ListSessions,
                     request_deserializer=rollout_dot_v1_dot_reader__pb2.ListSessionsRequest.FromString,
                     response_serializer=rollout_dot_v1_dot_reader__pb2.ListSessionsResponse.SerializeToString,
+            ),
+            'FindDelegations': grpc.unary_unary_rpc_method_handler(
+                    servicer.FindDelegations,
+                    request_deserializer=rollout_dot_v1_dot_reader__pb2.FindDelegationsRequest.FromString,
+                    response_serializer=rollout_dot_v1_dot_reader__pb2.FindDelegationsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -186,6 +208,33 @@ class RolloutReader:
             '/rollout.v1.RolloutReader/ListSessions',
             rollout_dot_v1_dot_reader__pb2.ListSessionsRequest.SerializeToString,
             rollout_dot_v1_dot_reader__pb2.ListSessionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FindDelegations(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rollout.v1.RolloutReader/FindDelegations',
+            rollout_dot_v1_dot_reader__pb2.FindDelegationsRequest.SerializeToString,
+            rollout_dot_v1_dot_reader__pb2.FindDelegationsResponse.FromString,
             options,
             channel_credentials,
             insecure,

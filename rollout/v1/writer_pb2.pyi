@@ -101,3 +101,43 @@ class StopResponse(_message.Message):
     digest: str
     message_count: int
     def __init__(self, checkpoint_seq: _Optional[int] = ..., stop_seq: _Optional[int] = ..., digest: _Optional[str] = ..., message_count: _Optional[int] = ...) -> None: ...
+
+class ResumeRequest(_message.Message):
+    __slots__ = ("session_id",)
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+
+class ResumeResponse(_message.Message):
+    __slots__ = ("session_id", "closed_call_ids", "previous_stop_kind", "next_seq")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    CLOSED_CALL_IDS_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUS_STOP_KIND_FIELD_NUMBER: _ClassVar[int]
+    NEXT_SEQ_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    closed_call_ids: _containers.RepeatedScalarFieldContainer[str]
+    previous_stop_kind: str
+    next_seq: int
+    def __init__(self, session_id: _Optional[str] = ..., closed_call_ids: _Optional[_Iterable[str]] = ..., previous_stop_kind: _Optional[str] = ..., next_seq: _Optional[int] = ...) -> None: ...
+
+class ForkRequest(_message.Message):
+    __slots__ = ("session_id", "at_seq", "before_user_message")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    AT_SEQ_FIELD_NUMBER: _ClassVar[int]
+    BEFORE_USER_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    at_seq: int
+    before_user_message: int
+    def __init__(self, session_id: _Optional[str] = ..., at_seq: _Optional[int] = ..., before_user_message: _Optional[int] = ...) -> None: ...
+
+class ForkResponse(_message.Message):
+    __slots__ = ("session_id", "forked_at_seq", "digest", "next_seq")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    FORKED_AT_SEQ_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    NEXT_SEQ_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    forked_at_seq: int
+    digest: str
+    next_seq: int
+    def __init__(self, session_id: _Optional[str] = ..., forked_at_seq: _Optional[int] = ..., digest: _Optional[str] = ..., next_seq: _Optional[int] = ...) -> None: ...

@@ -54,6 +54,16 @@ class RolloutWriterStub:
                 request_serializer=rollout_dot_v1_dot_writer__pb2.StopRequest.SerializeToString,
                 response_deserializer=rollout_dot_v1_dot_writer__pb2.StopResponse.FromString,
                 _registered_method=True)
+        self.Resume = channel.unary_unary(
+                '/rollout.v1.RolloutWriter/Resume',
+                request_serializer=rollout_dot_v1_dot_writer__pb2.ResumeRequest.SerializeToString,
+                response_deserializer=rollout_dot_v1_dot_writer__pb2.ResumeResponse.FromString,
+                _registered_method=True)
+        self.Fork = channel.unary_unary(
+                '/rollout.v1.RolloutWriter/Fork',
+                request_serializer=rollout_dot_v1_dot_writer__pb2.ForkRequest.SerializeToString,
+                response_deserializer=rollout_dot_v1_dot_writer__pb2.ForkResponse.FromString,
+                _registered_method=True)
 
 
 class RolloutWriterServicer:
@@ -110,6 +120,34 @@ class RolloutWriterServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Resume(self, request, context):
+        """Re-opens a session for appending to the same file and identity. Every tool
+        call left without an output is closed by appending a synthetic tool
+        message ("Error: interrupted before the tool returned", synthetic=true); a
+        real output appended later supersedes it (last wins in place). Then a
+        `resumed` event is appended. Nothing already written is rewritten.
+        Resuming an open session is allowed (a client taking over after a crash)
+        and closes only calls still unanswered; resuming twice adds nothing twice.
+        NOT_FOUND: unknown session. UNAVAILABLE: the write failed.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Fork(self, request, context):
+        """Creates a new session whose history is the source's records up to the fork
+        point (original seqs and timestamps kept; line 0 is the fork's own
+        session_meta with forked_from = {source, seq, digest}), then a `forked`
+        event. The source file is never written. Later writes go to the fork only.
+        INVALID_ARGUMENT: no fork point, or a fork point outside the session.
+        FAILED_PRECONDITION: the fork point falls between a tool call and its
+        output (the message says where the pair ends); fork at or after it.
+        NOT_FOUND: unknown session. DATA_LOSS: the source cannot be read up to the fork point.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RolloutWriterServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -132,6 +170,16 @@ def add_RolloutWriterServicer_to_server(servicer, server):
                     servicer.Stop,
                     request_deserializer=rollout_dot_v1_dot_writer__pb2.StopRequest.FromString,
                     response_serializer=rollout_dot_v1_dot_writer__pb2.StopResponse.SerializeToString,
+            ),
+            'Resume': grpc.unary_unary_rpc_method_handler(
+                    servicer.Resume,
+                    request_deserializer=rollout_dot_v1_dot_writer__pb2.ResumeRequest.FromString,
+                    response_serializer=rollout_dot_v1_dot_writer__pb2.ResumeResponse.SerializeToString,
+            ),
+            'Fork': grpc.unary_unary_rpc_method_handler(
+                    servicer.Fork,
+                    request_deserializer=rollout_dot_v1_dot_writer__pb2.ForkRequest.FromString,
+                    response_serializer=rollout_dot_v1_dot_writer__pb2.ForkResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -242,6 +290,60 @@ class RolloutWriter:
             '/rollout.v1.RolloutWriter/Stop',
             rollout_dot_v1_dot_writer__pb2.StopRequest.SerializeToString,
             rollout_dot_v1_dot_writer__pb2.StopResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Resume(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rollout.v1.RolloutWriter/Resume',
+            rollout_dot_v1_dot_writer__pb2.ResumeRequest.SerializeToString,
+            rollout_dot_v1_dot_writer__pb2.ResumeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Fork(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rollout.v1.RolloutWriter/Fork',
+            rollout_dot_v1_dot_writer__pb2.ForkRequest.SerializeToString,
+            rollout_dot_v1_dot_writer__pb2.ForkResponse.FromString,
             options,
             channel_credentials,
             insecure,

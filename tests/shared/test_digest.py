@@ -17,17 +17,13 @@ _DIGEST_SHAPE = re.compile(r"sha256:v1:[0-9a-f]{64}")
 _SPEC_FIELDS = ("role", "content", "name", "tool_calls", "tool_call_id", "reasoning")
 
 _texts = st.text(max_size=12)
-_parts = st.lists(
-    st.fixed_dictionaries({"type": st.just("text"), "text": _texts}), min_size=1, max_size=3
-)
+_parts = st.lists(st.fixed_dictionaries({"type": st.just("text"), "text": _texts}), min_size=1, max_size=3)
 _tool_calls = st.lists(
     st.fixed_dictionaries(
         {
             "id": st.text(min_size=1, max_size=8),
             "type": st.sampled_from(["function", "custom"]),
-            "function": st.fixed_dictionaries(
-                {"name": st.text(min_size=1, max_size=8), "arguments": _texts}
-            ),
+            "function": st.fixed_dictionaries({"name": st.text(min_size=1, max_size=8), "arguments": _texts}),
         }
     ),
     min_size=1,

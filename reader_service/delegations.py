@@ -1,0 +1,72 @@
+"""Delegation lookups, both ways (SPEC §5, seed rule 13).
+
+Parent to children: the writer keeps one marker per child under
+``delegations/<parent id>/`` (shared.layout), so a lookup lists one folder
+instead of reading every session. Child to parent: the child's ``session_meta``
+names its coordinates. One role delegated to several times in one parent stays
+distinguishable: each child has its own delegation id (the parent's tool call
+id) and session id. Empty coordinates mean "no coordinates", never "root".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from reader_service.listing import read_session_meta
+from reader_service.stop_facts import StopFactsResult, read_stop_facts
+from shared.errors import SessionNotFoundError
+from shared.layout import DataRoot
+
+
+@dataclass(frozen=True, slots=True)
+class DelegationLink:
+    """One parent-child link with the child's head and stop facts."""
+
+    parent_session_id: str
+    delegation_id: str
+    child_session_id: str
+    agent_name: str
+    created_at: str
+    meta: dict[str, Any]
+    stop_facts: StopFactsResult
+
+
+def _link(root: DataRoot, child_session_id: str, tail_window: int) -> DelegationLink:
+    parsed, path = root.locate(child_session_id)
+    meta = read_session_meta(path)
+    return DelegationLink(
+        parent_session_id=str(meta.get("parent_session_id", "")),
+        delegation_id=str(meta.get("delegation_id", "")),
+        child_session_id=child_session_id,
+        agent_name=parsed.agent_name,
+        created_at=str(meta.get("created_at", "")),
+        meta=meta,
+        stop_facts=read_stop_facts(path, tail_window),
+    )
+
+
+def find_children(
+    root: DataRoot, parent_session_id: str, delegation_id: str, tail_window: int
+) -> list[DelegationLink]:
+    """The child sessions a parent delegated to (optionally one delegation), oldest first.
+
+    Raises FileNameError for a malformed id and SessionNotFoundError for an unknown parent.
+    Markers whose child file does not exist (a crash between the two) are skipped.
+    """
+    root.locate(parent_session_id)
+    links = []
+    for _, child in root.delegations_of(parent_session_id, delegation_id):
+        try:
+            links.append(_link(root, child, tail_window))
+        except (SessionNotFoundError, FileNotFoundError):
+            continue
+    return sorted(links, key=lambda link: (link.created_at, link.child_session_id))
+
+
+def find_parent(root: DataRoot, child_session_id: str, tail_window: int) -> DelegationLink:
+    """The coordinates of a child session (empty fields: none recorded).
+
+    Raises FileNameError for a malformed id and SessionNotFoundError for an unknown session.
+    """
+    return _link(root, child_session_id, tail_window)

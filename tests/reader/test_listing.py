@@ -1,0 +1,153 @@
+"""Session listing: newest first, stable cursor, filters, scan cap (SPEC §5 Listing)."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import grpc
+import pytest
+
+from reader_service.listing import SessionFilters, list_sessions
+from rollout.v1 import reader_pb2, records_pb2, writer_pb2
+from shared.layout import DataRoot
+from shared.naming import build_file_name
+from shared.records import encode_line, format_timestamp
+
+BASE = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def make_sessions(data_dir: Path, count: int, *, stopped_every: int = 0) -> list[str]:
+    """``count`` session files with real names, one second apart; returns ids oldest first."""
+    folder = data_dir / "sessions"
+    folder.mkdir(exist_ok=True)
+    ids = []
+    for index in range(count):
+        created = BASE + timedelta(seconds=index)
+        session_id = f"01900000-0000-7000-8000-{index:012x}"
+        lines = encode_line(
+            0,
+            format_timestamp(created),
+            "session_meta",
+            {
+                "session_id": session_id,
+                "tenant": "even" if index % 2 == 0 else "odd",
+                "created_at": format_timestamp(created),
+            },
+        )
+        if stopped_every and index % stopped_every == 0:
+            lines += encode_line(
+                1,
+                format_timestamp(created),
+                "agent_checkpoint",
+                {
+                    "digest": "sha256:v1:" + "0" * 64,
+                    "message_count": 0,
+                    "covers_seq": 0,
+                    "stop_kind": "paused",
+                },
+            )
+            lines += encode_line(
+                2,
+                format_timestamp(created),
+                "stop",
+                {"stop_kind": "paused", "reason": "p", "checkpoint_seq": 1},
+            )
+        (folder / build_file_name(created, session_id)).write_bytes(lines)
+        ids.append(session_id)
+    return ids
+
+
+def test_ten_thousand_sessions_in_pages_of_100_each_exactly_once_while_sessions_are_created(
+    data_dir, writer, reader
+) -> None:
+    """Walking 10,000 sessions in pages of 100 loses and repeats none while new sessions appear."""
+    old = make_sessions(data_dir, 10_000)
+    stop_creating = threading.Event()
+    created: list[str] = []
+
+    def keep_creating() -> None:
+        while not stop_creating.is_set() and len(created) < 200:
+            created.append(writer.CreateSession(writer_pb2.CreateSessionRequest()).session_id)
+
+    creator = threading.Thread(target=keep_creating)
+    creator.start()
+    seen: list[str] = []
+    token = ""
+    try:
+        while True:
+            page = reader.ListSessions(reader_pb2.ListSessionsRequest(page_size=100, page_token=token))
+            seen.extend(s.session_id for s in page.sessions)
+            token = page.next_page_token
+            if not token:
+                break
+    finally:
+        stop_creating.set()
+        creator.join()
+    assert created, "sessions were created during the walk"
+    assert len(seen) == len(set(seen)), "no session is listed twice"
+    assert set(old) <= set(seen), "no old session is lost"
+    assert set(seen) <= set(old) | set(created)
+    old_order = [sid for sid in seen if sid in set(old)]
+    assert old_order == list(reversed(old)), "newest first, stable"
+
+
+def test_unknown_sessions_are_listed_and_filters_apply(data_dir) -> None:
+    """Sessions without stop facts are listed as unknown; tenant, range and stop-state filters narrow."""
+    ids = make_sessions(data_dir, 30, stopped_every=3)
+    root = DataRoot(data_dir)
+    everything = list_sessions(root, page_size=100)
+    assert len(everything.sessions) == 30
+    assert sum(not s.stop_facts.found for s in everything.sessions) == 20
+    unknown = list_sessions(root, page_size=100, filters=SessionFilters(stop_state="unknown")).sessions
+    assert len(unknown) == 20
+    paused = list_sessions(root, page_size=100, filters=SessionFilters(stop_state="paused")).sessions
+    assert {s.name.session_id for s in paused} == {ids[i] for i in range(0, 30, 3)}
+    replayable = list_sessions(root, page_size=100, filters=SessionFilters(stop_state="replayable")).sessions
+    assert len(replayable) == 10
+    even = list_sessions(root, page_size=100, filters=SessionFilters(tenant="even")).sessions
+    assert len(even) == 15
+    window = SessionFilters(
+        created_after=BASE + timedelta(seconds=10), created_before=BASE + timedelta(seconds=19)
+    )
+    ranged = list_sessions(root, page_size=100, filters=window).sessions
+    assert [s.name.session_id for s in ranged] == list(reversed(ids[10:20]))
+
+
+def test_scan_cap_ends_a_page_early_and_says_so(data_dir) -> None:
+    """With a scan cap, a sparse filter returns a short page, scan_capped, and a token that continues."""
+    ids = make_sessions(data_dir, 50, stopped_every=10)
+    root = DataRoot(data_dir)
+    filters = SessionFilters(stop_state="paused")
+    page = list_sessions(root, page_size=10, filters=filters, max_scan=15)
+    assert page.scan_capped
+    assert page.scanned == 15
+    found = [s.name.session_id for s in page.sessions]
+    token = page.next_page_token
+    while token:
+        page = list_sessions(root, page_size=10, page_token=token, filters=filters, max_scan=15)
+        found += [s.name.session_id for s in page.sessions]
+        token = page.next_page_token
+    assert found == [ids[i] for i in (40, 30, 20, 10, 0)]
+
+
+def test_bad_page_token_is_invalid_argument(reader) -> None:
+    """A page token that ListSessions did not issue is INVALID_ARGUMENT."""
+    with pytest.raises(grpc.RpcError) as caught:
+        reader.ListSessions(reader_pb2.ListSessionsRequest(page_token="not-a-token"))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_stop_state_filter_over_grpc(writer, reader) -> None:
+    """ListSessions filters by stop state and shows the reason of each session."""
+    a = writer.CreateSession(writer_pb2.CreateSessionRequest()).session_id
+    b = writer.CreateSession(writer_pb2.CreateSessionRequest()).session_id
+    writer.Stop(
+        writer_pb2.StopRequest(session_id=a, stop_kind=records_pb2.STOP_KIND_COMPLETED, reason="done")
+    )
+    stopped = reader.ListSessions(reader_pb2.ListSessionsRequest(stop_state="stopped")).sessions
+    assert [s.session_id for s in stopped] == [a]
+    unknown = reader.ListSessions(reader_pb2.ListSessionsRequest(stop_state="unknown")).sessions
+    assert [s.session_id for s in unknown] == [b]
+    assert unknown[0].stop_facts.resume.reason.startswith("unknown")

@@ -1,0 +1,139 @@
+"""The reasoning duality (SPEC §2.5): what the writer splits, rebuild re-attaches, exactly."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from google.protobuf import struct_pb2
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rollout.v1 import records_pb2, writer_pb2
+from shared.errors import RecordValidationError
+from shared.rebuild import rebuild
+from shared.records import RecordType, encode_line
+from shared.wire import append_payloads, message_from_payload
+
+TS = "2026-11-30T10:15:30.123456Z"
+META = {"session_id": "01a22c15-89a6-7d3d-b5b7-165622bd350c", "tenant": "default", "created_at": TS}
+
+
+def replay(messages):
+    """Write ``messages`` as the writer does (append_payloads, encode_line), rebuild, convert back."""
+    payloads = [(RecordType.SESSION_META, META)]
+    for index, chat in enumerate(messages):
+        payloads += append_payloads(writer_pb2.AppendRecord(message=chat), index)
+    data = b"".join(
+        encode_line(seq, TS, record_type, payload) for seq, (record_type, payload) in enumerate(payloads)
+    )
+    result = rebuild(data)
+    return [message_from_payload(payload) for payload in result.messages], result
+
+
+_texts = st.text(max_size=16)
+# -0.0 is left out: shared.wire reads it back as 0 (see the report of this test suite).
+_numbers = st.integers(-(2**53), 2**53) | st.floats(allow_nan=False, allow_infinity=False).filter(
+    lambda number: not (number == 0 and math.copysign(1, number) < 0)
+)
+_json = st.recursive(
+    st.none() | st.booleans() | _numbers | _texts,
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(_texts, children, max_size=3),
+    max_leaves=8,
+)
+
+
+def _list_value(items):
+    """``items`` as a google.protobuf.ListValue."""
+    values = struct_pb2.ListValue()
+    values.extend(items)
+    return values
+
+
+# An empty parts list is pinned by test_empty_parts_list_replays_as_parts.
+_parts = st.lists(_json, min_size=1, max_size=3).map(_list_value)
+
+
+@st.composite
+def chat_messages(draw, role, *, reasoning=False, tool_call_id=None):
+    """One ChatMessage of ``role`` with random content, name, marker and (if asked) reasoning."""
+    chat = records_pb2.ChatMessage(role=role)
+    content = draw(st.sampled_from(["none", "text", "parts"]))
+    if content == "text":
+        chat.text = draw(_texts)
+    elif content == "parts":
+        chat.parts.CopyFrom(draw(_parts))
+    if draw(st.booleans()):
+        chat.name = draw(_texts)
+    if tool_call_id is not None:
+        chat.tool_call_id = tool_call_id
+    chat.is_anchored = draw(st.booleans())
+    chat.synthetic = draw(st.booleans())
+    if draw(st.booleans()):
+        chat.truncation_marker = draw(_texts)
+    if reasoning and draw(st.booleans()):
+        chat.reasoning.content = draw(_texts)
+        if draw(st.booleans()):
+            chat.reasoning.signature = draw(_texts)
+        if draw(st.booleans()):
+            chat.reasoning.encrypted = draw(_texts)
+    return chat
+
+
+@st.composite
+def conversations(draw):
+    """Turns of: an optional system/developer/user message, an assistant message, its tool outputs."""
+    messages = []
+    for turn in range(draw(st.integers(min_value=1, max_value=4))):
+        if draw(st.booleans()):
+            messages.append(draw(chat_messages(draw(st.sampled_from(["system", "developer", "user"])))))
+        assistant = draw(chat_messages("assistant", reasoning=True))
+        call_ids = [f"call_{turn}_{index}" for index in range(draw(st.integers(min_value=0, max_value=2)))]
+        for call_id in call_ids:
+            assistant.tool_calls.add(
+                id=call_id,
+                type=draw(st.sampled_from(["function", "custom"])),
+                function=records_pb2.FunctionCall(
+                    name=draw(st.text(min_size=1, max_size=8)), arguments=draw(_texts)
+                ),
+            )
+        messages.append(assistant)
+        messages += [draw(chat_messages("tool", tool_call_id=call_id)) for call_id in call_ids]
+    return messages
+
+
+@settings(deadline=None, max_examples=200)
+@given(messages=conversations())
+def test_appended_messages_replay_exactly(messages):
+    """Messages written through append_payloads and encode_line rebuild to equal ChatMessages."""
+    replayed, result = replay(messages)
+    assert replayed == messages
+    assert result.degraded == []
+    assert result.superseded_outputs == 0
+
+
+def test_reasoning_is_written_as_its_own_record_before_the_message():
+    """An assistant message with reasoning becomes a reasoning record then a message record."""
+    chat = records_pb2.ChatMessage(
+        role="assistant", text="a", reasoning=records_pb2.Reasoning(content="r", signature="s")
+    )
+    assert append_payloads(writer_pb2.AppendRecord(message=chat), 0) == [
+        (RecordType.REASONING, {"content": "r", "signature": "s"}),
+        (RecordType.MESSAGE, {"role": "assistant", "content": "a"}),
+    ]
+
+
+@pytest.mark.parametrize("role", ["system", "developer", "user", "tool"])
+def test_reasoning_on_a_non_assistant_message_is_rejected(role):
+    """Reasoning on any role but assistant is refused, naming the record index and field."""
+    chat = records_pb2.ChatMessage(role=role, text="x", reasoning=records_pb2.Reasoning(content="r"))
+    with pytest.raises(RecordValidationError) as caught:
+        append_payloads(writer_pb2.AppendRecord(message=chat), 3)
+    assert (caught.value.index, caught.value.field) == (3, "message.reasoning")
+
+
+def test_empty_parts_list_replays_as_parts():
+    """A message whose content is an empty parts list replays with an empty parts list, not no content."""
+    chat = records_pb2.ChatMessage(role="user", parts=struct_pb2.ListValue())
+    replayed, _ = replay([chat])
+    assert replayed == [chat]

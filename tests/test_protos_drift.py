@@ -1,0 +1,42 @@
+"""The checked-in stubs under rollout/v1 are exactly what scripts/gen_protos.sh generates."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _generated_files(root):
+    """The files under ``root/rollout`` (relative paths), bytecode caches left out."""
+    base = root / "rollout"
+    return {
+        path.relative_to(base)
+        for path in base.rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc"
+    }
+
+
+def test_checked_in_stubs_match_a_fresh_generation(tmp_path):
+    """Regenerating the stubs gives byte-identical files and no checked-in stub is missing."""
+    subprocess.run(
+        ["bash", str(REPO / "scripts" / "gen_protos.sh"), str(tmp_path)],
+        check=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHON": sys.executable},
+        capture_output=True,
+    )
+    fresh = _generated_files(tmp_path)
+    checked_in = _generated_files(REPO)
+    assert any(path.parts[0] == "v1" and path.name.endswith("_pb2.py") for path in fresh)
+    assert sorted(checked_in - fresh) == [], "checked-in stubs that the generator no longer makes"
+    assert sorted(fresh - checked_in) == [], "generated stubs that are not checked in"
+    drifted = [
+        str(path)
+        for path in sorted(fresh)
+        if (tmp_path / "rollout" / path).read_bytes() != (REPO / "rollout" / path).read_bytes()
+    ]
+    assert drifted == [], "stubs differ from scripts/gen_protos.sh output; rerun it"

@@ -1,0 +1,122 @@
+"""Idempotent retries, optimistic concurrency, concurrent clients, undecodable input (SPEC §2.3, §2.4)."""
+
+from __future__ import annotations
+
+import threading
+
+import grpc
+import orjson
+import pytest
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
+
+from rollout.v1 import records_pb2, writer_pb2
+
+
+def user(text: str) -> writer_pb2.AppendRecord:
+    return writer_pb2.AppendRecord(message=records_pb2.ChatMessage(role="user", text=text))
+
+
+def lines_of(data_dir, session_id: str) -> list[dict]:
+    (path,) = (data_dir / "sessions").glob(f"*{session_id}*.jsonl")
+    return [orjson.loads(line) for line in path.read_bytes().splitlines()]
+
+
+def test_a_retried_request_id_writes_once_and_returns_the_first_answer(writer, data_dir) -> None:
+    """A retry with the same request_id and records answers the same seqs and writes nothing again."""
+    sid = writer.CreateSession(writer_pb2.CreateSessionRequest()).session_id
+    request = writer_pb2.AppendRequest(session_id=sid, records=[user("once")], request_id="req-1")
+    first = writer.Append(request)
+    retry = writer.Append(request)
+    assert retry == first
+    assert sum(1 for r in lines_of(data_dir, sid) if r["payload"].get("content") == "once") == 1
+
+
+def test_a_request_id_reused_with_other_records_is_refused(writer) -> None:
+    """The same request_id with different records is INVALID_ARGUMENT, not a silent second write."""
+    sid = writer.CreateSession(writer_pb2.CreateSessionRequest()).session_id
+    writer.Append(writer_pb2.AppendRequest(session_id=sid, records=[user("a")], request_id="req-1"))
+    with pytest.raises(grpc.RpcError) as caught:
+        writer.Append(writer_pb2.AppendRequest(session_id=sid, records=[user("b")], request_id="req-1"))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "already used for different records" in caught.value.details()
+
+
+def test_expected_next_seq_mismatch_reports_the_actual_value(writer) -> None:
+    """expected_next_seq that does not match is FAILED_PRECONDITION with the actual next seq in the details."""
+    sid = writer.CreateSession(writer_pb2.CreateSessionRequest()).session_id
+    assert (
+        writer.Append(
+            writer_pb2.AppendRequest(session_id=sid, records=[user("a")], expected_next_seq=1)
+        ).next_seq
+        == 2
+    )
+    with pytest.raises(grpc.RpcError) as caught:
+        writer.Append(writer_pb2.AppendRequest(session_id=sid, records=[user("b")], expected_next_seq=1))
+    assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    status = rpc_status.from_call(caught.value)
+    failure = error_details_pb2.PreconditionFailure()
+    assert status.details[0].Unpack(failure)
+    assert failure.violations[0].description == "next_seq=2"
+
+
+def test_concurrent_clients_get_one_total_order_with_contiguous_seqs(writer, data_dir) -> None:
+    """16 clients x 500 appends to one session give seqs 1..8000, every record present exactly once."""
+    sid = writer.CreateSession(writer_pb2.CreateSessionRequest()).session_id
+    acked: list[tuple[int, str]] = []
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+
+    def client(number: int) -> None:
+        try:
+            for index in range(500):
+                text = f"c{number}-{index}"
+                seqs = writer.Append(writer_pb2.AppendRequest(session_id=sid, records=[user(text)])).seqs
+                with lock:
+                    acked.append((seqs[0], text))
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    records = lines_of(data_dir, sid)[1:]
+    assert [r["seq"] for r in records] == list(range(1, 8001))
+    by_seq = {r["seq"]: r["payload"]["content"] for r in records}
+    assert sorted(acked) == sorted(by_seq.items())
+    assert len(set(by_seq.values())) == 8000
+    per_client = {}
+    for _seq, text in sorted(acked):
+        number, index = text[1:].split("-")
+        assert per_client.get(number, -1) < int(index), "each client's appends keep their order"
+        per_client[number] = int(index)
+
+
+def test_a_lone_surrogate_is_rejected_and_nothing_is_written(writer_process, data_dir) -> None:
+    """A string field holding an encoded lone surrogate (invalid UTF-8) is INVALID_ARGUMENT, never stored."""
+    with grpc.insecure_channel(writer_process.address) as channel:
+        from rollout.v1 import writer_pb2_grpc
+
+        sid = (
+            writer_pb2_grpc.RolloutWriterStub(channel)
+            .CreateSession(writer_pb2.CreateSessionRequest())
+            .session_id
+        )
+        raw = writer_pb2.AppendRequest(session_id=sid, records=[user("XXX")]).SerializeToString()
+        assert raw.count(b"XXX") == 1
+        bad = raw.replace(b"XXX", b"\xed\xa0\x80")  # U+D800 as (invalid) UTF-8
+        append_raw = channel.unary_unary("/rollout.v1.RolloutWriter/Append")
+        with pytest.raises(grpc.RpcError) as caught:
+            append_raw(bad)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "valid UTF-8" in caught.value.details()
+    assert len(lines_of(data_dir, sid)) == 1
+
+
+def test_python_clients_cannot_even_build_a_lone_surrogate() -> None:
+    """The protobuf runtime refuses a lone surrogate before it reaches the wire."""
+    with pytest.raises((ValueError, UnicodeError)):
+        records_pb2.ChatMessage(role="user", text="\ud800").SerializeToString()

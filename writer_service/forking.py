@@ -1,0 +1,99 @@
+"""Fork points: where a fork cuts its source, and the rule that it never splits a tool pair.
+
+A fork keeps the source's records up to a fork point, byte for byte (original
+seqs and timestamps). The point is either a seq (keep ``seq <= at_seq``) or "before
+the Nth user message". A point that falls between an assistant tool call and its
+output is refused (SPEC §2.8): the fork would start with a call whose output
+exists but was cut away.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from shared.errors import InvalidArgumentError, SessionStateError
+from shared.records import RecordType
+
+
+@dataclass(frozen=True, slots=True)
+class ForkPoint:
+    """``seq``: last source seq kept; offsets in bytes of the source file."""
+
+    seq: int
+    end_offset: int
+    first_line_end: int
+
+
+def _records(data: bytes, start: int = 0) -> Iterator[tuple[int, int, dict[str, Any] | None]]:
+    """(line start, line end incl. newline, record or None if unparseable) of committed lines."""
+    offset = start
+    while True:
+        end = data.find(b"\n", offset)
+        if end < 0:
+            return
+        try:
+            record = orjson.loads(data[offset:end])
+        except orjson.JSONDecodeError:
+            record = None
+        yield offset, end + 1, record if isinstance(record, dict) else None
+        offset = end + 1
+
+
+def find_fork_point(data: bytes, at_seq: int | None, before_user_message: int | None) -> ForkPoint:
+    """Locate the fork point in a source file's bytes.
+
+    Raises InvalidArgumentError when neither or both points are given, or when the
+    point is outside the session.
+    """
+    if (at_seq is None) == (before_user_message is None):
+        raise InvalidArgumentError("at", "give exactly one of at_seq and before_user_message")
+    first_line_end = data.find(b"\n") + 1
+    if first_line_end == 0:
+        raise InvalidArgumentError("session_id", "the source session has no committed record")
+    last_seq, users = 0, 0
+    for start, end, record in _records(data, first_line_end):
+        seq = record.get("seq") if record else None
+        if before_user_message is not None and record and record.get("type") == RecordType.MESSAGE:
+            payload = record.get("payload")
+            if isinstance(payload, dict) and payload.get("role") == "user":
+                users += 1
+                if users == before_user_message:
+                    return ForkPoint(last_seq, start, first_line_end)
+        if isinstance(seq, int):
+            last_seq = seq
+            if at_seq is not None and seq == at_seq:
+                return ForkPoint(seq, end, first_line_end)
+    if at_seq == 0:
+        return ForkPoint(0, first_line_end, first_line_end)
+    if at_seq is not None:
+        raise InvalidArgumentError("at_seq", f"is {at_seq}, but the session holds seqs 0..{last_seq}")
+    raise InvalidArgumentError(
+        "before_user_message", f"is {before_user_message}, but the session has {users} user messages"
+    )
+
+
+def check_fork_keeps_pairs(data: bytes, point: ForkPoint, unanswered_call_ids: Collection[str]) -> None:
+    """Refuse a fork point that cuts a tool call (kept) from its output (cut away).
+
+    Raises SessionStateError naming the call and the seq of its output.
+    """
+    if not unanswered_call_ids:
+        return
+    for _, _, record in _records(data, point.end_offset):
+        if not record or record.get("type") != RecordType.MESSAGE:
+            continue
+        payload = record.get("payload")
+        if isinstance(payload, dict) and payload.get("role") == "tool":
+            call_id = payload.get("tool_call_id")
+            if call_id in unanswered_call_ids:
+                seq = record.get("seq")
+                raise SessionStateError(
+                    f"fork point seq {point.seq} falls between tool call {call_id!r} and its output at"
+                    f" seq {seq}; fork at seq {seq} or later, or before the call",
+                    subject=f"seq/{point.seq}",
+                    precondition=f"tool pair {call_id!r} ends at seq {seq}",
+                )
