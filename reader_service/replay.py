@@ -17,11 +17,15 @@ Replay never uses the lossy memory view.
 from __future__ import annotations
 
 import enum
+from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from shared.digest import canonical_message, digest
+from shared.digest import DigestBuilder, canonical_message, digest
 from shared.rebuild import DegradedEntry, DegradedKind, Rebuild, rebuild
+from shared.rebuild_index import MessageSource, index_rebuild
 
 
 class DigestStatus(enum.StrEnum):
@@ -73,3 +77,120 @@ def replay_bytes(data: bytes, token_budget: int = 0, max_messages: int = 0) -> R
 def replay_file(path: Path, token_budget: int = 0, max_messages: int = 0) -> ReplayResult:
     """Replay one session file, read once. Raises OSError when it cannot be read."""
     return replay_bytes(path.read_bytes(), token_budget, max_messages)
+
+
+#: Canonical bytes of messages gathered into one StreamReplay chunk (~ its size on the wire).
+STREAM_CHUNK_BYTES = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ReplaySummaryFacts:
+    """What the last StreamReplay chunk (and VerifySession) report about a whole session."""
+
+    rebuilt: Rebuild
+    digest_status: DigestStatus
+    computed_digest: str
+    estimated_tokens: int
+    token_budget: int
+    message_count: int
+
+    @property
+    def too_large(self) -> bool:
+        return bool(self.token_budget) and self.estimated_tokens > self.token_budget
+
+
+def _verify_handles(source: MessageSource, rebuilt: Rebuild) -> tuple[DigestStatus, str] | None:
+    """Verify the last checkpoint by a separate pass, unless the streaming pass can do it (None)."""
+    checkpoint = rebuilt.last_checkpoint
+    if checkpoint is None or rebuilt.checkpoint_messages is None:
+        return None
+    if rebuilt.checkpoint_messages == rebuilt.messages:
+        return None
+    builder = DigestBuilder(len(rebuilt.checkpoint_messages))
+    for handle in rebuilt.checkpoint_messages:
+        builder.add(source.message(handle))
+    computed = builder.result()
+    matches = computed == checkpoint.digest and checkpoint.message_count == len(rebuilt.checkpoint_messages)
+    return (DigestStatus.VERIFIED if matches else DigestStatus.MISMATCH), computed
+
+
+def stream_replay(
+    path: Path, token_budget: int = 0, max_messages: int = 0, chunk_bytes: int = STREAM_CHUNK_BYTES
+) -> Iterator[tuple[int, list[dict[str, Any]], ReplaySummaryFacts | None]]:
+    """Replay in bounded memory: yields (first index, payloads, None) chunks, then a summary.
+
+    The last item is ``(message_count, [], summary)``. The file is indexed once
+    (shared.rebuild_index), then the messages are read back by offset chunk by
+    chunk; the checkpoint digest is computed on the way when it covers the
+    returned sequence, otherwise by one more pass before streaming. Raises
+    OSError when the file cannot be read.
+    """
+    rebuilt = index_rebuild(path, max_messages=max_messages)
+    handles = rebuilt.messages
+    with MessageSource(path) as source:
+        separate = _verify_handles(source, rebuilt)
+        builder = DigestBuilder(len(handles))
+        tokens = 0
+        chunk: list[dict[str, Any]] = []
+        size = 0
+        first = 0
+        for position, handle in enumerate(handles):
+            payload = source.message(handle)
+            length = builder.add(payload)
+            tokens += (length + 3) // 4
+            chunk.append(payload)
+            size += length
+            if size >= chunk_bytes:
+                yield first, chunk, None
+                first, chunk, size = position + 1, [], 0
+        if chunk:
+            yield first, chunk, None
+    streamed = builder.result()
+    checkpoint = rebuilt.last_checkpoint
+    if separate is not None:
+        status, computed = separate
+    elif checkpoint is None:
+        status, computed = DigestStatus.NO_CHECKPOINT, streamed
+        rebuilt.degraded.append(
+            DegradedEntry(DegradedKind.NO_CHECKPOINT, 0, 0, "no agent_checkpoint: nothing to verify against")
+        )
+    else:
+        matches = streamed == checkpoint.digest and checkpoint.message_count == len(handles)
+        status, computed = (DigestStatus.VERIFIED if matches else DigestStatus.MISMATCH), streamed
+    yield len(handles), [], ReplaySummaryFacts(rebuilt, status, computed, tokens, token_budget, len(handles))
+
+
+def verify_session(path: Path) -> ReplaySummaryFacts:
+    """Full integrity check in bounded memory (every line parsed, seqs, last checkpoint digest)."""
+    ((_, _, summary),) = deque(stream_replay(path), maxlen=1)  # chunks are dropped as they come
+    if summary is None:
+        raise RuntimeError("stream_replay ended without its summary")
+    return summary
+
+
+def verify_findings(summary: ReplaySummaryFacts) -> tuple[bool, list[str]]:
+    """(ok, sentences) for a person: ok when only compactions are degraded and the checkpoint verifies."""
+    rebuilt = summary.rebuilt
+    findings = [
+        f"{rebuilt.records} records, seqs 0..{rebuilt.last_seq}, {rebuilt.committed_bytes} committed bytes,"
+        f" {summary.message_count} messages in the rebuilt sequence"
+    ]
+    checkpoint = rebuilt.last_checkpoint
+    if summary.digest_status is DigestStatus.VERIFIED and checkpoint is not None:
+        findings.append(f"last checkpoint (seq {checkpoint.seq}) verifies: {summary.computed_digest}")
+    elif summary.digest_status is DigestStatus.MISMATCH and checkpoint is not None:
+        findings.append(
+            f"last checkpoint (seq {checkpoint.seq}) does NOT verify: stored {checkpoint.digest},"
+            f" recomputed {summary.computed_digest}"
+        )
+    else:
+        findings.append("no checkpoint: the session was never stopped, nothing to verify against")
+    serious = [
+        entry
+        for entry in rebuilt.degraded
+        if entry.kind not in (DegradedKind.COMPACTED_REBUILD, DegradedKind.NO_CHECKPOINT)
+    ]
+    for entry in serious:
+        findings.append(f"{entry.kind} at line {entry.line} (byte {entry.offset}): {entry.detail}")
+    ok = not serious and summary.digest_status is not DigestStatus.MISMATCH
+    return ok, findings

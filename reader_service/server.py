@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
@@ -23,10 +23,19 @@ from grpc_reflection.v1alpha import reflection
 
 from reader_service.delegations import find_children, find_parent
 from reader_service.listing import SessionFilters, list_sessions, read_session_meta
-from reader_service.replay import DigestStatus, replay_file
+from reader_service.memory_view import DEFAULT_MAX_REASONING_CHARS, DEFAULT_MAX_TOOL_OUTPUT_CHARS, memory_view
+from reader_service.replay import (
+    DigestStatus,
+    ReplayResult,
+    ReplaySummaryFacts,
+    replay_file,
+    stream_replay,
+    verify_findings,
+    verify_session,
+)
 from reader_service.stop_facts import DEFAULT_TAIL_WINDOW, StopFactsResult, eligibility_of, read_stop_facts
 from rollout.v1 import reader_pb2, reader_pb2_grpc
-from shared.errors import InvalidArgumentError
+from shared.errors import InvalidArgumentError, ReplyTooLargeError
 from shared.layout import DataRoot
 from shared.records import parse_timestamp
 from shared.status import add_servicer, status_mapping
@@ -88,6 +97,36 @@ def _timestamp_filter(field: str, text: str) -> datetime | None:
         raise InvalidArgumentError(field, f"is not an RFC 3339 timestamp: {text!r}") from exc
 
 
+def _check_replay_request(request: reader_pb2.ReplayRequest) -> None:
+    if request.token_budget < 0:
+        raise InvalidArgumentError("token_budget", f"must be >= 0, got {request.token_budget}")
+    if request.max_messages < 0:
+        raise InvalidArgumentError("max_messages", f"must be >= 0, got {request.max_messages}")
+
+
+def _chunk(
+    session_id: str, first: int, payloads: list[dict[str, Any]], summary: ReplaySummaryFacts | None
+) -> reader_pb2.ReplayChunk:
+    """One StreamReplay message (the summary only on the last)."""
+    chunk = reader_pb2.ReplayChunk(
+        session_id=session_id, first_index=first, messages=[message_from_payload(p) for p in payloads]
+    )
+    if summary is not None:
+        rebuilt = summary.rebuilt
+        chunk.summary.degraded.extend(degraded_to_proto(entry) for entry in rebuilt.degraded)
+        chunk.summary.superseded_outputs = rebuilt.superseded_outputs
+        chunk.summary.digest_status = _DIGEST_STATUS[summary.digest_status]
+        chunk.summary.computed_digest = summary.computed_digest
+        chunk.summary.estimated_tokens = summary.estimated_tokens
+        chunk.summary.message_count = summary.message_count
+        if rebuilt.last_checkpoint is not None:
+            chunk.summary.last_checkpoint.CopyFrom(checkpoint_to_proto(rebuilt.last_checkpoint))
+        if summary.too_large:
+            chunk.summary.too_large.estimated_tokens = summary.estimated_tokens
+            chunk.summary.too_large.token_budget = summary.token_budget
+    return chunk
+
+
 class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
     """gRPC front of replay, stop facts and listing."""
 
@@ -103,15 +142,21 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
         self, request: reader_pb2.ReplayRequest, context: grpc.aio.ServicerContext
     ) -> reader_pb2.ReplayResponse:
         async with status_mapping(context, "GetReplay"):
-            if request.token_budget < 0 or request.max_messages < 0:
-                raise InvalidArgumentError("token_budget", "token_budget and max_messages must be >= 0")
+            _check_replay_request(request)
             _, path = self.root.locate(request.session_id)
             result = await self._run(replay_file, path, request.token_budget, request.max_messages)
-            return await self._run(self._replay_response, request.session_id, result)
+            response = await self._run(self._replay_response, request.session_id, result)
+            size = response.ByteSize()
+            if size > MAX_MESSAGE_BYTES:
+                raise ReplyTooLargeError(
+                    f"the replay of {request.session_id} is {size} bytes, over the {MAX_MESSAGE_BYTES}-byte"
+                    " reply limit; use StreamReplay"
+                )
+            return response
         raise AssertionError("unreachable: status_mapping aborts")
 
     @staticmethod
-    def _replay_response(session_id: str, result: Any) -> reader_pb2.ReplayResponse:
+    def _replay_response(session_id: str, result: ReplayResult) -> reader_pb2.ReplayResponse:
         rebuilt = result.rebuilt
         response = reader_pb2.ReplayResponse(
             session_id=session_id,
@@ -128,6 +173,67 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
             response.too_large.estimated_tokens = result.estimated_tokens
             response.too_large.token_budget = result.token_budget
         return response
+
+    async def StreamReplay(
+        self, request: reader_pb2.ReplayRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[reader_pb2.ReplayChunk]:
+        async with status_mapping(context, "StreamReplay"):
+            _check_replay_request(request)
+            _, path = self.root.locate(request.session_id)
+            chunks = stream_replay(path, request.token_budget, request.max_messages)
+            try:
+                while (item := await self._run(next, chunks, None)) is not None:
+                    first, payloads, summary = item
+                    yield await self._run(_chunk, request.session_id, first, payloads, summary)
+            finally:
+                await self._run(chunks.close)
+
+    async def GetMemoryView(
+        self, request: reader_pb2.MemoryViewRequest, context: grpc.aio.ServicerContext
+    ) -> reader_pb2.MemoryViewResponse:
+        async with status_mapping(context, "GetMemoryView"):
+            if request.max_tool_output_chars < 0 or request.max_reasoning_chars < 0:
+                raise InvalidArgumentError("max_tool_output_chars", "limits must be >= 0")
+            _, path = self.root.locate(request.session_id)
+            result = await self._run(replay_file, path)
+            view = memory_view(
+                result.rebuilt.messages,
+                request.max_tool_output_chars or DEFAULT_MAX_TOOL_OUTPUT_CHARS,
+                request.max_reasoning_chars or DEFAULT_MAX_REASONING_CHARS,
+            )
+            return reader_pb2.MemoryViewResponse(
+                session_id=request.session_id,
+                messages=[message_from_payload(message) for message in view.messages],
+                dropped_system_messages=view.dropped_system_messages,
+                truncated_tool_outputs=view.truncated_tool_outputs,
+                shortened_reasoning=view.shortened_reasoning,
+            )
+        raise AssertionError("unreachable: status_mapping aborts")
+
+    async def VerifySession(
+        self, request: reader_pb2.VerifyRequest, context: grpc.aio.ServicerContext
+    ) -> reader_pb2.VerifyReport:
+        async with status_mapping(context, "VerifySession"):
+            _, path = self.root.locate(request.session_id)
+            summary = await self._run(verify_session, path)
+            ok, findings = verify_findings(summary)
+            rebuilt = summary.rebuilt
+            report = reader_pb2.VerifyReport(
+                session_id=request.session_id,
+                ok=ok,
+                records=rebuilt.records,
+                last_seq=rebuilt.last_seq,
+                committed_bytes=rebuilt.committed_bytes,
+                message_count=summary.message_count,
+                digest_status=_DIGEST_STATUS[summary.digest_status],
+                computed_digest=summary.computed_digest,
+                degraded=[degraded_to_proto(entry) for entry in rebuilt.degraded],
+                findings=findings,
+            )
+            if rebuilt.last_checkpoint is not None:
+                report.last_checkpoint.CopyFrom(checkpoint_to_proto(rebuilt.last_checkpoint))
+            return report
+        raise AssertionError("unreachable: status_mapping aborts")
 
     async def GetStopFacts(
         self, request: reader_pb2.StopFactsRequest, context: grpc.aio.ServicerContext

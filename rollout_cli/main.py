@@ -304,39 +304,50 @@ def _message_text(message: records_pb2.ChatMessage) -> str:
 @click.option("--token-budget", default=0, help="Estimated tokens allowed (0: none).")
 @click.option("--width", default=400, show_default=True, help="Characters shown per message (0: all).")
 def replay(session_id: str, reader: str, token_budget: int, width: int) -> None:
-    """Show the exact rebuilt message sequence of a session."""
+    """Show the exact rebuilt message sequence of a session (streamed: any size)."""
+    summary = None
     with grpc.insecure_channel(reader, options=CLIENT_OPTIONS) as channel:
         stub = reader_pb2_grpc.RolloutReaderStub(channel)
         try:
-            result = stub.GetReplay(
+            for chunk in stub.StreamReplay(
                 reader_pb2.ReplayRequest(session_id=session_id, token_budget=token_budget)
-            )
+            ):
+                for offset, message in enumerate(chunk.messages):
+                    _print_message(chunk.first_index + offset, message, width)
+                if chunk.HasField("summary"):
+                    summary = chunk.summary
         except grpc.RpcError as exc:
             raise _fail(exc) from exc
-    for index, message in enumerate(result.messages):
-        head = f"[{index}] {message.role}"
-        if message.HasField("tool_call_id"):
-            head += f" (answers {message.tool_call_id})"
-        click.echo(click.style(head, bold=True))
-        if message.HasField("reasoning"):
-            click.echo(textwrap.indent(f"reasoning: {_shorten(message.reasoning.content, width)}", "  "))
-        text = _message_text(message)
-        if text:
-            click.echo(textwrap.indent(_shorten(text, width), "  "))
-        for call in message.tool_calls:
-            click.echo(f"  call {call.id}: {call.function.name}({_shorten(call.function.arguments, width)})")
-    status = reader_pb2.DigestStatus.Name(result.digest_status).removeprefix("DIGEST_STATUS_").lower()
+    if summary is None:
+        raise click.ClickException("the replay stream ended without its summary")
+    status = reader_pb2.DigestStatus.Name(summary.digest_status).removeprefix("DIGEST_STATUS_").lower()
     click.echo(
-        f"-- {len(result.messages)} messages, ~{result.estimated_tokens} tokens,"
-        f" superseded outputs {result.superseded_outputs}, checkpoint {status}"
+        f"-- {summary.message_count} messages, ~{summary.estimated_tokens} tokens,"
+        f" superseded outputs {summary.superseded_outputs}, checkpoint {status}"
     )
-    for entry in result.degraded:
+    for entry in summary.degraded:
         click.echo(f"-- degraded {entry.kind} (line {entry.line}, byte {entry.offset}): {entry.detail}")
-    if result.HasField("too_large"):
+    if summary.HasField("too_large"):
         click.echo(
-            f"-- REPLAY_TOO_LARGE: ~{result.too_large.estimated_tokens} tokens over the budget of"
-            f" {result.too_large.token_budget}"
+            f"-- REPLAY_TOO_LARGE: ~{summary.too_large.estimated_tokens} tokens over the budget of"
+            f" {summary.too_large.token_budget}"
         )
+
+
+def _print_message(index: int, message: records_pb2.ChatMessage, width: int) -> None:
+    head = f"[{index}] {message.role}"
+    if message.HasField("tool_call_id"):
+        head += f" (answers {message.tool_call_id})"
+    if message.synthetic:
+        head += " (synthetic)"
+    click.echo(click.style(head, bold=True))
+    if message.HasField("reasoning"):
+        click.echo(textwrap.indent(f"reasoning: {_shorten(message.reasoning.content, width)}", "  "))
+    text = _message_text(message)
+    if text:
+        click.echo(textwrap.indent(_shorten(text, width), "  "))
+    for call in message.tool_calls:
+        click.echo(f"  call {call.id}: {call.function.name}({_shorten(call.function.arguments, width)})")
 
 
 def _shorten(text: str, width: int) -> str:
@@ -371,6 +382,68 @@ def stop_facts(session_id: str, reader: str) -> None:
     verdict = "may be continued exactly" if facts.resume.replayable else "may not be continued as-is"
     click.echo(f"resume:      {verdict}: {facts.resume.reason}")
     click.echo(f"tail read:   {facts.tail_bytes_read} bytes")
+
+
+@cli.command()
+@click.argument("session_id")
+@reader_option
+def verify(session_id: str, reader: str) -> None:
+    """Check one session in full: every line, seq continuity, the last checkpoint's digest."""
+    with grpc.insecure_channel(reader, options=CLIENT_OPTIONS) as channel:
+        stub = reader_pb2_grpc.RolloutReaderStub(channel)
+        try:
+            report = stub.VerifySession(reader_pb2.VerifyRequest(session_id=session_id))
+        except grpc.RpcError as exc:
+            raise _fail(exc) from exc
+    click.echo(f"{session_id}: {'OK' if report.ok else 'PROBLEMS FOUND'}")
+    for finding in report.findings:
+        click.echo(f"  - {finding}")
+    if not report.ok:
+        raise SystemExit(1)
+
+
+@cli.command()
+@click.argument("session_id")
+@writer_option
+def resume(session_id: str, writer: str) -> None:
+    """Re-open a stopped session for appending (closes calls left without an output)."""
+    with grpc.insecure_channel(writer, options=CLIENT_OPTIONS) as channel:
+        stub = writer_pb2_grpc.RolloutWriterStub(channel)
+        try:
+            result = stub.Resume(writer_pb2.ResumeRequest(session_id=session_id))
+        except grpc.RpcError as exc:
+            raise _fail(exc) from exc
+    was = result.previous_stop_kind or "open"
+    closed = ", ".join(result.closed_call_ids) or "none"
+    click.echo(
+        f"{session_id}: resumed (was {was}); calls closed with a synthetic output: {closed};"
+        f" next seq {result.next_seq}"
+    )
+
+
+@cli.command()
+@click.argument("session_id")
+@writer_option
+@click.option("--at-seq", type=int, default=None, help="Keep the records with seq <= this.")
+@click.option("--before-user", type=int, default=None, help="Keep everything before the Nth user message.")
+def fork(session_id: str, writer: str, at_seq: int | None, before_user: int | None) -> None:
+    """Start a new session from a session's history up to a fork point."""
+    if (at_seq is None) == (before_user is None):
+        raise click.UsageError("give exactly one of --at-seq and --before-user")
+    request = writer_pb2.ForkRequest(session_id=session_id)
+    if at_seq is not None:
+        request.at_seq = at_seq
+    else:
+        request.before_user_message = before_user or 0
+    with grpc.insecure_channel(writer, options=CLIENT_OPTIONS) as channel:
+        stub = writer_pb2_grpc.RolloutWriterStub(channel)
+        try:
+            result = stub.Fork(request)
+        except grpc.RpcError as exc:
+            raise _fail(exc) from exc
+    click.echo(
+        f"forked {session_id} at seq {result.forked_at_seq} into {result.session_id} ({result.digest})"
+    )
 
 
 if __name__ == "__main__":

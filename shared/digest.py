@@ -18,7 +18,7 @@ per message.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -37,17 +37,43 @@ def canonical_message(message: Mapping[str, Any]) -> bytes:
     )
 
 
-def digest(messages: Iterable[Mapping[str, Any]]) -> str:
+class DigestBuilder:
+    """The digest of a sequence fed one message at a time (bounded memory).
+
+    ``count`` must be the number of messages that will be added: it is framed
+    first. :meth:`add` returns the canonical length in bytes (readers estimate
+    tokens from it); :meth:`result` raises ValueError if fewer or more were added.
+    """
+
+    __slots__ = ("_added", "_count", "_hasher")
+
+    def __init__(self, count: int) -> None:
+        self._count = count
+        self._added = 0
+        self._hasher = hashlib.sha256(_DOMAIN_TAG)
+        self._hasher.update(count.to_bytes(8, "big"))
+
+    def add(self, message: Mapping[str, Any]) -> int:
+        item = canonical_message(message)
+        self._hasher.update(len(item).to_bytes(8, "big"))
+        self._hasher.update(item)
+        self._added += 1
+        return len(item)
+
+    def result(self) -> str:
+        if self._added != self._count:
+            raise ValueError(f"digest framed for {self._count} messages but {self._added} were added")
+        return DIGEST_PREFIX + self._hasher.hexdigest()
+
+
+def digest(messages: Sequence[Mapping[str, Any]]) -> str:
     """Digest a rebuilt message sequence: ``"sha256:v1:"`` + 64 lowercase hex digits.
 
     ``messages`` are rebuilt message payloads (shared.rebuild), reasoning attached
     under ``"reasoning"``. Raises TypeError when a message holds a value JSON
     cannot encode.
     """
-    canonical = [canonical_message(message) for message in messages]
-    hasher = hashlib.sha256(_DOMAIN_TAG)
-    hasher.update(len(canonical).to_bytes(8, "big"))
-    for item in canonical:
-        hasher.update(len(item).to_bytes(8, "big"))
-        hasher.update(item)
-    return DIGEST_PREFIX + hasher.hexdigest()
+    builder = DigestBuilder(len(messages))
+    for message in messages:
+        builder.add(message)
+    return builder.result()

@@ -10,7 +10,9 @@ The hierarchy::
     ├── SessionExistsError           ALREADY_EXISTS
     ├── SessionStateError            FAILED_PRECONDITION (stopped session, seq mismatch)
     ├── CorruptSessionError          DATA_LOSS         (names the file and byte offset)
-    ├── QueueFullError               RESOURCE_EXHAUSTED
+    ├── ResourceLimitError           RESOURCE_EXHAUSTED
+    │   ├── QueueFullError           RESOURCE_EXHAUSTED (a session's queue; retry with backoff)
+    │   └── ReplyTooLargeError       RESOURCE_EXHAUSTED (use the streaming RPC)
     └── StorageWriteError            UNAVAILABLE       (write or fsync failed; nothing kept)
 
 The services translate these in one place each (``writer_service/server.py`` and
@@ -83,8 +85,16 @@ class CorruptSessionError(LedgerError):
     """A session file cannot be used as asked; the message names the file and offset."""
 
 
-class QueueFullError(LedgerError):
+class ResourceLimitError(LedgerError):
+    """A configured limit was reached; the message says which and what to do."""
+
+
+class QueueFullError(ResourceLimitError):
     """The writer's queue for a session holds too many records; retry with backoff."""
+
+
+class ReplyTooLargeError(ResourceLimitError):
+    """A unary reply would exceed the message size limit; use the streaming RPC."""
 
 
 class StorageWriteError(LedgerError):

@@ -85,7 +85,11 @@ def build_file_name(created_at: datetime, session_id: str, agent_name: str = "")
     validate_session_id(session_id)
     validate_agent_name(agent_name)
     moment = created_at.astimezone(UTC) if created_at.tzinfo else created_at
-    stem = f"{moment:%Y-%m-%d}_{moment:%H%M%S}_{session_id}"
+    # Fields written out by hand: strftime's %Y does not zero-pad years before 1000.
+    stem = (
+        f"{moment.year:04d}-{moment.month:02d}-{moment.day:02d}_"
+        f"{moment.hour:02d}{moment.minute:02d}{moment.second:02d}_{session_id}"
+    )
     return f"{stem}_{agent_name}{FILE_SUFFIX}" if agent_name else stem + FILE_SUFFIX
 
 

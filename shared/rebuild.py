@@ -25,6 +25,7 @@ never used here.
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -133,12 +134,30 @@ class _Rebuilder:
     def degrade(self, kind: DegradedKind, line: int, offset: int, detail: str) -> None:
         self.result.degraded.append(DegradedEntry(kind, line, offset, detail))
 
-    def add_message(self, payload: dict[str, Any], line: int, offset: int) -> None:
+    def keep(self, payload: dict[str, Any], offset: int, index: int) -> Any:
+        """What the sequence holds for a message: the payload itself (index mode: a handle).
+
+        ``index`` is -1 for a message line, or the position in a compaction's
+        replacement history (``offset`` is then the compacted line's).
+        """
+        return payload
+
+    def attach(self, kept: Any, reasoning: dict[str, Any], reasoning_offset: int) -> Any:
+        """The kept message with its reasoning attached (the reader half of SPEC §2.5)."""
+        return {**kept, "reasoning": reasoning}
+
+    def keep_summary(self, summary: str, offset: int) -> Any:
+        """The one user message a compaction without replacement history resets to."""
+        return {"role": "user", "content": summary}
+
+    def add_message(self, payload: dict[str, Any], line: int, offset: int, index: int = -1) -> None:
         """Append one message payload, applying reasoning and tool pairing rules."""
         role = payload.get("role")
+        kept = self.keep(payload, offset, index)
         if role == "assistant":
             if self.pending_reasoning is not None:
-                payload = {**payload, "reasoning": self.pending_reasoning[0]}
+                reasoning, _, reasoning_offset = self.pending_reasoning
+                kept = self.attach(kept, reasoning, reasoning_offset)
                 self.pending_reasoning = None
             calls = payload.get("tool_calls")
             if isinstance(calls, list):
@@ -158,12 +177,12 @@ class _Rebuilder:
                     f"tool output for {call_id!r} answers no preceding call; kept in place",
                 )
             elif pairing.output_index >= 0:
-                self.messages[pairing.output_index] = payload
+                self.messages[pairing.output_index] = kept
                 self.result.superseded_outputs += 1
                 return
             else:
                 pairing.output_index = len(self.messages)
-        self.messages.append(payload)
+        self.messages.append(kept)
 
     def compact(self, payload: dict[str, Any], line: int, offset: int) -> None:
         """Reset the sequence to the compaction's replacement history (or its summary)."""
@@ -172,9 +191,9 @@ class _Rebuilder:
         self.pairings.clear()
         history = payload.get("replacement_history")
         if isinstance(history, list):
-            for message in history:
+            for index, message in enumerate(history):
                 if isinstance(message, dict):
-                    self.add_message(message, line, offset)
+                    self.add_message(message, line, offset, index)
                 else:
                     self.degrade(
                         DegradedKind.MALFORMED_RECORD,
@@ -184,7 +203,7 @@ class _Rebuilder:
                     )
             detail = f"model view replaced by {len(history)} replacement messages"
         else:
-            self.messages.append({"role": "user", "content": payload.get("summary", "")})
+            self.messages.append(self.keep_summary(str(payload.get("summary", "")), offset))
             detail = "model view replaced by the compaction summary"
         self.degrade(DegradedKind.COMPACTED_REBUILD, line, offset, detail)
 
@@ -272,10 +291,72 @@ class _Rebuilder:
             del self.messages[max_messages:]
         return result
 
+    def run(self, lines: Iterable[bytes], line_no: int = 0, offset: int = 0) -> tuple[int, int]:
+        """Apply complete lines (without their ``\\n``); returns (last line number, end offset)."""
+        result = self.result
+        loads = orjson.loads
+        decode_error = orjson.JSONDecodeError
+        expected_seq = result.last_seq + 1
+        for raw in lines:
+            line_no += 1
+            start = offset
+            offset += len(raw) + 1
+            try:
+                record = loads(raw)
+            except decode_error:
+                stripped = raw.lstrip(b"\x00")
+                if len(stripped) != len(raw):
+                    self.degrade(
+                        DegradedKind.NUL_RUN, line_no, start, f"{len(raw) - len(stripped)} NUL bytes skipped"
+                    )
+                    try:
+                        record = loads(stripped)
+                    except decode_error:
+                        if stripped:
+                            self.degrade(
+                                DegradedKind.UNPARSEABLE_LINE, line_no, start, f"not JSON: {stripped[:60]!r}"
+                            )
+                        continue
+                else:
+                    self.degrade(DegradedKind.UNPARSEABLE_LINE, line_no, start, f"not JSON: {raw[:60]!r}")
+                    continue
+            try:
+                seq = record["seq"]
+                record_type = record["type"]
+                payload = record["payload"]
+            except (KeyError, TypeError):
+                self.degrade(
+                    DegradedKind.MALFORMED_RECORD, line_no, start, "a record needs seq, type and payload"
+                )
+                continue
+            if type(seq) is not int or not isinstance(record_type, str) or not isinstance(payload, dict):
+                self.degrade(
+                    DegradedKind.MALFORMED_RECORD,
+                    line_no,
+                    start,
+                    "seq must be an integer, type a string and payload an object",
+                )
+                continue
+            if seq != expected_seq:
+                kind = DegradedKind.SEQ_GAP if seq > expected_seq else DegradedKind.SEQ_REPEAT
+                self.degrade(kind, line_no, start, f"expected seq {expected_seq}, found {seq}")
+            expected_seq = seq + 1
+            result.records += 1
+            result.last_seq = seq
+            result.last_record_type = record_type
+            self.record(seq, record_type, payload, line_no, start)
+        result.committed_bytes = offset
+        return line_no, offset
 
-def _strip_nul_run(raw: bytes) -> bytes:
-    """``raw`` without leading NUL bytes (a pre-allocated, never written region)."""
-    return raw.lstrip(b"\x00")
+    def uncommitted(self, tail: bytes, line_no: int, offset: int) -> None:
+        """Report bytes after the last newline (not yet committed; ignored)."""
+        if tail:
+            self.degrade(
+                DegradedKind.UNCOMMITTED_TAIL,
+                line_no + 1,
+                offset,
+                f"{len(tail)} bytes after the last newline are not committed; ignored",
+            )
 
 
 def rebuild(data: bytes, *, max_messages: int = 0) -> Rebuild:
@@ -287,68 +368,8 @@ def rebuild(data: bytes, *, max_messages: int = 0) -> Rebuild:
     problem becomes a :class:`DegradedEntry`. Source: SPEC §3, seed rules 8, 11, 12.
     """
     state = _Rebuilder()
-    result = state.result
-    loads = orjson.loads
-    decode_error = orjson.JSONDecodeError
     lines = data.split(b"\n")
     tail = lines.pop()
-    expected_seq = 0
-    offset = 0
-    line_no = 0
-    for raw in lines:
-        line_no += 1
-        start = offset
-        offset += len(raw) + 1
-        try:
-            record = loads(raw)
-        except decode_error:
-            stripped = _strip_nul_run(raw)
-            if len(stripped) != len(raw):
-                state.degrade(
-                    DegradedKind.NUL_RUN, line_no, start, f"{len(raw) - len(stripped)} NUL bytes skipped"
-                )
-                try:
-                    record = loads(stripped)
-                except decode_error:
-                    if stripped:
-                        state.degrade(
-                            DegradedKind.UNPARSEABLE_LINE, line_no, start, f"not JSON: {stripped[:60]!r}"
-                        )
-                    continue
-            else:
-                state.degrade(DegradedKind.UNPARSEABLE_LINE, line_no, start, f"not JSON: {raw[:60]!r}")
-                continue
-        try:
-            seq = record["seq"]
-            record_type = record["type"]
-            payload = record["payload"]
-        except (KeyError, TypeError):
-            state.degrade(
-                DegradedKind.MALFORMED_RECORD, line_no, start, "a record needs seq, type and payload"
-            )
-            continue
-        if type(seq) is not int or not isinstance(record_type, str) or not isinstance(payload, dict):
-            state.degrade(
-                DegradedKind.MALFORMED_RECORD,
-                line_no,
-                start,
-                "seq must be an integer, type a string and payload an object",
-            )
-            continue
-        if seq != expected_seq:
-            kind = DegradedKind.SEQ_GAP if seq > expected_seq else DegradedKind.SEQ_REPEAT
-            state.degrade(kind, line_no, start, f"expected seq {expected_seq}, found {seq}")
-        expected_seq = seq + 1
-        result.records += 1
-        result.last_seq = seq
-        result.last_record_type = record_type
-        state.record(seq, record_type, payload, line_no, start)
-    result.committed_bytes = offset
-    if tail:
-        state.degrade(
-            DegradedKind.UNCOMMITTED_TAIL,
-            line_no + 1,
-            offset,
-            f"{len(tail)} bytes after the last newline are not committed; ignored",
-        )
+    line_no, offset = state.run(lines)
+    state.uncommitted(tail, line_no, offset)
     return state.finish(max_messages)

@@ -122,11 +122,9 @@ def encode_line(seq: int, ts: str, record_type: str, payload: dict[str, Any]) ->
     Raises TypeError (from orjson) when the payload holds a string that is not
     valid UTF-8 (a lone surrogate) or a value JSON cannot hold.
     """
-    return (
-        orjson.dumps(
-            {"v": LINE_FORMAT_VERSION, "seq": seq, "ts": ts, "type": record_type, "payload": payload}
-        )
-        + b"\n"
+    return orjson.dumps(
+        {"v": LINE_FORMAT_VERSION, "seq": seq, "ts": ts, "type": record_type, "payload": payload},
+        option=orjson.OPT_APPEND_NEWLINE,
     )
 
 
@@ -148,7 +146,8 @@ def validate_message(
         raise RecordValidationError(
             index, f"{field_prefix}.role", f"must be one of {sorted(MESSAGE_ROLES)}, got {role!r}"
         )
-    for position, call in enumerate(payload.get("tool_calls", ())):
+    calls = payload.get("tool_calls")
+    for position, call in enumerate(calls or ()):
         where = f"{field_prefix}.tool_calls[{position}]"
         if role != "assistant":
             raise RecordValidationError(
@@ -179,4 +178,5 @@ def validate_message(
 
 def call_ids_of(payload: dict[str, Any]) -> list[str]:
     """The tool call ids an assistant ``message`` payload requests (empty for others)."""
-    return [call["id"] for call in payload.get("tool_calls", ())]
+    calls = payload.get("tool_calls")
+    return [call["id"] for call in calls] if calls else []

@@ -26,8 +26,8 @@ from shared.errors import (
     CorruptSessionError,
     InvalidArgumentError,
     LedgerError,
-    QueueFullError,
     RecordValidationError,
+    ResourceLimitError,
     SessionExistsError,
     SessionNotFoundError,
     SessionStateError,
@@ -78,7 +78,7 @@ def _status_of(error: LedgerError, prefix: str) -> tuple[grpc.StatusCode, str, l
             )
         case CorruptSessionError():
             return grpc.StatusCode.DATA_LOSS, message, []
-        case QueueFullError():
+        case ResourceLimitError():
             return grpc.StatusCode.RESOURCE_EXHAUSTED, message, []
         case StorageWriteError():
             return grpc.StatusCode.UNAVAILABLE, message, []

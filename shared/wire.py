@@ -13,6 +13,7 @@ are doubles: an integral number within ±2**53 is stored as a JSON integer, so
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from google.protobuf import struct_pb2
@@ -25,6 +26,15 @@ from shared.records import RecordType
 _INTEGRAL_LIMIT = 2**53
 
 
+class NonFiniteNumberError(ValueError):
+    """An opaque object holds NaN or an infinity, which JSON (and so the line format) cannot."""
+
+
+# Plain strings (not the StrEnum members) so that orjson encodes them on its fast path.
+_MESSAGE: Any = RecordType.MESSAGE.value
+_REASONING: Any = RecordType.REASONING.value
+
+
 def value_to_python(value: struct_pb2.Value) -> Any:
     """A ``google.protobuf.Value`` as plain Python (dict, list, str, int/float, bool, None)."""
     kind = value.WhichOneof("kind")
@@ -32,7 +42,13 @@ def value_to_python(value: struct_pb2.Value) -> Any:
         return value.string_value
     if kind == "number_value":
         number = value.number_value
-        if number.is_integer() and -_INTEGRAL_LIMIT <= number <= _INTEGRAL_LIMIT:
+        if not math.isfinite(number):
+            raise NonFiniteNumberError(f"{number} cannot be stored: JSON has no NaN or infinity")
+        if (
+            number.is_integer()
+            and -_INTEGRAL_LIMIT <= number <= _INTEGRAL_LIMIT
+            and math.copysign(1, number) > 0
+        ):
             return int(number)
         return number
     if kind == "struct_value":
@@ -78,34 +94,44 @@ def reasoning_payload(reasoning: records_pb2.Reasoning) -> dict[str, Any]:
     return payload
 
 
+def _tool_calls(calls: Any) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": call.id,
+            "type": call.type or "function",
+            "function": {"name": call.function.name, "arguments": call.function.arguments},
+        }
+        for call in calls
+    ]
+
+
+def _message_fields(message: records_pb2.ChatMessage) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """(reasoning payload or None, message payload) from the fields that are set.
+
+    One ListFields() call visits only the set fields, in field-number order
+    (role, content, name, tool_calls, tool_call_id, is_anchored,
+    truncation_marker, reasoning, synthetic): the hot path of every Append.
+    """
+    payload: dict[str, Any] = {"role": ""}
+    reasoning = None
+    for descriptor, value in message.ListFields():
+        name = descriptor.name
+        if name == "text":
+            payload["content"] = value
+        elif name == "parts":
+            payload["content"] = list_to_python(value)
+        elif name == "tool_calls":
+            payload["tool_calls"] = _tool_calls(value)
+        elif name == "reasoning":
+            reasoning = reasoning_payload(value)
+        else:  # role, name, tool_call_id, is_anchored, truncation_marker, synthetic
+            payload[name] = value
+    return reasoning, payload
+
+
 def message_payload(message: records_pb2.ChatMessage) -> dict[str, Any]:
     """The ``message`` record payload of a ChatMessage (reasoning not included)."""
-    payload: dict[str, Any] = {"role": message.role}
-    content_kind = message.WhichOneof("content")
-    if content_kind == "text":
-        payload["content"] = message.text
-    elif content_kind == "parts":
-        payload["content"] = list_to_python(message.parts)
-    if message.HasField("name"):
-        payload["name"] = message.name
-    if message.tool_calls:
-        payload["tool_calls"] = [
-            {
-                "id": call.id,
-                "type": call.type or "function",
-                "function": {"name": call.function.name, "arguments": call.function.arguments},
-            }
-            for call in message.tool_calls
-        ]
-    if message.HasField("tool_call_id"):
-        payload["tool_call_id"] = message.tool_call_id
-    if message.is_anchored:
-        payload["is_anchored"] = True
-    if message.HasField("truncation_marker"):
-        payload["truncation_marker"] = message.truncation_marker
-    if message.synthetic:
-        payload["synthetic"] = True
-    return payload
+    return _message_fields(message)[1]
 
 
 def split_reasoning(message: records_pb2.ChatMessage) -> tuple[dict[str, Any] | None, dict[str, Any]]:
@@ -114,8 +140,7 @@ def split_reasoning(message: records_pb2.ChatMessage) -> tuple[dict[str, Any] | 
     Only an assistant message may carry reasoning; :func:`append_payloads`
     rejects it on any other role.
     """
-    reasoning = reasoning_payload(message.reasoning) if message.HasField("reasoning") else None
-    return reasoning, message_payload(message)
+    return _message_fields(message)
 
 
 def message_from_payload(payload: dict[str, Any]) -> records_pb2.ChatMessage:
@@ -164,16 +189,24 @@ def append_payloads(record: writer_pb2.AppendRecord, index: int) -> list[tuple[R
 
     A message with reasoning becomes two: ``reasoning`` then ``message``.
     Raises RecordValidationError (naming ``index``) for an empty record, reasoning
-    on a non-assistant message or an event without a kind.
+    on a non-assistant message, an event without a kind, or a NaN / infinite
+    number in an opaque object (content parts, turn context, event body).
     """
+    try:
+        return _append_payloads(record, index)
+    except NonFiniteNumberError as exc:
+        raise RecordValidationError(index, str(record.WhichOneof("record")), str(exc)) from exc
+
+
+def _append_payloads(record: writer_pb2.AppendRecord, index: int) -> list[tuple[RecordType, dict[str, Any]]]:
     kind = record.WhichOneof("record")
     if kind == "message":
         reasoning, payload = split_reasoning(record.message)
         if reasoning is None:
-            return [(RecordType.MESSAGE, payload)]
+            return [(_MESSAGE, payload)]
         if payload["role"] != "assistant":
             raise RecordValidationError(index, "message.reasoning", "only assistant messages carry reasoning")
-        return [(RecordType.REASONING, reasoning), (RecordType.MESSAGE, payload)]
+        return [(_REASONING, reasoning), (_MESSAGE, payload)]
     if kind == "reasoning":
         return [(RecordType.REASONING, reasoning_payload(record.reasoning))]
     if kind == "compacted":

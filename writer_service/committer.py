@@ -88,6 +88,7 @@ class SessionCommitter:
         self._on_failure = on_failure
         self._label = label
         self._queue: deque[_Pending] = deque()
+        self._queued_records = 0
         self._flusher: asyncio.Task[None] | None = None
         self._wakeup = asyncio.Event()
         self._closed = False
@@ -99,7 +100,8 @@ class SessionCommitter:
 
     @property
     def queued_records(self) -> int:
-        return sum(item.records for item in self._queue)
+        """Records waiting for a batch (not counting the one being flushed)."""
+        return self._queued_records
 
     def submit(self, data: bytes, records: int) -> asyncio.Future[None]:
         """Queue encoded lines; the future resolves once they are durable.
@@ -108,6 +110,7 @@ class SessionCommitter:
         """
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._queue.append(_Pending(data, records, future))
+        self._queued_records += records
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.create_task(self._flush_loop(), name=f"flush {self._label}")
         else:
@@ -127,13 +130,14 @@ class SessionCommitter:
             item = self._queue.popleft()
             count += item.records
             batch.append(item)
+        self._queued_records -= count
         return batch
 
     async def _linger(self) -> None:
         """Give a partly filled batch up to ``linger_ms`` (bounded by the max wait) to fill."""
         linger = min(self._config.linger_ms, self._config.batch_max_wait_ms) / 1000
         deadline = time.monotonic() + linger
-        while sum(item.records for item in self._queue) < self._config.batch_max_records:
+        while self._queued_records < self._config.batch_max_records:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return
@@ -198,6 +202,7 @@ class SessionCommitter:
     def _fail(self, batch: list[_Pending], exc: Exception) -> None:
         failed = batch + list(self._queue)
         self._queue.clear()
+        self._queued_records = 0
         metrics.WRITE_ERRORS.inc()
         metrics.STORAGE_HEALTHY.set(0)
         log.error(

@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 
 SERVICE = writer_pb2.DESCRIPTOR.services_by_name["RolloutWriter"]
 SERVICE_NAME = SERVICE.full_name
+#: Requests of one AppendStream read ahead of their acknowledgements.
+STREAM_READ_AHEAD = 64
 #: Largest request accepted (bytes); single records are further capped by WriterConfig.
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
@@ -120,7 +122,9 @@ class RolloutWriterServicer(writer_pb2_grpc.RolloutWriterServicer):
         them in stream order. The first failing request ends the stream with its
         status, and no request after it is read.
         """
-        acks: asyncio.Queue[tuple[int, _Accepted | Exception] | None] = asyncio.Queue()
+        # Bounded read-ahead: once this many requests await their acks, reading pauses
+        # and gRPC flow control slows the client instead of the writer's queue filling.
+        acks: asyncio.Queue[tuple[int, _Accepted | Exception] | None] = asyncio.Queue(STREAM_READ_AHEAD)
 
         async def accept() -> None:
             position = 0

@@ -25,39 +25,51 @@ _sym_db = _symbol_database.Default()
 from rollout.v1 import records_pb2 as rollout_dot_v1_dot_records__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17rollout/v1/reader.proto\x12\nrollout.v1\x1a\x18rollout/v1/records.proto\"O\n\rReplayRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x14\n\x0ctoken_budget\x18\x02 \x01(\x03\x12\x14\n\x0cmax_messages\x18\x03 \x01(\x03\"@\n\x0eReplayTooLarge\x12\x18\n\x10\x65stimated_tokens\x18\x01 \x01(\x03\x12\x14\n\x0ctoken_budget\x18\x02 \x01(\x03\"\xe1\x02\n\x0eReplayResponse\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12)\n\x08messages\x18\x02 \x03(\x0b\x32\x17.rollout.v1.ChatMessage\x12+\n\x08\x64\x65graded\x18\x03 \x03(\x0b\x32\x19.rollout.v1.DegradedEntry\x12\x1a\n\x12superseded_outputs\x18\x04 \x01(\x03\x12\x34\n\x0flast_checkpoint\x18\x05 \x01(\x0b\x32\x1b.rollout.v1.AgentCheckpoint\x12/\n\rdigest_status\x18\x06 \x01(\x0e\x32\x18.rollout.v1.DigestStatus\x12\x17\n\x0f\x63omputed_digest\x18\x07 \x01(\t\x12\x18\n\x10\x65stimated_tokens\x18\x08 \x01(\x03\x12-\n\ttoo_large\x18\t \x01(\x0b\x32\x1a.rollout.v1.ReplayTooLarge\"&\n\x10StopFactsRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"\x9b\x02\n\tStopFacts\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\r\n\x05\x66ound\x18\x02 \x01(\x08\x12\x11\n\tstop_kind\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12$\n\x05\x65rror\x18\x05 \x01(\x0b\x32\x15.rollout.v1.StopError\x12/\n\ncheckpoint\x18\x06 \x01(\x0b\x32\x1b.rollout.v1.AgentCheckpoint\x12\x17\n\x0fhas_stop_record\x18\x07 \x01(\x08\x12\x10\n\x08stop_seq\x18\x08 \x01(\x03\x12\x17\n\x0ftail_bytes_read\x18\t \x01(\x03\x12-\n\x06resume\x18\n \x01(\x0b\x32\x1d.rollout.v1.ResumeEligibility\"7\n\x11ResumeEligibility\x12\x12\n\nreplayable\x18\x01 \x01(\x08\x12\x0e\n\x06reason\x18\x02 \x01(\t\"\xd0\x01\n\x13ListSessionsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x0e\n\x06tenant\x18\x03 \x01(\t\x12\x12\n\nagent_name\x18\x04 \x01(\t\x12\x19\n\x11parent_session_id\x18\x05 \x01(\t\x12\x15\n\rcreated_after\x18\x06 \x01(\t\x12\x16\n\x0e\x63reated_before\x18\x07 \x01(\t\x12\x12\n\nstop_state\x18\x08 \x01(\t\x12\x10\n\x08max_scan\x18\t \x01(\x05\"\xb9\x01\n\x0eSessionSummary\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x12\n\nagent_name\x18\x02 \x01(\t\x12\x12\n\ncreated_at\x18\x03 \x01(\t\x12\x0e\n\x06tenant\x18\x04 \x01(\t\x12\x19\n\x11parent_session_id\x18\x05 \x01(\t\x12\x15\n\rdelegation_id\x18\x06 \x01(\t\x12)\n\nstop_facts\x18\x07 \x01(\x0b\x32\x15.rollout.v1.StopFacts\"\x83\x01\n\x14ListSessionsResponse\x12,\n\x08sessions\x18\x01 \x03(\x0b\x32\x1a.rollout.v1.SessionSummary\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12\x0f\n\x07scanned\x18\x03 \x01(\x05\x12\x13\n\x0bscan_capped\x18\x04 \x01(\x08\"p\n\x16\x46indDelegationsRequest\x12\x1b\n\x11parent_session_id\x18\x01 \x01(\tH\x00\x12\x1a\n\x10\x63hild_session_id\x18\x02 \x01(\tH\x00\x12\x15\n\rdelegation_id\x18\x03 \x01(\tB\x06\n\x04\x66rom\"\xab\x01\n\nDelegation\x12\x19\n\x11parent_session_id\x18\x01 \x01(\t\x12\x15\n\rdelegation_id\x18\x02 \x01(\t\x12\x18\n\x10\x63hild_session_id\x18\x03 \x01(\t\x12\x12\n\nagent_name\x18\x04 \x01(\t\x12\x12\n\ncreated_at\x18\x05 \x01(\t\x12)\n\nstop_facts\x18\x06 \x01(\x0b\x32\x15.rollout.v1.StopFacts\"F\n\x17\x46indDelegationsResponse\x12+\n\x0b\x64\x65legations\x18\x01 \x03(\x0b\x32\x16.rollout.v1.Delegation*\x86\x01\n\x0c\x44igestStatus\x12\x1d\n\x19\x44IGEST_STATUS_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x44IGEST_STATUS_VERIFIED\x10\x01\x12\x1a\n\x16\x44IGEST_STATUS_MISMATCH\x10\x02\x12\x1f\n\x1b\x44IGEST_STATUS_NO_CHECKPOINT\x10\x03\x32\xc7\x02\n\rRolloutReader\x12\x42\n\tGetReplay\x12\x19.rollout.v1.ReplayRequest\x1a\x1a.rollout.v1.ReplayResponse\x12\x43\n\x0cGetStopFacts\x12\x1c.rollout.v1.StopFactsRequest\x1a\x15.rollout.v1.StopFacts\x12Q\n\x0cListSessions\x12\x1f.rollout.v1.ListSessionsRequest\x1a .rollout.v1.ListSessionsResponse\x12Z\n\x0f\x46indDelegations\x12\".rollout.v1.FindDelegationsRequest\x1a#.rollout.v1.FindDelegationsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17rollout/v1/reader.proto\x12\nrollout.v1\x1a\x18rollout/v1/records.proto\"O\n\rReplayRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x14\n\x0ctoken_budget\x18\x02 \x01(\x03\x12\x14\n\x0cmax_messages\x18\x03 \x01(\x03\"@\n\x0eReplayTooLarge\x12\x18\n\x10\x65stimated_tokens\x18\x01 \x01(\x03\x12\x14\n\x0ctoken_budget\x18\x02 \x01(\x03\"\xe1\x02\n\x0eReplayResponse\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12)\n\x08messages\x18\x02 \x03(\x0b\x32\x17.rollout.v1.ChatMessage\x12+\n\x08\x64\x65graded\x18\x03 \x03(\x0b\x32\x19.rollout.v1.DegradedEntry\x12\x1a\n\x12superseded_outputs\x18\x04 \x01(\x03\x12\x34\n\x0flast_checkpoint\x18\x05 \x01(\x0b\x32\x1b.rollout.v1.AgentCheckpoint\x12/\n\rdigest_status\x18\x06 \x01(\x0e\x32\x18.rollout.v1.DigestStatus\x12\x17\n\x0f\x63omputed_digest\x18\x07 \x01(\t\x12\x18\n\x10\x65stimated_tokens\x18\x08 \x01(\x03\x12-\n\ttoo_large\x18\t \x01(\x0b\x32\x1a.rollout.v1.ReplayTooLarge\"\xb8\x02\n\rReplaySummary\x12+\n\x08\x64\x65graded\x18\x01 \x03(\x0b\x32\x19.rollout.v1.DegradedEntry\x12\x1a\n\x12superseded_outputs\x18\x02 \x01(\x03\x12\x34\n\x0flast_checkpoint\x18\x03 \x01(\x0b\x32\x1b.rollout.v1.AgentCheckpoint\x12/\n\rdigest_status\x18\x04 \x01(\x0e\x32\x18.rollout.v1.DigestStatus\x12\x17\n\x0f\x63omputed_digest\x18\x05 \x01(\t\x12\x18\n\x10\x65stimated_tokens\x18\x06 \x01(\x03\x12-\n\ttoo_large\x18\x07 \x01(\x0b\x32\x1a.rollout.v1.ReplayTooLarge\x12\x15\n\rmessage_count\x18\x08 \x01(\x03\"\x8d\x01\n\x0bReplayChunk\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x13\n\x0b\x66irst_index\x18\x02 \x01(\x03\x12)\n\x08messages\x18\x03 \x03(\x0b\x32\x17.rollout.v1.ChatMessage\x12*\n\x07summary\x18\x04 \x01(\x0b\x32\x19.rollout.v1.ReplaySummary\"c\n\x11MemoryViewRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x1d\n\x15max_tool_output_chars\x18\x02 \x01(\x03\x12\x1b\n\x13max_reasoning_chars\x18\x03 \x01(\x03\"\xb1\x01\n\x12MemoryViewResponse\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12)\n\x08messages\x18\x02 \x03(\x0b\x32\x17.rollout.v1.ChatMessage\x12\x1f\n\x17\x64ropped_system_messages\x18\x03 \x01(\x03\x12\x1e\n\x16truncated_tool_outputs\x18\x04 \x01(\x03\x12\x1b\n\x13shortened_reasoning\x18\x05 \x01(\x03\"#\n\rVerifyRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"\xc0\x02\n\x0cVerifyReport\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\n\n\x02ok\x18\x02 \x01(\x08\x12\x0f\n\x07records\x18\x03 \x01(\x03\x12\x10\n\x08last_seq\x18\x04 \x01(\x03\x12\x17\n\x0f\x63ommitted_bytes\x18\x05 \x01(\x03\x12\x15\n\rmessage_count\x18\x06 \x01(\x03\x12\x34\n\x0flast_checkpoint\x18\x07 \x01(\x0b\x32\x1b.rollout.v1.AgentCheckpoint\x12/\n\rdigest_status\x18\x08 \x01(\x0e\x32\x18.rollout.v1.DigestStatus\x12\x17\n\x0f\x63omputed_digest\x18\t \x01(\t\x12+\n\x08\x64\x65graded\x18\n \x03(\x0b\x32\x19.rollout.v1.DegradedEntry\x12\x10\n\x08\x66indings\x18\x0b \x03(\t\"&\n\x10StopFactsRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"\x9b\x02\n\tStopFacts\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\r\n\x05\x66ound\x18\x02 \x01(\x08\x12\x11\n\tstop_kind\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12$\n\x05\x65rror\x18\x05 \x01(\x0b\x32\x15.rollout.v1.StopError\x12/\n\ncheckpoint\x18\x06 \x01(\x0b\x32\x1b.rollout.v1.AgentCheckpoint\x12\x17\n\x0fhas_stop_record\x18\x07 \x01(\x08\x12\x10\n\x08stop_seq\x18\x08 \x01(\x03\x12\x17\n\x0ftail_bytes_read\x18\t \x01(\x03\x12-\n\x06resume\x18\n \x01(\x0b\x32\x1d.rollout.v1.ResumeEligibility\"7\n\x11ResumeEligibility\x12\x12\n\nreplayable\x18\x01 \x01(\x08\x12\x0e\n\x06reason\x18\x02 \x01(\t\"\xd0\x01\n\x13ListSessionsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x0e\n\x06tenant\x18\x03 \x01(\t\x12\x12\n\nagent_name\x18\x04 \x01(\t\x12\x19\n\x11parent_session_id\x18\x05 \x01(\t\x12\x15\n\rcreated_after\x18\x06 \x01(\t\x12\x16\n\x0e\x63reated_before\x18\x07 \x01(\t\x12\x12\n\nstop_state\x18\x08 \x01(\t\x12\x10\n\x08max_scan\x18\t \x01(\x05\"\xb9\x01\n\x0eSessionSummary\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x12\n\nagent_name\x18\x02 \x01(\t\x12\x12\n\ncreated_at\x18\x03 \x01(\t\x12\x0e\n\x06tenant\x18\x04 \x01(\t\x12\x19\n\x11parent_session_id\x18\x05 \x01(\t\x12\x15\n\rdelegation_id\x18\x06 \x01(\t\x12)\n\nstop_facts\x18\x07 \x01(\x0b\x32\x15.rollout.v1.StopFacts\"\x83\x01\n\x14ListSessionsResponse\x12,\n\x08sessions\x18\x01 \x03(\x0b\x32\x1a.rollout.v1.SessionSummary\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12\x0f\n\x07scanned\x18\x03 \x01(\x05\x12\x13\n\x0bscan_capped\x18\x04 \x01(\x08\"p\n\x16\x46indDelegationsRequest\x12\x1b\n\x11parent_session_id\x18\x01 \x01(\tH\x00\x12\x1a\n\x10\x63hild_session_id\x18\x02 \x01(\tH\x00\x12\x15\n\rdelegation_id\x18\x03 \x01(\tB\x06\n\x04\x66rom\"\xab\x01\n\nDelegation\x12\x19\n\x11parent_session_id\x18\x01 \x01(\t\x12\x15\n\rdelegation_id\x18\x02 \x01(\t\x12\x18\n\x10\x63hild_session_id\x18\x03 \x01(\t\x12\x12\n\nagent_name\x18\x04 \x01(\t\x12\x12\n\ncreated_at\x18\x05 \x01(\t\x12)\n\nstop_facts\x18\x06 \x01(\x0b\x32\x15.rollout.v1.StopFacts\"F\n\x17\x46indDelegationsResponse\x12+\n\x0b\x64\x65legations\x18\x01 \x03(\x0b\x32\x16.rollout.v1.Delegation*\x86\x01\n\x0c\x44igestStatus\x12\x1d\n\x19\x44IGEST_STATUS_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x44IGEST_STATUS_VERIFIED\x10\x01\x12\x1a\n\x16\x44IGEST_STATUS_MISMATCH\x10\x02\x12\x1f\n\x1b\x44IGEST_STATUS_NO_CHECKPOINT\x10\x03\x32\xa3\x04\n\rRolloutReader\x12\x42\n\tGetReplay\x12\x19.rollout.v1.ReplayRequest\x1a\x1a.rollout.v1.ReplayResponse\x12\x44\n\x0cStreamReplay\x12\x19.rollout.v1.ReplayRequest\x1a\x17.rollout.v1.ReplayChunk0\x01\x12N\n\rGetMemoryView\x12\x1d.rollout.v1.MemoryViewRequest\x1a\x1e.rollout.v1.MemoryViewResponse\x12\x44\n\rVerifySession\x12\x19.rollout.v1.VerifyRequest\x1a\x18.rollout.v1.VerifyReport\x12\x43\n\x0cGetStopFacts\x12\x1c.rollout.v1.StopFactsRequest\x1a\x15.rollout.v1.StopFacts\x12Q\n\x0cListSessions\x12\x1f.rollout.v1.ListSessionsRequest\x1a .rollout.v1.ListSessionsResponse\x12Z\n\x0f\x46indDelegations\x12\".rollout.v1.FindDelegationsRequest\x1a#.rollout.v1.FindDelegationsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'rollout.v1.reader_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_DIGESTSTATUS']._serialized_start=1845
-  _globals['_DIGESTSTATUS']._serialized_end=1979
+  _globals['_DIGESTSTATUS']._serialized_start=2945
+  _globals['_DIGESTSTATUS']._serialized_end=3079
   _globals['_REPLAYREQUEST']._serialized_start=65
   _globals['_REPLAYREQUEST']._serialized_end=144
   _globals['_REPLAYTOOLARGE']._serialized_start=146
   _globals['_REPLAYTOOLARGE']._serialized_end=210
   _globals['_REPLAYRESPONSE']._serialized_start=213
   _globals['_REPLAYRESPONSE']._serialized_end=566
-  _globals['_STOPFACTSREQUEST']._serialized_start=568
-  _globals['_STOPFACTSREQUEST']._serialized_end=606
-  _globals['_STOPFACTS']._serialized_start=609
-  _globals['_STOPFACTS']._serialized_end=892
-  _globals['_RESUMEELIGIBILITY']._serialized_start=894
-  _globals['_RESUMEELIGIBILITY']._serialized_end=949
-  _globals['_LISTSESSIONSREQUEST']._serialized_start=952
-  _globals['_LISTSESSIONSREQUEST']._serialized_end=1160
-  _globals['_SESSIONSUMMARY']._serialized_start=1163
-  _globals['_SESSIONSUMMARY']._serialized_end=1348
-  _globals['_LISTSESSIONSRESPONSE']._serialized_start=1351
-  _globals['_LISTSESSIONSRESPONSE']._serialized_end=1482
-  _globals['_FINDDELEGATIONSREQUEST']._serialized_start=1484
-  _globals['_FINDDELEGATIONSREQUEST']._serialized_end=1596
-  _globals['_DELEGATION']._serialized_start=1599
-  _globals['_DELEGATION']._serialized_end=1770
-  _globals['_FINDDELEGATIONSRESPONSE']._serialized_start=1772
-  _globals['_FINDDELEGATIONSRESPONSE']._serialized_end=1842
-  _globals['_ROLLOUTREADER']._serialized_start=1982
-  _globals['_ROLLOUTREADER']._serialized_end=2309
+  _globals['_REPLAYSUMMARY']._serialized_start=569
+  _globals['_REPLAYSUMMARY']._serialized_end=881
+  _globals['_REPLAYCHUNK']._serialized_start=884
+  _globals['_REPLAYCHUNK']._serialized_end=1025
+  _globals['_MEMORYVIEWREQUEST']._serialized_start=1027
+  _globals['_MEMORYVIEWREQUEST']._serialized_end=1126
+  _globals['_MEMORYVIEWRESPONSE']._serialized_start=1129
+  _globals['_MEMORYVIEWRESPONSE']._serialized_end=1306
+  _globals['_VERIFYREQUEST']._serialized_start=1308
+  _globals['_VERIFYREQUEST']._serialized_end=1343
+  _globals['_VERIFYREPORT']._serialized_start=1346
+  _globals['_VERIFYREPORT']._serialized_end=1666
+  _globals['_STOPFACTSREQUEST']._serialized_start=1668
+  _globals['_STOPFACTSREQUEST']._serialized_end=1706
+  _globals['_STOPFACTS']._serialized_start=1709
+  _globals['_STOPFACTS']._serialized_end=1992
+  _globals['_RESUMEELIGIBILITY']._serialized_start=1994
+  _globals['_RESUMEELIGIBILITY']._serialized_end=2049
+  _globals['_LISTSESSIONSREQUEST']._serialized_start=2052
+  _globals['_LISTSESSIONSREQUEST']._serialized_end=2260
+  _globals['_SESSIONSUMMARY']._serialized_start=2263
+  _globals['_SESSIONSUMMARY']._serialized_end=2448
+  _globals['_LISTSESSIONSRESPONSE']._serialized_start=2451
+  _globals['_LISTSESSIONSRESPONSE']._serialized_end=2582
+  _globals['_FINDDELEGATIONSREQUEST']._serialized_start=2584
+  _globals['_FINDDELEGATIONSREQUEST']._serialized_end=2696
+  _globals['_DELEGATION']._serialized_start=2699
+  _globals['_DELEGATION']._serialized_end=2870
+  _globals['_FINDDELEGATIONSRESPONSE']._serialized_start=2872
+  _globals['_FINDDELEGATIONSRESPONSE']._serialized_end=2942
+  _globals['_ROLLOUTREADER']._serialized_start=3082
+  _globals['_ROLLOUTREADER']._serialized_end=3629
 # @@protoc_insertion_point(module_scope)

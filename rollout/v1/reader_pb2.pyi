@@ -59,6 +59,94 @@ class ReplayResponse(_message.Message):
     too_large: ReplayTooLarge
     def __init__(self, session_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_records_pb2.ChatMessage, _Mapping]]] = ..., degraded: _Optional[_Iterable[_Union[_records_pb2.DegradedEntry, _Mapping]]] = ..., superseded_outputs: _Optional[int] = ..., last_checkpoint: _Optional[_Union[_records_pb2.AgentCheckpoint, _Mapping]] = ..., digest_status: _Optional[_Union[DigestStatus, str]] = ..., computed_digest: _Optional[str] = ..., estimated_tokens: _Optional[int] = ..., too_large: _Optional[_Union[ReplayTooLarge, _Mapping]] = ...) -> None: ...
 
+class ReplaySummary(_message.Message):
+    __slots__ = ("degraded", "superseded_outputs", "last_checkpoint", "digest_status", "computed_digest", "estimated_tokens", "too_large", "message_count")
+    DEGRADED_FIELD_NUMBER: _ClassVar[int]
+    SUPERSEDED_OUTPUTS_FIELD_NUMBER: _ClassVar[int]
+    LAST_CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_STATUS_FIELD_NUMBER: _ClassVar[int]
+    COMPUTED_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TOO_LARGE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    degraded: _containers.RepeatedCompositeFieldContainer[_records_pb2.DegradedEntry]
+    superseded_outputs: int
+    last_checkpoint: _records_pb2.AgentCheckpoint
+    digest_status: DigestStatus
+    computed_digest: str
+    estimated_tokens: int
+    too_large: ReplayTooLarge
+    message_count: int
+    def __init__(self, degraded: _Optional[_Iterable[_Union[_records_pb2.DegradedEntry, _Mapping]]] = ..., superseded_outputs: _Optional[int] = ..., last_checkpoint: _Optional[_Union[_records_pb2.AgentCheckpoint, _Mapping]] = ..., digest_status: _Optional[_Union[DigestStatus, str]] = ..., computed_digest: _Optional[str] = ..., estimated_tokens: _Optional[int] = ..., too_large: _Optional[_Union[ReplayTooLarge, _Mapping]] = ..., message_count: _Optional[int] = ...) -> None: ...
+
+class ReplayChunk(_message.Message):
+    __slots__ = ("session_id", "first_index", "messages", "summary")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    FIRST_INDEX_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    first_index: int
+    messages: _containers.RepeatedCompositeFieldContainer[_records_pb2.ChatMessage]
+    summary: ReplaySummary
+    def __init__(self, session_id: _Optional[str] = ..., first_index: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[_records_pb2.ChatMessage, _Mapping]]] = ..., summary: _Optional[_Union[ReplaySummary, _Mapping]] = ...) -> None: ...
+
+class MemoryViewRequest(_message.Message):
+    __slots__ = ("session_id", "max_tool_output_chars", "max_reasoning_chars")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOOL_OUTPUT_CHARS_FIELD_NUMBER: _ClassVar[int]
+    MAX_REASONING_CHARS_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    max_tool_output_chars: int
+    max_reasoning_chars: int
+    def __init__(self, session_id: _Optional[str] = ..., max_tool_output_chars: _Optional[int] = ..., max_reasoning_chars: _Optional[int] = ...) -> None: ...
+
+class MemoryViewResponse(_message.Message):
+    __slots__ = ("session_id", "messages", "dropped_system_messages", "truncated_tool_outputs", "shortened_reasoning")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_SYSTEM_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_TOOL_OUTPUTS_FIELD_NUMBER: _ClassVar[int]
+    SHORTENED_REASONING_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    messages: _containers.RepeatedCompositeFieldContainer[_records_pb2.ChatMessage]
+    dropped_system_messages: int
+    truncated_tool_outputs: int
+    shortened_reasoning: int
+    def __init__(self, session_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_records_pb2.ChatMessage, _Mapping]]] = ..., dropped_system_messages: _Optional[int] = ..., truncated_tool_outputs: _Optional[int] = ..., shortened_reasoning: _Optional[int] = ...) -> None: ...
+
+class VerifyRequest(_message.Message):
+    __slots__ = ("session_id",)
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+
+class VerifyReport(_message.Message):
+    __slots__ = ("session_id", "ok", "records", "last_seq", "committed_bytes", "message_count", "last_checkpoint", "digest_status", "computed_digest", "degraded", "findings")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    OK_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    LAST_CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_STATUS_FIELD_NUMBER: _ClassVar[int]
+    COMPUTED_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    DEGRADED_FIELD_NUMBER: _ClassVar[int]
+    FINDINGS_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    ok: bool
+    records: int
+    last_seq: int
+    committed_bytes: int
+    message_count: int
+    last_checkpoint: _records_pb2.AgentCheckpoint
+    digest_status: DigestStatus
+    computed_digest: str
+    degraded: _containers.RepeatedCompositeFieldContainer[_records_pb2.DegradedEntry]
+    findings: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, session_id: _Optional[str] = ..., ok: _Optional[bool] = ..., records: _Optional[int] = ..., last_seq: _Optional[int] = ..., committed_bytes: _Optional[int] = ..., message_count: _Optional[int] = ..., last_checkpoint: _Optional[_Union[_records_pb2.AgentCheckpoint, _Mapping]] = ..., digest_status: _Optional[_Union[DigestStatus, str]] = ..., computed_digest: _Optional[str] = ..., degraded: _Optional[_Iterable[_Union[_records_pb2.DegradedEntry, _Mapping]]] = ..., findings: _Optional[_Iterable[str]] = ...) -> None: ...
+
 class StopFactsRequest(_message.Message):
     __slots__ = ("session_id",)
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]

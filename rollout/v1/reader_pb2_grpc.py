@@ -39,6 +39,21 @@ class RolloutReaderStub:
                 request_serializer=rollout_dot_v1_dot_reader__pb2.ReplayRequest.SerializeToString,
                 response_deserializer=rollout_dot_v1_dot_reader__pb2.ReplayResponse.FromString,
                 _registered_method=True)
+        self.StreamReplay = channel.unary_stream(
+                '/rollout.v1.RolloutReader/StreamReplay',
+                request_serializer=rollout_dot_v1_dot_reader__pb2.ReplayRequest.SerializeToString,
+                response_deserializer=rollout_dot_v1_dot_reader__pb2.ReplayChunk.FromString,
+                _registered_method=True)
+        self.GetMemoryView = channel.unary_unary(
+                '/rollout.v1.RolloutReader/GetMemoryView',
+                request_serializer=rollout_dot_v1_dot_reader__pb2.MemoryViewRequest.SerializeToString,
+                response_deserializer=rollout_dot_v1_dot_reader__pb2.MemoryViewResponse.FromString,
+                _registered_method=True)
+        self.VerifySession = channel.unary_unary(
+                '/rollout.v1.RolloutReader/VerifySession',
+                request_serializer=rollout_dot_v1_dot_reader__pb2.VerifyRequest.SerializeToString,
+                response_deserializer=rollout_dot_v1_dot_reader__pb2.VerifyReport.FromString,
+                _registered_method=True)
         self.GetStopFacts = channel.unary_unary(
                 '/rollout.v1.RolloutReader/GetStopFacts',
                 request_serializer=rollout_dot_v1_dot_reader__pb2.StopFactsRequest.SerializeToString,
@@ -66,8 +81,37 @@ class RolloutReaderServicer:
         Over token_budget the answer is still OK and carries both `too_large`
         and the rebuilt messages.
         INVALID_ARGUMENT: negative budget or cap. NOT_FOUND: unknown session.
-        RESOURCE_EXHAUSTED: the reply would exceed the message size limit; use
-        StreamReplay (a later version streams in chunks).
+        RESOURCE_EXHAUSTED: the reply would exceed the reader's message size
+        limit (256 MiB); use StreamReplay.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StreamReplay(self, request, context):
+        """The same replay as GetReplay, streamed in chunks of at most ~1 MiB of
+        messages with bounded server memory, so a session of any size replays.
+        The last chunk carries the summary (degraded ledger, checkpoint
+        verification, token estimate, too_large). Same status codes as GetReplay.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetMemoryView(self, request, context):
+        """The lossy model-facing view: system messages dropped, reasoning shortened,
+        long tool outputs truncated at a code-point boundary with a marker naming
+        the original length. Never used by replay.
+        INVALID_ARGUMENT: negative limits. NOT_FOUND: unknown session.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def VerifySession(self, request, context):
+        """Full integrity check of one session: every line parsed, seq continuity,
+        the digest of the last checkpoint, every degraded entry. Bounded memory.
+        NOT_FOUND: unknown session.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -110,6 +154,21 @@ def add_RolloutReaderServicer_to_server(servicer, server):
                     servicer.GetReplay,
                     request_deserializer=rollout_dot_v1_dot_reader__pb2.ReplayRequest.FromString,
                     response_serializer=rollout_dot_v1_dot_reader__pb2.ReplayResponse.SerializeToString,
+            ),
+            'StreamReplay': grpc.unary_stream_rpc_method_handler(
+                    servicer.StreamReplay,
+                    request_deserializer=rollout_dot_v1_dot_reader__pb2.ReplayRequest.FromString,
+                    response_serializer=rollout_dot_v1_dot_reader__pb2.ReplayChunk.SerializeToString,
+            ),
+            'GetMemoryView': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetMemoryView,
+                    request_deserializer=rollout_dot_v1_dot_reader__pb2.MemoryViewRequest.FromString,
+                    response_serializer=rollout_dot_v1_dot_reader__pb2.MemoryViewResponse.SerializeToString,
+            ),
+            'VerifySession': grpc.unary_unary_rpc_method_handler(
+                    servicer.VerifySession,
+                    request_deserializer=rollout_dot_v1_dot_reader__pb2.VerifyRequest.FromString,
+                    response_serializer=rollout_dot_v1_dot_reader__pb2.VerifyReport.SerializeToString,
             ),
             'GetStopFacts': grpc.unary_unary_rpc_method_handler(
                     servicer.GetStopFacts,
@@ -154,6 +213,87 @@ class RolloutReader:
             '/rollout.v1.RolloutReader/GetReplay',
             rollout_dot_v1_dot_reader__pb2.ReplayRequest.SerializeToString,
             rollout_dot_v1_dot_reader__pb2.ReplayResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StreamReplay(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/rollout.v1.RolloutReader/StreamReplay',
+            rollout_dot_v1_dot_reader__pb2.ReplayRequest.SerializeToString,
+            rollout_dot_v1_dot_reader__pb2.ReplayChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetMemoryView(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rollout.v1.RolloutReader/GetMemoryView',
+            rollout_dot_v1_dot_reader__pb2.MemoryViewRequest.SerializeToString,
+            rollout_dot_v1_dot_reader__pb2.MemoryViewResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def VerifySession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rollout.v1.RolloutReader/VerifySession',
+            rollout_dot_v1_dot_reader__pb2.VerifyRequest.SerializeToString,
+            rollout_dot_v1_dot_reader__pb2.VerifyReport.FromString,
             options,
             channel_credentials,
             insecure,

@@ -15,9 +15,8 @@ from shared.naming import SessionFileName, build_file_name, parse_file_name
 SESSION_ID = "01a22c15-89a6-7d3d-b5b7-165622bd350c"
 MOMENT = datetime(2026, 11, 30, 10, 15, 30, tzinfo=UTC)
 
-# Years below 1000 are left out: the name format has four year digits (see the report).
 _moments = st.datetimes(
-    min_value=datetime(1000, 1, 1), max_value=datetime(9999, 12, 31, 23, 59, 59), timezones=st.just(UTC)
+    min_value=datetime(1, 1, 1), max_value=datetime(9999, 12, 31, 23, 59, 59), timezones=st.just(UTC)
 ).map(lambda moment: moment.replace(microsecond=0))
 _session_ids = st.uuids().map(str)
 _agent_names = st.just("") | st.from_regex(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}", fullmatch=True).filter(

@@ -338,7 +338,7 @@ _json = st.recursive(
 )
 _roles = st.sampled_from(["assistant", "tool", "user"])
 _payloads = st.fixed_dictionaries(
-    {"role": _roles | _json},
+    {"role": _roles | _roles | _json},
     optional={
         key: _json
         for key in (
@@ -355,13 +355,17 @@ _payloads = st.fixed_dictionaries(
 )
 
 
-@settings(deadline=None)
+@settings(deadline=None, max_examples=300)
 @given(
     records=st.lists(
         st.tuples(
-            st.sampled_from(["message", "reasoning", "compacted", "agent_checkpoint", "stop", "zzz"]),
+            st.sampled_from(
+                ["message", "message", "message", "reasoning", "compacted", "agent_checkpoint", "stop", "zzz"]
+            ),
             _payloads,
-            st.lists(st.dictionaries(st.sampled_from(["id", "type", "function"]), _json), max_size=2) | _json,
+            st.lists(st.dictionaries(st.sampled_from(["id", "type", "function"]), _json), max_size=2)
+            | _json_scalars
+            | _json,
         ),
         max_size=8,
     )

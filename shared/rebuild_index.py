@@ -1,0 +1,112 @@
+"""The rebuild of SPEC §3 in bounded memory, for sessions of any size.
+
+:func:`index_rebuild` runs the very same rules as :func:`shared.rebuild.rebuild`
+(it subclasses the same rebuilder and overrides only what the sequence holds),
+reading the file in chunks; the sequence it returns holds small handles (byte
+offsets) instead of payloads. :class:`MessageSource` turns handles back into the
+exact payloads, reading only the lines they name. Memory is one int (or small
+tuple) per message plus one chunk, so a 1 GB session replays in a few tens of MB.
+
+A handle is either an ``int`` (the offset of a ``message`` line) or a tuple
+``(offset, index, reasoning_offset)``: ``index`` >= 0 is the position in the
+``replacement_history`` of the ``compacted`` line at ``offset``, -1 means the
+``message`` line at ``offset``, -2 the summary message of that compaction;
+``reasoning_offset`` is the ``reasoning`` line attached (-1: none).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import orjson
+
+from shared.rebuild import Rebuild, _Rebuilder
+
+CHUNK_BYTES = 4 * 1024 * 1024
+MessageHandle = int | tuple[int, int, int]
+
+
+class _IndexRebuilder(_Rebuilder):
+    """The shared rebuilder, keeping handles instead of payloads."""
+
+    def keep(self, payload: dict[str, Any], offset: int, index: int) -> MessageHandle:
+        return offset if index < 0 else (offset, index, -1)
+
+    def attach(self, kept: Any, reasoning: dict[str, Any], reasoning_offset: int) -> MessageHandle:
+        if isinstance(kept, int):
+            return (kept, -1, reasoning_offset)
+        offset, index, _ = kept
+        return (offset, index, reasoning_offset)
+
+    def keep_summary(self, summary: str, offset: int) -> MessageHandle:
+        return (offset, -2, -1)
+
+
+def index_rebuild(path: Path, *, max_messages: int = 0) -> Rebuild:
+    """Rebuild ``path`` in bounded memory; ``messages`` (and ``checkpoint_messages``) hold handles.
+
+    Same rules, degraded entries and counters as :func:`shared.rebuild.rebuild`.
+    Raises OSError when the file cannot be read.
+    """
+    state = _IndexRebuilder()
+    with path.open("rb") as handle:
+        reader = _ChunkedLines(handle)
+        line_no, offset = state.run(reader)
+    state.uncommitted(reader.tail, line_no, offset)
+    return state.finish(max_messages)
+
+
+class _ChunkedLines:
+    """Iterate the complete lines of a file read in chunks; ``tail`` is what follows the last ``\\n``."""
+
+    def __init__(self, handle: BinaryIO) -> None:
+        self._handle = handle
+        self.tail = b""
+
+    def __iter__(self) -> Iterator[bytes]:
+        pending = b""
+        while chunk := self._handle.read(CHUNK_BYTES):
+            lines = (pending + chunk).split(b"\n") if pending else chunk.split(b"\n")
+            pending = lines.pop()
+            yield from lines
+        self.tail = pending
+
+
+class MessageSource:
+    """Reads the payloads that handles name from one open session file."""
+
+    def __init__(self, path: Path) -> None:
+        self._file = path.open("rb")
+        self._cached_offset = -1
+        self._cached: dict[str, Any] = {}
+
+    def __enter__(self) -> MessageSource:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._file.close()
+
+    def _payload(self, offset: int) -> dict[str, Any]:
+        if offset != self._cached_offset:
+            self._file.seek(offset)
+            record = orjson.loads(self._file.readline().lstrip(b"\x00"))
+            self._cached_offset, self._cached = offset, record["payload"]
+        return self._cached
+
+    def message(self, handle: MessageHandle) -> dict[str, Any]:
+        """The rebuilt payload a handle names (reasoning attached), as rebuild() would hold it."""
+        if isinstance(handle, int):
+            return self._payload(handle)
+        offset, index, reasoning_offset = handle
+        if index >= 0:
+            payload: dict[str, Any] = self._payload(offset)["replacement_history"][index]
+        elif index == -2:
+            payload = {"role": "user", "content": str(self._payload(offset).get("summary", ""))}
+        else:
+            payload = self._payload(offset)
+        if reasoning_offset >= 0:
+            reasoning = self._payload(reasoning_offset)
+            payload = {**payload, "reasoning": reasoning}
+        return payload
