@@ -13,7 +13,9 @@ The hierarchy::
     ├── ResourceLimitError           RESOURCE_EXHAUSTED
     │   ├── QueueFullError           RESOURCE_EXHAUSTED (a session's queue; retry with backoff)
     │   └── ReplyTooLargeError       RESOURCE_EXHAUSTED (use the streaming RPC)
-    └── StorageWriteError            UNAVAILABLE       (write or fsync failed; nothing kept)
+    └── StorageWriteError            UNAVAILABLE, or RESOURCE_EXHAUSTED when the disk is full
+                                     (write or fsync failed; nothing kept; ErrorInfo names errno
+                                     and operation)
 
 The services translate these in one place each (``writer_service/server.py`` and
 ``reader_service/server.py``); nothing else chooses a status code.
@@ -98,4 +100,17 @@ class ReplyTooLargeError(ResourceLimitError):
 
 
 class StorageWriteError(LedgerError):
-    """A write or fsync failed; the batch was cut back and nothing of it was kept."""
+    """A write or fsync failed; the batch was cut back and nothing of it was kept.
+
+    ``errno_name`` is e.g. ``ENOSPC`` / ``EIO`` / ``EROFS`` ("" when not an OS
+    error) and ``operation`` is ``write`` or ``fsync``.
+    """
+
+    def __init__(self, message: str, *, errno_name: str = "", operation: str = "") -> None:
+        super().__init__(message)
+        self.errno_name = errno_name
+        self.operation = operation
+
+    @property
+    def disk_full(self) -> bool:
+        return self.errno_name in ("ENOSPC", "EDQUOT")

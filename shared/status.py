@@ -81,7 +81,13 @@ def _status_of(error: LedgerError, prefix: str) -> tuple[grpc.StatusCode, str, l
         case ResourceLimitError():
             return grpc.StatusCode.RESOURCE_EXHAUSTED, message, []
         case StorageWriteError():
-            return grpc.StatusCode.UNAVAILABLE, message, []
+            info = error_details_pb2.ErrorInfo(
+                reason=error.errno_name or "WRITE_FAILED",
+                domain="rollout-ledger",
+                metadata={"operation": error.operation or "write"},
+            )
+            code = grpc.StatusCode.RESOURCE_EXHAUSTED if error.disk_full else grpc.StatusCode.UNAVAILABLE
+            return code, message, [info]
         case _:
             return grpc.StatusCode.INTERNAL, message, []
 

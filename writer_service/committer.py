@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import errno
 import logging
 import os
 import time
@@ -39,6 +40,11 @@ from writer_service import metrics
 log = logging.getLogger(__name__)
 
 SLOW_FSYNC_SECONDS = 0.5
+
+# The write/fsync boundary, named here so that tests can inject faults (ENOSPC, EIO)
+# without touching os itself.
+_os_write = os.write
+_os_fdatasync = os.fdatasync
 
 
 class Durability(enum.StrEnum):
@@ -56,6 +62,38 @@ class CommitConfig:
     batch_max_wait_ms: float = 20.0
     linger_ms: float = 0.0
     durability: Durability = Durability.FSYNC
+
+
+class StorageHealth:
+    """Whether the last batch of any session was written; observers hear of each change.
+
+    Exported as the ``rollout_storage_healthy`` gauge and, by the server, as the
+    writer's gRPC health status (NOT_SERVING after a failed batch, SERVING after
+    the next good one: the writer keeps accepting appends meanwhile).
+    """
+
+    def __init__(self) -> None:
+        self.healthy = True
+        self._observers: list[Callable[[bool], None]] = []
+
+    def observe(self, observer: Callable[[bool], None]) -> None:
+        self._observers.append(observer)
+
+    def report(self, healthy: bool) -> None:
+        if healthy != self.healthy:
+            self.healthy = healthy
+            metrics.STORAGE_HEALTHY.set(1 if healthy else 0)
+            for observer in self._observers:
+                observer(healthy)
+
+
+class _BatchWriteError(Exception):
+    """An OSError from the write or the fsync of a batch, with which of the two it was."""
+
+    def __init__(self, operation: str, cause: OSError) -> None:
+        super().__init__(f"{operation}: {cause}")
+        self.operation = operation
+        self.cause = cause
 
 
 @dataclass(slots=True)
@@ -80,6 +118,7 @@ class SessionCommitter:
         executor: Executor,
         on_failure: Callable[[], None],
         label: str,
+        health: StorageHealth,
     ) -> None:
         self._fd = fd
         self._size = size
@@ -87,6 +126,7 @@ class SessionCommitter:
         self._executor = executor
         self._on_failure = on_failure
         self._label = label
+        self._health = health
         self._queue: deque[_Pending] = deque()
         self._queued_records = 0
         self._flusher: asyncio.Task[None] | None = None
@@ -166,7 +206,7 @@ class SessionCommitter:
             metrics.BATCH_RECORDS.observe(records)
             metrics.FLUSH_SECONDS.observe(elapsed)
             metrics.APPENDED_RECORDS.inc(records)
-            metrics.STORAGE_HEALTHY.set(1)
+            self._health.report(True)
             if elapsed > SLOW_FSYNC_SECONDS:
                 log.warning(
                     "slow flush: %d records, %d bytes in %.3f s (%s)",
@@ -180,15 +220,20 @@ class SessionCommitter:
                     item.future.set_result(None)
 
     def _write(self, data: bytes) -> None:
-        """Write ``data`` at the end and sync it; on failure cut the file back (worker thread)."""
+        """Write ``data`` at the end and sync it; on failure cut the file back (worker thread).
+
+        Raises _BatchWriteError naming the operation that failed.
+        """
         view = memoryview(data)
+        operation = "write"
         try:
             while view:
-                written = os.write(self._fd, view)
+                written = _os_write(self._fd, view)
                 view = view[written:]
+            operation = "fsync"
             if self._config.durability is Durability.FSYNC:
-                os.fdatasync(self._fd)
-        except OSError:
+                _os_fdatasync(self._fd)
+        except OSError as exc:
             try:
                 os.ftruncate(self._fd, self._size)
                 if self._config.durability is Durability.FSYNC:
@@ -197,24 +242,27 @@ class SessionCommitter:
                 log.exception(
                     "could not cut %s back to %d bytes after a failed write", self._label, self._size
                 )
-            raise
+            raise _BatchWriteError(operation, exc) from exc
 
     def _fail(self, batch: list[_Pending], exc: Exception) -> None:
+        """Refuse the failed batch and every request queued behind it (their seqs followed it)."""
         failed = batch + list(self._queue)
         self._queue.clear()
         self._queued_records = 0
         metrics.WRITE_ERRORS.inc()
-        metrics.STORAGE_HEALTHY.set(0)
-        log.error(
-            "write failed for %s (%s); %d requests refused, nothing of them kept",
-            self._label,
-            exc,
-            len(failed),
-        )
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        self._health.report(False)
+        if isinstance(exc, _BatchWriteError):
+            operation, cause = exc.operation, exc.cause
+            errno_name = errno.errorcode.get(cause.errno or 0, "")
+            reason = f"{operation} failed: {cause.strerror or cause}"
+        else:
+            operation, errno_name, reason = "write", "", f"write failed: {exc}"
+        log.error("%s for %s; %d requests refused, nothing of them kept", reason, self._label, len(failed))
         error = StorageWriteError(
-            f"writing the session file failed ({reason}); nothing of this request"
-            " was kept; retry once storage recovers"
+            f"writing the session file failed ({reason}); nothing of this request was kept;"
+            " retry once storage recovers",
+            errno_name=errno_name,
+            operation=operation,
         )
         for item in failed:
             if not item.future.done():

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -202,6 +202,22 @@ class RolloutWriterServicer(writer_pb2_grpc.RolloutWriterServicer):
         raise AssertionError("unreachable: status_mapping aborts")
 
 
+def _health_observer(health: HealthServicer) -> Callable[[bool], None]:
+    """Mirror storage health into the writer's gRPC health status."""
+    loop = asyncio.get_running_loop()
+    pending: set[asyncio.Task[None]] = set()
+
+    def observe(healthy: bool) -> None:
+        status = (
+            health_pb2.HealthCheckResponse.SERVING if healthy else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        task = loop.create_task(health.set(SERVICE_NAME, status))
+        pending.add(task)
+        task.add_done_callback(pending.discard)
+
+    return observe
+
+
 @dataclass
 class RunningWriter:
     """A started writer server; ``port`` is the bound port."""
@@ -269,6 +285,7 @@ async def start_writer(config: WriterConfig, address: str = "127.0.0.1:0") -> Ru
         await server.start()
         await health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         await health.set("", health_pb2.HealthCheckResponse.SERVING)
+        ledger.storage_health.observe(_health_observer(health))
     except BaseException:
         lock.release()
         raise

@@ -53,7 +53,7 @@ from shared.records import (
     validate_message,
 )
 from shared.stop_kinds import StopKind
-from writer_service.committer import CommitConfig, SessionCommitter
+from writer_service.committer import CommitConfig, SessionCommitter, StorageHealth
 from writer_service.forking import check_fork_keeps_pairs, find_fork_point
 from writer_service.idempotency import RememberedAppend, RequestMemory, fingerprint
 from writer_service.recovery import repair_torn_tail
@@ -137,6 +137,7 @@ class SessionLedger:
         self._loading: dict[str, asyncio.Future[_OpenSession]] = {}
         self._requests = RequestMemory()
         self._creating: set[str] = set()
+        self.storage_health = StorageHealth()
 
     # -- life cycle -----------------------------------------------------------------
 
@@ -226,6 +227,7 @@ class SessionLedger:
             self._executor,
             on_failure=lambda: self._forget(session_id),
             label=session_id,
+            health=self.storage_health,
         )
 
     def _forget(self, session_id: str) -> None:

@@ -1,0 +1,314 @@
+"""Exact replay, budgets, streaming, the memory view and verification (SPEC §3-§5)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+
+import reader_service.memory_view
+import reader_service.replay
+from reader_service.memory_view import memory_view
+from reader_service.replay import DigestStatus, replay_file, stream_replay, verify_findings, verify_session
+from rollout.v1 import reader_pb2, records_pb2, writer_pb2
+from shared.digest import canonical_message
+from shared.rebuild import DegradedKind, rebuild
+from shared.rebuild_index import MessageSource, index_rebuild
+from shared.records import encode_line
+from tests.conftest import REPO
+
+TS = "2026-11-30T10:00:00.000000Z"
+META = {"session_id": "01a22c15-89a6-7d3d-b5b7-165622bd350c", "tenant": "t", "created_at": TS}
+
+
+def lines(*records: tuple[str, dict]) -> bytes:
+    data = encode_line(0, TS, "session_meta", META)
+    for seq, (record_type, payload) in enumerate(records, start=1):
+        data += encode_line(seq, TS, record_type, payload)
+    return data
+
+
+def msg(role: str, text: str, **extra) -> tuple[str, dict]:
+    return ("message", {"role": role, "content": text, **extra})
+
+
+def assistant_call(call_id: str) -> tuple[str, dict]:
+    call = {"id": call_id, "type": "function", "function": {"name": "shell", "arguments": "{}"}}
+    return ("message", {"role": "assistant", "tool_calls": [call]})
+
+
+def write(tmp_path: Path, data: bytes) -> Path:
+    path = tmp_path / "session.jsonl"
+    path.write_bytes(data)
+    return path
+
+
+def test_replay_round_trips_messages_with_reasoning_byte_for_byte(writer, reader) -> None:
+    """What was appended (system, reasoning, tool calls and outputs) is what replay returns, canonically."""
+    sid = writer.CreateSession(writer_pb2.CreateSessionRequest()).session_id
+    sent = [
+        records_pb2.ChatMessage(role="system", text="You are terse."),
+        records_pb2.ChatMessage(role="user", text="héllo ✓ 🚀"),
+        records_pb2.ChatMessage(
+            role="assistant",
+            text="",
+            reasoning=records_pb2.Reasoning(content="think…", signature="sig", encrypted="enc=="),
+            tool_calls=[
+                records_pb2.ToolCall(
+                    id="c1",
+                    type="function",
+                    function=records_pb2.FunctionCall(name="ls", arguments='{"a":1}'),
+                )
+            ],
+        ),
+        records_pb2.ChatMessage(role="tool", tool_call_id="c1", text="x" * 100_000),
+        records_pb2.ChatMessage(role="assistant", text="done", name="helper"),
+    ]
+    writer.Append(
+        writer_pb2.AppendRequest(session_id=sid, records=[writer_pb2.AppendRecord(message=m) for m in sent])
+    )
+    replay = reader.GetReplay(reader_pb2.ReplayRequest(session_id=sid))
+    assert list(replay.messages) == sent
+    assert len(replay.messages[3].text) == 100_000, "tool outputs are never truncated by replay"
+
+
+def test_over_budget_returns_the_error_and_the_replay_together(writer, reader) -> None:
+    """Over the token budget the answer carries REPLAY_TOO_LARGE (estimate vs budget) and the messages."""
+    sid = writer.CreateSession(writer_pb2.CreateSessionRequest()).session_id
+    records = [writer_pb2.AppendRecord(message=records_pb2.ChatMessage(role="user", text="word " * 400))] * 3
+    writer.Append(writer_pb2.AppendRequest(session_id=sid, records=records))
+    replay = reader.GetReplay(reader_pb2.ReplayRequest(session_id=sid, token_budget=100))
+    assert replay.HasField("too_large")
+    assert replay.too_large.token_budget == 100
+    assert replay.too_large.estimated_tokens == replay.estimated_tokens > 100
+    assert len(replay.messages) == 3
+    within = reader.GetReplay(reader_pb2.ReplayRequest(session_id=sid, token_budget=10_000))
+    assert not within.HasField("too_large")
+
+
+def test_duplicate_output_keeps_the_last_in_place(tmp_path) -> None:
+    """A second output for one call replaces the first at its position and is counted."""
+    data = lines(
+        assistant_call("c1"),
+        msg("tool", "Error: cancelled", tool_call_id="c1"),
+        msg("user", "retry"),
+        msg("tool", "real result", tool_call_id="c1"),
+    )
+    result = replay_file(write(tmp_path, data))
+    assert [m["content"] for m in result.rebuilt.messages[1:]] == ["real result", "retry"]
+    assert result.rebuilt.superseded_outputs == 1
+
+
+def test_reused_call_id_in_a_later_turn_does_not_overwrite_the_earlier_pair(tmp_path) -> None:
+    """An id reused by a later call opens a new pairing; the earlier turn's output stays."""
+    data = lines(
+        assistant_call("c1"),
+        msg("tool", "turn one", tool_call_id="c1"),
+        assistant_call("c1"),
+        msg("tool", "turn two", tool_call_id="c1"),
+    )
+    result = replay_file(write(tmp_path, data))
+    assert [m.get("content") for m in result.rebuilt.messages] == [None, "turn one", None, "turn two"]
+    assert result.rebuilt.superseded_outputs == 0
+
+
+def test_malformed_line_and_nul_run_in_the_middle_hide_nothing_after_them(tmp_path) -> None:
+    """A truncated object and a NUL run mid-file are reported with line and offset; later lines replay."""
+    head = lines(msg("user", "before"))
+    broken = b'{"v":1,"seq":2,"ts":"' + TS.encode() + b'","type":"message","payl\n'
+    nul = b"\x00" * 64 + b"\n"
+    tail = encode_line(2, TS, "message", {"role": "assistant", "content": "after"})
+    tail += encode_line(3, TS, "message", {"role": "user", "content": "still here"})
+    path = write(tmp_path, head + broken + nul + tail)
+    result = replay_file(path)
+    assert [m["content"] for m in result.rebuilt.messages] == ["before", "after", "still here"]
+    kinds = {(e.kind, e.line, e.offset) for e in result.rebuilt.degraded}
+    assert (DegradedKind.UNPARSEABLE_LINE, 3, len(head)) in kinds
+    assert (DegradedKind.NUL_RUN, 4, len(head) + len(broken)) in kinds
+
+
+def test_unknown_record_type_is_kept_and_reported(tmp_path) -> None:
+    """A record type from a newer writer is preserved and reported, never dropped and never a crash."""
+    path = write(tmp_path, lines(msg("user", "a"), ("hologram", {"x": 1}), msg("assistant", "b")))
+    result = replay_file(path)
+    assert [m["content"] for m in result.rebuilt.messages] == ["a", "b"]
+    (unknown,) = result.rebuilt.unknown_records
+    assert (unknown.record_type, unknown.payload) == ("hologram", {"x": 1})
+    assert any(
+        e.kind == DegradedKind.UNKNOWN_RECORD_TYPE and "hologram" in e.detail for e in result.rebuilt.degraded
+    )
+
+
+def test_replay_never_calls_the_memory_view(tmp_path, monkeypatch) -> None:
+    """Replay and streamed replay work with the memory view disabled, and return untruncated content."""
+
+    def forbidden(*_args, **_kwargs):
+        raise AssertionError("replay must not use the memory view")
+
+    monkeypatch.setattr(reader_service.memory_view, "memory_view", forbidden)
+    data = lines(msg("system", "sys"), assistant_call("c1"), msg("tool", "y" * 50_000, tool_call_id="c1"))
+    path = write(tmp_path, data)
+    result = replay_file(path)
+    assert result.rebuilt.messages[0]["role"] == "system"
+    assert len(result.rebuilt.messages[2]["content"]) == 50_000
+    assert sum(len(p) for _, p, _ in stream_replay(path)) == 3
+    assert "memory_view" not in vars(reader_service.replay)
+
+
+def test_a_compacted_session_stopped_replays_verified(writer, reader) -> None:
+    """After a compaction the checkpoint (over the file's rebuilt view) verifies on replay."""
+    sid = writer.CreateSession(writer_pb2.CreateSessionRequest()).session_id
+    old = [
+        writer_pb2.AppendRecord(message=records_pb2.ChatMessage(role="user", text=f"old {i}"))
+        for i in range(5)
+    ]
+    compacted = records_pb2.Compacted(summary="the gist")
+    compacted.replacement_history.messages.add(role="user", text="the gist, as the model sees it")
+    writer.Append(
+        writer_pb2.AppendRequest(session_id=sid, records=[*old, writer_pb2.AppendRecord(compacted=compacted)])
+    )
+    writer.Append(
+        writer_pb2.AppendRequest(
+            session_id=sid,
+            records=[writer_pb2.AppendRecord(message=records_pb2.ChatMessage(role="assistant", text="new"))],
+        )
+    )
+    stopped = writer.Stop(writer_pb2.StopRequest(session_id=sid, stop_kind=records_pb2.STOP_KIND_PAUSED))
+    assert stopped.message_count == 2
+    replay = reader.GetReplay(reader_pb2.ReplayRequest(session_id=sid))
+    assert [m.text for m in replay.messages] == ["the gist, as the model sees it", "new"]
+    assert replay.digest_status == reader_pb2.DIGEST_STATUS_VERIFIED
+    assert any(d.kind == "compacted_rebuild" for d in replay.degraded)
+
+
+def test_stream_replay_matches_get_replay_in_many_chunks(writer, reader) -> None:
+    """StreamReplay returns the same messages as GetReplay, in several chunks with a final summary."""
+    sid = writer.CreateSession(writer_pb2.CreateSessionRequest()).session_id
+    big = [
+        writer_pb2.AppendRecord(message=records_pb2.ChatMessage(role="user", text=f"{i} " + "z" * 200_000))
+        for i in range(12)
+    ]
+    writer.Append(writer_pb2.AppendRequest(session_id=sid, records=big))
+    writer.Stop(writer_pb2.StopRequest(session_id=sid, stop_kind=records_pb2.STOP_KIND_COMPLETED))
+    whole = reader.GetReplay(reader_pb2.ReplayRequest(session_id=sid))
+    chunks = list(reader.StreamReplay(reader_pb2.ReplayRequest(session_id=sid)))
+    assert len(chunks) > 2
+    streamed = [m for chunk in chunks for m in chunk.messages]
+    assert streamed == list(whole.messages)
+    assert [c.first_index for c in chunks[:-1]] == sorted(c.first_index for c in chunks[:-1])
+    summary = chunks[-1].summary
+    assert summary.digest_status == reader_pb2.DIGEST_STATUS_VERIFIED
+    assert summary.computed_digest == whole.computed_digest
+    assert summary.estimated_tokens == whole.estimated_tokens
+
+
+def test_index_rebuild_agrees_with_rebuild_on_damaged_files(tmp_path) -> None:
+    """The bounded-memory index and the one-read rebuild give the same messages and degraded ledger."""
+    data = lines(
+        msg("user", "a"),
+        ("reasoning", {"content": "r"}),
+        assistant_call("c1"),
+        ("compacted", {"summary": "s", "replacement_history": [{"role": "user", "content": "kept"}]}),
+        msg("tool", "late", tool_call_id="c1"),
+        ("reasoning", {"content": "dangling"}),
+    )
+    data += (
+        b"\x00\x00\x00garbage\n" + encode_line(9, TS, "message", {"role": "user", "content": "z"}) + b'{"torn'
+    )
+    path = write(tmp_path, data)
+    whole = rebuild(data)
+    indexed = index_rebuild(path)
+    with MessageSource(path) as source:
+        materialized = [source.message(handle) for handle in indexed.messages]
+    assert [canonical_message(m) for m in materialized] == [canonical_message(m) for m in whole.messages]
+    assert indexed.degraded == whole.degraded
+    assert indexed.committed_bytes == whole.committed_bytes
+
+
+def test_memory_view_drops_system_shortens_reasoning_and_truncates_outputs_at_code_points() -> None:
+    """The memory view is lossy on purpose and says what it cut, never splitting a character."""
+    reasoning = {"content": "ü" * 500}
+    messages = [
+        {"role": "system", "content": "rules"},
+        {"role": "assistant", "content": "", "reasoning": reasoning},
+        {"role": "tool", "tool_call_id": "c", "content": "€" * 30 + "🚀" * 10},
+        {"role": "tool", "tool_call_id": "d", "content": [{"type": "text", "text": "ab" * 20}]},
+    ]
+    view = memory_view(messages, max_tool_output_chars=35, max_reasoning_chars=10)
+    assert view.dropped_system_messages == 1
+    assert view.shortened_reasoning == 1
+    assert view.truncated_tool_outputs == 2
+    assert view.messages[0]["reasoning"]["content"] == "ü" * 10 + "…"
+    text = view.messages[1]["content"]
+    assert text.startswith("€" * 30 + "🚀" * 5 + "\n")
+    assert view.messages[1]["truncation_marker"] == "[truncated: kept 35 of 40 characters]"
+    text.encode("utf-8")  # every character whole
+    assert view.messages[2]["content"][-1]["text"] == "[truncated: kept 35 of 40 characters]"
+    assert messages[2]["content"] == "€" * 30 + "🚀" * 10, "the input is not modified"
+
+
+def test_memory_view_rpc(writer, reader) -> None:
+    """GetMemoryView answers the lossy view with its counters."""
+    sid = writer.CreateSession(writer_pb2.CreateSessionRequest()).session_id
+    writer.Append(
+        writer_pb2.AppendRequest(
+            session_id=sid,
+            records=[
+                writer_pb2.AppendRecord(message=records_pb2.ChatMessage(role="system", text="s")),
+                writer_pb2.AppendRecord(message=records_pb2.ChatMessage(role="user", text="u")),
+            ],
+        )
+    )
+    view = reader.GetMemoryView(reader_pb2.MemoryViewRequest(session_id=sid))
+    assert [m.role for m in view.messages] == ["user"]
+    assert view.dropped_system_messages == 1
+
+
+def test_verify_reports_a_clean_session_ok_and_a_damaged_one_with_its_place(tmp_path) -> None:
+    """VerifySession finds seq gaps and bad lines by line and byte, and checks the checkpoint."""
+    good = lines(msg("user", "a"))
+    good += encode_line(
+        2,
+        TS,
+        "agent_checkpoint",
+        {"digest": "sha256:v1:" + "0" * 64, "message_count": 1, "covers_seq": 1, "stop_kind": "paused"},
+    )
+    path = write(tmp_path, good)
+    summary = verify_session(path)
+    ok, findings = verify_findings(summary)
+    assert summary.digest_status == DigestStatus.MISMATCH
+    assert not ok
+    assert any("does NOT verify" in f for f in findings)
+
+    clean_path = tmp_path / "clean.jsonl"
+    clean_path.write_bytes(lines(msg("user", "a"), msg("assistant", "b")))
+    ok, findings = verify_findings(verify_session(clean_path))
+    assert ok, findings
+
+    gap_path = tmp_path / "gap.jsonl"
+    gap = lines(msg("user", "a")) + encode_line(5, TS, "message", {"role": "user", "content": "b"})
+    gap_path.write_bytes(gap)
+    ok, findings = verify_findings(verify_session(gap_path))
+    assert not ok
+    assert any("seq_gap at line 3" in f and f"byte {len(lines(msg('user', 'a')))}" in f for f in findings)
+
+
+def test_rollout_verify_command_exits_non_zero_on_problems(writer, reader_process, data_dir) -> None:
+    """`rollout verify` prints its findings and exits 1 when the session is damaged."""
+    sid = writer.CreateSession(writer_pb2.CreateSessionRequest()).session_id
+    (path,) = (data_dir / "sessions").glob(f"*{sid}*")
+    with path.open("ab") as handle:
+        handle.write(b"not json\n")
+        handle.write(
+            orjson.dumps(
+                {"v": 1, "seq": 1, "ts": TS, "type": "message", "payload": {"role": "user", "content": "x"}}
+            )
+            + b"\n"
+        )
+    command = [sys.executable, "-m", "rollout_cli.main", "verify", sid, "--reader", reader_process.address]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=60, check=False)
+    assert result.returncode == 1, result.stderr
+    assert "PROBLEMS FOUND" in result.stdout
+    assert "unparseable_line at line 2" in result.stdout

@@ -1,0 +1,151 @@
+"""Start-up repair of torn tails (SPEC §2.10): damage moved aside, never lost; appends resume cleanly."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import grpc
+import orjson
+import pytest
+
+from rollout.v1 import records_pb2, writer_pb2, writer_pb2_grpc
+from shared.rebuild import rebuild
+from shared.records import encode_line
+from tests.conftest import start_service
+from writer_service.recovery import repair_torn_tail
+
+TS = "2026-11-30T10:00:00.000000Z"
+
+
+def user(text: str) -> writer_pb2.AppendRecord:
+    return writer_pb2.AppendRecord(message=records_pb2.ChatMessage(role="user", text=text))
+
+
+def torn_record(path: Path) -> bytes:
+    """60 % of a record, no newline: a write cut short by a crash."""
+    line = encode_line(3, TS, "message", {"role": "user", "content": "never acknowledged " * 10})
+    return line[: len(line) * 6 // 10]
+
+
+def nul_padding(path: Path) -> bytes:
+    """A run of NUL bytes: space the file system allocated but never filled."""
+    return b"\x00" * 4096
+
+
+def invalid_last_line(path: Path) -> bytes:
+    """A complete line that is not JSON."""
+    return b'{"v":1,"seq":3,"ts":"x","type":"message","payload":{"role":\n'
+
+
+@pytest.mark.parametrize("damage", [torn_record, nul_padding, invalid_last_line], ids=lambda f: f.__name__)
+def test_damaged_tail_is_moved_aside_and_the_next_append_lands_on_its_own_line(
+    data_dir, damage: Callable[[Path], bytes]
+) -> None:
+    """After a crash-like tail, restart repairs: bytes kept in a sidecar, file cut back, appends continue."""
+    writer = start_service("writer", data_dir)
+    with grpc.insecure_channel(writer.address) as channel:
+        stub = writer_pb2_grpc.RolloutWriterStub(channel)
+        sid = stub.CreateSession(writer_pb2.CreateSessionRequest()).session_id
+        stub.Append(writer_pb2.AppendRequest(session_id=sid, records=[user("one"), user("two")]))
+    assert writer.stop() == 0
+    (path,) = (data_dir / "sessions").glob(f"*{sid}*.jsonl")
+    good = path.read_bytes()
+    bad = damage(path)
+    path.write_bytes(good + bad)
+
+    writer = start_service("writer", data_dir)
+    try:
+        with grpc.insecure_channel(writer.address) as channel:
+            stub = writer_pb2_grpc.RolloutWriterStub(channel)
+            ack = stub.Append(writer_pb2.AppendRequest(session_id=sid, records=[user("three")]))
+    finally:
+        writer.stop()
+    assert list(ack.seqs) == [3]
+    data = path.read_bytes()
+    assert data.startswith(good)
+    assert [orjson.loads(line)["payload"].get("content") for line in data.splitlines()[1:]] == [
+        "one",
+        "two",
+        "three",
+    ]
+    assert not [e for e in rebuild(data).degraded if e.kind != "no_checkpoint"]
+    (sidecar,) = path.parent.glob(path.name + ".torn-*")
+    assert sidecar.read_bytes() == bad
+    assert "repaired torn tail" in writer.log()
+
+
+def test_damage_in_the_middle_is_not_repaired(tmp_path) -> None:
+    """A bad line followed by good records is left in place for the reader to report."""
+    path = tmp_path / "s.jsonl"
+    body = encode_line(0, TS, "session_meta", {"session_id": "x"}) + b"garbage\n"
+    body += encode_line(1, TS, "message", {"role": "user", "content": "after"})
+    path.write_bytes(body)
+    assert repair_torn_tail(path) == 0
+    assert path.read_bytes() == body
+    assert not list(tmp_path.glob("*.torn-*"))
+
+
+def test_clean_file_is_untouched(tmp_path) -> None:
+    """A file ending in a complete record needs no repair."""
+    path = tmp_path / "s.jsonl"
+    body = encode_line(0, TS, "session_meta", {"session_id": "x"})
+    path.write_bytes(body)
+    assert repair_torn_tail(path) == 0
+    assert path.read_bytes() == body
+
+
+def test_a_second_repair_keeps_the_first_sidecar(tmp_path) -> None:
+    """Each repair writes its own sidecar; earlier set-aside bytes are never overwritten."""
+    path = tmp_path / "s.jsonl"
+    head = encode_line(0, TS, "session_meta", {"session_id": "x"})
+    path.write_bytes(head + b"first torn")
+    repair_torn_tail(path)
+    path.write_bytes(head + b"second torn")
+    repair_torn_tail(path)
+    sidecars = sorted(p.read_bytes() for p in tmp_path.glob("s.jsonl.torn-*"))
+    assert sidecars == [b"first torn", b"second torn"]
+
+
+def test_sigterm_with_a_full_queue_loses_nothing_acknowledged(data_dir) -> None:
+    """SIGTERM mid-stream: the writer drains, fsyncs and exits 0; every acknowledged record is in the file."""
+    import signal
+    import threading
+
+    writer = start_service("writer", data_dir)
+    acked: list[tuple[int, str]] = []
+    stream_ended = threading.Event()
+    with grpc.insecure_channel(writer.address) as channel:
+        stub = writer_pb2_grpc.RolloutWriterStub(channel)
+        sid = stub.CreateSession(writer_pb2.CreateSessionRequest()).session_id
+        texts = [f"r{i}" for i in range(200_000)]
+
+        def requests():
+            for start in range(0, len(texts), 32):
+                yield writer_pb2.AppendRequest(
+                    session_id=sid, records=[user(t) for t in texts[start : start + 32]]
+                )
+
+        def consume() -> None:
+            try:
+                for ack in stub.AppendStream(requests()):
+                    acked.extend(zip(ack.seqs, texts[ack.seqs[0] - 1 : ack.seqs[-1]], strict=True))
+            except grpc.RpcError:
+                pass
+            finally:
+                stream_ended.set()
+
+        consumer = threading.Thread(target=consume)
+        consumer.start()
+        while len(acked) < 2000:
+            assert not stream_ended.is_set(), writer.log()
+            stream_ended.wait(0.01)
+        assert writer.stop(signal.SIGTERM, timeout=60) == 0
+        consumer.join(60)
+    (path,) = (data_dir / "sessions").glob(f"*{sid}*.jsonl")
+    records = {
+        r["seq"]: r["payload"].get("content") for r in map(orjson.loads, path.read_bytes().splitlines())
+    }
+    assert acked
+    assert all(records.get(seq) == text for seq, text in acked)
+    assert not [e for e in rebuild(path.read_bytes()).degraded if e.kind != "no_checkpoint"]

@@ -1,0 +1,129 @@
+"""Write errors are never silent: callers fail, no partial line, the writer recovers (SPEC §2.3)."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+
+import grpc
+import orjson
+import pytest
+from google.rpc import error_details_pb2
+
+import writer_service.committer as committer
+from rollout.v1 import records_pb2, writer_pb2
+from shared.errors import StorageWriteError
+from shared.rebuild import rebuild
+from shared.status import _status_of
+from shared.stop_kinds import StopKind
+from shared.wire import append_payloads
+from writer_service import metrics
+from writer_service.sessions import SessionLedger, SessionSpec, WriterConfig
+
+
+def user(text: str) -> list:
+    return append_payloads(
+        writer_pb2.AppendRecord(message=records_pb2.ChatMessage(role="user", text=text)), 0
+    )
+
+
+class FaultyDisk:
+    """Fails the Nth write with a partial write then ``error``, or the Nth fsync."""
+
+    def __init__(self, fail_call: int, error: int, on: str) -> None:
+        self.fail_call = fail_call
+        self.error = error
+        self.on = on
+        self.writes = 0
+        self.syncs = 0
+
+    def write(self, fd: int, data) -> int:
+        self.writes += 1
+        if self.on == "write" and self.writes == self.fail_call:
+            os.write(fd, bytes(data[: len(data) // 2]))  # a torn, partial line reaches the file
+            raise OSError(self.error, os.strerror(self.error))
+        return os.write(fd, data)
+
+    def fdatasync(self, fd: int) -> None:
+        self.syncs += 1
+        if self.on == "fsync" and self.syncs == self.fail_call:
+            raise OSError(self.error, os.strerror(self.error))
+        os.fdatasync(fd)
+
+
+@pytest.mark.parametrize(("on", "error"), [("write", errno.ENOSPC), ("fsync", errno.EIO)])
+def test_a_failed_batch_fails_its_callers_leaves_no_partial_line_and_later_batches_land(
+    data_dir, monkeypatch, on, error
+) -> None:
+    """The 4th of 6 batches fails: exactly its caller gets the error, the file is cut back, 5 and 6 land."""
+    disk = FaultyDisk(fail_call=4, error=error, on=on)
+    monkeypatch.setattr(committer, "_os_write", disk.write)
+    monkeypatch.setattr(committer, "_os_fdatasync", disk.fdatasync)
+    errors_before = metrics.WRITE_ERRORS._value.get()
+    health_changes: list[bool] = []
+
+    async def scenario() -> tuple[list, str]:
+        ledger = SessionLedger(WriterConfig(data_dir=data_dir))
+        ledger.storage_health.observe(health_changes.append)
+        try:
+            sid, _ = await ledger.create_session(SessionSpec())  # not through the committer
+            outcomes = []
+            for batch in range(1, 7):
+                try:
+                    outcomes.append(await ledger.append(sid, [user(f"batch {batch}")]))
+                except StorageWriteError as exc:
+                    outcomes.append(exc)
+            return outcomes, sid
+        finally:
+            await ledger.close()
+
+    outcomes, sid = asyncio.run(scenario())
+    failed = outcomes[3]
+    assert isinstance(failed, StorageWriteError)
+    assert failed.operation == on
+    assert failed.errno_name == errno.errorcode[error]
+    assert [o[0] for i, o in enumerate(outcomes) if i != 3] == [[1], [2], [3], [4], [5]]
+    (path,) = (data_dir / "sessions").glob(f"*{sid}*")
+    data = path.read_bytes()
+    assert data.endswith(b"\n")
+    texts = [orjson.loads(line)["payload"].get("content") for line in data.splitlines()[1:]]
+    assert texts == ["batch 1", "batch 2", "batch 3", "batch 5", "batch 6"]
+    assert not [e for e in rebuild(data).degraded if e.kind != "no_checkpoint"]
+    assert metrics.WRITE_ERRORS._value.get() == errors_before + 1
+    assert health_changes == [False, True]
+
+
+def test_disk_full_maps_to_resource_exhausted_and_io_errors_to_unavailable() -> None:
+    """ENOSPC is RESOURCE_EXHAUSTED, EIO is UNAVAILABLE; both carry an ErrorInfo naming errno and operation."""
+    full = StorageWriteError("full", errno_name="ENOSPC", operation="write")
+    code, _, details = _status_of(full, "")
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert isinstance(details[0], error_details_pb2.ErrorInfo)
+    assert details[0].reason == "ENOSPC"
+    assert details[0].metadata["operation"] == "write"
+    code, _, details = _status_of(StorageWriteError("io", errno_name="EIO", operation="fsync"), "")
+    assert code == grpc.StatusCode.UNAVAILABLE
+    assert details[0].metadata["operation"] == "fsync"
+
+
+def test_a_failed_stop_leaves_the_session_open_and_stop_can_be_retried(data_dir, monkeypatch) -> None:
+    """When the checkpoint batch fails, nothing of it is kept and a retried Stop succeeds."""
+    disk = FaultyDisk(fail_call=2, error=errno.EIO, on="write")
+    monkeypatch.setattr(committer, "_os_write", disk.write)
+
+    async def scenario() -> bytes:
+        ledger = SessionLedger(WriterConfig(data_dir=data_dir))
+        try:
+            sid, _ = await ledger.create_session(SessionSpec())
+            await ledger.append(sid, [user("a")])
+            with pytest.raises(StorageWriteError):
+                await ledger.stop(sid, StopKind.PAUSED, "first try")
+            await ledger.stop(sid, StopKind.PAUSED, "second try")
+            return ledger.root.locate(sid)[1].read_bytes()
+        finally:
+            await ledger.close()
+
+    records = [orjson.loads(line) for line in asyncio.run(scenario()).splitlines()]
+    assert [r["type"] for r in records] == ["session_meta", "message", "agent_checkpoint", "stop"]
+    assert records[-1]["payload"]["reason"] == "second try"
