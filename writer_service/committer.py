@@ -1,9 +1,9 @@
 """Group commit for one session file (SPEC §2.2).
 
 One :class:`SessionCommitter` owns one open file. Callers hand it encoded lines
-(:meth:`SessionCommitter.submit`) and await the returned future; a single flush
-task takes queued requests in order, writes them with one ``write`` and one
-fsync per batch in a worker thread, then resolves every waiter of the batch.
+(:meth:`SessionCommitter.submit`) and await the returned future; a flush loop in
+an I/O thread takes queued requests in order, writes each batch with one
+``write`` and one fsync, and resolves every waiter of the batch.
 
 Batching is adaptive: while nothing is being flushed, a request is written at
 once; requests that arrive during a flush form the next batch. A batch holds
@@ -28,6 +28,7 @@ import enum
 import errno
 import logging
 import os
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -103,9 +104,18 @@ class _Pending:
     future: asyncio.Future[None]
 
 
+#: Batches one flush run writes before it yields its I/O thread to other sessions.
+BATCHES_PER_RUN = 8
+
+
 class SessionCommitter:
     """The single owner of one session file's appends.
 
+    The event loop only queues (:meth:`submit`, under a lock) and resolves futures;
+    the flush loop itself runs in an I/O thread and goes straight from one fsync to
+    the next batch, so no event-loop round trip sits between two fsyncs. A run
+    writes at most :data:`BATCHES_PER_RUN` batches, then re-queues itself behind
+    other sessions' runs (fairness between sessions sharing the I/O threads).
     ``on_failure`` is called (in the event loop) after a failed batch so that the
     owner can reload its view of the session from the file.
     """
@@ -127,10 +137,13 @@ class SessionCommitter:
         self._on_failure = on_failure
         self._label = label
         self._health = health
+        self._loop = asyncio.get_running_loop()
+        self._lock = threading.Lock()
+        self._more = threading.Condition(self._lock)
         self._queue: deque[_Pending] = deque()
         self._queued_records = 0
-        self._flusher: asyncio.Task[None] | None = None
-        self._wakeup = asyncio.Event()
+        self._running = False
+        self._last: asyncio.Future[None] | None = None
         self._closed = False
 
     @property
@@ -144,25 +157,30 @@ class SessionCommitter:
         return self._queued_records
 
     def submit(self, data: bytes, records: int) -> asyncio.Future[None]:
-        """Queue encoded lines; the future resolves once they are durable.
+        """Queue encoded lines (event loop); the future resolves once they are durable.
 
         The future raises StorageWriteError when the write or fsync fails.
         """
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._queue.append(_Pending(data, records, future))
-        self._queued_records += records
-        if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.create_task(self._flush_loop(), name=f"flush {self._label}")
-        else:
-            self._wakeup.set()
+        future: asyncio.Future[None] = self._loop.create_future()
+        with self._lock:
+            self._queue.append(_Pending(data, records, future))
+            self._queued_records += records
+            self._last = future
+            start = not self._running
+            self._running = True
+            self._more.notify()
+        if start:
+            self._executor.submit(self._flush_run)
         return future
 
     async def drain(self) -> None:
         """Wait until everything queued so far is written (or has failed)."""
-        while self._flusher is not None and not self._flusher.done():
-            await asyncio.shield(self._flusher)
+        last = self._last
+        if last is not None and not last.done():
+            await asyncio.wait([last])
 
     def _take_batch(self) -> list[_Pending]:
+        """The next batch (lock held): up to the record limit, a larger request alone."""
         limit = self._config.batch_max_records
         batch = [self._queue.popleft()]
         count = batch[0].records
@@ -173,40 +191,41 @@ class SessionCommitter:
         self._queued_records -= count
         return batch
 
-    async def _linger(self) -> None:
-        """Give a partly filled batch up to ``linger_ms`` (bounded by the max wait) to fill."""
-        linger = min(self._config.linger_ms, self._config.batch_max_wait_ms) / 1000
-        deadline = time.monotonic() + linger
+    def _linger(self) -> None:
+        """Give a partly filled batch up to ``linger_ms`` (bounded by the max wait) to fill (lock held)."""
+        deadline = time.monotonic() + min(self._config.linger_ms, self._config.batch_max_wait_ms) / 1000
         while self._queued_records < self._config.batch_max_records:
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return
-            self._wakeup.clear()
-            try:
-                await asyncio.wait_for(self._wakeup.wait(), remaining)
-            except TimeoutError:
+            if remaining <= 0 or not self._more.wait(remaining):
                 return
 
-    async def _flush_loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        while self._queue:
-            if self._config.linger_ms > 0:
-                await self._linger()
-            batch = self._take_batch()
+    def _flush_run(self) -> None:
+        """Write batches until the queue is empty or the run's share is used (I/O thread)."""
+        for _ in range(BATCHES_PER_RUN):
+            with self._lock:
+                if not self._queue:
+                    self._running = False
+                    return
+                if self._config.linger_ms > 0:
+                    self._linger()
+                batch = self._take_batch()
             data = b"".join(item.data for item in batch) if len(batch) > 1 else batch[0].data
             records = sum(item.records for item in batch)
             started = time.perf_counter()
             try:
-                await loop.run_in_executor(self._executor, self._write, data)
+                self._write(data)
             except Exception as exc:  # an OSError, or a bug: either way no waiter may hang
-                self._fail(batch, exc)
+                with self._lock:
+                    failed = batch + list(self._queue)
+                    self._queue.clear()
+                    self._queued_records = 0
+                self._loop.call_soon_threadsafe(self._fail, failed, exc)
                 continue
             elapsed = time.perf_counter() - started
             self._size += len(data)
             metrics.BATCH_RECORDS.observe(records)
             metrics.FLUSH_SECONDS.observe(elapsed)
             metrics.APPENDED_RECORDS.inc(records)
-            self._health.report(True)
             if elapsed > SLOW_FSYNC_SECONDS:
                 log.warning(
                     "slow flush: %d records, %d bytes in %.3f s (%s)",
@@ -215,9 +234,15 @@ class SessionCommitter:
                     elapsed,
                     self._label,
                 )
-            for item in batch:
-                if not item.future.done():
-                    item.future.set_result(None)
+            self._loop.call_soon_threadsafe(self._acknowledge, batch)
+        self._executor.submit(self._flush_run)  # more to do: queue behind other sessions' runs
+
+    def _acknowledge(self, batch: list[_Pending]) -> None:
+        """Resolve a durable batch's futures (event loop)."""
+        self._health.report(True)
+        for item in batch:
+            if not item.future.done():
+                item.future.set_result(None)
 
     def _write(self, data: bytes) -> None:
         """Write ``data`` at the end and sync it; on failure cut the file back (worker thread).
@@ -244,11 +269,11 @@ class SessionCommitter:
                 )
             raise _BatchWriteError(operation, exc) from exc
 
-    def _fail(self, batch: list[_Pending], exc: Exception) -> None:
-        """Refuse the failed batch and every request queued behind it (their seqs followed it)."""
-        failed = batch + list(self._queue)
-        self._queue.clear()
-        self._queued_records = 0
+    def _fail(self, failed: list[_Pending], exc: Exception) -> None:
+        """Refuse the failed batch and every request queued behind it (event loop).
+
+        The requests behind it are refused too: their seqs followed the failed batch's.
+        """
         metrics.WRITE_ERRORS.inc()
         self._health.report(False)
         if isinstance(exc, _BatchWriteError):

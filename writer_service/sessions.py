@@ -43,6 +43,7 @@ from shared.naming import (
     validate_session_id,
 )
 from shared.rebuild import Rebuild, rebuild
+from shared.rebuild_index import index_rebuild
 from shared.records import (
     RecordType,
     call_ids_of,
@@ -247,8 +248,16 @@ class SessionLedger:
         self._loading[session_id] = future
         try:
             _, path = self.root.locate(session_id)
-            state = await asyncio.get_running_loop().run_in_executor(
-                self._executor, self._load, session_id, path
+            fd, found, stopped = await asyncio.get_running_loop().run_in_executor(
+                self._executor, self._load, path
+            )
+            state = _OpenSession(
+                session_id,
+                path,
+                found.last_seq + 1,
+                found.call_ids,
+                self._committer(session_id, fd, found.committed_bytes),
+                stopped,
             )
             self._sessions[session_id] = state
             future.set_result(state)
@@ -260,24 +269,20 @@ class SessionLedger:
         finally:
             del self._loading[session_id]
 
-    def _load(self, session_id: str, path: Path) -> _OpenSession:
+    @staticmethod
+    def _load(path: Path) -> tuple[int, Rebuild, str | None]:
+        """Repair the tail, index the file once (bounded memory), open it (I/O thread).
+
+        Returns (fd, what the rebuild found, the stop kind if stopped else None).
+        """
         repair_torn_tail(path)
-        data = path.read_bytes()
-        found = rebuild(data)
+        found = index_rebuild(path)
         stopped: str | None = None
         if found.last_record_type == RecordType.STOP and found.last_stop is not None:
             stopped = str(found.last_stop.get("stop_kind", ""))
         elif found.last_record_type == RecordType.AGENT_CHECKPOINT and found.last_checkpoint:
             stopped = found.last_checkpoint.stop_kind
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
-        return _OpenSession(
-            session_id,
-            path,
-            found.last_seq + 1,
-            found.call_ids,
-            self._committer(session_id, fd, found.committed_bytes),
-            stopped,
-        )
+        return os.open(path, os.O_WRONLY | os.O_APPEND), found, stopped
 
     # -- appends --------------------------------------------------------------------
 
