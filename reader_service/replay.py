@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import enum
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -116,7 +116,7 @@ def _verify_handles(source: MessageSource, rebuilt: Rebuild) -> tuple[DigestStat
 
 def stream_replay(
     path: Path, token_budget: int = 0, max_messages: int = 0, chunk_bytes: int = STREAM_CHUNK_BYTES
-) -> Iterator[tuple[int, list[dict[str, Any]], ReplaySummaryFacts | None]]:
+) -> Generator[tuple[int, list[dict[str, Any]], ReplaySummaryFacts | None], None, None]:
     """Replay in bounded memory: yields (first index, payloads, None) chunks, then a summary.
 
     The last item is ``(message_count, [], summary)``. The file is indexed once

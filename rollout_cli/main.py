@@ -171,7 +171,7 @@ reader_option = click.option(
 
 
 def _fail(exc: grpc.RpcError) -> click.ClickException:
-    return click.ClickException(f"{exc.code().name}: {exc.details()}")  # type: ignore[attr-defined]
+    return click.ClickException(f"{exc.code().name}: {exc.details()}")
 
 
 def _batches(records: list[writer_pb2.AppendRecord], session_id: str) -> Any:
@@ -198,7 +198,7 @@ def import_codex_file(stub: writer_pb2_grpc.RolloutWriterStub, path: Path, tenan
             )
         )
     except grpc.RpcError as exc:
-        if exc.code() == grpc.StatusCode.ALREADY_EXISTS:  # type: ignore[attr-defined]
+        if exc.code() == grpc.StatusCode.ALREADY_EXISTS:
             return {"file": str(path), "session_id": session.session_id, "skipped": "already imported"}
         raise
     acks = list(stub.AppendStream(_batches(session.records, created.session_id)))

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Sets up .venv (if needed) and runs the checks: stub drift, ruff, the test suite.
+# Sets up .venv (if needed) and runs the checks: ruff, mypy (strict, product code), then the
+# test suite in parallel (it includes the stub drift test and the 30-point crash harness).
 # Usage: bash scripts/test.sh [pytest args...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,4 +10,5 @@ fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[dev]"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
+.venv/bin/mypy shared writer_service reader_service rollout_cli
 .venv/bin/python -m pytest -n 2 "$@"

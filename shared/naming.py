@@ -105,7 +105,8 @@ def parse_file_name(name: str) -> SessionFileName:
     agent_name = validate_agent_name(match["agent_name"] or "")
     try:
         # int() over the six groups: strptime would cost ~30 µs a name, and listings parse thousands.
-        created_at = datetime(*(int(part) for part in match.groups()[:6]), tzinfo=UTC)
+        year, month, day, hour, minute, second = (int(part) for part in match.groups()[:6])
+        created_at = datetime(year, month, day, hour, minute, second, tzinfo=UTC)
     except ValueError as exc:
         raise FileNameError("file_name", f"{name!r} has no valid date and time") from exc
     return SessionFileName(created_at, session_id, agent_name)

@@ -89,18 +89,19 @@ class UnknownRecord:
 class Rebuild:
     """What :func:`rebuild` found in one file.
 
-    ``messages`` are message payloads (reasoning attached); ``checkpoint_messages``
+    ``messages`` are message payloads (dicts, reasoning attached), or handles
+    when built by :func:`shared.rebuild_index.index_rebuild`; ``checkpoint_messages``
     is the sequence as it stood at the last checkpoint, for verification.
     ``committed_bytes`` is the length of the file up to its last ``\\n``;
     ``unanswered_call_ids`` the calls still without an output, in call order.
     """
 
-    messages: list[dict[str, Any]] = field(default_factory=list)
+    messages: list[Any] = field(default_factory=list)
     degraded: list[DegradedEntry] = field(default_factory=list)
     superseded_outputs: int = 0
     session_meta: dict[str, Any] | None = None
     last_checkpoint: CheckpointRecord | None = None
-    checkpoint_messages: list[dict[str, Any]] | None = None
+    checkpoint_messages: list[Any] | None = None
     last_stop: dict[str, Any] | None = None
     last_record_type: str | None = None
     unknown_records: list[UnknownRecord] = field(default_factory=list)

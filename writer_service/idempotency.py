@@ -54,7 +54,8 @@ class RequestMemory:
         """
         if len(request_id) > MAX_REQUEST_ID_CHARS:
             raise InvalidArgumentError("request_id", f"is longer than {MAX_REQUEST_ID_CHARS} characters")
-        remembered = self._sessions.get(session_id, {}).get(request_id)
+        ids = self._sessions.get(session_id)
+        remembered = ids.get(request_id) if ids is not None else None
         if remembered is None:
             return None
         if remembered.durable.done() and remembered.durable.exception() is not None:
