@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import logging
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -23,8 +24,10 @@ import orjson
 from reader_service.stop_facts import DEFAULT_TAIL_WINDOW, StopFactsResult, eligibility_of, read_stop_facts
 from shared.errors import InvalidArgumentError
 from shared.layout import DataRoot
-from shared.naming import SessionFileName
+from shared.naming import SessionFileName, validate_session_id
 from shared.stop_kinds import StopKind
+
+log = logging.getLogger(__name__)
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 1000
@@ -47,6 +50,8 @@ class SessionFilters:
     stop_state: str = ""
 
     def __post_init__(self) -> None:
+        if self.parent_session_id:
+            validate_session_id(self.parent_session_id)
         if self.stop_state not in STOP_STATES:
             raise InvalidArgumentError(
                 "stop_state", f"must be one of {list(STOP_STATES)}, got {self.stop_state!r}"
@@ -135,9 +140,12 @@ def decode_cursor(token: str) -> tuple[datetime, str]:
     try:
         raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
         fields = orjson.loads(raw)
-        return datetime.fromisoformat(fields["t"]), str(fields["id"])
+        moment, session_id = datetime.fromisoformat(fields["t"]), fields["id"]
     except (binascii.Error, ValueError, KeyError, TypeError) as exc:
         raise InvalidArgumentError("page_token", "is not a token returned by ListSessions") from exc
+    if moment.tzinfo is None or not isinstance(session_id, str):
+        raise InvalidArgumentError("page_token", "is not a token returned by ListSessions")
+    return moment, session_id
 
 
 def list_sessions(
@@ -185,6 +193,9 @@ def list_sessions(
             facts = read_stop_facts(path, tail_window)
         except FileNotFoundError:
             continue
+        except (OSError, ValueError) as exc:  # one unreadable file must not hide the others
+            log.warning("listing %s as unknown: %s", file_name, exc)
+            facts = StopFactsResult(found=False)
         if not filters.matches_stop(facts, meta):
             continue
         page.append(SessionListing(parsed, meta, facts))

@@ -39,7 +39,11 @@ def _truncate_content(content: Any, limit: int) -> tuple[Any, str | None]:
         marker = _marker(limit, len(content))
         return content[:limit] + "\n" + marker, marker
     if isinstance(content, list):
-        total = sum(len(part.get("text", "")) for part in content if isinstance(part, dict))
+        total = sum(
+            len(part["text"])
+            for part in content
+            if isinstance(part, dict) and isinstance(part.get("text"), str)
+        )
         if total <= limit:
             return content, None
         budget = limit

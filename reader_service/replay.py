@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from shared.digest import DigestBuilder, canonical_message, digest
-from shared.rebuild import DegradedEntry, DegradedKind, Rebuild, rebuild
+from shared.rebuild import DAMAGE_KINDS, DegradedEntry, DegradedKind, Rebuild, rebuild
 from shared.rebuild_index import MessageSource, index_rebuild
 
 
@@ -169,7 +169,7 @@ def verify_session(path: Path) -> ReplaySummaryFacts:
 
 
 def verify_findings(summary: ReplaySummaryFacts) -> tuple[bool, list[str]]:
-    """(ok, sentences) for a person: ok when only compactions are degraded and the checkpoint verifies."""
+    """(ok, sentences) for a person: ok when nothing is damaged and the checkpoint does not mismatch."""
     rebuilt = summary.rebuilt
     findings = [
         f"{rebuilt.records} records, seqs 0..{rebuilt.last_seq}, {rebuilt.committed_bytes} committed bytes,"
@@ -185,12 +185,17 @@ def verify_findings(summary: ReplaySummaryFacts) -> tuple[bool, list[str]]:
         )
     else:
         findings.append("no checkpoint: the session was never stopped, nothing to verify against")
-    serious = [
+    # Damage makes a session not OK; compactions, unanswered calls, a write in
+    # progress (uncommitted tail) and other model-view notes are reported, not failed.
+    serious = [entry for entry in rebuilt.degraded if entry.kind in DAMAGE_KINDS]
+    notes = [
         entry
         for entry in rebuilt.degraded
-        if entry.kind not in (DegradedKind.COMPACTED_REBUILD, DegradedKind.NO_CHECKPOINT)
+        if entry.kind not in DAMAGE_KINDS and entry.kind != DegradedKind.NO_CHECKPOINT
     ]
     for entry in serious:
         findings.append(f"{entry.kind} at line {entry.line} (byte {entry.offset}): {entry.detail}")
+    for entry in notes:
+        findings.append(f"note: {entry.kind} at line {entry.line}: {entry.detail}")
     ok = not serious and summary.digest_status is not DigestStatus.MISMATCH
     return ok, findings

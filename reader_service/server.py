@@ -38,7 +38,7 @@ from rollout.v1 import reader_pb2, reader_pb2_grpc
 from shared.errors import InvalidArgumentError, ReplyTooLargeError
 from shared.layout import DataRoot
 from shared.records import parse_timestamp
-from shared.status import add_servicer, status_mapping
+from shared.status import add_servicer, bind, status_mapping
 from shared.wire import checkpoint_to_proto, degraded_to_proto, message_from_payload
 
 log = logging.getLogger(__name__)
@@ -290,6 +290,10 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
             direction = request.WhichOneof("from")
             if direction is None:
                 raise InvalidArgumentError("from", "give parent_session_id or child_session_id")
+            if direction == "child_session_id" and request.delegation_id:
+                raise InvalidArgumentError(
+                    "delegation_id", "narrows a lookup from a parent; a child has exactly one parent"
+                )
             if direction == "parent_session_id":
                 found = await self._run(
                     find_children,
@@ -338,6 +342,8 @@ async def start_reader(config: ReaderConfig, address: str = "127.0.0.1:0") -> Ru
         options=[
             ("grpc.max_receive_message_length", 4 * 1024 * 1024),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            # A port another server holds must fail to bind, not be silently shared.
+            ("grpc.so_reuseport", 0),
         ]
     )
     servicer = RolloutReaderServicer(config)
@@ -348,9 +354,7 @@ async def start_reader(config: ReaderConfig, address: str = "127.0.0.1:0") -> Ru
         (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
         server,
     )
-    port = server.add_insecure_port(address)
-    if port == 0:
-        raise RuntimeError(f"cannot bind the reader to {address}")
+    port = bind(server, address, "reader")
     await server.start()
     await health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
     await health.set("", health_pb2.HealthCheckResponse.SERVING)

@@ -65,11 +65,16 @@ def _last_records(tail: bytes, partial_first: bool, want: int) -> list[dict[str,
     return found
 
 
+def _int(value: Any) -> int:
+    """A seq as stored, or -1 when a damaged record holds something else."""
+    return value if type(value) is int else -1
+
+
 def _checkpoint_of(record: dict[str, Any]) -> CheckpointRecord | None:
     payload = record["payload"]
     try:
         return CheckpointRecord(
-            int(record.get("seq", -1)),
+            _int(record.get("seq")),
             0,
             str(payload["digest"]),
             int(payload["message_count"]),
@@ -115,7 +120,7 @@ def read_stop_facts(path: Path, tail_window: int = DEFAULT_TAIL_WINDOW) -> StopF
             error=error,
             checkpoint=checkpoint,
             has_stop_record=True,
-            stop_seq=int(last.get("seq", -1)),
+            stop_seq=_int(last.get("seq")),
             tail_bytes_read=total_read,
         )
     if record_type == RecordType.AGENT_CHECKPOINT:

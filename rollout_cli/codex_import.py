@@ -58,6 +58,8 @@ _OUTPUT_KEYS = {"type", "call_id", "output"}
 _CALL_TYPES = {"function_call": "function", "custom_tool_call": "custom"}
 _OUTPUT_TYPES = {"function_call_output", "custom_tool_call_output"}
 _TURN_EVENTS = {"task_started", "task_complete", "turn_aborted"}
+_ENVELOPE_TYPES = {"session_meta", "response_item", "turn_context", "event_msg", "compacted"}
+_ITEM_TYPES = {"message", "reasoning", *_CALL_TYPES, *_OUTPUT_TYPES}
 
 
 @dataclass
@@ -73,6 +75,8 @@ class CodexSession:
     records: list[writer_pb2.AppendRecord] = field(default_factory=list)
     kept_as_event: Counter[str] = field(default_factory=Counter)
     unparseable_lines: int = 0
+    #: Lines that were Codex items (a session_meta, response item, event, turn context, compaction).
+    recognized: int = 0
     stop_kind: StopKind = StopKind.INTERRUPTED
     stop_reason: str = ""
 
@@ -270,8 +274,12 @@ def convert_codex(lines: Iterable[bytes]) -> CodexSession:
         if not isinstance(line, dict):
             converter.keep("codex.unknown", {"line": line})
         elif "payload" in line and "type" in line:
+            if line["type"] in _ENVELOPE_TYPES:
+                converter.session.recognized += 1
             converter.envelope(line)
         else:
+            if (first and "id" in line and "timestamp" in line) or line.get("type") in _ITEM_TYPES:
+                converter.session.recognized += 1
             converter.bare(line, first)
         first = False
     return converter.finish()

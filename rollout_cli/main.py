@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ import grpc
 
 from rollout.v1 import reader_pb2, reader_pb2_grpc, records_pb2, writer_pb2, writer_pb2_grpc
 from rollout_cli.codex_import import convert_codex
+from shared.status import BindError
 from writer_service.committer import CommitConfig, Durability
 
 DEFAULT_DATA_DIR = "rollout-data"
@@ -87,12 +89,25 @@ async def _serve_until_signal(start: Any, label: str) -> None:
 )
 @click.option("--batch-max-records", default=32, show_default=True, help="Records per group-commit batch.")
 @click.option("--batch-max-wait-ms", default=20.0, show_default=True, help="Longest a record lingers (ms).")
+@click.option(
+    "--metrics-port", type=int, default=None, help="Serve Prometheus metrics on 127.0.0.1:PORT/metrics."
+)
 def serve_writer(
-    data_dir: Path, address: str, durability: str, batch_max_records: int, batch_max_wait_ms: float
+    data_dir: Path,
+    address: str,
+    durability: str,
+    batch_max_records: int,
+    batch_max_wait_ms: float,
+    metrics_port: int | None,
 ) -> None:
     """Run the writer service alone (one per data root)."""
+    from prometheus_client import start_http_server
+
     from writer_service.server import DataRootLockedError, start_writer
     from writer_service.sessions import WriterConfig
+
+    if metrics_port is not None:
+        start_http_server(metrics_port, addr="127.0.0.1")
 
     config = WriterConfig(
         data_dir=data_dir,
@@ -100,7 +115,7 @@ def serve_writer(
     )
     try:
         asyncio.run(_serve_until_signal(start_writer(config, address), "writer"))
-    except DataRootLockedError as exc:
+    except (DataRootLockedError, BindError) as exc:
         raise click.ClickException(str(exc)) from exc
 
 
@@ -112,7 +127,10 @@ def serve_reader(data_dir: Path, address: str) -> None:
     from reader_service.server import ReaderConfig, start_reader
 
     data_dir.mkdir(parents=True, exist_ok=True)
-    asyncio.run(_serve_until_signal(start_reader(ReaderConfig(data_dir=data_dir), address), "reader"))
+    try:
+        asyncio.run(_serve_until_signal(start_reader(ReaderConfig(data_dir=data_dir), address), "reader"))
+    except BindError as exc:
+        raise click.ClickException(str(exc)) from exc
 
 
 @cli.command()
@@ -142,19 +160,36 @@ def serve(data_dir: Path, writer_address: str, reader_address: str, durability: 
         subprocess.Popen([*base, "serve-reader", "--data-dir", str(data_dir), "--address", reader_address]),
     ]
 
-    def forward(signum: int, _frame: Any) -> None:
+    stopping = False
+
+    def stop_all(_signum: int = 0, _frame: Any = None) -> None:
+        nonlocal stopping
+        stopping = True
         for child in children:
             if child.poll() is None:
                 child.send_signal(signal.SIGTERM)
 
-    signal.signal(signal.SIGINT, forward)
-    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, stop_all)
+    signal.signal(signal.SIGTERM, stop_all)
+    # If either service exits on its own (a locked data root, a port in use), stop the other:
+    # half a pair must not keep running.
+    while all(child.poll() is None for child in children):
+        time.sleep(0.2)
+    if not stopping:
+        click.echo("a service exited on its own; stopping the other", err=True)
+        stop_all()
     codes = [child.wait() for child in children]
     if any(codes):
-        raise SystemExit(max(abs(code) for code in codes))
+        raise SystemExit(1)
 
 
 # -- clients ------------------------------------------------------------------------
+
+
+def _session_id(_context: click.Context, _parameter: click.Parameter, value: str) -> str:
+    """Session ids as typed by people: surrounding blanks dropped, case folded to lowercase."""
+    return value.strip().lower()
+
 
 writer_option = click.option(
     "--writer",
@@ -170,8 +205,20 @@ reader_option = click.option(
 )
 
 
-def _fail(exc: grpc.RpcError) -> click.ClickException:
-    return click.ClickException(f"{exc.code().name}: {exc.details()}")
+def _fail(exc: grpc.RpcError, service: str = "", address: str = "") -> click.ClickException:
+    """A one-line error for a failed call: the status, or what to do when the service is not there."""
+    code = exc.code()
+    if code == grpc.StatusCode.UNAVAILABLE and address and "connect" in (exc.details() or ""):
+        option = "--writer / ROLLOUT_WRITER" if service == "writer" else "--reader / ROLLOUT_READER"
+        return click.ClickException(
+            f"cannot reach the {service} at {address}. Is it running (bash deploy/local/serve.sh)?"
+            f" Point {option} at it."
+        )
+    if code == grpc.StatusCode.UNIMPLEMENTED and address:
+        return click.ClickException(
+            f"{address} does not serve the rollout {service} (is it the other service?)"
+        )
+    return click.ClickException(f"{code.name}: {exc.details()}")
 
 
 def _batches(records: list[writer_pb2.AppendRecord], session_id: str) -> Any:
@@ -185,6 +232,8 @@ def import_codex_file(stub: writer_pb2_grpc.RolloutWriterStub, path: Path, tenan
     """Import one Codex rollout through the writer; returns a report (raises grpc.RpcError)."""
     with path.open("rb") as handle:
         session = convert_codex(handle)
+    if not session.recognized:
+        return {"file": str(path), "refused": "not a Codex rollout (no line parsed as one); nothing imported"}
     try:
         created = stub.CreateSession(
             writer_pb2.CreateSessionRequest(
@@ -233,14 +282,22 @@ def import_group() -> None:
 @writer_option
 @click.option("--tenant", default="default", show_default=True)
 def import_codex(paths: tuple[Path, ...], writer: str, tenant: str) -> None:
-    """Import Codex CLI rollout files (rollout-*.jsonl), one session each."""
+    """Import Codex CLI rollout JSONL files (both layouts), one session each.
+
+    Exits 1 when a file is refused (not a Codex rollout); the others are still imported.
+    """
+    refused = 0
     with grpc.insecure_channel(writer, options=CLIENT_OPTIONS) as channel:
         stub = writer_pb2_grpc.RolloutWriterStub(channel)
         for path in paths:
             try:
                 report = import_codex_file(stub, path, tenant)
             except grpc.RpcError as exc:
-                raise _fail(exc) from exc
+                raise _fail(exc, "writer", writer) from exc
+            if "refused" in report:
+                click.echo(f"{path.name}: {report['refused']}", err=True)
+                refused += 1
+                continue
             if "skipped" in report:
                 click.echo(f"{path.name}: skipped, {report['skipped']} as {report['session_id']}")
                 continue
@@ -250,26 +307,53 @@ def import_codex(paths: tuple[Path, ...], writer: str, tenant: str) -> None:
                 f" {report['messages']} messages, stopped {report['stop_kind']};"
                 f" kept as events (no mapping): {kept}"
             )
+    if refused:
+        raise SystemExit(1)
 
 
 @cli.command("ls")
 @reader_option
-@click.option("--page-size", default=50, show_default=True)
+@click.option("--page-size", default=50, show_default=True, help="Sessions per page (1-1000).")
 @click.option("--page-token", default="", help="Continue from a previous page.")
-@click.option("--tenant", default="")
-@click.option("--agent-name", default="")
-def list_command(reader: str, page_size: int, page_token: str, tenant: str, agent_name: str) -> None:
-    """List sessions, newest first, with their stop state."""
+@click.option("--tenant", default="", help="Only this tenant's sessions.")
+@click.option("--agent-name", default="", help="Only sessions of this agent.")
+@click.option("--parent", default="", help="Only the children of this session.")
+@click.option(
+    "--stop-state",
+    default="",
+    help="unknown, stopped, replayable, not_replayable, or a stop kind (paused, completed, ...).",
+)
+@click.option("--created-after", default="", help="RFC 3339 time, inclusive.")
+@click.option("--created-before", default="", help="RFC 3339 time, inclusive.")
+def list_command(
+    reader: str,
+    page_size: int,
+    page_token: str,
+    tenant: str,
+    agent_name: str,
+    parent: str,
+    stop_state: str,
+    created_after: str,
+    created_before: str,
+) -> None:
+    """List sessions, newest first, with their stop state and whether they may be resumed."""
     with grpc.insecure_channel(reader, options=CLIENT_OPTIONS) as channel:
         stub = reader_pb2_grpc.RolloutReaderStub(channel)
         try:
             page = stub.ListSessions(
                 reader_pb2.ListSessionsRequest(
-                    page_size=page_size, page_token=page_token, tenant=tenant, agent_name=agent_name
+                    page_size=page_size,
+                    page_token=page_token,
+                    tenant=tenant,
+                    agent_name=agent_name,
+                    parent_session_id=parent.strip().lower(),
+                    stop_state=stop_state,
+                    created_after=created_after,
+                    created_before=created_before,
                 )
             )
         except grpc.RpcError as exc:
-            raise _fail(exc) from exc
+            raise _fail(exc, "reader", reader) from exc
     click.echo(f"{'CREATED':27} {'SESSION':36} {'AGENT':14} {'STATE':16} RESUME")
     for summary in page.sessions:
         facts = summary.stop_facts
@@ -299,7 +383,7 @@ def _message_text(message: records_pb2.ChatMessage) -> str:
 
 
 @cli.command()
-@click.argument("session_id")
+@click.argument("session_id", callback=_session_id)
 @reader_option
 @click.option("--token-budget", default=0, help="Estimated tokens allowed (0: none).")
 @click.option("--width", default=400, show_default=True, help="Characters shown per message (0: all).")
@@ -317,7 +401,7 @@ def replay(session_id: str, reader: str, token_budget: int, width: int) -> None:
                 if chunk.HasField("summary"):
                     summary = chunk.summary
         except grpc.RpcError as exc:
-            raise _fail(exc) from exc
+            raise _fail(exc, "reader", reader) from exc
     if summary is None:
         raise click.ClickException("the replay stream ended without its summary")
     status = reader_pb2.DigestStatus.Name(summary.digest_status).removeprefix("DIGEST_STATUS_").lower()
@@ -355,7 +439,7 @@ def _shorten(text: str, width: int) -> str:
 
 
 @cli.command("stop-facts")
-@click.argument("session_id")
+@click.argument("session_id", callback=_session_id)
 @reader_option
 def stop_facts(session_id: str, reader: str) -> None:
     """Why and where a session stopped, and whether it may be continued."""
@@ -364,7 +448,7 @@ def stop_facts(session_id: str, reader: str) -> None:
         try:
             facts = stub.GetStopFacts(reader_pb2.StopFactsRequest(session_id=session_id))
         except grpc.RpcError as exc:
-            raise _fail(exc) from exc
+            raise _fail(exc, "reader", reader) from exc
     if not facts.found:
         click.echo(f"{session_id}: unknown (no stop facts in the tail: running, or killed before any Stop)")
         return
@@ -385,7 +469,7 @@ def stop_facts(session_id: str, reader: str) -> None:
 
 
 @cli.command()
-@click.argument("session_id")
+@click.argument("session_id", callback=_session_id)
 @reader_option
 def verify(session_id: str, reader: str) -> None:
     """Check one session in full: every line, seq continuity, the last checkpoint's digest."""
@@ -394,7 +478,7 @@ def verify(session_id: str, reader: str) -> None:
         try:
             report = stub.VerifySession(reader_pb2.VerifyRequest(session_id=session_id))
         except grpc.RpcError as exc:
-            raise _fail(exc) from exc
+            raise _fail(exc, "reader", reader) from exc
     click.echo(f"{session_id}: {'OK' if report.ok else 'PROBLEMS FOUND'}")
     for finding in report.findings:
         click.echo(f"  - {finding}")
@@ -403,16 +487,19 @@ def verify(session_id: str, reader: str) -> None:
 
 
 @cli.command()
-@click.argument("session_id")
+@click.argument("session_id", callback=_session_id)
 @writer_option
-def resume(session_id: str, writer: str) -> None:
-    """Re-open a stopped session for appending (closes calls left without an output)."""
+@click.option(
+    "--force", is_flag=True, help="Re-open even a session whose stop kind is not replayable as-is (recorded)."
+)
+def resume(session_id: str, writer: str, force: bool) -> None:
+    """Re-open a paused or cancelled session for appending (closes calls left without an output)."""
     with grpc.insecure_channel(writer, options=CLIENT_OPTIONS) as channel:
         stub = writer_pb2_grpc.RolloutWriterStub(channel)
         try:
-            result = stub.Resume(writer_pb2.ResumeRequest(session_id=session_id))
+            result = stub.Resume(writer_pb2.ResumeRequest(session_id=session_id, force=force))
         except grpc.RpcError as exc:
-            raise _fail(exc) from exc
+            raise _fail(exc, "writer", writer) from exc
     was = result.previous_stop_kind or "open"
     closed = ", ".join(result.closed_call_ids) or "none"
     click.echo(
@@ -422,7 +509,7 @@ def resume(session_id: str, writer: str) -> None:
 
 
 @cli.command()
-@click.argument("session_id")
+@click.argument("session_id", callback=_session_id)
 @writer_option
 @click.option("--at-seq", type=int, default=None, help="Keep the records with seq <= this.")
 @click.option("--before-user", type=int, default=None, help="Keep everything before the Nth user message.")
@@ -440,7 +527,7 @@ def fork(session_id: str, writer: str, at_seq: int | None, before_user: int | No
         try:
             result = stub.Fork(request)
         except grpc.RpcError as exc:
-            raise _fail(exc) from exc
+            raise _fail(exc, "writer", writer) from exc
     click.echo(
         f"forked {session_id} at seq {result.forked_at_seq} into {result.session_id} ({result.digest})"
     )

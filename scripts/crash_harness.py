@@ -131,7 +131,7 @@ def _client(number: int, writer: _Writer, log: ClientLog, done: threading.Event,
                 try:
                     if not log.session_id:
                         log.session_id = stub.CreateSession(
-                            writer_pb2.CreateSessionRequest(agent_name=f"client_{number}"), timeout=5
+                            writer_pb2.CreateSessionRequest(tenant=f"client-{number}"), timeout=5
                         ).session_id
                         continue
                     if number == 0 and counter and counter % 12 == 0 and rng.random() < 0.5:

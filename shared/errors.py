@@ -9,6 +9,7 @@ The hierarchy::
     ├── SessionNotFoundError         NOT_FOUND
     ├── SessionExistsError           ALREADY_EXISTS
     ├── SessionStateError            FAILED_PRECONDITION (stopped session, seq mismatch)
+    ├── SessionBusyError             ABORTED           (a Stop or Resume in progress; retry)
     ├── CorruptSessionError          DATA_LOSS         (names the file and byte offset)
     ├── ResourceLimitError           RESOURCE_EXHAUSTED
     │   ├── QueueFullError           RESOURCE_EXHAUSTED (a session's queue; retry with backoff)
@@ -59,7 +60,7 @@ class SessionNotFoundError(LedgerError):
     """No session with this id exists under the data root."""
 
     def __init__(self, session_id: str) -> None:
-        super().__init__(f"session {session_id!r} not found")
+        super().__init__(f"session {session_id[:100]!r} not found")
         self.session_id = session_id
 
 
@@ -67,7 +68,7 @@ class SessionExistsError(LedgerError):
     """CreateSession was given an id that is already in the ledger."""
 
     def __init__(self, session_id: str) -> None:
-        super().__init__(f"session {session_id!r} already exists")
+        super().__init__(f"session {session_id[:100]!r} already exists")
         self.session_id = session_id
 
 
@@ -81,6 +82,10 @@ class SessionStateError(LedgerError):
         super().__init__(message)
         self.subject = subject
         self.precondition = precondition
+
+
+class SessionBusyError(LedgerError):
+    """A Stop or Resume of the session is in progress; the call may be retried when it ends."""
 
 
 class CorruptSessionError(LedgerError):

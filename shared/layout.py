@@ -35,7 +35,8 @@ from shared.naming import FILE_SUFFIX, SessionFileName, parse_file_name, validat
 SESSIONS_DIR = "sessions"
 DELEGATIONS_DIR = "delegations"
 LOCK_FILE = "writer.lock"
-DELEGATION_ID_MAX_CHARS = 128
+#: base64url of 128 bytes is 172 characters: with the child id, a marker name stays under 255.
+DELEGATION_ID_MAX_BYTES = 128
 
 
 def delegation_key(delegation_id: str) -> str:

@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 import uuid6
 
 from shared.errors import FileNameError
+from shared.records import clip
 
 FILE_SUFFIX = ".jsonl"
 AGENT_NAME_MAX_CHARS = 64
@@ -57,7 +58,7 @@ def new_session_id() -> str:
 def validate_session_id(session_id: str) -> str:
     """Return ``session_id`` if it is a lowercase UUID; raise FileNameError otherwise."""
     if not _SESSION_ID.fullmatch(session_id):
-        raise FileNameError("session_id", f"must be a lowercase UUID, got {session_id!r}")
+        raise FileNameError("session_id", f"must be a lowercase UUID, got {clip(session_id)!r}")
     return session_id
 
 
@@ -71,7 +72,7 @@ def validate_agent_name(agent_name: str) -> str:
         raise FileNameError(
             "agent_name",
             f"must be 1-{AGENT_NAME_MAX_CHARS} characters of letters, digits, '.', '_', '-',"
-            f" not start with '.' nor contain '..'; got {agent_name!r}",
+            f" not start with '.' nor contain '..'; got {clip(agent_name)!r}",
         )
     return agent_name
 
@@ -100,7 +101,9 @@ def parse_file_name(name: str) -> SessionFileName:
     """
     match = _FILE_NAME.fullmatch(name)
     if match is None:
-        raise FileNameError("file_name", f"{name!r} is not <YYYY-MM-DD>_<HHMMSS>_<uuid>[_<agent>].jsonl")
+        raise FileNameError(
+            "file_name", f"{clip(name)!r} is not <YYYY-MM-DD>_<HHMMSS>_<uuid>[_<agent>].jsonl"
+        )
     session_id = validate_session_id(match["session_id"])
     agent_name = validate_agent_name(match["agent_name"] or "")
     try:
@@ -108,5 +111,5 @@ def parse_file_name(name: str) -> SessionFileName:
         year, month, day, hour, minute, second = (int(part) for part in match.groups()[:6])
         created_at = datetime(year, month, day, hour, minute, second, tzinfo=UTC)
     except ValueError as exc:
-        raise FileNameError("file_name", f"{name!r} has no valid date and time") from exc
+        raise FileNameError("file_name", f"{clip(name)!r} has no valid date and time") from exc
     return SessionFileName(created_at, session_id, agent_name)

@@ -53,6 +53,20 @@ class DegradedKind(enum.StrEnum):
     NO_CHECKPOINT = "no_checkpoint"
 
 
+#: Degraded kinds that mean the file itself is damaged (not merely a compaction or
+#: an unanswered call): a checkpoint is never written over them.
+DAMAGE_KINDS = frozenset(
+    {
+        DegradedKind.UNPARSEABLE_LINE,
+        DegradedKind.NUL_RUN,
+        DegradedKind.MALFORMED_RECORD,
+        DegradedKind.SEQ_GAP,
+        DegradedKind.SEQ_REPEAT,
+        DegradedKind.MISSING_SESSION_META,
+    }
+)
+
+
 @dataclass(frozen=True, slots=True)
 class DegradedEntry:
     """One incomplete restoration: ``line`` is 1-based (0: not tied to a line)."""
@@ -93,7 +107,9 @@ class Rebuild:
     when built by :func:`shared.rebuild_index.index_rebuild`; ``checkpoint_messages``
     is the sequence as it stood at the last checkpoint, for verification.
     ``committed_bytes`` is the length of the file up to its last ``\\n``;
-    ``unanswered_call_ids`` the calls still without an output, in call order.
+    ``call_ids`` the tool calls an output may still answer (the current view's:
+    a compaction resets them to its replacement history's); ``unanswered_call_ids``
+    those of them still without an output, in call order.
     """
 
     messages: list[Any] = field(default_factory=list)
@@ -110,6 +126,11 @@ class Rebuild:
     last_seq: int = -1
     records: int = 0
     committed_bytes: int = 0
+
+    @property
+    def damage(self) -> DegradedEntry | None:
+        """The first entry of :data:`DAMAGE_KINDS`, or None when the file is sound."""
+        return next((entry for entry in self.degraded if entry.kind in DAMAGE_KINDS), None)
 
 
 class _Pairing:
@@ -166,7 +187,6 @@ class _Rebuilder:
                     call_id = call.get("id") if isinstance(call, dict) else None
                     if isinstance(call_id, str):
                         self.pairings[call_id] = _Pairing(line, offset)
-                        self.result.call_ids.add(call_id)
         elif role == "tool":
             call_id = payload.get("tool_call_id")
             pairing = self.pairings.get(call_id) if isinstance(call_id, str) else None
@@ -271,6 +291,7 @@ class _Rebuilder:
     def finish(self, max_messages: int) -> Rebuild:
         result = self.result
         self.flush_dangling_reasoning()
+        result.call_ids = set(self.pairings)
         for call_id, pairing in self.pairings.items():
             if pairing.output_index < 0:
                 result.unanswered_call_ids.append(call_id)

@@ -97,7 +97,8 @@ def format_timestamp(moment: datetime) -> str:
     """
     if moment.tzinfo is not None:
         moment = moment.astimezone(UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    # The year by hand: strftime's %Y does not zero-pad years before 1000.
+    return f"{moment.year:04d}-" + moment.strftime("%m-%dT%H:%M:%S.%fZ")
 
 
 def parse_timestamp(text: str) -> datetime:
@@ -107,8 +108,17 @@ def parse_timestamp(text: str) -> datetime:
     """
     moment = datetime.fromisoformat(text.replace("Z", "+00:00") if text.endswith("Z") else text)
     if moment.tzinfo is None:
-        raise ValueError(f"timestamp {text!r} has no UTC offset")
-    return moment.astimezone(UTC)
+        raise ValueError(f"timestamp {clip(text)!r} has no UTC offset")
+    try:
+        return moment.astimezone(UTC)
+    except OverflowError as exc:  # 0001-01-01T00:00+01:00 is before the first representable UTC instant
+        raise ValueError(f"timestamp {clip(text)!r} is out of range") from exc
+
+
+def clip(value: object, limit: int = 100) -> str:
+    """``value`` as text of at most ``limit`` characters, for echoing client input in errors."""
+    text = str(value)
+    return text if len(text) <= limit else text[:limit] + f"… ({len(text)} characters)"
 
 
 def now_timestamp() -> str:
@@ -144,20 +154,22 @@ def validate_message(
     role = payload.get("role")
     if role not in MESSAGE_ROLES:
         raise RecordValidationError(
-            index, f"{field_prefix}.role", f"must be one of {sorted(MESSAGE_ROLES)}, got {role!r}"
+            index, f"{field_prefix}.role", f"must be one of {sorted(MESSAGE_ROLES)}, got {clip(role)!r}"
         )
     calls = payload.get("tool_calls")
     for position, call in enumerate(calls or ()):
         where = f"{field_prefix}.tool_calls[{position}]"
         if role != "assistant":
             raise RecordValidationError(
-                index, where, f"only assistant messages carry tool calls, not {role!r}"
+                index, where, f"only assistant messages carry tool calls, not {clip(role)!r}"
             )
         if not call.get("id"):
             raise RecordValidationError(index, f"{where}.id", "is empty")
         if call.get("type") not in TOOL_CALL_TYPES:
             raise RecordValidationError(
-                index, f"{where}.type", f"must be one of {sorted(TOOL_CALL_TYPES)}, got {call.get('type')!r}"
+                index,
+                f"{where}.type",
+                f"must be one of {sorted(TOOL_CALL_TYPES)}, got {clip(call.get('type'))!r}",
             )
         if not call.get("function", {}).get("name"):
             raise RecordValidationError(index, f"{where}.function.name", "is empty")
@@ -171,7 +183,7 @@ def validate_message(
             raise RecordValidationError(
                 index,
                 f"{field_prefix}.tool_call_id",
-                f"answers no tool call in this session or earlier in this request ({call_id!r});"
+                f"answers no tool call in this session's current view or earlier in this request ({clip(call_id)!r});"
                 " an output with no call would poison every later replay",
             )
 

@@ -28,6 +28,7 @@ from shared.errors import (
     LedgerError,
     RecordValidationError,
     ResourceLimitError,
+    SessionBusyError,
     SessionExistsError,
     SessionNotFoundError,
     SessionStateError,
@@ -76,6 +77,8 @@ def _status_of(error: LedgerError, prefix: str) -> tuple[grpc.StatusCode, str, l
                 message,
                 [error_details_pb2.PreconditionFailure(violations=[violation])],
             )
+        case SessionBusyError():
+            return grpc.StatusCode.ABORTED, message, []
         case CorruptSessionError():
             return grpc.StatusCode.DATA_LOSS, message, []
         case ResourceLimitError():
@@ -220,3 +223,21 @@ def add_servicer(server: grpc.aio.Server, service: ServiceDescriptor, servicer: 
             response_serializer=response_class.SerializeToString,
         )
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service.full_name, handlers),))
+
+
+class BindError(RuntimeError):
+    """A service could not bind its address (in use, or not an address of this host)."""
+
+
+def bind(server: grpc.aio.Server, address: str, service: str) -> int:
+    """Bind ``address`` (host:port; port 0 picks a free one); returns the port.
+
+    Raises BindError with a sentence a person can act on.
+    """
+    try:
+        port: int = server.add_insecure_port(address)
+    except RuntimeError as exc:
+        raise BindError(f"cannot bind the {service} to {address} ({exc}); is the port in use?") from exc
+    if port == 0:
+        raise BindError(f"cannot bind the {service} to {address}; is the port in use?")
+    return port

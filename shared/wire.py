@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import orjson
 from google.protobuf import struct_pb2
 
 from rollout.v1 import records_pb2, writer_pb2
@@ -151,14 +152,20 @@ def message_from_payload(payload: dict[str, Any]) -> records_pb2.ChatMessage:
         message.text = content
     elif isinstance(content, list):
         message.parts.SetInParent()  # an empty list is still "parts", not "no content"
-        message.parts.extend(content)
+        try:
+            message.parts.extend(content)
+        except (TypeError, ValueError):  # a value a Struct cannot hold, from another writer
+            message.parts.Clear()
+            message.text = orjson.dumps(content).decode()
     elif content is not None:
         message.text = str(content)
     if "name" in payload:
         message.name = str(payload["name"])
-    for call in payload.get("tool_calls") or ():
+    calls = payload.get("tool_calls")
+    for call in calls if isinstance(calls, list) else ():
         if isinstance(call, dict):
-            function = call.get("function") or {}
+            function = call.get("function")
+            function = function if isinstance(function, dict) else {}
             message.tool_calls.add(
                 id=str(call.get("id", "")),
                 type=str(call.get("type", "function")),
@@ -202,6 +209,10 @@ def _append_payloads(record: writer_pb2.AppendRecord, index: int) -> list[tuple[
     kind = record.WhichOneof("record")
     if kind == "message":
         reasoning, payload = split_reasoning(record.message)
+        if payload.get("synthetic"):
+            raise RecordValidationError(
+                index, "message.synthetic", "only the writer marks an output synthetic (on Resume)"
+            )
         if reasoning is None:
             return [(_MESSAGE, payload)]
         if payload["role"] != "assistant":
@@ -212,9 +223,13 @@ def _append_payloads(record: writer_pb2.AppendRecord, index: int) -> list[tuple[
     if kind == "compacted":
         compacted: dict[str, Any] = {"summary": record.compacted.summary}
         if record.compacted.HasField("replacement_history"):
-            compacted["replacement_history"] = [
-                message_payload(message) for message in record.compacted.replacement_history.messages
-            ]
+            history = []
+            for message in record.compacted.replacement_history.messages:
+                reasoning, payload = split_reasoning(message)
+                if reasoning is not None:
+                    payload["reasoning"] = reasoning  # inline: the replacement is the model's view as is
+                history.append(payload)
+            compacted["replacement_history"] = history
         return [(RecordType.COMPACTED, compacted)]
     if kind == "turn_context":
         return [(RecordType.TURN_CONTEXT, struct_to_python(record.turn_context))]

@@ -152,6 +152,11 @@ class SessionCommitter:
         return self._size
 
     @property
+    def idle(self) -> bool:
+        """Nothing queued and no flush running: the file may be closed."""
+        return not self._running and not self._queue
+
+    @property
     def queued_records(self) -> int:
         """Records waiting for a batch (not counting the one being flushed)."""
         return self._queued_records

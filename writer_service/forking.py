@@ -1,10 +1,11 @@
-"""Fork points: where a fork cuts its source, and the rule that it never splits a tool pair.
+"""Fork points: where a fork cuts its source, never splitting a tool pair or a reasoning from its answer.
 
 A fork keeps the source's records up to a fork point, byte for byte (original
 seqs and timestamps). The point is either a seq (keep ``seq <= at_seq``) or "before
 the Nth user message". A point that falls between an assistant tool call and its
 output is refused (SPEC §2.8): the fork would start with a call whose output
-exists but was cut away.
+exists but was cut away; so is a point right after a ``reasoning`` record, which
+would otherwise attach to whatever answer the fork writes next.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ def find_fork_point(data: bytes, at_seq: int | None, before_user_message: int | 
     first_line_end = data.find(b"\n") + 1
     if first_line_end == 0:
         raise InvalidArgumentError("session_id", "the source session has no committed record")
-    last_seq, users = 0, 0
+    last_seq, users, last_type = 0, 0, ""
     for start, end, record in _records(data, first_line_end):
         seq = record.get("seq") if record else None
         if before_user_message is not None and record and record.get("type") == RecordType.MESSAGE:
@@ -62,11 +63,12 @@ def find_fork_point(data: bytes, at_seq: int | None, before_user_message: int | 
             if isinstance(payload, dict) and payload.get("role") == "user":
                 users += 1
                 if users == before_user_message:
-                    return ForkPoint(last_seq, start, first_line_end)
+                    return _checked(ForkPoint(last_seq, start, first_line_end), last_type)
         if isinstance(seq, int):
             last_seq = seq
+            last_type = str(record.get("type")) if record else ""
             if at_seq is not None and seq == at_seq:
-                return ForkPoint(seq, end, first_line_end)
+                return _checked(ForkPoint(seq, end, first_line_end), last_type)
     if at_seq == 0:
         return ForkPoint(0, first_line_end, first_line_end)
     if at_seq is not None:
@@ -74,6 +76,18 @@ def find_fork_point(data: bytes, at_seq: int | None, before_user_message: int | 
     raise InvalidArgumentError(
         "before_user_message", f"is {before_user_message}, but the session has {users} user messages"
     )
+
+
+def _checked(point: ForkPoint, last_type: str) -> ForkPoint:
+    """Refuse a point whose last kept record is a reasoning: it would attach to the fork's next answer."""
+    if last_type == RecordType.REASONING:
+        raise SessionStateError(
+            f"fork point seq {point.seq} is a reasoning record whose answer follows it; fork at seq"
+            f" {point.seq + 1} (with the answer) or at seq {point.seq - 1} (without the reasoning)",
+            subject=f"seq/{point.seq}",
+            precondition="a reasoning record stays with its answer",
+        )
+    return point
 
 
 def check_fork_keeps_pairs(data: bytes, point: ForkPoint, unanswered_call_ids: Collection[str]) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 import orjson
 
 from shared.layout import DataRoot
+from writer_service.files import fsync_dir, remove_stale_temporaries
 
 log = logging.getLogger(__name__)
 
@@ -50,10 +51,16 @@ def _good_end(tail: bytes, base: int) -> int | None:
 def repair_torn_tail(path: Path) -> int:
     """Move a torn tail of ``path`` aside and truncate; returns the bytes moved (0: clean).
 
+    A file without one complete record is moved aside whole (it is then no session).
+
     Raises OSError when the file cannot be read, written or synced.
     """
     size = path.stat().st_size
-    if size == 0:
+    if size == 0:  # a creation cut short before its first byte: no session, free the id
+        sidecar = _sidecar_path(path)
+        os.rename(path, sidecar)
+        fsync_dir(path.parent)
+        log.warning("moved the empty file %s aside as %s", path.name, sidecar.name)
         return 0
     window = min(size, REPAIR_WINDOW_BYTES)
     with path.open("rb") as handle:
@@ -75,8 +82,15 @@ def repair_torn_tail(path: Path) -> int:
             handle.seek(size - window)
             tail = handle.read(window)
     good_end = good or 0
-    damaged = tail[good_end - (size - window) :]
     sidecar = _sidecar_path(path)
+    if good_end == 0:
+        # Not one complete record (a session_meta torn by a crash): the file is not a
+        # session. Move it aside whole, so that the id is free and nothing is lost.
+        os.rename(path, sidecar)
+        fsync_dir(path.parent)
+        log.warning("moved %s aside as %s: it holds no complete record", path.name, sidecar.name)
+        return size
+    damaged = tail[good_end - (size - window) :]
     with sidecar.open("xb") as side:
         side.write(damaged)
         side.flush()
@@ -85,11 +99,7 @@ def repair_torn_tail(path: Path) -> int:
         handle.truncate(good_end)
         handle.flush()
         os.fsync(handle.fileno())
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    fsync_dir(path.parent)
     log.warning(
         "repaired torn tail of %s: %d bytes moved to %s, file cut to %d bytes",
         path.name,
@@ -111,6 +121,7 @@ def _sidecar_path(path: Path) -> Path:
 
 def repair_all(root: DataRoot) -> int:
     """Repair every session file under ``root``; returns how many were repaired."""
+    remove_stale_temporaries(root.sessions_dir)
     repaired = 0
     for _, name in root.scan():
         if repair_torn_tail(root.sessions_dir / name):

@@ -26,7 +26,7 @@ from grpc_reflection.v1alpha import reflection
 from rollout.v1 import records_pb2, writer_pb2, writer_pb2_grpc
 from shared.errors import RecordValidationError
 from shared.records import RecordType
-from shared.status import add_servicer, status_mapping
+from shared.status import add_servicer, bind, status_mapping
 from shared.stop_kinds import StopKind
 from shared.wire import append_payloads
 from writer_service.recovery import repair_all
@@ -49,6 +49,8 @@ class DataRootLockedError(RuntimeError):
 def _stop_kind(value: int) -> StopKind:
     if value == records_pb2.STOP_KIND_UNSPECIFIED:
         raise RecordValidationError(0, "stop_kind", "is unspecified; name why the run stopped")
+    if value not in records_pb2.StopKind.values():
+        raise RecordValidationError(0, "stop_kind", f"{value} is not a declared StopKind value")
     name = records_pb2.StopKind.Name(value).removeprefix("STOP_KIND_").lower()
     return StopKind(name)
 
@@ -174,7 +176,7 @@ class RolloutWriterServicer(writer_pb2_grpc.RolloutWriterServicer):
         self, request: writer_pb2.ResumeRequest, context: grpc.aio.ServicerContext
     ) -> writer_pb2.ResumeResponse:
         async with status_mapping(context, "Resume"):
-            result = await self.ledger.resume(request.session_id)
+            result = await self.ledger.resume(request.session_id, request.force)
             return writer_pb2.ResumeResponse(
                 session_id=request.session_id,
                 closed_call_ids=result.closed_call_ids,
@@ -266,6 +268,8 @@ async def start_writer(config: WriterConfig, address: str = "127.0.0.1:0") -> Ru
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                # A port another server holds must fail to bind, not be silently shared.
+                ("grpc.so_reuseport", 0),
             ]
         )
         add_servicer(server, SERVICE, RolloutWriterServicer(ledger))
@@ -279,9 +283,7 @@ async def start_writer(config: WriterConfig, address: str = "127.0.0.1:0") -> Ru
             ),
             server,
         )
-        port = server.add_insecure_port(address)
-        if port == 0:
-            raise RuntimeError(f"cannot bind the writer to {address}")
+        port = bind(server, address, "writer")
         await server.start()
         await health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         await health.set("", health_pb2.HealthCheckResponse.SERVING)

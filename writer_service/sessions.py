@@ -8,8 +8,8 @@ await between them, so requests to one session are strictly ordered and all or
 nothing. A session not yet touched since start-up is loaded once from its file
 with the shared :func:`shared.rebuild.rebuild` (never on the append path).
 
-Stop follows SPEC §2.6 exactly: mark the session stopping (later appends are
-refused), drain its queue, read and rebuild the whole file with the same shared
+Stop follows SPEC §2.6 exactly: mark the session busy (later appends are
+refused with ABORTED until it ends), drain its queue, read and rebuild the whole file with the same shared
 function the reader uses, digest it, then append ``agent_checkpoint`` and
 ``stop`` as one batch with one fsync.
 """
@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -27,14 +28,16 @@ from typing import Any
 
 from shared.digest import digest
 from shared.errors import (
+    CorruptSessionError,
     InvalidArgumentError,
     QueueFullError,
     RecordValidationError,
+    SessionBusyError,
     SessionExistsError,
     SessionNotFoundError,
     SessionStateError,
 )
-from shared.layout import DELEGATION_ID_MAX_CHARS, DataRoot
+from shared.layout import DELEGATION_ID_MAX_BYTES, DataRoot
 from shared.naming import (
     build_file_name,
     new_session_id,
@@ -53,14 +56,19 @@ from shared.records import (
     parse_timestamp,
     validate_message,
 )
-from shared.stop_kinds import StopKind
+from shared.stop_kinds import StopKind, classify_resume
 from writer_service.committer import CommitConfig, SessionCommitter, StorageHealth
+from writer_service.files import create_file, create_marker, storage_error
 from writer_service.forking import check_fork_keeps_pairs, find_fork_point
 from writer_service.idempotency import RememberedAppend, RequestMemory, fingerprint
 from writer_service.recovery import repair_torn_tail
 
 log = logging.getLogger(__name__)
 
+#: Longest tenant, model, cwd, originator and client_version (characters).
+META_FIELD_MAX_CHARS = 4096
+#: Longest stop reason and error message (characters): stop facts stay within one tail window.
+STOP_TEXT_MAX_CHARS = 16 * 1024
 #: The content of the tool output Resume writes for a call left without one.
 SYNTHETIC_OUTPUT = "Error: interrupted before the tool returned"
 
@@ -71,9 +79,12 @@ class WriterConfig:
 
     data_dir: Path
     commit: CommitConfig = field(default_factory=CommitConfig)
-    max_record_bytes: int = 8 * 1024 * 1024
+    #: Below gRPC's default 4 MiB message size, so that any record replays to a default client.
+    max_record_bytes: int = 3 * 1024 * 1024
     max_queued_records: int = 100_000
     io_threads: int = 4
+    #: Session files kept open; idle ones beyond it are closed, least recently used first.
+    max_open_sessions: int = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,8 +133,10 @@ class _OpenSession:
     next_seq: int
     call_ids: set[str]
     committer: SessionCommitter
+    meta: dict[str, Any]
     stopped_kind: str | None = None
-    stopping: bool = False
+    #: "Stop" or "Resume" while one is in progress (appends wait for it: ABORTED).
+    busy: str = ""
 
 
 class SessionLedger:
@@ -134,7 +147,7 @@ class SessionLedger:
         self.root = DataRoot(config.data_dir)
         self.root.ensure()
         self._executor = ThreadPoolExecutor(config.io_threads, thread_name_prefix="rollout-io")
-        self._sessions: dict[str, _OpenSession] = {}
+        self._sessions: OrderedDict[str, _OpenSession] = OrderedDict()
         self._loading: dict[str, asyncio.Future[_OpenSession]] = {}
         self._requests = RequestMemory()
         self._creating: set[str] = set()
@@ -153,10 +166,13 @@ class SessionLedger:
         validate_agent_name(spec.agent_name)
         if spec.parent_session_id:
             validate_session_id(spec.parent_session_id)
-        if len(spec.delegation_id) > DELEGATION_ID_MAX_CHARS:
+        if len(spec.delegation_id.encode()) > DELEGATION_ID_MAX_BYTES:
             raise InvalidArgumentError(
-                "delegation_id", f"is longer than {DELEGATION_ID_MAX_CHARS} characters"
+                "delegation_id", f"is longer than {DELEGATION_ID_MAX_BYTES} UTF-8 bytes"
             )
+        for name in ("tenant", "model", "cwd", "originator", "client_version"):
+            if len(getattr(spec, name)) > META_FIELD_MAX_CHARS:
+                raise InvalidArgumentError(name, f"is longer than {META_FIELD_MAX_CHARS} characters")
         if spec.created_at:
             try:
                 created = parse_timestamp(spec.created_at)
@@ -192,33 +208,39 @@ class SessionLedger:
                 meta[key] = getattr(spec, key)
         meta["created_at"] = created_at
         line = encode_line(0, now_timestamp(), RecordType.SESSION_META, meta)
-        path = self.root.sessions_dir / name
-        loop = asyncio.get_running_loop()
-        if spec.parent_session_id:
-            marker = self.root.delegation_marker(spec.parent_session_id, spec.delegation_id, session_id)
-            await loop.run_in_executor(self._executor, _create_marker, marker)
-        fd = await loop.run_in_executor(self._executor, self._create_file, path, line)
-        self.root.register(parse_file_name(name), name)
-        self._sessions[session_id] = _OpenSession(
-            session_id, path, 1, set(), self._committer(session_id, fd, len(line))
-        )
+        await self._publish(session_id, name, line, meta, next_seq=1, call_ids=set())
         return session_id, created_at
 
-    def _create_file(self, path: Path, line: bytes) -> int:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
-        try:
-            os.write(fd, line)
-            os.fsync(fd)
-            dir_fd = os.open(path.parent, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
-        except OSError:
-            os.close(fd)
-            path.unlink(missing_ok=True)
-            raise
-        return fd
+    async def _publish(
+        self, session_id: str, name: str, body: bytes, meta: dict[str, Any], next_seq: int, call_ids: set[str]
+    ) -> None:
+        """Create a new session file atomically (its delegation marker first) and open it."""
+        loop = asyncio.get_running_loop()
+        if meta.get("parent_session_id"):
+            marker = self.root.delegation_marker(
+                str(meta["parent_session_id"]), str(meta.get("delegation_id", "")), session_id
+            )
+            await loop.run_in_executor(self._executor, create_marker, marker)
+        path = self.root.sessions_dir / name
+        fd = await loop.run_in_executor(self._executor, create_file, path, body, session_id)
+        self.root.register(parse_file_name(name), name)
+        self._sessions[session_id] = _OpenSession(
+            session_id, path, next_seq, call_ids, self._committer(session_id, fd, len(body)), meta
+        )
+        self._close_idle()
+
+    def _close_idle(self) -> None:
+        """Close the least recently used idle session files beyond ``max_open_sessions``."""
+        excess = len(self._sessions) - self.config.max_open_sessions
+        if excess <= 0:
+            return
+        for session_id, state in list(self._sessions.items()):
+            if excess <= 0:
+                break
+            if state.committer.idle and not state.busy:
+                del self._sessions[session_id]
+                state.committer.close()
+                excess -= 1
 
     def _committer(self, session_id: str, fd: int, size: int) -> SessionCommitter:
         return SessionCommitter(
@@ -240,6 +262,7 @@ class SessionLedger:
     async def _open(self, session_id: str) -> _OpenSession:
         state = self._sessions.get(session_id)
         if state is not None:
+            self._sessions.move_to_end(session_id)
             return state
         pending = self._loading.get(session_id)
         if pending is not None:
@@ -257,9 +280,11 @@ class SessionLedger:
                 found.last_seq + 1,
                 found.call_ids,
                 self._committer(session_id, fd, found.committed_bytes),
+                found.session_meta or {},
                 stopped,
             )
             self._sessions[session_id] = state
+            self._close_idle()
             future.set_result(state)
             return state
         except BaseException as exc:
@@ -275,14 +300,27 @@ class SessionLedger:
 
         Returns (fd, what the rebuild found, the stop kind if stopped else None).
         """
-        repair_torn_tail(path)
-        found = index_rebuild(path)
+        try:
+            repair_torn_tail(path)
+            found = index_rebuild(path)
+        except FileNotFoundError as exc:  # moved aside by repair: it never held a whole session_meta
+            raise SessionNotFoundError(path.name.split("_")[2]) from exc
+        except OSError as exc:
+            raise storage_error(exc, "read", f"opening {path.name}") from exc
+        if found.session_meta is None:
+            raise CorruptSessionError(
+                f"session file {path.name} does not start with a session_meta record; it cannot be"
+                " appended to (see rollout verify)"
+            )
         stopped: str | None = None
         if found.last_record_type == RecordType.STOP and found.last_stop is not None:
             stopped = str(found.last_stop.get("stop_kind", ""))
         elif found.last_record_type == RecordType.AGENT_CHECKPOINT and found.last_checkpoint:
             stopped = found.last_checkpoint.stop_kind
-        return os.open(path, os.O_WRONLY | os.O_APPEND), found, stopped
+        try:
+            return os.open(path, os.O_WRONLY | os.O_APPEND), found, stopped
+        except OSError as exc:
+            raise storage_error(exc, "open", f"opening {path.name}") from exc
 
     # -- appends --------------------------------------------------------------------
 
@@ -332,7 +370,7 @@ class SessionLedger:
                 subject=f"session/{session_id}",
                 precondition=f"next_seq={state.next_seq}",
             )
-        lines, seqs, new_call_ids = self._encode(state, records)
+        lines, seqs, view = self._encode(state, records)
         count = len(lines)
         if state.committer.queued_records + count > self.config.max_queued_records:
             raise QueueFullError(
@@ -340,7 +378,7 @@ class SessionLedger:
                 f" (limit {self.config.max_queued_records}); retry with backoff"
             )
         state.next_seq += count
-        state.call_ids.update(new_call_ids)
+        state.call_ids = view.committed()
         durable = state.committer.submit(b"".join(lines), count)
         if request_id:
             self._requests.remember(
@@ -355,29 +393,34 @@ class SessionLedger:
                 subject=f"session/{state.session_id}",
                 precondition="session is open",
             )
-        if state.stopping:
-            raise SessionStateError(
-                "session is stopping (a Stop is in progress)",
-                subject=f"session/{state.session_id}",
-                precondition="session is open",
-            )
+        if state.busy:
+            raise SessionBusyError(f"a {state.busy} of this session is in progress; retry when it ends")
 
     def _encode(
         self, state: _OpenSession, records: list[list[tuple[RecordType, dict[str, Any]]]]
-    ) -> tuple[list[bytes], list[int], set[str]]:
-        """Validate and encode one request (no state change); see :meth:`append`."""
+    ) -> tuple[list[bytes], list[int], _CallView]:
+        """Validate and encode one request (no state change); see :meth:`append`.
+
+        Tool outputs must answer a call of the session's current view (as the
+        shared rebuild pairs them: a compaction resets the view to its replacement
+        history) or one earlier in the request.
+        """
         ts = now_timestamp()
         seq = state.next_seq
         limit = self.config.max_record_bytes
-        new_call_ids: set[str] = set()
-        known = _Union(state.call_ids, new_call_ids)
+        view = _CallView(state.call_ids)
         lines: list[bytes] = []
         seqs: list[int] = []
         for index, payloads in enumerate(records):
             for record_type, payload in payloads:
                 if record_type == RecordType.MESSAGE:
-                    validate_message(payload, index, known)
-                    new_call_ids.update(call_ids_of(payload))
+                    validate_message(payload, index, view)
+                    view.add(call_ids_of(payload))
+                elif record_type == RecordType.COMPACTED:
+                    view.reset()
+                    for position, message in enumerate(payload.get("replacement_history", ())):
+                        validate_message(message, index, view, f"compacted.replacement_history[{position}]")
+                        view.add(call_ids_of(message))
                 try:
                     line = encode_line(seq, ts, record_type, payload)
                 except TypeError as exc:
@@ -392,7 +435,7 @@ class SessionLedger:
                 lines.append(line)
                 seq += 1
             seqs.append(seq - 1)
-        return lines, seqs, new_call_ids
+        return lines, seqs, view
 
     # -- stop -----------------------------------------------------------------------
 
@@ -401,14 +444,24 @@ class SessionLedger:
     ) -> StopResult:
         """Drain, rebuild the whole file, append checkpoint and stop, fsync (SPEC §2.6).
 
-        Raises SessionNotFoundError, SessionStateError (already stopped or
-        stopping), StorageWriteError.
+        ``reason`` is at most 16 KiB characters, the error's message too. Raises
+        InvalidArgumentError (an oversized reason), SessionNotFoundError,
+        SessionStateError (already stopped), SessionBusyError (a Stop or Resume in
+        progress), CorruptSessionError (the file is damaged: no checkpoint is
+        written over damage), StorageWriteError.
         """
+        if len(reason) > STOP_TEXT_MAX_CHARS:
+            raise InvalidArgumentError("reason", f"is longer than {STOP_TEXT_MAX_CHARS} characters")
+        if error and any(len(value) > STOP_TEXT_MAX_CHARS for value in error.values()):
+            raise InvalidArgumentError(
+                "error", f"message and category are at most {STOP_TEXT_MAX_CHARS} characters"
+            )
         state = await self._open(session_id)
         self._check_appendable(state)
-        state.stopping = True
+        state.busy = "Stop"
         try:
             _, found = await self._exclusive_rebuild(state)
+            _refuse_damage(found, state.path.name, "stop")
             checkpoint_seq = state.next_seq
             message_digest = digest(found.messages)
             ts = now_timestamp()
@@ -428,7 +481,7 @@ class SessionLedger:
             await state.committer.submit(lines, 2)
             state.stopped_kind = str(kind)
         finally:
-            state.stopping = False
+            state.busy = ""
         log.info(
             "stopped %s (%s) at seq %d: %d messages, %s",
             session_id,
@@ -451,23 +504,23 @@ class SessionLedger:
         data = await asyncio.get_running_loop().run_in_executor(self._executor, state.path.read_bytes)
         return data, rebuild(data)
 
-    async def resume(self, session_id: str) -> ResumeResult:
+    async def resume(self, session_id: str, force: bool = False) -> ResumeResult:
         """Re-open a session for appending, closing calls left without an output (SPEC §2.8).
 
         Appends one synthetic tool message per unanswered call, then a ``resumed``
-        event, in one batch. Raises SessionNotFoundError, SessionStateError (a Stop
-        or Resume in progress), StorageWriteError.
+        event, in one batch. A stopped session whose stop kind is not replayable
+        as-is is refused unless ``force``. Raises SessionNotFoundError,
+        SessionStateError (not replayable), SessionBusyError (a Stop or Resume in
+        progress), StorageWriteError.
         """
         state = await self._open(session_id)
-        if state.stopping:
-            raise SessionStateError(
-                "a Stop or Resume of this session is in progress; retry when it ends",
-                subject=f"session/{session_id}",
-                precondition="no Stop or Resume in progress",
-            )
-        state.stopping = True
+        if state.busy:
+            raise SessionBusyError(f"a {state.busy} of this session is in progress; retry when it ends")
+        state.busy = "Resume"
         try:
             _, found = await self._exclusive_rebuild(state)
+            if state.stopped_kind is not None and not force:
+                self._check_resumable(state, state.meta)
             closed = found.unanswered_call_ids
             previous = state.stopped_kind or ""
             ts = now_timestamp()
@@ -484,7 +537,7 @@ class SessionLedger:
                 seq += 1
             event = {
                 "kind": "resumed",
-                "body": {"previous_stop_kind": previous, "closed_call_ids": closed},
+                "body": {"previous_stop_kind": previous, "closed_call_ids": closed, "forced": force},
             }
             lines += encode_line(seq, ts, RecordType.EVENT, event)
             seq += 1
@@ -493,10 +546,27 @@ class SessionLedger:
             state.stopped_kind = None
             durable = state.committer.submit(lines, count)
         finally:
-            state.stopping = False
+            state.busy = ""
         await durable
         log.info("resumed %s (was %s), closed %d dangling calls", session_id, previous or "open", len(closed))
         return ResumeResult(closed, previous, seq)
+
+    @staticmethod
+    def _check_resumable(state: _OpenSession, meta: dict[str, Any]) -> None:
+        """Refuse, default-deny, a stopped session that may not be continued as-is."""
+        is_child = bool(meta.get("agent_name") or meta.get("delegation_id") or meta.get("parent_session_id"))
+        eligibility = classify_resume(
+            state.stopped_kind or None,
+            is_child=is_child,
+            delegation_id=str(meta.get("delegation_id", "")),
+            parent_session_id=str(meta.get("parent_session_id", "")),
+        )
+        if not eligibility.replayable:
+            raise SessionStateError(
+                f"cannot resume: {eligibility.reason}; pass force to re-open it anyway",
+                subject=f"session/{state.session_id}",
+                precondition="stop kind replayable as-is (paused or cancelled)",
+            )
 
     async def fork(self, source_id: str, at_seq: int | None, before_user_message: int | None) -> ForkResult:
         """Create a new session holding the source's records up to the fork point (SPEC §2.8).
@@ -505,7 +575,10 @@ class SessionLedger:
         (keep everything before the Nth user message, 1-based) is given. The
         source is drained first when this writer has it open, and never written.
         Raises InvalidArgumentError (no or bad fork point), SessionStateError (the
-        point cuts a tool call from its output), SessionNotFoundError, StorageWriteError.
+        point cuts a tool call from its output or a reasoning from its answer),
+        CorruptSessionError (damage before the fork point), SessionNotFoundError,
+        StorageWriteError. A fork of a child session stays a child of the same
+        delegation (its marker is written), with ``forked_from`` telling them apart.
         """
         source = self._sessions.get(source_id)
         if source is not None:
@@ -515,6 +588,7 @@ class SessionLedger:
         cut = find_fork_point(data, at_seq, before_user_message)
         prefix = data[: cut.end_offset]
         found = rebuild(prefix)
+        _refuse_damage(found, path.name, "fork")
         meta = dict(found.session_meta or {})
         check_fork_keeps_pairs(data, cut, found.unanswered_call_ids)
         fork_digest = digest(found.messages)
@@ -536,14 +610,7 @@ class SessionLedger:
             + encode_line(cut.seq + 1, ts, RecordType.EVENT, event)
         )
         name = build_file_name(created, session_id, str(meta.get("agent_name", "")))
-        new_path = self.root.sessions_dir / name
-        fd = await asyncio.get_running_loop().run_in_executor(
-            self._executor, self._create_file, new_path, body
-        )
-        self.root.register(parse_file_name(name), name)
-        self._sessions[session_id] = _OpenSession(
-            session_id, new_path, cut.seq + 2, found.call_ids, self._committer(session_id, fd, len(body))
-        )
+        await self._publish(session_id, name, body, meta, next_seq=cut.seq + 2, call_ids=found.call_ids)
         log.info("forked %s at seq %d into %s", source_id, cut.seq, session_id)
         return ForkResult(session_id, cut.seq, fork_digest, cut.seq + 2)
 
@@ -556,25 +623,42 @@ class SessionLedger:
         self._executor.shutdown(wait=True)
 
 
-def _create_marker(path: Path) -> None:
-    """Create an empty delegation marker and fsync its folder (see shared.layout)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.touch()
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+def _refuse_damage(found: Rebuild, name: str, operation: str) -> None:
+    """Raise CorruptSessionError (DATA_LOSS) naming the first damaged line of a rebuild."""
+    damage = found.damage
+    if damage is not None:
+        raise CorruptSessionError(
+            f"cannot {operation}: session file {name} is damaged at line {damage.line} (byte"
+            f" {damage.offset}): {damage.kind}: {damage.detail}; nothing was written (see rollout verify)"
+        )
 
 
-class _Union:
-    """Membership in either of two sets, without copying the session's set."""
+class _CallView:
+    """The tool call ids an output may answer while one request is validated.
 
-    __slots__ = ("first", "second")
+    Starts from the session's current view without copying it; a compaction in
+    the request resets it. :meth:`committed` is the view after the request.
+    """
 
-    def __init__(self, first: set[str], second: set[str]) -> None:
-        self.first = first
-        self.second = second
+    __slots__ = ("added", "base", "reset_done")
+
+    def __init__(self, base: set[str]) -> None:
+        self.base = base
+        self.added: set[str] = set()
+        self.reset_done = False
 
     def __contains__(self, item: object) -> bool:
-        return item in self.first or item in self.second
+        return item in self.added or (not self.reset_done and item in self.base)
+
+    def add(self, call_ids: list[str]) -> None:
+        self.added.update(call_ids)
+
+    def reset(self) -> None:
+        self.reset_done = True
+        self.added = set()
+
+    def committed(self) -> set[str]:
+        if self.reset_done:
+            return set(self.added)
+        self.base.update(self.added)
+        return self.base

@@ -103,10 +103,12 @@ class StopResponse(_message.Message):
     def __init__(self, checkpoint_seq: _Optional[int] = ..., stop_seq: _Optional[int] = ..., digest: _Optional[str] = ..., message_count: _Optional[int] = ...) -> None: ...
 
 class ResumeRequest(_message.Message):
-    __slots__ = ("session_id",)
+    __slots__ = ("session_id", "force")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
     session_id: str
-    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+    force: bool
+    def __init__(self, session_id: _Optional[str] = ..., force: _Optional[bool] = ...) -> None: ...
 
 class ResumeResponse(_message.Message):
     __slots__ = ("session_id", "closed_call_ids", "previous_stop_kind", "next_seq")

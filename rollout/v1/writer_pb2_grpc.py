@@ -72,7 +72,8 @@ class RolloutWriterServicer:
     def CreateSession(self, request, context):
         """Creates a session and writes its session_meta record (seq 0), fsynced,
         with the file's directory fsynced, before answering.
-        INVALID_ARGUMENT: bad session id, agent name or timestamp (field named).
+        INVALID_ARGUMENT: bad session id, agent name or timestamp, a field over its
+        limit (delegation_id 128 UTF-8 bytes, other strings 4096 characters).
         ALREADY_EXISTS: the given session_id is already in the ledger.
         UNAVAILABLE: the write or fsync failed; nothing was kept.
         """
@@ -88,6 +89,8 @@ class RolloutWriterServicer:
         NOT_FOUND: unknown session.
         FAILED_PRECONDITION: the session is stopped (call Resume), or
         expected_next_seq does not match (PreconditionFailure carries the actual value).
+        ABORTED: a Stop or Resume of the session is in progress; retry when it ends.
+        DATA_LOSS: the session file does not start with its session_meta.
         RESOURCE_EXHAUSTED: the writer's queue is full; retry with backoff.
         UNAVAILABLE: the write or fsync failed; nothing of the batch was kept.
         """
@@ -111,9 +114,12 @@ class RolloutWriterServicer:
         """Ends a run: drains the session's queued records to the file, rebuilds the
         message sequence from the whole file, appends agent_checkpoint and the
         stop record, fsyncs.
-        INVALID_ARGUMENT: stop_kind unspecified. NOT_FOUND: unknown session.
+        INVALID_ARGUMENT: stop_kind unspecified or undeclared; reason or error
+        over 16 KiB characters. NOT_FOUND: unknown session.
         FAILED_PRECONDITION: the session is already stopped.
-        DATA_LOSS: the file cannot be rebuilt (a corrupt record; message names the offset).
+        ABORTED: a Stop or Resume of the session is in progress; retry.
+        DATA_LOSS: the file is damaged (the message names line and byte offset);
+        no checkpoint is ever written over damage.
         UNAVAILABLE: the write or fsync failed.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -128,6 +134,10 @@ class RolloutWriterServicer:
         `resumed` event is appended. Nothing already written is rewritten.
         Resuming an open session is allowed (a client taking over after a crash)
         and closes only calls still unanswered; resuming twice adds nothing twice.
+        Eligibility is default-deny, as in GetStopFacts: only paused, cancelled and
+        legacy stops without a kind re-open without `force`.
+        FAILED_PRECONDITION: not replayable as-is (the message gives the reason),
+        or a Stop/Resume of the session is in progress.
         NOT_FOUND: unknown session. UNAVAILABLE: the write failed.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -141,8 +151,9 @@ class RolloutWriterServicer:
         event. The source file is never written. Later writes go to the fork only.
         INVALID_ARGUMENT: no fork point, or a fork point outside the session.
         FAILED_PRECONDITION: the fork point falls between a tool call and its
-        output (the message says where the pair ends); fork at or after it.
-        NOT_FOUND: unknown session. DATA_LOSS: the source cannot be read up to the fork point.
+        output (the message says where the pair ends), or right after a
+        reasoning record (it would attach to the fork's next answer).
+        NOT_FOUND: unknown session. DATA_LOSS: the source is damaged before the fork point.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

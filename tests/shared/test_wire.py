@@ -62,7 +62,6 @@ def chat_messages(draw, role, *, reasoning=False, tool_call_id=None):
     if tool_call_id is not None:
         chat.tool_call_id = tool_call_id
     chat.is_anchored = draw(st.booleans())
-    chat.synthetic = draw(st.booleans())
     if draw(st.booleans()):
         chat.truncation_marker = draw(_texts)
     if reasoning and draw(st.booleans()):
@@ -142,3 +141,11 @@ def test_non_finite_numbers_in_content_parts_are_rejected(number):
     with pytest.raises(RecordValidationError) as caught:
         append_payloads(writer_pb2.AppendRecord(message=chat), 4)
     assert caught.value.index == 4
+
+
+def test_clients_cannot_mark_their_own_outputs_synthetic():
+    """Only the writer marks an output synthetic (on Resume): an Append carrying it is refused."""
+    chat = records_pb2.ChatMessage(role="tool", tool_call_id="c", text="x", synthetic=True)
+    with pytest.raises(RecordValidationError) as caught:
+        append_payloads(writer_pb2.AppendRecord(message=chat), 2)
+    assert (caught.value.index, caught.value.field) == (2, "message.synthetic")
