@@ -25,7 +25,10 @@ never used here.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+import gc
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -133,6 +136,42 @@ class Rebuild:
         return next((entry for entry in self.degraded if entry.kind in DAMAGE_KINDS), None)
 
 
+# Plain str constants for the per-line dispatch: comparing a str to a StrEnum member
+# takes the slow path (~180 ns against ~25 ns), and rebuild compares on every line.
+_MESSAGE = RecordType.MESSAGE.value
+_REASONING = RecordType.REASONING.value
+_TURN_CONTEXT = RecordType.TURN_CONTEXT.value
+_EVENT = RecordType.EVENT.value
+_COMPACTED = RecordType.COMPACTED.value
+_AGENT_CHECKPOINT = RecordType.AGENT_CHECKPOINT.value
+_STOP = RecordType.STOP.value
+_SESSION_META = RecordType.SESSION_META.value
+
+_gc_lock = threading.Lock()
+_gc_pauses = 0
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while a rebuild allocates (thread-safe, nestable).
+
+    A rebuild keeps hundreds of thousands of parsed dicts, none in a reference
+    cycle; each collection would only re-walk them (~15 % of rebuild time).
+    """
+    global _gc_pauses
+    with _gc_lock:
+        _gc_pauses += 1
+        if _gc_pauses == 1:
+            gc.disable()
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_pauses -= 1
+            if _gc_pauses == 0:
+                gc.enable()
+
+
 class _Pairing:
     """One tool call and where its output sits in the sequence."""
 
@@ -146,6 +185,9 @@ class _Pairing:
 
 class _Rebuilder:
     """The mutable state of one rebuild pass; see :func:`rebuild`."""
+
+    #: The sequence holds the payloads themselves (so :meth:`keep` need not be called).
+    keeps_payloads = True
 
     def __init__(self) -> None:
         self.result = Rebuild()
@@ -175,7 +217,7 @@ class _Rebuilder:
     def add_message(self, payload: dict[str, Any], line: int, offset: int, index: int = -1) -> None:
         """Append one message payload, applying reasoning and tool pairing rules."""
         role = payload.get("role")
-        kept = self.keep(payload, offset, index)
+        kept = payload if self.keeps_payloads else self.keep(payload, offset, index)
         if role == "assistant":
             if self.pending_reasoning is not None:
                 reasoning, _, reasoning_offset = self.pending_reasoning
@@ -239,16 +281,16 @@ class _Rebuilder:
     def record(self, seq: int, record_type: str, payload: Any, line: int, offset: int) -> None:
         """Apply one parsed record."""
         result = self.result
-        if record_type == RecordType.MESSAGE:
+        if record_type == _MESSAGE:
             self.add_message(payload, line, offset)
-        elif record_type == RecordType.REASONING:
+        elif record_type == _REASONING:
             self.flush_dangling_reasoning()
             self.pending_reasoning = (payload, line, offset)
-        elif record_type in (RecordType.TURN_CONTEXT, RecordType.EVENT):
+        elif record_type in (_EVENT, _TURN_CONTEXT):
             pass
-        elif record_type == RecordType.COMPACTED:
+        elif record_type == _COMPACTED:
             self.compact(payload, line, offset)
-        elif record_type == RecordType.AGENT_CHECKPOINT:
+        elif record_type == _AGENT_CHECKPOINT:
             try:
                 result.last_checkpoint = CheckpointRecord(
                     seq,
@@ -267,9 +309,9 @@ class _Rebuilder:
                 )
                 return
             result.checkpoint_messages = list(self.messages)
-        elif record_type == RecordType.STOP:
+        elif record_type == _STOP:
             result.last_stop = payload
-        elif record_type == RecordType.SESSION_META:
+        elif record_type == _SESSION_META:
             if line != 1 or result.session_meta is not None:
                 self.degrade(
                     DegradedKind.MALFORMED_RECORD,
@@ -318,7 +360,9 @@ class _Rebuilder:
         result = self.result
         loads = orjson.loads
         decode_error = orjson.JSONDecodeError
+        add_message = self.add_message
         expected_seq = result.last_seq + 1
+        records, last_seq, last_type = 0, result.last_seq, result.last_record_type
         for raw in lines:
             line_no += 1
             start = offset
@@ -351,7 +395,8 @@ class _Rebuilder:
                     DegradedKind.MALFORMED_RECORD, line_no, start, "a record needs seq, type and payload"
                 )
                 continue
-            if type(seq) is not int or not isinstance(record_type, str) or not isinstance(payload, dict):
+            # type() rather than isinstance(): orjson builds exact types, and this runs on every line.
+            if type(seq) is not int or type(record_type) is not str or type(payload) is not dict:
                 self.degrade(
                     DegradedKind.MALFORMED_RECORD,
                     line_no,
@@ -363,10 +408,17 @@ class _Rebuilder:
                 kind = DegradedKind.SEQ_GAP if seq > expected_seq else DegradedKind.SEQ_REPEAT
                 self.degrade(kind, line_no, start, f"expected seq {expected_seq}, found {seq}")
             expected_seq = seq + 1
-            result.records += 1
-            result.last_seq = seq
-            result.last_record_type = record_type
-            self.record(seq, record_type, payload, line_no, start)
+            records += 1
+            last_seq = seq
+            last_type = record_type
+            if record_type == _MESSAGE:
+                add_message(payload, line_no, start)
+            else:
+                self.record(seq, record_type, payload, line_no, start)
+        result.records += records
+        if records:
+            result.last_seq = last_seq
+            result.last_record_type = last_type
         result.committed_bytes = offset
         return line_no, offset
 
@@ -390,8 +442,10 @@ def rebuild(data: bytes, *, max_messages: int = 0) -> Rebuild:
     problem becomes a :class:`DegradedEntry`. Source: SPEC §3, seed rules 8, 11, 12.
     """
     state = _Rebuilder()
-    lines = data.split(b"\n")
-    tail = lines.pop()
-    line_no, offset = state.run(lines)
-    state.uncommitted(tail, line_no, offset)
-    return state.finish(max_messages)
+    with _gc_paused():
+        lines = data.split(b"\n")
+        tail = lines.pop()
+        line_no, offset = state.run(lines)
+        del lines
+        state.uncommitted(tail, line_no, offset)
+        return state.finish(max_messages)

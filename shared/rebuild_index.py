@@ -31,6 +31,8 @@ MessageHandle = int | tuple[int, int, int]
 class _IndexRebuilder(_Rebuilder):
     """The shared rebuilder, keeping handles instead of payloads."""
 
+    keeps_payloads = False
+
     def keep(self, payload: dict[str, Any], offset: int, index: int) -> MessageHandle:
         return offset if index < 0 else (offset, index, -1)
 
