@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bisect
 import logging
 from dataclasses import dataclass
 from datetime import datetime
@@ -171,12 +172,10 @@ def list_sessions(
     size = page_size or DEFAULT_PAGE_SIZE
     cap = max_scan or DEFAULT_MAX_SCAN
     filters = filters or SessionFilters()
-    after = decode_cursor(page_token) if page_token else None
-    names = sorted(
-        (entry for entry in root.scan() if after is None or entry[0].sort_key < after),
-        key=lambda entry: entry[0].sort_key,
-        reverse=True,
-    )
+    keys, entries = root.ordered()
+    # Newest first: walk the oldest-first order backwards from the cursor's place.
+    end = bisect.bisect_left(keys, decode_cursor(page_token)) if page_token else len(entries)
+    names = entries[end - 1 :: -1] if end else []
     page: list[SessionListing] = []
     scanned = 0
     for position, (parsed, file_name) in enumerate(names):

@@ -27,6 +27,8 @@ import base64
 import binascii
 import os
 import threading
+import time
+from datetime import datetime
 from pathlib import Path
 
 from shared.errors import FileNameError, SessionNotFoundError
@@ -34,6 +36,8 @@ from shared.naming import FILE_SUFFIX, SessionFileName, parse_file_name, validat
 
 SESSIONS_DIR = "sessions"
 DELEGATIONS_DIR = "delegations"
+#: Longest a cached session order is trusted even when the folder's time stamp is unchanged.
+ORDER_CACHE_SECONDS = 1.0
 LOCK_FILE = "writer.lock"
 #: base64url of 128 bytes is 172 characters: with the child id, a marker name stays under 255.
 DELEGATION_ID_MAX_BYTES = 128
@@ -58,6 +62,9 @@ class DataRoot:
         self._index: dict[str, SessionFileName] = {}
         self._names: dict[str, str] = {}
         self._parsed: dict[str, SessionFileName] = {}
+        self._ordered: (
+            tuple[int, float, list[tuple[datetime, str]], list[tuple[SessionFileName, str]]] | None
+        ) = None
         self._lock = threading.Lock()
 
     @property
@@ -125,6 +132,28 @@ class DataRoot:
             self._index = {parsed.session_id: parsed for parsed, _ in found}
             self._names = {parsed.session_id: name for parsed, name in found}
         return found
+
+    def ordered(self) -> tuple[list[tuple[datetime, str]], list[tuple[SessionFileName, str]]]:
+        """Every session, oldest first, with its sort keys (for bisecting a cursor).
+
+        Cached while the sessions folder's modification time is unchanged and for
+        at most :data:`ORDER_CACHE_SECONDS` (the time stamp is coarse), so paging
+        through 10,000 sessions does not list and sort the folder for every page.
+        """
+        try:
+            stamp = os.stat(self.sessions_dir).st_mtime_ns
+        except FileNotFoundError:
+            return [], []
+        now = time.monotonic()
+        with self._lock:
+            cached = self._ordered
+            if cached is not None and cached[0] == stamp and now - cached[1] < ORDER_CACHE_SECONDS:
+                return cached[2], cached[3]
+        entries = sorted(self.scan(), key=lambda entry: entry[0].sort_key)
+        keys = [entry[0].sort_key for entry in entries]
+        with self._lock:
+            self._ordered = (stamp, now, keys, entries)
+        return keys, entries
 
     def register(self, parsed: SessionFileName, name: str) -> None:
         """Record a file the caller just created (the writer)."""

@@ -89,8 +89,9 @@ class RolloutReaderServicer:
         raise NotImplementedError('Method not implemented!')
 
     def StreamReplay(self, request, context):
-        """The same replay as GetReplay, streamed in chunks of at most ~1 MiB of
-        messages with bounded server memory, so a session of any size replays.
+        """The same replay as GetReplay, streamed in chunks of ~1 MiB of messages (a
+        chunk holds at least one message), so no reply exceeds gRPC's limit. Server
+        memory grows with the number of messages (offsets only), not their bytes.
         The last chunk carries the summary (degraded ledger, checkpoint
         verification, token estimate, too_large). Same status codes as GetReplay.
         """
