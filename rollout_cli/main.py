@@ -1,7 +1,8 @@
 """The ``rollout`` command line: serve the pair, import sessions, look at them.
 
 Commands: ``serve`` (both services, as two processes), ``serve-writer``,
-``serve-reader``, ``import codex``, ``ls``, ``replay``, ``stop-facts``. Client
+``serve-reader``, ``import codex``, ``ls``, ``replay``, ``stop-facts``,
+``verify``, ``stop``, ``resume``, ``fork``. Client
 commands reach the services at ``--writer`` / ``--reader`` (or the
 ``ROLLOUT_WRITER`` / ``ROLLOUT_READER`` environment variables).
 """
@@ -25,6 +26,7 @@ import grpc
 from rollout.v1 import reader_pb2, reader_pb2_grpc, records_pb2, writer_pb2, writer_pb2_grpc
 from rollout_cli.codex_import import convert_codex
 from shared.status import BindError
+from shared.stop_kinds import StopKind
 from writer_service.committer import CommitConfig, Durability
 
 DEFAULT_DATA_DIR = "rollout-data"
@@ -484,6 +486,37 @@ def verify(session_id: str, reader: str) -> None:
         click.echo(f"  - {finding}")
     if not report.ok:
         raise SystemExit(1)
+
+
+@cli.command("stop")
+@click.argument("session_id", callback=_session_id)
+@writer_option
+@click.option(
+    "--kind",
+    type=click.Choice([kind.value for kind in StopKind]),
+    default=StopKind.PAUSED.value,
+    show_default=True,
+    help="Why the run stops (paused and cancelled may be resumed as-is).",
+)
+@click.option("--reason", default="stopped from the command line", show_default=True)
+def stop_command(session_id: str, writer: str, kind: str, reason: str) -> None:
+    """Stop a session: checkpoint over the whole file, then the stop record."""
+    with grpc.insecure_channel(writer, options=CLIENT_OPTIONS) as channel:
+        stub = writer_pb2_grpc.RolloutWriterStub(channel)
+        try:
+            result = stub.Stop(
+                writer_pb2.StopRequest(
+                    session_id=session_id,
+                    stop_kind=records_pb2.StopKind.Value("STOP_KIND_" + kind.upper()),
+                    reason=reason,
+                )
+            )
+        except grpc.RpcError as exc:
+            raise _fail(exc, "writer", writer) from exc
+    click.echo(
+        f"{session_id}: stopped ({kind}) at seq {result.stop_seq}; checkpoint of {result.message_count}"
+        f" messages, {result.digest}"
+    )
 
 
 @cli.command()
