@@ -154,30 +154,23 @@ def _tolerant_deserializer(message_class: Any) -> Callable[[bytes], Any]:
     return deserialize
 
 
-async def _checked_stream(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
-    async for request in requests:
-        if isinstance(request, UndecodableRequest):
-            raise request.error
-        yield request
+def check_decoded(request: Any) -> None:
+    """Raise the INVALID_ARGUMENT error of a stream item whose bytes did not decode.
+
+    Client-streaming handlers receive their request iterator as it is (a wrapping
+    generator would cost every message of a hot stream) and call this per item.
+    """
+    if isinstance(request, UndecodableRequest):
+        raise request.error
 
 
 def _wrap(method: Callable[..., Any], client_streaming: bool, server_streaming: bool) -> Callable[..., Any]:
-    """A handler that answers INVALID_ARGUMENT for undecodable requests, then calls ``method``."""
+    """A handler that answers INVALID_ARGUMENT for undecodable requests, then calls ``method``.
+
+    Client-streaming methods are returned as they are: they call :func:`check_decoded`.
+    """
     if client_streaming:
-        if server_streaming:
-
-            async def stream_stream(
-                requests: AsyncIterator[Any], context: grpc.aio.ServicerContext
-            ) -> AsyncIterator[Any]:
-                async for response in method(_checked_stream(requests), context):
-                    yield response
-
-            return stream_stream
-
-        async def stream_unary(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
-            return await method(_checked_stream(requests), context)
-
-        return stream_unary
+        return method
 
     async def reject(request: UndecodableRequest, context: grpc.aio.ServicerContext) -> None:
         await context.abort_with_status(
@@ -206,7 +199,10 @@ def _wrap(method: Callable[..., Any], client_streaming: bool, server_streaming: 
 
 def add_servicer(server: grpc.aio.Server, service: ServiceDescriptor, servicer: object) -> None:
     """Register ``servicer``'s methods for ``service`` with decoding errors answered as
-    INVALID_ARGUMENT (the generated ``add_*_to_server`` would answer INTERNAL)."""
+    INVALID_ARGUMENT (the generated ``add_*_to_server`` would answer INTERNAL).
+
+    Client-streaming methods must call :func:`check_decoded` on each request.
+    """
     handlers: dict[str, grpc.RpcMethodHandler] = {}
     for method in service.methods:
         request_class = GetMessageClass(method.input_type)

@@ -34,6 +34,9 @@ class NonFiniteNumberError(ValueError):
 # Plain strings (not the StrEnum members) so that orjson encodes them on its fast path.
 _MESSAGE: Any = RecordType.MESSAGE.value
 _REASONING: Any = RecordType.REASONING.value
+_COMPACTED: Any = RecordType.COMPACTED.value
+_TURN_CONTEXT: Any = RecordType.TURN_CONTEXT.value
+_EVENT: Any = RecordType.EVENT.value
 
 
 def value_to_python(value: struct_pb2.Value) -> Any:
@@ -206,9 +209,15 @@ def append_payloads(record: writer_pb2.AppendRecord, index: int) -> list[tuple[R
 
 
 def _append_payloads(record: writer_pb2.AppendRecord, index: int) -> list[tuple[RecordType, dict[str, Any]]]:
-    kind = record.WhichOneof("record")
+    fields = record.ListFields()  # one call: the oneof's single set field (hot path)
+    if not fields:
+        raise RecordValidationError(
+            index, "record", "is empty: set one of message, reasoning, compacted, turn_context, event"
+        )
+    descriptor, value = fields[0]
+    kind = descriptor.name
     if kind == "message":
-        reasoning, payload = split_reasoning(record.message)
+        reasoning, payload = _message_fields(value)
         if payload.get("synthetic"):
             raise RecordValidationError(
                 index, "message.synthetic", "only the writer marks an output synthetic (on Resume)"
@@ -219,7 +228,7 @@ def _append_payloads(record: writer_pb2.AppendRecord, index: int) -> list[tuple[
             raise RecordValidationError(index, "message.reasoning", "only assistant messages carry reasoning")
         return [(_REASONING, reasoning), (_MESSAGE, payload)]
     if kind == "reasoning":
-        return [(RecordType.REASONING, reasoning_payload(record.reasoning))]
+        return [(_REASONING, reasoning_payload(record.reasoning))]
     if kind == "compacted":
         compacted: dict[str, Any] = {"summary": record.compacted.summary}
         if record.compacted.HasField("replacement_history"):
@@ -230,16 +239,14 @@ def _append_payloads(record: writer_pb2.AppendRecord, index: int) -> list[tuple[
                     payload["reasoning"] = reasoning  # inline: the replacement is the model's view as is
                 history.append(payload)
             compacted["replacement_history"] = history
-        return [(RecordType.COMPACTED, compacted)]
+        return [(_COMPACTED, compacted)]
     if kind == "turn_context":
-        return [(RecordType.TURN_CONTEXT, struct_to_python(record.turn_context))]
+        return [(_TURN_CONTEXT, struct_to_python(record.turn_context))]
     if kind == "event":
         if not record.event.kind:
             raise RecordValidationError(index, "event.kind", "is empty")
-        return [(RecordType.EVENT, {"kind": record.event.kind, "body": struct_to_python(record.event.body)})]
-    raise RecordValidationError(
-        index, "record", "is empty: set one of message, reasoning, compacted, turn_context, event"
-    )
+        return [(_EVENT, {"kind": record.event.kind, "body": struct_to_python(record.event.body)})]
+    raise RecordValidationError(index, "record", f"has an unknown kind {kind!r}")
 
 
 def degraded_to_proto(entry: DegradedEntry) -> records_pb2.DegradedEntry:

@@ -26,7 +26,7 @@ from grpc_reflection.v1alpha import reflection
 from rollout.v1 import records_pb2, writer_pb2, writer_pb2_grpc
 from shared.errors import RecordValidationError
 from shared.records import RecordType
-from shared.status import add_servicer, bind, status_mapping
+from shared.status import add_servicer, bind, check_decoded, status_mapping
 from shared.stop_kinds import StopKind
 from shared.wire import append_payloads
 from writer_service.recovery import repair_all
@@ -132,6 +132,7 @@ class RolloutWriterServicer(writer_pb2_grpc.RolloutWriterServicer):
             position = 0
             try:
                 async for request in request_iterator:
+                    check_decoded(request)
                     await acks.put((position, await self._enqueue(request)))
                     position += 1
             except Exception as exc:  # a bad request (or an undecodable one) ends the stream

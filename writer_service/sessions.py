@@ -26,6 +26,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from shared.digest import digest
 from shared.errors import (
     CorruptSessionError,
@@ -48,6 +50,7 @@ from shared.naming import (
 from shared.rebuild import Rebuild, rebuild
 from shared.rebuild_index import index_rebuild
 from shared.records import (
+    LINE_FORMAT_VERSION,
     RecordType,
     call_ids_of,
     encode_line,
@@ -64,6 +67,9 @@ from writer_service.idempotency import RememberedAppend, RequestMemory, fingerpr
 from writer_service.recovery import repair_torn_tail
 
 log = logging.getLogger(__name__)
+
+_MESSAGE = RecordType.MESSAGE.value
+_COMPACTED = RecordType.COMPACTED.value
 
 #: Longest tenant, model, cwd, originator and client_version (characters).
 META_FIELD_MAX_CHARS = 4096
@@ -411,18 +417,30 @@ class SessionLedger:
         view = _CallView(state.call_ids)
         lines: list[bytes] = []
         seqs: list[int] = []
+        dumps, newline = orjson.dumps, orjson.OPT_APPEND_NEWLINE
         for index, payloads in enumerate(records):
             for record_type, payload in payloads:
-                if record_type == RecordType.MESSAGE:
+                if record_type == _MESSAGE:
                     validate_message(payload, index, view)
-                    view.add(call_ids_of(payload))
-                elif record_type == RecordType.COMPACTED:
+                    if "tool_calls" in payload:
+                        view.add(call_ids_of(payload))
+                elif record_type == _COMPACTED:
                     view.reset()
                     for position, message in enumerate(payload.get("replacement_history", ())):
                         validate_message(message, index, view, f"compacted.replacement_history[{position}]")
                         view.add(call_ids_of(message))
                 try:
-                    line = encode_line(seq, ts, record_type, payload)
+                    # encode_line's exact line shape, inlined: this runs for every appended record.
+                    line = dumps(
+                        {
+                            "v": LINE_FORMAT_VERSION,
+                            "seq": seq,
+                            "ts": ts,
+                            "type": record_type,
+                            "payload": payload,
+                        },
+                        option=newline,
+                    )
                 except TypeError as exc:
                     raise RecordValidationError(index, str(record_type), f"cannot be stored: {exc}") from exc
                 if len(line) > limit:

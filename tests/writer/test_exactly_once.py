@@ -120,3 +120,27 @@ def test_python_clients_cannot_even_build_a_lone_surrogate() -> None:
     """The protobuf runtime refuses a lone surrogate before it reaches the wire."""
     with pytest.raises((ValueError, UnicodeError)):
         records_pb2.ChatMessage(role="user", text="\ud800").SerializeToString()
+
+
+def test_an_undecodable_request_in_a_stream_ends_it_with_invalid_argument(writer_process, data_dir) -> None:
+    """Invalid UTF-8 in the second request of an AppendStream: the first is acknowledged, nothing else lands."""
+    with grpc.insecure_channel(writer_process.address) as channel:
+        from rollout.v1 import writer_pb2_grpc
+
+        sid = (
+            writer_pb2_grpc.RolloutWriterStub(channel)
+            .CreateSession(writer_pb2.CreateSessionRequest())
+            .session_id
+        )
+        good = writer_pb2.AppendRequest(session_id=sid, records=[user("fine")]).SerializeToString()
+        bad = writer_pb2.AppendRequest(session_id=sid, records=[user("XXX")]).SerializeToString()
+        bad = bad.replace(b"XXX", b"\xed\xa0\x80")
+        stream = channel.stream_stream("/rollout.v1.RolloutWriter/AppendStream")
+        responses = stream(iter([good, bad, good]))
+        first = writer_pb2.AppendResponse.FromString(next(responses))
+        with pytest.raises(grpc.RpcError) as caught:
+            next(responses)
+    assert list(first.seqs) == [1]
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "request 1 of the stream" in caught.value.details()
+    assert len(lines_of(data_dir, sid)) == 2
