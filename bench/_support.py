@@ -28,9 +28,6 @@ from __future__ import annotations
 import os
 import random
 import re
-import signal
-import subprocess
-import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -38,6 +35,8 @@ from typing import Any, BinaryIO
 
 import orjson
 
+from rollout_cli.processes import ServiceProcess
+from rollout_cli.processes import start_service as start_service_process
 from shared.digest import DigestBuilder
 from shared.naming import build_file_name, new_session_id
 from shared.records import RecordType, encode_line, format_timestamp
@@ -296,60 +295,13 @@ def write_session(
 # -- a reader subprocess --------------------------------------------------------------
 
 
-@dataclass
-class Service:
-    """A ``rollout serve-<kind>`` process."""
-
-    process: subprocess.Popen[str]
-    address: str
-    stderr_path: Path
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        if self.process.stdout is not None:
-            self.process.stdout.close()
+#: A started service process (``.process.pid``, ``.address``, ``.stop()``).
+Service = ServiceProcess
 
 
-def start_service(kind: str, data_dir: Path, stderr_path: Path) -> Service:
+def start_service(kind: str, data_dir: Path, stderr_path: Path) -> ServiceProcess:
     """``rollout serve-<kind>`` on a free port; waits for its "listening on" line."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    with stderr_path.open("w") as stderr:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "rollout_cli.main",
-                f"serve-{kind}",
-                "--data-dir",
-                str(data_dir),
-                "--address",
-                "127.0.0.1:0",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            text=True,
-            env=env,
-            cwd=REPO,
-        )
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    match = _LISTENING.search(line)
-    if match is None:
-        process.kill()
-        process.wait()
-        process.stdout.close()
-        raise RuntimeError(f"{kind} did not start: {line!r}\n{stderr_path.read_text()}")
-    return Service(process, match.group(1), stderr_path)
+    return start_service_process(kind, data_dir, stderr_path)
 
 
 def proc_status_kb(pid: int, field: str) -> int:

@@ -21,9 +21,7 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,6 +35,7 @@ import grpc
 import orjson
 
 from rollout.v1 import records_pb2, writer_pb2, writer_pb2_grpc
+from rollout_cli.processes import ServiceProcess, start_service
 
 REPO = Path(__file__).resolve().parent.parent
 TARGET_RATIO = 0.5
@@ -125,53 +124,9 @@ def run_raw(path: Path, payloads: list[dict[str, Any]], batch: int) -> Result:
 # -- service ----------------------------------------------------------------------------
 
 
-@dataclass
-class Writer:
-    process: subprocess.Popen[str]
-    address: str
-    stderr_path: Path
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        if self.process.stdout is not None:
-            self.process.stdout.close()
-
-
-def start_writer(data_dir: Path, stderr_path: Path) -> Writer:
+def start_writer(data_dir: Path, stderr_path: Path) -> ServiceProcess:
     """``rollout serve-writer`` on a free port; waits for its "listening on" line."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    with stderr_path.open("w") as stderr:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "rollout_cli.main",
-                "serve-writer",
-                "--data-dir",
-                str(data_dir),
-                "--address",
-                "127.0.0.1:0",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            text=True,
-            env=env,
-            cwd=REPO,
-        )
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    match = _LISTENING.search(line)
-    if match is None:
-        process.kill()
-        process.wait()
-        raise RuntimeError(f"writer did not start: {line!r}\n{stderr_path.read_text()}")
-    return Writer(process, match.group(1), stderr_path)
+    return start_service("writer", data_dir, stderr_path)
 
 
 def run_service(address: str, payloads: list[dict[str, Any]], batch: int) -> tuple[Result, str]:

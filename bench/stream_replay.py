@@ -113,14 +113,14 @@ def main(argv: list[str] | None = None) -> int:
         )
         reader = start_service("reader", sessions.parent, Path(tmp) / "reader.stderr")
         try:
-            idle_kb = proc_status_kb(reader.pid, "VmHWM")
-            reader_cpu = proc_cpu_seconds(reader.pid)
+            idle_kb = proc_status_kb(reader.process.pid, "VmHWM")
+            reader_cpu = proc_cpu_seconds(reader.process.pid)
             client_cpu = time.process_time()
             result = consume(reader.address, info.session_id)
             client_cpu = time.process_time() - client_cpu
-            reader_cpu = proc_cpu_seconds(reader.pid) - reader_cpu
-            peak_kb = proc_status_kb(reader.pid, "VmHWM")
-            after_kb = proc_status_kb(reader.pid, "VmRSS")
+            reader_cpu = proc_cpu_seconds(reader.process.pid) - reader_cpu
+            peak_kb = proc_status_kb(reader.process.pid, "VmHWM")
+            after_kb = proc_status_kb(reader.process.pid, "VmRSS")
         except grpc.RpcError as exc:
             print(f"StreamReplay failed: {exc.code().name}: {exc.details()}")
             return 2

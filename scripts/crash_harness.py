@@ -22,11 +22,9 @@ Exit status 0 when all hold; 1 with the violations printed otherwise.
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import re
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -38,6 +36,7 @@ import grpc
 import orjson
 
 from rollout.v1 import records_pb2, writer_pb2, writer_pb2_grpc
+from rollout_cli.processes import ServiceProcess, start_service
 from shared.digest import digest
 from shared.rebuild import DegradedKind, rebuild
 
@@ -78,45 +77,19 @@ class _Writer:
         self.address = ""
         self.cycle = 0
         self.up = threading.Event()
-        self.process: subprocess.Popen[str] | None = None
+        self.service: ServiceProcess | None = None
         self.log = data_dir.parent / "harness-writer.log"
 
     def start(self) -> None:
-        with self.log.open("a") as log:
-            self.process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "rollout_cli.main",
-                    "serve-writer",
-                    "--data-dir",
-                    str(self.data_dir),
-                    "--address",
-                    "127.0.0.1:0",
-                ],
-                stdout=subprocess.PIPE,
-                stderr=log,
-                text=True,
-                cwd=REPO,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            )
-        assert self.process.stdout is not None
-        line = self.process.stdout.readline()
-        match = _LISTENING.search(line)
-        if match is None:
-            raise RuntimeError(f"writer did not start: {line!r}; see {self.log}")
-        self.address = match.group(1)
+        self.service = start_service("writer", self.data_dir, self.log)
+        self.address = self.service.address
         self.cycle += 1
         self.up.set()
 
     def kill(self, sig: int = signal.SIGKILL) -> int:
         self.up.clear()
-        assert self.process is not None
-        self.process.send_signal(sig)
-        code = self.process.wait(30)
-        if self.process.stdout is not None:
-            self.process.stdout.close()
-        return code
+        assert self.service is not None
+        return self.service.stop(sig, timeout=30)
 
 
 def _client(number: int, writer: _Writer, log: ClientLog, done: threading.Event, rng: random.Random) -> None:

@@ -8,78 +8,24 @@ tests run in parallel safely and nothing is written to $HOME.
 from __future__ import annotations
 
 import os
-import re
-import signal
-import subprocess
-import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 import pytest
 
 from rollout.v1 import reader_pb2_grpc, writer_pb2_grpc
+from rollout_cli.processes import ServiceProcess
+from rollout_cli.processes import start_service as start_service_process
 
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = REPO.parent / "shared" / "corpus"
-_LISTENING = re.compile(r"listening on (\S+:\d+)")
-
-
-@dataclass
-class ServiceProcess:
-    """A writer or reader running as its own process."""
-
-    process: subprocess.Popen[str]
-    address: str
-    log_path: Path
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20) -> int:
-        """Signal the process, wait for it and close its pipe; returns the exit code."""
-        if self.process.poll() is None:
-            self.process.send_signal(sig)
-        code = self.process.wait(timeout)
-        if self.process.stdout is not None:
-            self.process.stdout.close()
-        return code
-
-    def log(self) -> str:
-        """What the service wrote to stderr so far."""
-        return self.log_path.read_text(encoding="utf-8", errors="replace")
 
 
 def start_service(kind: str, data_dir: Path, *extra: str) -> ServiceProcess:
-    """Start ``rollout serve-<kind>`` on a free port and wait until it listens."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "HOME": str(data_dir.parent)}
+    """Start ``rollout serve-<kind>`` on a free port, logging to a file beside the data root."""
     log_path = data_dir.parent / f"{kind}-{os.urandom(4).hex()}.log"
-    with log_path.open("w") as log:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "rollout_cli.main",
-                f"serve-{kind}",
-                "--data-dir",
-                str(data_dir),
-                "--address",
-                "127.0.0.1:0",
-                *extra,
-            ],
-            stdout=subprocess.PIPE,
-            stderr=log,
-            text=True,
-            env=env,
-            cwd=REPO,
-        )
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    match = _LISTENING.search(line)
-    if match is None:
-        process.kill()
-        process.wait(10)
-        process.stdout.close()
-        raise RuntimeError(f"{kind} did not start: {line!r} {log_path.read_text()}")
-    return ServiceProcess(process, match.group(1), log_path)
+    return start_service_process(kind, data_dir, log_path, *extra)
 
 
 @pytest.fixture
