@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from shared.digest import DigestBuilder, canonical_message, digest
-from shared.rebuild import DAMAGE_KINDS, DegradedEntry, DegradedKind, Rebuild, rebuild
+from shared.rebuild import DAMAGE_KINDS, CheckpointRecord, DegradedEntry, DegradedKind, Rebuild, rebuild
 from shared.rebuild_index import MessageSource, index_rebuild
 
 
@@ -32,6 +32,12 @@ class DigestStatus(enum.StrEnum):
     VERIFIED = "verified"
     MISMATCH = "mismatch"
     NO_CHECKPOINT = "no_checkpoint"
+
+
+def checkpoint_status(checkpoint: CheckpointRecord, computed: str, message_count: int) -> DigestStatus:
+    """VERIFIED when the recomputed digest and message count equal the checkpoint's, else MISMATCH."""
+    matches = computed == checkpoint.digest and checkpoint.message_count == message_count
+    return DigestStatus.VERIFIED if matches else DigestStatus.MISMATCH
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,10 +73,7 @@ def replay_bytes(data: bytes, token_budget: int = 0, max_messages: int = 0) -> R
         )
     else:
         computed = digest(rebuilt.checkpoint_messages)
-        matches = computed == checkpoint.digest and checkpoint.message_count == len(
-            rebuilt.checkpoint_messages
-        )
-        status = DigestStatus.VERIFIED if matches else DigestStatus.MISMATCH
+        status = checkpoint_status(checkpoint, computed, len(rebuilt.checkpoint_messages))
     return ReplayResult(rebuilt, status, computed, estimate_tokens(rebuilt), token_budget)
 
 
@@ -110,8 +113,7 @@ def _verify_handles(source: MessageSource, rebuilt: Rebuild) -> tuple[DigestStat
     for handle in rebuilt.checkpoint_messages:
         builder.add(source.message(handle))
     computed = builder.result()
-    matches = computed == checkpoint.digest and checkpoint.message_count == len(rebuilt.checkpoint_messages)
-    return (DigestStatus.VERIFIED if matches else DigestStatus.MISMATCH), computed
+    return checkpoint_status(checkpoint, computed, len(rebuilt.checkpoint_messages)), computed
 
 
 def stream_replay(
@@ -155,8 +157,7 @@ def stream_replay(
             DegradedEntry(DegradedKind.NO_CHECKPOINT, 0, 0, "no agent_checkpoint: nothing to verify against")
         )
     else:
-        matches = streamed == checkpoint.digest and checkpoint.message_count == len(handles)
-        status, computed = (DigestStatus.VERIFIED if matches else DigestStatus.MISMATCH), streamed
+        status, computed = checkpoint_status(checkpoint, streamed, len(handles)), streamed
     yield len(handles), [], ReplaySummaryFacts(rebuilt, status, computed, tokens, token_budget, len(handles))
 
 
