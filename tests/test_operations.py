@@ -1,0 +1,54 @@
+"""What operators rely on: standard health checking, server reflection and the metrics endpoint."""
+
+from __future__ import annotations
+
+import socket
+import urllib.request
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from rollout.v1 import records_pb2, writer_pb2, writer_pb2_grpc
+from tests.conftest import start_service
+
+
+def test_both_services_answer_health_checks_and_reflection(writer_process, reader_process) -> None:
+    """Each service reports SERVING for its own name and lists itself through reflection."""
+    for process, service in (
+        (writer_process, "rollout.v1.RolloutWriter"),
+        (reader_process, "rollout.v1.RolloutReader"),
+    ):
+        with grpc.insecure_channel(process.address) as channel:
+            health = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=service))
+            assert health.status == health_pb2.HealthCheckResponse.SERVING
+            stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+            (answer,) = stub.ServerReflectionInfo(
+                iter([reflection_pb2.ServerReflectionRequest(list_services="")])
+            )
+            names = {entry.name for entry in answer.list_services_response.service}
+            assert {service, "grpc.health.v1.Health"} <= names
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_metrics_endpoint_counts_appended_records(data_dir) -> None:
+    """serve-writer --metrics-port exports Prometheus metrics that count appended records and batches."""
+    port = _free_port()
+    writer = start_service("writer", data_dir, "--metrics-port", str(port))
+    try:
+        with grpc.insecure_channel(writer.address) as channel:
+            stub = writer_pb2_grpc.RolloutWriterStub(channel)
+            sid = stub.CreateSession(writer_pb2.CreateSessionRequest()).session_id
+            record = writer_pb2.AppendRecord(message=records_pb2.ChatMessage(role="user", text="x"))
+            stub.Append(writer_pb2.AppendRequest(session_id=sid, records=[record] * 3))
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    finally:
+        writer.stop()
+    assert "rollout_appended_records_total 3.0" in text
+    assert "rollout_batch_records_count 1.0" in text
+    assert "rollout_storage_healthy 1.0" in text

@@ -1,0 +1,101 @@
+"""Group commit batch formation (SPEC §2.2), counted at the write/fsync boundary, never timed."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+
+import writer_service.committer as committer
+from rollout.v1 import records_pb2, writer_pb2
+from shared.wire import append_payloads
+from writer_service.committer import CommitConfig
+from writer_service.sessions import SessionLedger, SessionSpec, WriterConfig
+
+
+def user(text: str) -> list:
+    return append_payloads(
+        writer_pb2.AppendRecord(message=records_pb2.ChatMessage(role="user", text=text)), 0
+    )
+
+
+class CountingDisk:
+    """Counts fdatasync calls and the records (lines) each write carried; can hold the first fsync."""
+
+    def __init__(self, hold_first: bool = False) -> None:
+        self.batches: list[int] = []
+        self.release = threading.Event()
+        if not hold_first:
+            self.release.set()
+
+    def write(self, fd: int, data) -> int:
+        self.batches.append(bytes(data).count(b"\n"))
+        return os.write(fd, data)
+
+    def fdatasync(self, fd: int) -> None:
+        assert self.release.wait(10)
+        os.fdatasync(fd)
+
+
+def run(data_dir, monkeypatch, disk: CountingDisk, scenario, **commit) -> None:
+    monkeypatch.setattr(committer, "_os_write", disk.write)
+    monkeypatch.setattr(committer, "_os_fdatasync", disk.fdatasync)
+
+    async def main() -> None:
+        ledger = SessionLedger(WriterConfig(data_dir=data_dir, commit=CommitConfig(**commit)))
+        try:
+            sid, _ = await ledger.create_session(SessionSpec())
+            await scenario(ledger, sid)
+        finally:
+            disk.release.set()
+            await ledger.close()
+
+    asyncio.run(main())
+
+
+def test_a_large_request_is_never_split(data_dir, monkeypatch) -> None:
+    """A single 100-record request is one batch: one write, one fsync."""
+    disk = CountingDisk()
+
+    async def scenario(ledger, sid) -> None:
+        await ledger.append(sid, [user(f"r{i}") for i in range(100)])
+
+    run(data_dir, monkeypatch, disk, scenario)
+    assert disk.batches == [100]
+
+
+def test_requests_arriving_during_a_flush_form_batches_of_at_most_32(data_dir, monkeypatch) -> None:
+    """While one batch is being fsynced, 40 queued requests are written as 32 + 8, in order."""
+    disk = CountingDisk(hold_first=True)
+
+    async def scenario(ledger, sid) -> None:
+        first = asyncio.ensure_future(ledger.append(sid, [user("first")]))
+        await asyncio.sleep(0.05)  # the first batch is now held in its fsync
+        queued = [asyncio.ensure_future(ledger.append(sid, [user(f"q{i}")])) for i in range(40)]
+        await asyncio.sleep(0.05)
+        disk.release.set()
+        results = await asyncio.gather(first, *queued)
+        assert [seqs for seqs, _ in results] == [[n] for n in range(1, 42)]
+
+    run(data_dir, monkeypatch, disk, scenario)
+    assert disk.batches == [1, 32, 8]
+
+
+def test_an_idle_writer_writes_at_once_and_linger_gathers_company(data_dir, monkeypatch) -> None:
+    """Without linger each request sent alone is its own batch; with a linger, requests sent together share one."""
+    alone = CountingDisk()
+
+    async def one_by_one(ledger, sid) -> None:
+        for i in range(3):
+            await ledger.append(sid, [user(f"a{i}")])
+
+    run(data_dir, monkeypatch, alone, one_by_one)
+    assert alone.batches == [1, 1, 1]
+
+    together = CountingDisk()
+
+    async def at_once(ledger, sid) -> None:
+        await asyncio.gather(*(ledger.append(sid, [user(f"b{i}")]) for i in range(5)))
+
+    run(data_dir / "linger", monkeypatch, together, at_once, linger_ms=15.0, batch_max_wait_ms=20.0)
+    assert together.batches == [5]
