@@ -94,6 +94,13 @@ async def _serve_until_signal(start: Any, label: str) -> None:
 @click.option(
     "--metrics-port", type=int, default=None, help="Serve Prometheus metrics on 127.0.0.1:PORT/metrics."
 )
+@click.option(
+    "--max-record-bytes",
+    type=click.IntRange(1024),
+    default=3 * 1024 * 1024,
+    show_default=True,
+    help="Largest stored line; larger records are refused, never truncated.",
+)
 def serve_writer(
     data_dir: Path,
     address: str,
@@ -101,6 +108,7 @@ def serve_writer(
     batch_max_records: int,
     batch_max_wait_ms: float,
     metrics_port: int | None,
+    max_record_bytes: int,
 ) -> None:
     """Run the writer service alone (one per data root)."""
     from prometheus_client import start_http_server
@@ -114,6 +122,7 @@ def serve_writer(
     config = WriterConfig(
         data_dir=data_dir,
         commit=CommitConfig(batch_max_records, batch_max_wait_ms, durability=Durability(durability)),
+        max_record_bytes=max_record_bytes,
     )
     try:
         asyncio.run(_serve_until_signal(start_writer(config, address), "writer"))

@@ -146,8 +146,8 @@ def _tolerant_deserializer(message_class: Any) -> Callable[[bytes], Any]:
             return UndecodableRequest(
                 InvalidArgumentError(
                     "request",
-                    f"is not a valid {message_class.DESCRIPTOR.full_name} ({exc}); every string must be"
-                    " valid UTF-8 (no lone surrogates)",
+                    f"is not a valid {message_class.DESCRIPTOR.full_name} ({exc}); check that every"
+                    " string is valid UTF-8 (no lone surrogates) and objects are not nested too deeply",
                 )
             )
 
