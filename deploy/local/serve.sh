@@ -7,5 +7,9 @@ cd "$(dirname "$0")/../.."
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check -e .
+# Install (or update) only when the project's dependencies changed since the last install.
+if [ ! -x .venv/bin/rollout ] || [ ! -f .venv/.rollout-installed ] || [ pyproject.toml -nt .venv/.rollout-installed ]; then
+  .venv/bin/python -m pip install -q --disable-pip-version-check -e .
+  touch .venv/.rollout-installed
+fi
 exec .venv/bin/rollout serve "$@"
