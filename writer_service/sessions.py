@@ -59,10 +59,10 @@ from shared.records import (
     parse_timestamp,
     validate_message,
 )
-from shared.stop_kinds import StopKind, classify_resume
+from shared.stop_kinds import StopKind
+from writer_service.branching import ForkResult, ResumeResult, fork_session, refuse_damage, resume_session
 from writer_service.committer import CommitConfig, SessionCommitter, StorageHealth
 from writer_service.files import create_file, create_marker, storage_error
-from writer_service.forking import check_fork_keeps_pairs, find_fork_point
 from writer_service.idempotency import RememberedAppend, RequestMemory, fingerprint
 from writer_service.recovery import repair_torn_tail
 
@@ -75,8 +75,6 @@ _COMPACTED = RecordType.COMPACTED.value
 META_FIELD_MAX_CHARS = 4096
 #: Longest stop reason and error message (characters): stop facts stay within one tail window.
 STOP_TEXT_MAX_CHARS = 16 * 1024
-#: The content of the tool output Resume writes for a call left without one.
-SYNTHETIC_OUTPUT = "Error: interrupted before the tool returned"
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,23 +115,8 @@ class StopResult:
     message_count: int
 
 
-@dataclass(frozen=True, slots=True)
-class ResumeResult:
-    closed_call_ids: list[str]
-    previous_stop_kind: str
-    next_seq: int
-
-
-@dataclass(frozen=True, slots=True)
-class ForkResult:
-    session_id: str
-    forked_at_seq: int
-    digest: str
-    next_seq: int
-
-
 @dataclass(slots=True)
-class _OpenSession:
+class OpenSession:
     session_id: str
     path: Path
     next_seq: int
@@ -153,8 +136,8 @@ class SessionLedger:
         self.root = DataRoot(config.data_dir)
         self.root.ensure()
         self._executor = ThreadPoolExecutor(config.io_threads, thread_name_prefix="rollout-io")
-        self._sessions: OrderedDict[str, _OpenSession] = OrderedDict()
-        self._loading: dict[str, asyncio.Future[_OpenSession]] = {}
+        self._sessions: OrderedDict[str, OpenSession] = OrderedDict()
+        self._loading: dict[str, asyncio.Future[OpenSession]] = {}
         self._requests = RequestMemory()
         self._creating: set[str] = set()
         self.storage_health = StorageHealth()
@@ -230,7 +213,7 @@ class SessionLedger:
         path = self.root.sessions_dir / name
         fd = await loop.run_in_executor(self._executor, create_file, path, body, session_id)
         self.root.register(parse_file_name(name), name)
-        self._sessions[session_id] = _OpenSession(
+        self._sessions[session_id] = OpenSession(
             session_id, path, next_seq, call_ids, self._committer(session_id, fd, len(body)), meta
         )
         self._close_idle()
@@ -265,7 +248,7 @@ class SessionLedger:
         if state is not None:
             state.committer.close()
 
-    async def _open(self, session_id: str) -> _OpenSession:
+    async def _open(self, session_id: str) -> OpenSession:
         state = self._sessions.get(session_id)
         if state is not None:
             self._sessions.move_to_end(session_id)
@@ -273,14 +256,14 @@ class SessionLedger:
         pending = self._loading.get(session_id)
         if pending is not None:
             return await asyncio.shield(pending)
-        future: asyncio.Future[_OpenSession] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[OpenSession] = asyncio.get_running_loop().create_future()
         self._loading[session_id] = future
         try:
             _, path = self.root.locate(session_id)
             fd, found, stopped = await asyncio.get_running_loop().run_in_executor(
                 self._executor, self._load, path
             )
-            state = _OpenSession(
+            state = OpenSession(
                 session_id,
                 path,
                 found.last_seq + 1,
@@ -392,7 +375,7 @@ class SessionLedger:
             )
         return seqs, state.next_seq, durable
 
-    def _check_appendable(self, state: _OpenSession) -> None:
+    def _check_appendable(self, state: OpenSession) -> None:
         if state.stopped_kind is not None:
             raise SessionStateError(
                 f"session is stopped ({state.stopped_kind or 'no stop kind'}); call Resume",
@@ -403,7 +386,7 @@ class SessionLedger:
             raise SessionBusyError(f"a {state.busy} of this session is in progress; retry when it ends")
 
     def _encode(
-        self, state: _OpenSession, records: list[list[tuple[RecordType, dict[str, Any]]]]
+        self, state: OpenSession, records: list[list[tuple[RecordType, dict[str, Any]]]]
     ) -> tuple[list[bytes], list[int], _CallView]:
         """Validate and encode one request (no state change); see :meth:`append`.
 
@@ -479,7 +462,7 @@ class SessionLedger:
         state.busy = "Stop"
         try:
             _, found = await self._exclusive_rebuild(state)
-            _refuse_damage(found, state.path.name, "stop")
+            refuse_damage(found, state.path.name, "stop")
             checkpoint_seq = state.next_seq
             message_digest = digest(found.messages)
             ts = now_timestamp()
@@ -510,7 +493,7 @@ class SessionLedger:
         )
         return StopResult(checkpoint_seq, checkpoint_seq + 1, message_digest, len(found.messages))
 
-    async def _exclusive_rebuild(self, state: _OpenSession) -> tuple[bytes, Rebuild]:
+    async def _exclusive_rebuild(self, state: OpenSession) -> tuple[bytes, Rebuild]:
         """Drain the session's queue, then read and rebuild its whole file (SPEC §2.7)."""
         await state.committer.drain()
         if self._sessions.get(state.session_id) is not state:
@@ -523,114 +506,13 @@ class SessionLedger:
         return data, rebuild(data)
 
     async def resume(self, session_id: str, force: bool = False) -> ResumeResult:
-        """Re-open a session for appending, closing calls left without an output (SPEC §2.8).
-
-        Appends one synthetic tool message per unanswered call, then a ``resumed``
-        event, in one batch. A stopped session whose stop kind is not replayable
-        as-is is refused unless ``force``. Raises SessionNotFoundError,
-        SessionStateError (not replayable), SessionBusyError (a Stop or Resume in
-        progress), StorageWriteError.
-        """
-        state = await self._open(session_id)
-        if state.busy:
-            raise SessionBusyError(f"a {state.busy} of this session is in progress; retry when it ends")
-        state.busy = "Resume"
-        try:
-            _, found = await self._exclusive_rebuild(state)
-            if state.stopped_kind is not None and not force:
-                self._check_resumable(state, state.meta)
-            closed = found.unanswered_call_ids
-            previous = state.stopped_kind or ""
-            ts = now_timestamp()
-            seq = state.next_seq
-            lines = b""
-            for call_id in closed:
-                output = {
-                    "role": "tool",
-                    "content": SYNTHETIC_OUTPUT,
-                    "tool_call_id": call_id,
-                    "synthetic": True,
-                }
-                lines += encode_line(seq, ts, RecordType.MESSAGE, output)
-                seq += 1
-            event = {
-                "kind": "resumed",
-                "body": {"previous_stop_kind": previous, "closed_call_ids": closed, "forced": force},
-            }
-            lines += encode_line(seq, ts, RecordType.EVENT, event)
-            seq += 1
-            count = seq - state.next_seq
-            state.next_seq = seq
-            state.stopped_kind = None
-            durable = state.committer.submit(lines, count)
-        finally:
-            state.busy = ""
-        await durable
-        log.info("resumed %s (was %s), closed %d dangling calls", session_id, previous or "open", len(closed))
-        return ResumeResult(closed, previous, seq)
-
-    @staticmethod
-    def _check_resumable(state: _OpenSession, meta: dict[str, Any]) -> None:
-        """Refuse, default-deny, a stopped session that may not be continued as-is."""
-        is_child = bool(meta.get("agent_name") or meta.get("delegation_id") or meta.get("parent_session_id"))
-        eligibility = classify_resume(
-            state.stopped_kind or None,
-            is_child=is_child,
-            delegation_id=str(meta.get("delegation_id", "")),
-            parent_session_id=str(meta.get("parent_session_id", "")),
-        )
-        if not eligibility.replayable:
-            raise SessionStateError(
-                f"cannot resume: {eligibility.reason}; pass force to re-open it anyway",
-                subject=f"session/{state.session_id}",
-                precondition="stop kind replayable as-is (paused or cancelled)",
-            )
+        """Re-open a session for appending (SPEC §2.8); see :func:`writer_service.branching.resume_session`."""
+        return await resume_session(self, session_id, force)
 
     async def fork(self, source_id: str, at_seq: int | None, before_user_message: int | None) -> ForkResult:
-        """Create a new session holding the source's records up to the fork point (SPEC §2.8).
-
-        Exactly one of ``at_seq`` (keep seq <= at_seq) and ``before_user_message``
-        (keep everything before the Nth user message, 1-based) is given. The
-        source is drained first when this writer has it open, and never written.
-        Raises InvalidArgumentError (no or bad fork point), SessionStateError (the
-        point cuts a tool call from its output or a reasoning from its answer),
-        CorruptSessionError (damage before the fork point), SessionNotFoundError,
-        StorageWriteError. A fork of a child session stays a child of the same
-        delegation (its marker is written), with ``forked_from`` telling them apart.
-        """
-        source = self._sessions.get(source_id)
-        if source is not None:
-            await source.committer.drain()
-        _, path = self.root.locate(source_id)
-        data = await asyncio.get_running_loop().run_in_executor(self._executor, path.read_bytes)
-        cut = find_fork_point(data, at_seq, before_user_message)
-        prefix = data[: cut.end_offset]
-        found = rebuild(prefix)
-        _refuse_damage(found, path.name, "fork")
-        meta = dict(found.session_meta or {})
-        check_fork_keeps_pairs(data, cut, found.unanswered_call_ids)
-        fork_digest = digest(found.messages)
-        session_id = new_session_id()
-        created = datetime.now(UTC)
-        meta.update(
-            session_id=session_id,
-            created_at=format_timestamp(created),
-            forked_from={"session_id": source_id, "seq": cut.seq, "digest": fork_digest},
-        )
-        ts = now_timestamp()
-        event = {
-            "kind": "forked",
-            "body": {"source_session_id": source_id, "seq": cut.seq, "digest": fork_digest},
-        }
-        body = (
-            encode_line(0, ts, RecordType.SESSION_META, meta)
-            + prefix[cut.first_line_end :]
-            + encode_line(cut.seq + 1, ts, RecordType.EVENT, event)
-        )
-        name = build_file_name(created, session_id, str(meta.get("agent_name", "")))
-        await self._publish(session_id, name, body, meta, next_seq=cut.seq + 2, call_ids=found.call_ids)
-        log.info("forked %s at seq %d into %s", source_id, cut.seq, session_id)
-        return ForkResult(session_id, cut.seq, fork_digest, cut.seq + 2)
+        """A new session from the source's records up to a fork point (SPEC §2.8); see
+        :func:`writer_service.branching.fork_session`."""
+        return await fork_session(self, source_id, at_seq, before_user_message)
 
     async def close(self) -> None:
         """Drain every session's queue, close files and the I/O threads."""
@@ -639,16 +521,6 @@ class SessionLedger:
             state.committer.close()
         self._sessions.clear()
         self._executor.shutdown(wait=True)
-
-
-def _refuse_damage(found: Rebuild, name: str, operation: str) -> None:
-    """Raise CorruptSessionError (DATA_LOSS) naming the first damaged line of a rebuild."""
-    damage = found.damage
-    if damage is not None:
-        raise CorruptSessionError(
-            f"cannot {operation}: session file {name} is damaged at line {damage.line} (byte"
-            f" {damage.offset}): {damage.kind}: {damage.detail}; nothing was written (see rollout verify)"
-        )
 
 
 class _CallView:

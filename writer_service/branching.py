@@ -1,0 +1,178 @@
+"""Resume and fork: continuing a session's identity, or branching a new one (SPEC §2.8).
+
+Resume re-opens a session for appending to the same file: every tool call left
+without an output gets an appended synthetic output, then a ``resumed`` event;
+nothing written is rewritten. Eligibility is default-deny (shared.stop_kinds)
+unless forced. Fork copies the source's records up to a fork point, byte for byte,
+into a new session whose ``session_meta.forked_from`` names source, seq and digest;
+the source is drained first when open, and never written. Both read the whole
+file with the shared rebuild, after draining (SPEC §2.7).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from shared.digest import digest
+from shared.errors import CorruptSessionError, SessionBusyError, SessionStateError
+from shared.naming import build_file_name, new_session_id
+from shared.rebuild import Rebuild, rebuild
+from shared.records import RecordType, encode_line, format_timestamp, now_timestamp
+from shared.stop_kinds import classify_resume
+from writer_service.forking import check_fork_keeps_pairs, find_fork_point
+
+if TYPE_CHECKING:
+    from writer_service.sessions import OpenSession, SessionLedger
+
+log = logging.getLogger(__name__)
+
+
+def refuse_damage(found: Rebuild, name: str, operation: str) -> None:
+    """Raise CorruptSessionError (DATA_LOSS) naming the first damaged line of a rebuild."""
+    damage = found.damage
+    if damage is not None:
+        raise CorruptSessionError(
+            f"cannot {operation}: session file {name} is damaged at line {damage.line} (byte"
+            f" {damage.offset}): {damage.kind}: {damage.detail}; nothing was written (see rollout verify)"
+        )
+
+
+#: The content of the tool output Resume writes for a call left without one.
+SYNTHETIC_OUTPUT = "Error: interrupted before the tool returned"
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeResult:
+    """What a Resume did: the calls it closed, the stop kind it lifted ("" if open), the next seq."""
+
+    closed_call_ids: list[str]
+    previous_stop_kind: str
+    next_seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class ForkResult:
+    """The new session, the last source seq it kept, the digest of its history, its next seq."""
+
+    session_id: str
+    forked_at_seq: int
+    digest: str
+    next_seq: int
+
+
+async def resume_session(ledger: SessionLedger, session_id: str, force: bool = False) -> ResumeResult:
+    """Re-open a session for appending, closing calls left without an output (SPEC §2.8).
+
+    Appends one synthetic tool message per unanswered call, then a ``resumed``
+    event, in one batch. A stopped session whose stop kind is not replayable
+    as-is is refused unless ``force``. Raises SessionNotFoundError,
+    SessionStateError (not replayable), SessionBusyError (a Stop or Resume in
+    progress), StorageWriteError.
+    """
+    state = await ledger._open(session_id)
+    if state.busy:
+        raise SessionBusyError(f"a {state.busy} of this session is in progress; retry when it ends")
+    state.busy = "Resume"
+    try:
+        _, found = await ledger._exclusive_rebuild(state)
+        if state.stopped_kind is not None and not force:
+            _check_resumable(state, state.meta)
+        closed = found.unanswered_call_ids
+        previous = state.stopped_kind or ""
+        ts = now_timestamp()
+        seq = state.next_seq
+        lines = b""
+        for call_id in closed:
+            output = {
+                "role": "tool",
+                "content": SYNTHETIC_OUTPUT,
+                "tool_call_id": call_id,
+                "synthetic": True,
+            }
+            lines += encode_line(seq, ts, RecordType.MESSAGE, output)
+            seq += 1
+        event = {
+            "kind": "resumed",
+            "body": {"previous_stop_kind": previous, "closed_call_ids": closed, "forced": force},
+        }
+        lines += encode_line(seq, ts, RecordType.EVENT, event)
+        seq += 1
+        count = seq - state.next_seq
+        state.next_seq = seq
+        state.stopped_kind = None
+        durable = state.committer.submit(lines, count)
+    finally:
+        state.busy = ""
+    await durable
+    log.info("resumed %s (was %s), closed %d dangling calls", session_id, previous or "open", len(closed))
+    return ResumeResult(closed, previous, seq)
+
+
+def _check_resumable(state: OpenSession, meta: dict[str, Any]) -> None:
+    """Refuse, default-deny, a stopped session that may not be continued as-is."""
+    is_child = bool(meta.get("agent_name") or meta.get("delegation_id") or meta.get("parent_session_id"))
+    eligibility = classify_resume(
+        state.stopped_kind or None,
+        is_child=is_child,
+        delegation_id=str(meta.get("delegation_id", "")),
+        parent_session_id=str(meta.get("parent_session_id", "")),
+    )
+    if not eligibility.replayable:
+        raise SessionStateError(
+            f"cannot resume: {eligibility.reason}; pass force to re-open it anyway",
+            subject=f"session/{state.session_id}",
+            precondition="stop kind replayable as-is (paused or cancelled)",
+        )
+
+
+async def fork_session(
+    ledger: SessionLedger, source_id: str, at_seq: int | None, before_user_message: int | None
+) -> ForkResult:
+    """Create a new session holding the source's records up to the fork point (SPEC §2.8).
+
+    Exactly one of ``at_seq`` (keep seq <= at_seq) and ``before_user_message``
+    (keep everything before the Nth user message, 1-based) is given. The
+    source is drained first when this writer has it open, and never written.
+    Raises InvalidArgumentError (no or bad fork point), SessionStateError (the
+    point cuts a tool call from its output or a reasoning from its answer),
+    CorruptSessionError (damage before the fork point), SessionNotFoundError,
+    StorageWriteError. A fork of a child session stays a child of the same
+    delegation (its marker is written), with ``forked_from`` telling them apart.
+    """
+    source = ledger._sessions.get(source_id)
+    if source is not None:
+        await source.committer.drain()
+    _, path = ledger.root.locate(source_id)
+    data = await asyncio.get_running_loop().run_in_executor(ledger._executor, path.read_bytes)
+    cut = find_fork_point(data, at_seq, before_user_message)
+    prefix = data[: cut.end_offset]
+    found = rebuild(prefix)
+    refuse_damage(found, path.name, "fork")
+    meta = dict(found.session_meta or {})
+    check_fork_keeps_pairs(data, cut, found.unanswered_call_ids)
+    fork_digest = digest(found.messages)
+    session_id = new_session_id()
+    created = datetime.now(UTC)
+    meta.update(
+        session_id=session_id,
+        created_at=format_timestamp(created),
+        forked_from={"session_id": source_id, "seq": cut.seq, "digest": fork_digest},
+    )
+    ts = now_timestamp()
+    event = {
+        "kind": "forked",
+        "body": {"source_session_id": source_id, "seq": cut.seq, "digest": fork_digest},
+    }
+    body = (
+        encode_line(0, ts, RecordType.SESSION_META, meta)
+        + prefix[cut.first_line_end :]
+        + encode_line(cut.seq + 1, ts, RecordType.EVENT, event)
+    )
+    name = build_file_name(created, session_id, str(meta.get("agent_name", "")))
+    await ledger._publish(session_id, name, body, meta, next_seq=cut.seq + 2, call_ids=found.call_ids)
+    log.info("forked %s at seq %d into %s", source_id, cut.seq, session_id)
+    return ForkResult(session_id, cut.seq, fork_digest, cut.seq + 2)
