@@ -216,6 +216,18 @@ reader_option = click.option(
 )
 
 
+def _call(service: str, address: str, rpc: str, request: Any) -> Any:
+    """One unary call to the writer or reader at ``address``; failures become a one-line ClickException."""
+    with grpc.insecure_channel(address, options=CLIENT_OPTIONS) as channel:
+        stub_class = (
+            writer_pb2_grpc.RolloutWriterStub if service == "writer" else reader_pb2_grpc.RolloutReaderStub
+        )
+        try:
+            return getattr(stub_class(channel), rpc)(request)
+        except grpc.RpcError as exc:
+            raise _fail(exc, service, address) from exc
+
+
 def _fail(exc: grpc.RpcError, service: str = "", address: str = "") -> click.ClickException:
     """A one-line error for a failed call: the status, or what to do when the service is not there."""
     code = exc.code()
@@ -348,23 +360,21 @@ def list_command(
     created_before: str,
 ) -> None:
     """List sessions, newest first, with their stop state and whether they may be resumed."""
-    with grpc.insecure_channel(reader, options=CLIENT_OPTIONS) as channel:
-        stub = reader_pb2_grpc.RolloutReaderStub(channel)
-        try:
-            page = stub.ListSessions(
-                reader_pb2.ListSessionsRequest(
-                    page_size=page_size,
-                    page_token=page_token,
-                    tenant=tenant,
-                    agent_name=agent_name,
-                    parent_session_id=parent.strip().lower(),
-                    stop_state=stop_state,
-                    created_after=created_after,
-                    created_before=created_before,
-                )
-            )
-        except grpc.RpcError as exc:
-            raise _fail(exc, "reader", reader) from exc
+    page = _call(
+        "reader",
+        reader,
+        "ListSessions",
+        reader_pb2.ListSessionsRequest(
+            page_size=page_size,
+            page_token=page_token,
+            tenant=tenant,
+            agent_name=agent_name,
+            parent_session_id=parent.strip().lower(),
+            stop_state=stop_state,
+            created_after=created_after,
+            created_before=created_before,
+        ),
+    )
     click.echo(f"{'CREATED':27} {'SESSION':36} {'AGENT':14} {'STATE':16} RESUME")
     for summary in page.sessions:
         facts = summary.stop_facts
@@ -454,12 +464,7 @@ def _shorten(text: str, width: int) -> str:
 @reader_option
 def stop_facts(session_id: str, reader: str) -> None:
     """Why and where a session stopped, and whether it may be continued."""
-    with grpc.insecure_channel(reader, options=CLIENT_OPTIONS) as channel:
-        stub = reader_pb2_grpc.RolloutReaderStub(channel)
-        try:
-            facts = stub.GetStopFacts(reader_pb2.StopFactsRequest(session_id=session_id))
-        except grpc.RpcError as exc:
-            raise _fail(exc, "reader", reader) from exc
+    facts = _call("reader", reader, "GetStopFacts", reader_pb2.StopFactsRequest(session_id=session_id))
     if not facts.found:
         click.echo(f"{session_id}: unknown (no stop facts in the tail: running, or killed before any Stop)")
         return
@@ -484,12 +489,7 @@ def stop_facts(session_id: str, reader: str) -> None:
 @reader_option
 def verify(session_id: str, reader: str) -> None:
     """Check one session in full: every line, seq continuity, the last checkpoint's digest."""
-    with grpc.insecure_channel(reader, options=CLIENT_OPTIONS) as channel:
-        stub = reader_pb2_grpc.RolloutReaderStub(channel)
-        try:
-            report = stub.VerifySession(reader_pb2.VerifyRequest(session_id=session_id))
-        except grpc.RpcError as exc:
-            raise _fail(exc, "reader", reader) from exc
+    report = _call("reader", reader, "VerifySession", reader_pb2.VerifyRequest(session_id=session_id))
     click.echo(f"{session_id}: {'OK' if report.ok else 'PROBLEMS FOUND'}")
     for finding in report.findings:
         click.echo(f"  - {finding}")
@@ -510,18 +510,16 @@ def verify(session_id: str, reader: str) -> None:
 @click.option("--reason", default="stopped from the command line", show_default=True)
 def stop_command(session_id: str, writer: str, kind: str, reason: str) -> None:
     """Stop a session: checkpoint over the whole file, then the stop record."""
-    with grpc.insecure_channel(writer, options=CLIENT_OPTIONS) as channel:
-        stub = writer_pb2_grpc.RolloutWriterStub(channel)
-        try:
-            result = stub.Stop(
-                writer_pb2.StopRequest(
-                    session_id=session_id,
-                    stop_kind=records_pb2.StopKind.Value("STOP_KIND_" + kind.upper()),
-                    reason=reason,
-                )
-            )
-        except grpc.RpcError as exc:
-            raise _fail(exc, "writer", writer) from exc
+    result = _call(
+        "writer",
+        writer,
+        "Stop",
+        writer_pb2.StopRequest(
+            session_id=session_id,
+            stop_kind=records_pb2.StopKind.Value("STOP_KIND_" + kind.upper()),
+            reason=reason,
+        ),
+    )
     click.echo(
         f"{session_id}: stopped ({kind}) at seq {result.stop_seq}; checkpoint of {result.message_count}"
         f" messages, {result.digest}"
@@ -536,12 +534,7 @@ def stop_command(session_id: str, writer: str, kind: str, reason: str) -> None:
 )
 def resume(session_id: str, writer: str, force: bool) -> None:
     """Re-open a paused or cancelled session for appending (closes calls left without an output)."""
-    with grpc.insecure_channel(writer, options=CLIENT_OPTIONS) as channel:
-        stub = writer_pb2_grpc.RolloutWriterStub(channel)
-        try:
-            result = stub.Resume(writer_pb2.ResumeRequest(session_id=session_id, force=force))
-        except grpc.RpcError as exc:
-            raise _fail(exc, "writer", writer) from exc
+    result = _call("writer", writer, "Resume", writer_pb2.ResumeRequest(session_id=session_id, force=force))
     was = result.previous_stop_kind or "open"
     closed = ", ".join(result.closed_call_ids) or "none"
     click.echo(
@@ -564,12 +557,7 @@ def fork(session_id: str, writer: str, at_seq: int | None, before_user: int | No
         request.at_seq = at_seq
     else:
         request.before_user_message = before_user or 0
-    with grpc.insecure_channel(writer, options=CLIENT_OPTIONS) as channel:
-        stub = writer_pb2_grpc.RolloutWriterStub(channel)
-        try:
-            result = stub.Fork(request)
-        except grpc.RpcError as exc:
-            raise _fail(exc, "writer", writer) from exc
+    result = _call("writer", writer, "Fork", request)
     click.echo(
         f"forked {session_id} at seq {result.forked_at_seq} into {result.session_id} ({result.digest})"
     )
