@@ -40,3 +40,23 @@ def test_checked_in_stubs_match_a_fresh_generation(tmp_path):
         if (tmp_path / "rollout" / path).read_bytes() != (REPO / "rollout" / path).read_bytes()
     ]
     assert drifted == [], "stubs differ from scripts/gen_protos.sh output; rerun it"
+
+
+def test_no_rpc_takes_or_returns_a_file_path():
+    """Clients hold session ids only (SPEC §6): no message field names a path, file or directory."""
+    from rollout.v1 import reader_pb2, records_pb2, writer_pb2
+
+    def fields(descriptor):
+        for field in descriptor.fields:
+            yield descriptor.full_name, field.name
+        for nested in descriptor.nested_types:
+            yield from fields(nested)
+
+    names = [
+        (message, field)
+        for module in (records_pb2, writer_pb2, reader_pb2)
+        for descriptor in module.DESCRIPTOR.message_types_by_name.values()
+        for message, field in fields(descriptor)
+    ]
+    assert len(names) > 50
+    assert [n for n in names if any(word in n[1] for word in ("path", "file", "dir"))] == []

@@ -151,3 +151,26 @@ def test_stop_state_filter_over_grpc(writer, reader) -> None:
     unknown = reader.ListSessions(reader_pb2.ListSessionsRequest(stop_state="unknown")).sessions
     assert [s.session_id for s in unknown] == [b]
     assert unknown[0].stop_facts.resume.reason.startswith("unknown")
+
+
+def test_listing_never_rebuilds_a_session(data_dir, monkeypatch) -> None:
+    """Listing reads names, heads and tails only: it works with every rebuild disabled."""
+    import importlib
+
+    import reader_service.listing
+    import reader_service.stop_facts
+
+    def forbidden(*_args, **_kwargs):
+        raise AssertionError("listing must not rebuild a session")
+
+    for module in (reader_service.listing, reader_service.stop_facts):
+        for name in ("rebuild", "index_rebuild", "replay_file"):
+            if hasattr(module, name):
+                monkeypatch.setattr(module, name, forbidden)
+    # shared/__init__ re-exports rebuild under its module's name: patch the modules themselves.
+    monkeypatch.setattr(importlib.import_module("shared.rebuild"), "rebuild", forbidden)
+    monkeypatch.setattr(importlib.import_module("shared.rebuild_index"), "index_rebuild", forbidden)
+    make_sessions(data_dir, 12, stopped_every=4)
+    page = list_sessions(DataRoot(data_dir), page_size=5)
+    assert len(page.sessions) == 5
+    assert page.next_page_token

@@ -112,3 +112,15 @@ def test_accepted_agent_names_are_never_paths(agent_name):
     assert not agent_name.startswith(".")
     assert agent_name.isprintable()
     assert len(agent_name) <= 64
+
+
+def test_new_session_ids_are_lowercase_time_ordered_uuid7():
+    """new_session_id gives lowercase version-7 UUIDs that sort in creation order."""
+    import uuid
+
+    from shared.naming import new_session_id, validate_session_id
+
+    ids = [new_session_id() for _ in range(50)]
+    assert all(validate_session_id(value) == value for value in ids)
+    assert all(uuid.UUID(value).version == 7 for value in ids)
+    assert ids == sorted(ids)

@@ -99,3 +99,27 @@ def test_an_idle_writer_writes_at_once_and_linger_gathers_company(data_dir, monk
 
     run(data_dir / "linger", monkeypatch, together, at_once, linger_ms=15.0, batch_max_wait_ms=20.0)
     assert together.batches == [5]
+
+
+def test_unsafe_no_fsync_never_syncs(data_dir, monkeypatch) -> None:
+    """In unsafe_no_fsync mode batches are written but never fdatasynced (process-crash safety only)."""
+    from writer_service.committer import Durability
+
+    disk = CountingDisk()
+    syncs: list[int] = []
+    monkeypatch.setattr(committer, "_os_write", disk.write)
+    monkeypatch.setattr(committer, "_os_fdatasync", syncs.append)
+
+    async def main() -> None:
+        config = WriterConfig(data_dir=data_dir, commit=CommitConfig(durability=Durability.UNSAFE_NO_FSYNC))
+        ledger = SessionLedger(config)
+        try:
+            sid, _ = await ledger.create_session(SessionSpec())
+            for i in range(3):
+                await ledger.append(sid, [user(f"u{i}")])
+        finally:
+            await ledger.close()
+
+    asyncio.run(main())
+    assert disk.batches == [1, 1, 1]
+    assert syncs == []
