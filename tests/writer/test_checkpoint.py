@@ -51,13 +51,25 @@ def test_checkpoint_sees_records_still_queued_when_stop_arrives(data_dir, monkey
         ledger = SessionLedger(WriterConfig(data_dir=data_dir))
         try:
             sid, _ = await ledger.create_session(SessionSpec())
-            appends = [
-                asyncio.ensure_future(ledger.append(sid, [append_payloads(message("user", f"m{i}"), 0)]))
-                for i in range(5)
-            ]
-            await asyncio.sleep(0.05)  # the first flush is now blocked, four requests queue behind it
+
+            def append(i: int) -> asyncio.Future:
+                return asyncio.ensure_future(
+                    ledger.append(sid, [append_payloads(message("user", f"m{i}"), 0)])
+                )
+
+            state = ledger._sessions[sid]
+            deadline = asyncio.get_running_loop().time() + 10
+            appends = [append(0)]
+            while not blocked_once:  # the first flush is now blocked in its write
+                assert asyncio.get_running_loop().time() < deadline, "the first flush never started"
+                await asyncio.sleep(0.002)
+            appends += [append(i) for i in range(1, 5)]
+            while state.committer.queued_records != 4:  # four requests queue behind it
+                assert asyncio.get_running_loop().time() < deadline, "the appends never queued"
+                await asyncio.sleep(0.002)
             stop = asyncio.ensure_future(ledger.stop(sid, StopKind.PAUSED, "pause"))
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0)
+            assert state.busy == "Stop", "Stop has begun and is waiting for the queue to drain"
             release.set()
             await asyncio.gather(*appends)
             result = await stop

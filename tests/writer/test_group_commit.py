@@ -37,6 +37,15 @@ class CountingDisk:
         os.fdatasync(fd)
 
 
+async def until(condition, timeout: float = 10.0) -> None:
+    """Wait (polling the event loop) until ``condition()`` holds; fail after ``timeout`` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        assert loop.time() < deadline, "condition not reached"
+        await asyncio.sleep(0.002)
+
+
 def run(data_dir, monkeypatch, disk: CountingDisk, scenario, **commit) -> None:
     monkeypatch.setattr(committer, "_os_write", disk.write)
     monkeypatch.setattr(committer, "_os_fdatasync", disk.fdatasync)
@@ -70,9 +79,10 @@ def test_requests_arriving_during_a_flush_form_batches_of_at_most_32(data_dir, m
 
     async def scenario(ledger, sid) -> None:
         first = asyncio.ensure_future(ledger.append(sid, [user("first")]))
-        await asyncio.sleep(0.05)  # the first batch is now held in its fsync
+        await until(lambda: disk.batches == [1])  # the first batch is now held in its fsync
         queued = [asyncio.ensure_future(ledger.append(sid, [user(f"q{i}")])) for i in range(40)]
-        await asyncio.sleep(0.05)
+        state = ledger._sessions[sid]
+        await until(lambda: state.committer.queued_records == 40)
         disk.release.set()
         results = await asyncio.gather(first, *queued)
         assert [seqs for seqs, _ in results] == [[n] for n in range(1, 42)]
