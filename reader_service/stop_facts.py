@@ -25,7 +25,7 @@ import orjson
 
 from shared.rebuild import CheckpointRecord
 from shared.records import RecordType
-from shared.stop_kinds import ResumeEligibility, classify_resume
+from shared.stop_kinds import ResumeEligibility, classify_session
 
 DEFAULT_TAIL_WINDOW = 64 * 1024
 
@@ -144,15 +144,9 @@ UNKNOWN_ELIGIBILITY = ResumeEligibility(
 def eligibility_of(facts: StopFactsResult, meta: dict[str, Any]) -> ResumeEligibility:
     """Resume eligibility of a session from its stop facts and session_meta (default-deny).
 
-    A session naming an agent or any delegation field is a child: it needs both
-    delegation coordinates. No stop facts: not replayable, reason "unknown".
+    No stop facts: not replayable, reason "unknown"; otherwise
+    :func:`shared.stop_kinds.classify_session`, as the writer's Resume.
     """
     if not facts.found:
         return UNKNOWN_ELIGIBILITY
-    is_child = bool(meta.get("agent_name") or meta.get("delegation_id") or meta.get("parent_session_id"))
-    return classify_resume(
-        facts.stop_kind or None,
-        is_child=is_child,
-        delegation_id=str(meta.get("delegation_id", "")),
-        parent_session_id=str(meta.get("parent_session_id", "")),
-    )
+    return classify_session(facts.stop_kind or None, meta)

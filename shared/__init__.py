@@ -28,7 +28,7 @@ from shared.errors import (
 from shared.naming import SessionFileName, build_file_name, new_session_id, parse_file_name
 from shared.rebuild import CheckpointRecord, DegradedEntry, DegradedKind, Rebuild, rebuild
 from shared.records import RecordType, encode_line, validate_message
-from shared.stop_kinds import ResumeEligibility, StopKind, classify_resume
+from shared.stop_kinds import ResumeEligibility, StopKind, classify_resume, classify_session
 
 __all__ = [
     "DIGEST_FIELDS",
@@ -56,6 +56,7 @@ __all__ = [
     "build_file_name",
     "canonical_message",
     "classify_resume",
+    "classify_session",
     "digest",
     "encode_line",
     "new_session_id",

@@ -12,8 +12,9 @@ default branch: adding one fails type checking and the test that walks the enum.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import assert_never
+from typing import Any, assert_never
 
 
 class StopKind(enum.StrEnum):
@@ -97,3 +98,18 @@ def classify_resume(
     if kind is None:
         return ResumeEligibility(False, f"unrecognized stop kind {raw_stop_kind!r}", None)
     return _classify_kind(kind)
+
+
+def classify_session(raw_stop_kind: str | None, meta: Mapping[str, Any]) -> ResumeEligibility:
+    """Classify a stopped session from its stop kind and its ``session_meta`` payload.
+
+    The one place that decides who is a child: a session naming an agent or any
+    delegation field. The writer's Resume and the reader's stop facts both call
+    this, so a session is never resumable on one side and refused on the other.
+    """
+    return classify_resume(
+        raw_stop_kind,
+        is_child=bool(meta.get("agent_name") or meta.get("delegation_id") or meta.get("parent_session_id")),
+        delegation_id=str(meta.get("delegation_id", "")),
+        parent_session_id=str(meta.get("parent_session_id", "")),
+    )

@@ -15,14 +15,14 @@ import asyncio
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from shared.digest import digest
-from shared.errors import CorruptSessionError, SessionBusyError, SessionStateError
+from shared.errors import CorruptSessionError, SessionStateError
 from shared.naming import build_file_name, new_session_id
 from shared.rebuild import Rebuild, rebuild
 from shared.records import RecordType, encode_line, format_timestamp, now_timestamp
-from shared.stop_kinds import classify_resume
+from shared.stop_kinds import classify_session
 from writer_service.forking import check_fork_keeps_pairs, find_fork_point
 
 if TYPE_CHECKING:
@@ -74,13 +74,12 @@ async def resume_session(ledger: SessionLedger, session_id: str, force: bool = F
     progress), StorageWriteError.
     """
     state = await ledger._open(session_id)
-    if state.busy:
-        raise SessionBusyError(f"a {state.busy} of this session is in progress; retry when it ends")
+    ledger._refuse_if_busy(state)
     state.busy = "Resume"
     try:
-        _, found = await ledger._exclusive_rebuild(state)
+        found = await ledger._exclusive_rebuild(state)
         if state.stopped_kind is not None and not force:
-            _check_resumable(state, state.meta)
+            _check_resumable(state)
         closed = found.unanswered_call_ids
         previous = state.stopped_kind or ""
         ts = now_timestamp()
@@ -112,15 +111,9 @@ async def resume_session(ledger: SessionLedger, session_id: str, force: bool = F
     return ResumeResult(closed, previous, seq)
 
 
-def _check_resumable(state: OpenSession, meta: dict[str, Any]) -> None:
+def _check_resumable(state: OpenSession) -> None:
     """Refuse, default-deny, a stopped session that may not be continued as-is."""
-    is_child = bool(meta.get("agent_name") or meta.get("delegation_id") or meta.get("parent_session_id"))
-    eligibility = classify_resume(
-        state.stopped_kind or None,
-        is_child=is_child,
-        delegation_id=str(meta.get("delegation_id", "")),
-        parent_session_id=str(meta.get("parent_session_id", "")),
-    )
+    eligibility = classify_session(state.stopped_kind or None, state.meta)
     if not eligibility.replayable:
         raise SessionStateError(
             f"cannot resume: {eligibility.reason}; pass force to re-open it anyway",

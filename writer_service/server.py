@@ -25,6 +25,7 @@ from grpc_reflection.v1alpha import reflection
 
 from rollout.v1 import records_pb2, writer_pb2, writer_pb2_grpc
 from shared.errors import RecordValidationError
+from shared.layout import DataRoot
 from shared.records import RecordType
 from shared.status import add_servicer, bind, check_decoded, status_mapping
 from shared.stop_kinds import StopKind
@@ -242,13 +243,14 @@ class RunningWriter:
 def acquire_data_root(config: WriterConfig) -> FileLock:
     """Lock the data root for this process; DataRootLockedError when another writer holds it."""
     config.data_dir.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(config.data_dir / "writer.lock", is_singleton=False)
+    lock_path = DataRoot(config.data_dir).lock_path
+    lock = FileLock(lock_path, is_singleton=False)
     try:
         lock.acquire(timeout=0)
     except Timeout as exc:
         raise DataRootLockedError(
             f"data root {config.data_dir} is already in use by another writer process"
-            f" (lock {config.data_dir / 'writer.lock'}); stop that writer or choose another --data-dir"
+            f" (lock {lock_path}); stop that writer or choose another --data-dir"
         ) from exc
     return lock
 

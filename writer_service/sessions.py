@@ -6,12 +6,14 @@ whether the session is stopped, plus the session's :class:`SessionCommitter`.
 Validation, seq assignment and queueing happen in the event loop without an
 await between them, so requests to one session are strictly ordered and all or
 nothing. A session not yet touched since start-up is loaded once from its file
-with the shared :func:`shared.rebuild.rebuild` (never on the append path).
+with the shared bounded-memory rebuild (:func:`shared.rebuild_index.index_rebuild`),
+never on the append path.
 
-Stop follows SPEC §2.6 exactly: mark the session busy (later appends are
-refused with ABORTED until it ends), drain its queue, read and rebuild the whole file with the same shared
-function the reader uses, digest it, then append ``agent_checkpoint`` and
-``stop`` as one batch with one fsync.
+Stop follows SPEC §2.6 exactly: mark the session busy (later appends are refused
+with ABORTED until it ends), drain its queue, read and rebuild the whole file
+with the same shared function the reader uses, digest it, then append
+``agent_checkpoint`` and ``stop`` as one batch with one fsync. Resume and Fork
+live in :mod:`writer_service.branching`.
 """
 
 from __future__ import annotations
@@ -25,8 +27,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-
-import orjson
 
 from shared.digest import digest
 from shared.errors import (
@@ -50,7 +50,6 @@ from shared.naming import (
 from shared.rebuild import Rebuild, rebuild
 from shared.rebuild_index import index_rebuild
 from shared.records import (
-    LINE_FORMAT_VERSION,
     RecordType,
     call_ids_of,
     encode_line,
@@ -148,8 +147,9 @@ class SessionLedger:
         """Write a new session's ``session_meta`` (seq 0), durable before returning.
 
         Returns (session_id, created_at). Raises FileNameError for a bad id or
-        agent name, RecordValidationError for a bad created_at, SessionExistsError
-        for a taken id, StorageWriteError when the file cannot be written.
+        agent name, InvalidArgumentError for a bad created_at or an oversized
+        field, SessionExistsError for a taken id, StorageWriteError when the file
+        cannot be written.
         """
         session_id = validate_session_id(spec.session_id) if spec.session_id else new_session_id()
         validate_agent_name(spec.agent_name)
@@ -261,7 +261,7 @@ class SessionLedger:
         try:
             _, path = self.root.locate(session_id)
             fd, found, stopped = await asyncio.get_running_loop().run_in_executor(
-                self._executor, self._load, path
+                self._executor, self._load, session_id, path
             )
             state = OpenSession(
                 session_id,
@@ -284,7 +284,7 @@ class SessionLedger:
             del self._loading[session_id]
 
     @staticmethod
-    def _load(path: Path) -> tuple[int, Rebuild, str | None]:
+    def _load(session_id: str, path: Path) -> tuple[int, Rebuild, str | None]:
         """Repair the tail, index the file once (bounded memory), open it (I/O thread).
 
         Returns (fd, what the rebuild found, the stop kind if stopped else None).
@@ -293,7 +293,7 @@ class SessionLedger:
             repair_torn_tail(path)
             found = index_rebuild(path)
         except FileNotFoundError as exc:  # moved aside by repair: it never held a whole session_meta
-            raise SessionNotFoundError(path.name.split("_")[2]) from exc
+            raise SessionNotFoundError(session_id) from exc
         except OSError as exc:
             raise storage_error(exc, "read", f"opening {path.name}") from exc
         if found.session_meta is None:
@@ -323,8 +323,9 @@ class SessionLedger:
 
         ``records`` holds, per request record, the payloads it becomes (a message
         with reasoning becomes two). Raises SessionNotFoundError, SessionStateError
-        (stopped, stopping, seq mismatch), RecordValidationError (index and field
-        named, nothing written), QueueFullError, StorageWriteError.
+        (stopped, seq mismatch), SessionBusyError (a Stop or Resume in progress),
+        RecordValidationError (index and field named, nothing written),
+        QueueFullError, StorageWriteError.
         """
         seqs, next_seq, durable = await self.enqueue(session_id, records, expected_next_seq)
         await durable
@@ -382,6 +383,11 @@ class SessionLedger:
                 subject=f"session/{state.session_id}",
                 precondition="session is open",
             )
+        self._refuse_if_busy(state)
+
+    @staticmethod
+    def _refuse_if_busy(state: OpenSession) -> None:
+        """Refuse (SessionBusyError: ABORTED, retryable) while a Stop or Resume of the session runs."""
         if state.busy:
             raise SessionBusyError(f"a {state.busy} of this session is in progress; retry when it ends")
 
@@ -400,7 +406,6 @@ class SessionLedger:
         view = _CallView(state.call_ids)
         lines: list[bytes] = []
         seqs: list[int] = []
-        dumps, newline = orjson.dumps, orjson.OPT_APPEND_NEWLINE
         for index, payloads in enumerate(records):
             for record_type, payload in payloads:
                 if record_type == _MESSAGE:
@@ -413,17 +418,7 @@ class SessionLedger:
                         validate_message(message, index, view, f"compacted.replacement_history[{position}]")
                         view.add(call_ids_of(message))
                 try:
-                    # encode_line's exact line shape, inlined: this runs for every appended record.
-                    line = dumps(
-                        {
-                            "v": LINE_FORMAT_VERSION,
-                            "seq": seq,
-                            "ts": ts,
-                            "type": record_type,
-                            "payload": payload,
-                        },
-                        option=newline,
-                    )
+                    line = encode_line(seq, ts, record_type, payload)
                 except TypeError as exc:
                     raise RecordValidationError(index, str(record_type), f"cannot be stored: {exc}") from exc
                 if len(line) > limit:
@@ -461,7 +456,7 @@ class SessionLedger:
         self._check_appendable(state)
         state.busy = "Stop"
         try:
-            _, found = await self._exclusive_rebuild(state)
+            found = await self._exclusive_rebuild(state)
             refuse_damage(found, state.path.name, "stop")
             checkpoint_seq = state.next_seq
             message_digest = digest(found.messages)
@@ -493,7 +488,7 @@ class SessionLedger:
         )
         return StopResult(checkpoint_seq, checkpoint_seq + 1, message_digest, len(found.messages))
 
-    async def _exclusive_rebuild(self, state: OpenSession) -> tuple[bytes, Rebuild]:
+    async def _exclusive_rebuild(self, state: OpenSession) -> Rebuild:
         """Drain the session's queue, then read and rebuild its whole file (SPEC §2.7)."""
         await state.committer.drain()
         if self._sessions.get(state.session_id) is not state:
@@ -503,7 +498,7 @@ class SessionLedger:
                 precondition="storage healthy",
             )
         data = await asyncio.get_running_loop().run_in_executor(self._executor, state.path.read_bytes)
-        return data, rebuild(data)
+        return rebuild(data)
 
     async def resume(self, session_id: str, force: bool = False) -> ResumeResult:
         """Re-open a session for appending (SPEC §2.8); see :func:`writer_service.branching.resume_session`."""

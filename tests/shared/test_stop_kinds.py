@@ -72,3 +72,32 @@ def test_child_with_both_coordinates_is_classified_by_its_kind():
 def test_root_session_needs_no_coordinates():
     """A root session (not a child) with empty coordinates is judged by its stop kind alone."""
     assert classify_resume("paused").replayable is True
+
+
+@pytest.mark.parametrize(
+    ("meta", "replayable"),
+    [
+        ({}, True),
+        ({"agent_name": "coder"}, False),
+        ({"delegation_id": "call_1"}, False),
+        ({"agent_name": "coder", "delegation_id": "call_1", "parent_session_id": "p"}, True),
+    ],
+)
+def test_classify_session_takes_any_agent_or_delegation_field_for_a_child(meta, replayable):
+    """A session naming an agent or a delegation field needs both coordinates; a root needs none."""
+    from shared.stop_kinds import classify_session
+
+    eligibility = classify_session("paused", meta)
+    assert eligibility.replayable is replayable
+    if not replayable:
+        assert "no delegation coordinates" in eligibility.reason
+
+
+def test_writer_resume_and_reader_stop_facts_share_one_classification():
+    """The writer's Resume and the reader's eligibility call the same shared function."""
+    import reader_service.stop_facts
+    import shared.stop_kinds
+    import writer_service.branching
+
+    assert writer_service.branching.classify_session is shared.stop_kinds.classify_session
+    assert reader_service.stop_facts.classify_session is shared.stop_kinds.classify_session
