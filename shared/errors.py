@@ -108,7 +108,8 @@ class StorageWriteError(LedgerError):
     """A write or fsync failed; the batch was cut back and nothing of it was kept.
 
     ``errno_name`` is e.g. ``ENOSPC`` / ``EIO`` / ``EROFS`` ("" when not an OS
-    error) and ``operation`` is ``write`` or ``fsync``.
+    error) and ``operation`` is ``pwritev2`` (one durable write call), ``write``
+    or ``fsync``.
     """
 
     def __init__(self, message: str, *, errno_name: str = "", operation: str = "") -> None:

@@ -2,8 +2,17 @@
 
 One :class:`SessionCommitter` owns one open file. Callers hand it encoded lines
 (:meth:`SessionCommitter.submit`) and await the returned future; a flush loop in
-an I/O thread takes queued requests in order, writes each batch with one
-``write`` and one fsync, and resolves every waiter of the batch.
+an I/O thread takes queued requests in order, writes each batch durably, and
+resolves every waiter of the batch.
+
+A durable batch write is one system call where the kernel has it:
+``pwritev2(..., RWF_DSYNC)`` (Linux 4.7+), the per-write form of ``O_DSYNC``, which
+returns only once the bytes and the metadata needed to read them back are on
+stable storage (the same promise as ``write`` + ``fdatasync``). One call instead
+of two halves the times the I/O thread must win the GIL back per batch, which is
+what bounded throughput. Where the call is missing or the file system refuses it
+(``EOPNOTSUPP``/``EINVAL``, nothing written), the committer falls back, for the
+rest of the process, to ``write`` + ``fdatasync``.
 
 Batching is adaptive: while nothing is being flushed, a request is written at
 once; requests that arrive during a flush form the next batch. A batch holds
@@ -15,10 +24,10 @@ the previous flush is the only wait).
 A failed write or fsync fails every waiter of that batch and of everything
 queued behind it (their seqs were assigned after it), cuts the file back to its
 length before the batch (no partial line), and leaves the committer usable: the
-next submit writes again. Durability: ``fsync`` mode (default) calls
-``fdatasync`` per batch, so an acknowledged record survives a process crash and
-a power loss; ``unsafe_no_fsync`` leaves the bytes in OS buffers, surviving a
-process crash only.
+next submit writes again. Durability: ``fsync`` mode (default) syncs every
+batch's data (``RWF_DSYNC`` or ``fdatasync``), so an acknowledged record survives
+a process crash and a power loss; ``unsafe_no_fsync`` leaves the bytes in OS
+buffers, surviving a process crash only.
 """
 
 from __future__ import annotations
@@ -46,6 +55,22 @@ SLOW_FSYNC_SECONDS = 0.5
 # without touching os itself.
 _os_write = os.write
 _os_fdatasync = os.fdatasync
+
+
+def _os_write_dsync(fd: int, data: memoryview) -> int:
+    """Append ``data`` and sync it in one ``pwritev2(RWF_DSYNC)`` call; returns the bytes written.
+
+    The offset -1 means the file's own position (the end: session files are
+    ``O_APPEND``). Raises OSError like ``write``, and also for a failed sync.
+    """
+    return os.pwritev(fd, [data], -1, os.RWF_DSYNC)
+
+
+#: Whether a durable batch is one ``pwritev2(RWF_DSYNC)`` call; cleared for the rest of
+#: the process the first time the file system refuses the flag.
+_dsync_writes = hasattr(os, "pwritev") and hasattr(os, "RWF_DSYNC")
+#: errnos with which pwritev2 refuses RWF_DSYNC itself (nothing is written).
+_DSYNC_REFUSED = frozenset({errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS})
 
 
 class Durability(enum.StrEnum):
@@ -145,6 +170,8 @@ class SessionCommitter:
         self._running = False
         self._last: asyncio.Future[None] | None = None
         self._closed = False
+        self._durable: list[_Pending] = []  # written, awaiting _acknowledge (under the lock)
+        self._acknowledging = False  # an _acknowledge call is scheduled (under the lock)
 
     @property
     def size(self) -> int:
@@ -239,34 +266,64 @@ class SessionCommitter:
                     elapsed,
                     self._label,
                 )
-            self._loop.call_soon_threadsafe(self._acknowledge, batch)
+            with self._lock:
+                self._durable.extend(batch)
+                wake = not self._acknowledging
+                self._acknowledging = True
+            if wake:  # one event-loop wake-up for every batch made durable before it runs
+                self._loop.call_soon_threadsafe(self._acknowledge)
         self._executor.submit(self._flush_run)  # more to do: queue behind other sessions' runs
 
-    def _acknowledge(self, batch: list[_Pending]) -> None:
-        """Resolve a durable batch's futures (event loop)."""
+    def _acknowledge(self) -> None:
+        """Resolve the futures of every batch made durable since the last call (event loop).
+
+        The I/O thread wakes the loop once per call, not once per batch: while the
+        loop is busy, later batches join the list this call will resolve, so the
+        I/O thread does not make a system call (and win the GIL back) for each.
+        """
+        with self._lock:
+            durable, self._durable = self._durable, []
+            self._acknowledging = False
         self._health.report(True)
-        for item in batch:
+        for item in durable:
             if not item.future.done():
                 item.future.set_result(None)
 
     def _write(self, data: bytes) -> None:
-        """Write ``data`` at the end and sync it; on failure cut the file back (worker thread).
+        """Write ``data`` at the end and make it durable; on failure cut the file back (I/O thread).
 
-        Raises _BatchWriteError naming the operation that failed.
+        In fsync mode one ``pwritev2(RWF_DSYNC)`` call per chunk (a short write
+        is continued), or ``write`` + ``fdatasync`` where that call is refused;
+        in unsafe_no_fsync mode ``write`` only. Raises _BatchWriteError naming
+        the operation that failed: ``pwritev2`` (the single call),
+        ``write`` or ``fsync``.
         """
+        global _dsync_writes
         view = memoryview(data)
+        durable = self._config.durability is Durability.FSYNC
         operation = "write"
         try:
+            if durable and _dsync_writes:
+                operation = "pwritev2"
+                try:
+                    view = view[_os_write_dsync(self._fd, view) :]
+                except OSError as exc:
+                    if exc.errno not in _DSYNC_REFUSED:
+                        raise
+                    _dsync_writes = False
+                    operation = "write"
+                    log.info("pwritev2(RWF_DSYNC) refused (%s); using write + fdatasync from now on", exc)
+                while view and _dsync_writes:
+                    view = view[_os_write_dsync(self._fd, view) :]
             while view:
-                written = _os_write(self._fd, view)
-                view = view[written:]
-            operation = "fsync"
-            if self._config.durability is Durability.FSYNC:
+                view = view[_os_write(self._fd, view) :]
+            if durable and not _dsync_writes:
+                operation = "fsync"
                 _os_fdatasync(self._fd)
         except OSError as exc:
             try:
                 os.ftruncate(self._fd, self._size)
-                if self._config.durability is Durability.FSYNC:
+                if durable:
                     os.fdatasync(self._fd)
             except OSError:
                 log.exception(

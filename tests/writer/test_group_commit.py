@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import threading
+
+import orjson
 
 import writer_service.committer as committer
 from rollout.v1 import records_pb2, writer_pb2
@@ -20,10 +23,14 @@ def user(text: str) -> list:
 
 
 class CountingDisk:
-    """Counts fdatasync calls and the records (lines) each write carried; can hold the first fsync."""
+    """Counts the records (lines) each write carried and the syncs; can hold the first sync.
+
+    ``write_dsync`` stands for one pwritev2(RWF_DSYNC) call: a write and its sync.
+    """
 
     def __init__(self, hold_first: bool = False) -> None:
         self.batches: list[int] = []
+        self.syncs = 0
         self.release = threading.Event()
         if not hold_first:
             self.release.set()
@@ -33,8 +40,15 @@ class CountingDisk:
         return os.write(fd, data)
 
     def fdatasync(self, fd: int) -> None:
+        self.syncs += 1
         assert self.release.wait(10)
         os.fdatasync(fd)
+
+    def write_dsync(self, fd: int, data) -> int:
+        self.batches.append(bytes(data).count(b"\n"))
+        self.syncs += 1
+        assert self.release.wait(10)
+        return os.pwritev(fd, [data], -1, os.RWF_DSYNC)
 
 
 async def until(condition, timeout: float = 10.0) -> None:
@@ -49,6 +63,7 @@ async def until(condition, timeout: float = 10.0) -> None:
 def run(data_dir, monkeypatch, disk: CountingDisk, scenario, **commit) -> None:
     monkeypatch.setattr(committer, "_os_write", disk.write)
     monkeypatch.setattr(committer, "_os_fdatasync", disk.fdatasync)
+    monkeypatch.setattr(committer, "_os_write_dsync", disk.write_dsync)
 
     async def main() -> None:
         ledger = SessionLedger(WriterConfig(data_dir=data_dir, commit=CommitConfig(**commit)))
@@ -62,8 +77,8 @@ def run(data_dir, monkeypatch, disk: CountingDisk, scenario, **commit) -> None:
     asyncio.run(main())
 
 
-def test_a_large_request_is_never_split(data_dir, monkeypatch) -> None:
-    """A single 100-record request is one batch: one write, one fsync."""
+def test_a_large_request_is_never_split(data_dir, monkeypatch, sync_path) -> None:
+    """A single 100-record request is one batch: one write, one sync."""
     disk = CountingDisk()
 
     async def scenario(ledger, sid) -> None:
@@ -71,9 +86,12 @@ def test_a_large_request_is_never_split(data_dir, monkeypatch) -> None:
 
     run(data_dir, monkeypatch, disk, scenario)
     assert disk.batches == [100]
+    assert disk.syncs == 1
 
 
-def test_requests_arriving_during_a_flush_form_batches_of_at_most_32(data_dir, monkeypatch) -> None:
+def test_requests_arriving_during_a_flush_form_batches_of_at_most_32(
+    data_dir, monkeypatch, sync_path
+) -> None:
     """While one batch is being fsynced, 40 queued requests are written as 32 + 8, in order."""
     disk = CountingDisk(hold_first=True)
 
@@ -89,9 +107,31 @@ def test_requests_arriving_during_a_flush_form_batches_of_at_most_32(data_dir, m
 
     run(data_dir, monkeypatch, disk, scenario)
     assert disk.batches == [1, 32, 8]
+    assert disk.syncs == 3
 
 
-def test_an_idle_writer_writes_at_once_and_linger_gathers_company(data_dir, monkeypatch) -> None:
+def test_no_append_is_acknowledged_before_its_batch_is_synced(data_dir, monkeypatch, sync_path) -> None:
+    """While the first batch's sync is held, neither it nor the requests queued behind it resolve;
+    once released, all resolve, in order (acknowledgements may be gathered, never sent early)."""
+    disk = CountingDisk(hold_first=True)
+
+    async def scenario(ledger, sid) -> None:
+        first = asyncio.ensure_future(ledger.append(sid, [user("held")]))
+        await until(lambda: disk.batches == [1])
+        behind = [asyncio.ensure_future(ledger.append(sid, [user(f"b{i}")])) for i in range(3)]
+        for _ in range(50):  # give a wrong early acknowledgement every chance to run
+            await asyncio.sleep(0.001)
+        assert not first.done()
+        assert not any(future.done() for future in behind)
+        disk.release.set()
+        results = await asyncio.gather(first, *behind)
+        assert [seqs for seqs, _ in results] == [[1], [2], [3], [4]]
+
+    run(data_dir, monkeypatch, disk, scenario)
+    assert disk.batches == [1, 3]
+
+
+def test_an_idle_writer_writes_at_once_and_linger_gathers_company(data_dir, monkeypatch, sync_path) -> None:
     """Without linger each request sent alone is its own batch; with a linger, requests sent together share one."""
     alone = CountingDisk()
 
@@ -111,14 +151,20 @@ def test_an_idle_writer_writes_at_once_and_linger_gathers_company(data_dir, monk
     assert together.batches == [5]
 
 
-def test_unsafe_no_fsync_never_syncs(data_dir, monkeypatch) -> None:
-    """In unsafe_no_fsync mode batches are written but never fdatasynced (process-crash safety only)."""
+def test_unsafe_no_fsync_never_syncs(data_dir, monkeypatch, sync_path) -> None:
+    """In unsafe_no_fsync mode batches are written but never synced, by either path (process-crash safety only)."""
     from writer_service.committer import Durability
 
     disk = CountingDisk()
     syncs: list[int] = []
     monkeypatch.setattr(committer, "_os_write", disk.write)
     monkeypatch.setattr(committer, "_os_fdatasync", syncs.append)
+
+    def synced_write(fd: int, data) -> int:
+        syncs.append(fd)
+        return os.write(fd, data)
+
+    monkeypatch.setattr(committer, "_os_write_dsync", synced_write)
 
     async def main() -> None:
         config = WriterConfig(data_dir=data_dir, commit=CommitConfig(durability=Durability.UNSAFE_NO_FSYNC))
@@ -133,3 +179,39 @@ def test_unsafe_no_fsync_never_syncs(data_dir, monkeypatch) -> None:
     asyncio.run(main())
     assert disk.batches == [1, 1, 1]
     assert syncs == []
+
+
+def test_a_refused_rwf_dsync_falls_back_to_write_and_fdatasync_and_loses_nothing(
+    data_dir, monkeypatch
+) -> None:
+    """A file system that refuses RWF_DSYNC (EOPNOTSUPP, nothing written): that batch and later ones
+    are written with write + fdatasync, every record lands once, and the call is not tried again."""
+    disk = CountingDisk()
+    refused: list[int] = []
+
+    def refuse(fd: int, data) -> int:
+        refused.append(fd)
+        raise OSError(errno.EOPNOTSUPP, os.strerror(errno.EOPNOTSUPP))
+
+    monkeypatch.setattr(committer, "_dsync_writes", True)
+    monkeypatch.setattr(committer, "_os_write", disk.write)
+    monkeypatch.setattr(committer, "_os_fdatasync", disk.fdatasync)
+    lines: list[bytes] = []
+
+    async def main() -> None:
+        monkeypatch.setattr(committer, "_os_write_dsync", refuse)
+        ledger = SessionLedger(WriterConfig(data_dir=data_dir))
+        try:
+            sid, _ = await ledger.create_session(SessionSpec())
+            for i in range(3):
+                assert await ledger.append(sid, [user(f"f{i}")]) == ([i + 1], i + 2)
+            lines.extend(ledger.root.locate(sid)[1].read_bytes().splitlines())
+        finally:
+            await ledger.close()
+
+    asyncio.run(main())
+    assert len(refused) == 1
+    assert committer._dsync_writes is False
+    assert disk.batches == [1, 1, 1]
+    assert disk.syncs == 3
+    assert [orjson.loads(line)["payload"].get("content") for line in lines[1:]] == ["f0", "f1", "f2"]

@@ -29,7 +29,11 @@ def user(text: str) -> list:
 
 
 class FaultyDisk:
-    """Fails the Nth write with a partial write then ``error``, or the Nth fsync."""
+    """Fails the Nth write with a partial write then ``error``, or the Nth fsync.
+
+    ``on="pwritev2"`` fails the Nth single pwritev2(RWF_DSYNC) call the
+    same way: part of the batch reaches the file, then the error.
+    """
 
     def __init__(self, fail_call: int, error: int, on: str) -> None:
         self.fail_call = fail_call
@@ -37,6 +41,7 @@ class FaultyDisk:
         self.on = on
         self.writes = 0
         self.syncs = 0
+        self.dsync_writes = 0
 
     def write(self, fd: int, data) -> int:
         self.writes += 1
@@ -51,15 +56,35 @@ class FaultyDisk:
             raise OSError(self.error, os.strerror(self.error))
         os.fdatasync(fd)
 
+    def write_dsync(self, fd: int, data) -> int:
+        self.dsync_writes += 1
+        if self.on == "pwritev2" and self.dsync_writes == self.fail_call:
+            os.write(fd, bytes(data[: len(data) // 2]))
+            raise OSError(self.error, os.strerror(self.error))
+        return os.pwritev(fd, [data], -1, os.RWF_DSYNC)
 
-@pytest.mark.parametrize(("on", "error"), [("write", errno.ENOSPC), ("fsync", errno.EIO)])
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(committer, "_os_write", self.write)
+        monkeypatch.setattr(committer, "_os_fdatasync", self.fdatasync)
+        monkeypatch.setattr(committer, "_os_write_dsync", self.write_dsync)
+
+
+@pytest.mark.parametrize(
+    ("dsync", "on", "error"),
+    [
+        (False, "write", errno.ENOSPC),
+        (False, "fsync", errno.EIO),
+        (True, "pwritev2", errno.ENOSPC),
+        (True, "pwritev2", errno.EIO),
+    ],
+)
 def test_a_failed_batch_fails_its_callers_leaves_no_partial_line_and_later_batches_land(
-    data_dir, monkeypatch, on, error
+    data_dir, monkeypatch, dsync, on, error
 ) -> None:
     """The 4th of 6 batches fails: exactly its caller gets the error, the file is cut back, 5 and 6 land."""
     disk = FaultyDisk(fail_call=4, error=error, on=on)
-    monkeypatch.setattr(committer, "_os_write", disk.write)
-    monkeypatch.setattr(committer, "_os_fdatasync", disk.fdatasync)
+    disk.install(monkeypatch)
+    monkeypatch.setattr(committer, "_dsync_writes", dsync)
     errors_before = metrics.WRITE_ERRORS._value.get()
     health_changes: list[bool] = []
 
@@ -107,10 +132,12 @@ def test_disk_full_maps_to_resource_exhausted_and_io_errors_to_unavailable() -> 
     assert details[0].metadata["operation"] == "fsync"
 
 
-def test_a_failed_stop_leaves_the_session_open_and_stop_can_be_retried(data_dir, monkeypatch) -> None:
+def test_a_failed_stop_leaves_the_session_open_and_stop_can_be_retried(
+    data_dir, monkeypatch, sync_path
+) -> None:
     """When the checkpoint batch fails, nothing of it is kept and a retried Stop succeeds."""
-    disk = FaultyDisk(fail_call=2, error=errno.EIO, on="write")
-    monkeypatch.setattr(committer, "_os_write", disk.write)
+    disk = FaultyDisk(fail_call=2, error=errno.EIO, on="pwritev2" if sync_path == "pwritev2" else "write")
+    disk.install(monkeypatch)
 
     async def scenario() -> bytes:
         ledger = SessionLedger(WriterConfig(data_dir=data_dir))
