@@ -173,6 +173,8 @@ class SessionCommitter:
         self._closed = False
         self._durable: list[_Pending] = []  # written, awaiting _acknowledge (under the lock)
         self._acknowledging = False  # an _acknowledge call is scheduled (under the lock)
+        self._failing = False  # a batch failed and its _fail has not run yet (under the lock)
+        self._refused: list[_Pending] = []  # submitted while _failing (under the lock)
 
     @property
     def size(self) -> int:
@@ -196,6 +198,10 @@ class SessionCommitter:
         """
         future: asyncio.Future[None] = self._loop.create_future()
         with self._lock:
+            if self._failing:  # its seqs were assigned after a batch that failed: refused with it
+                self._refused.append(_Pending(data, records, future))
+                self._last = future
+                return future
             self._queue.append(_Pending(data, records, future))
             self._queued_records += records
             self._last = future
@@ -252,6 +258,9 @@ class SessionCommitter:
                     failed = batch + list(self._queue)
                     self._queue.clear()
                     self._queued_records = 0
+                    # Until _fail runs, submit refuses (their seqs followed this batch), so
+                    # nothing is written, or acknowledged, between this failure and its delivery.
+                    self._failing = True
                 self._loop.call_soon_threadsafe(self._fail, failed, exc)
                 continue
             elapsed = time.perf_counter() - started
@@ -281,6 +290,8 @@ class SessionCommitter:
         The I/O thread wakes the loop once per call, not once per batch: while the
         loop is busy, later batches join the list this call will resolve, so the
         I/O thread does not make a system call (and win the GIL back) for each.
+        After a failed batch nothing more is written until its :meth:`_fail` has
+        run, so no acknowledgement overtakes a failure.
         """
         with self._lock:
             durable, self._durable = self._durable, []
@@ -333,10 +344,16 @@ class SessionCommitter:
             raise _BatchWriteError(operation, exc) from exc
 
     def _fail(self, failed: list[_Pending], exc: Exception) -> None:
-        """Refuse the failed batch and every request queued behind it (event loop).
+        """Refuse the failed batch and every request queued or submitted behind it (event loop).
 
-        The requests behind it are refused too: their seqs followed the failed batch's.
+        The requests behind it are refused too: their seqs followed the failed
+        batch's. Once this has run, submit queues again (the owner has reloaded
+        its view of the file through ``on_failure``).
         """
+        with self._lock:
+            failed = failed + self._refused
+            self._refused = []
+            self._failing = False
         metrics.WRITE_ERRORS.inc()
         self._health.report(False)
         if isinstance(exc, _BatchWriteError):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import time
 
 import grpc
 import orjson
@@ -154,3 +155,62 @@ def test_a_failed_stop_leaves_the_session_open_and_stop_can_be_retried(
     records = [orjson.loads(line) for line in asyncio.run(scenario()).splitlines()]
     assert [r["type"] for r in records] == ["session_meta", "message", "agent_checkpoint", "stop"]
     assert records[-1]["payload"]["reason"] == "second try"
+
+
+def _hold_loop_until(condition, timeout: float) -> bool:
+    """Hold the event loop's thread (no callback runs) until ``condition()`` or ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)
+    return True
+
+
+def test_no_request_behind_a_failed_batch_lands_or_is_acknowledged_before_the_failure(
+    data_dir, monkeypatch, sync_path
+) -> None:
+    """A is durable but not yet acknowledged (the loop is busy), B's batch fails, C is submitted
+    before B's failure is delivered: outcomes arrive as A ok, B failed, C failed. C's seq followed
+    B's, so C is never written: the file has no seq gap and the next append takes B's seq."""
+    on = "pwritev2" if sync_path == "pwritev2" else "write"
+    disk = FaultyDisk(fail_call=0, error=errno.ENOSPC, on=on)
+    disk.install(monkeypatch)
+    outcomes: list[tuple[str, str]] = []
+
+    def calls() -> int:
+        return disk.dsync_writes if on == "pwritev2" else disk.writes
+
+    def track(name: str, future) -> None:
+        future.add_done_callback(lambda done: outcomes.append((name, "failed" if done.exception() else "ok")))
+
+    async def scenario() -> tuple[list[int], bytes]:
+        ledger = SessionLedger(WriterConfig(data_dir=data_dir))
+        try:
+            sid, _ = await ledger.create_session(SessionSpec())
+            await ledger.append(sid, [user("opened")])  # the session is open: enqueue never waits
+            session_committer = ledger._sessions[sid].committer
+            # From here on the loop's thread is held between steps: no acknowledgement runs.
+            *_, future_a = await ledger.enqueue(sid, [user("A")])
+            track("A", future_a)
+            assert _hold_loop_until(lambda: calls() == 2 and session_committer._durable, 10)
+            disk.fail_call = 3
+            *_, future_b = await ledger.enqueue(sid, [user("B")])
+            track("B", future_b)
+            assert _hold_loop_until(lambda: session_committer._failing, 10)
+            *_, future_c = await ledger.enqueue(sid, [user("C")])
+            track("C", future_c)
+            _hold_loop_until(lambda: calls() > 3, 0.3)  # give a wrong write of C every chance
+            await asyncio.gather(future_a, future_b, future_c, return_exceptions=True)
+            seqs, _ = await ledger.append(sid, [user("D")])
+            return seqs, ledger.root.locate(sid)[1].read_bytes()
+        finally:
+            await ledger.close()
+
+    seqs, data = asyncio.run(scenario())
+    assert outcomes == [("A", "ok"), ("B", "failed"), ("C", "failed")]
+    assert calls() == 4  # opened, A, B (failed), D: C never reached the disk
+    assert seqs == [3]
+    records = [orjson.loads(line) for line in data.splitlines()]
+    assert [r["seq"] for r in records] == [0, 1, 2, 3]
+    assert [r["payload"].get("content") for r in records[1:]] == ["opened", "A", "D"]
