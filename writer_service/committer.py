@@ -315,18 +315,18 @@ class SessionCommitter:
         durable = self._config.durability is Durability.FSYNC
         operation = "write"
         try:
-            if durable and _dsync_writes:
+            while durable and _dsync_writes and view:
                 operation = "pwritev2"
                 try:
                     view = view[_os_write_dsync(self._fd, view) :]
                 except OSError as exc:
                     if exc.errno not in _DSYNC_REFUSED:
                         raise
+                    # Refused (nothing of this call written): the rest goes by write, and the
+                    # fdatasync below also covers what earlier calls of this batch wrote.
                     _dsync_writes = False
                     operation = "write"
                     log.info("pwritev2(RWF_DSYNC) refused (%s); using write + fdatasync from now on", exc)
-                while view and _dsync_writes:
-                    view = view[_os_write_dsync(self._fd, view) :]
             while view:
                 view = view[_os_write(self._fd, view) :]
             if durable and not _dsync_writes:

@@ -215,3 +215,39 @@ def test_a_refused_rwf_dsync_falls_back_to_write_and_fdatasync_and_loses_nothing
     assert disk.batches == [1, 1, 1]
     assert disk.syncs == 3
     assert [orjson.loads(line)["payload"].get("content") for line in lines[1:]] == ["f0", "f1", "f2"]
+
+
+def test_a_refusal_after_a_short_rwf_dsync_write_finishes_the_batch_with_write_and_fdatasync(
+    data_dir, monkeypatch
+) -> None:
+    """pwritev2 writes half a batch, then the flag is refused: the other half goes by write and one
+    fdatasync covers the whole batch; the request lands whole, once."""
+    disk = CountingDisk()
+    dsync_calls: list[int] = []
+
+    def short_then_refused(fd: int, data) -> int:
+        dsync_calls.append(len(data))
+        if len(dsync_calls) == 1:
+            return os.write(fd, bytes(data[: len(data) // 2]))
+        raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+
+    monkeypatch.setattr(committer, "_dsync_writes", True)
+    monkeypatch.setattr(committer, "_os_write", disk.write)
+    monkeypatch.setattr(committer, "_os_fdatasync", disk.fdatasync)
+    lines: list[bytes] = []
+
+    async def main() -> None:
+        monkeypatch.setattr(committer, "_os_write_dsync", short_then_refused)
+        ledger = SessionLedger(WriterConfig(data_dir=data_dir))
+        try:
+            sid, _ = await ledger.create_session(SessionSpec())
+            assert await ledger.append(sid, [user(f"s{i}") for i in range(4)]) == ([1, 2, 3, 4], 5)
+            lines.extend(ledger.root.locate(sid)[1].read_bytes().splitlines())
+        finally:
+            await ledger.close()
+
+    asyncio.run(main())
+    assert len(dsync_calls) == 2
+    assert dsync_calls[1] < dsync_calls[0]  # the second call carried only the rest
+    assert disk.syncs == 1
+    assert [orjson.loads(line)["payload"].get("content") for line in lines[1:]] == ["s0", "s1", "s2", "s3"]
