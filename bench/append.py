@@ -9,6 +9,7 @@ batch. Prints both rates in records/s and their ratio; the target is
 service/raw >= 0.5.
 
     .venv/bin/python bench/append.py [--requests 2000] [--batch 32] [--rounds 1] [--check]
+                                     [--compare-sync-call]
 
 Exit status: 0 whatever the figures; with ``--check``, 1 when the ratio is below
 the target; 2 when the stream fails (the gRPC status is printed).
@@ -124,9 +125,9 @@ def run_raw(path: Path, payloads: list[dict[str, Any]], batch: int) -> Result:
 # -- service ----------------------------------------------------------------------------
 
 
-def start_writer(data_dir: Path, stderr_path: Path) -> ServiceProcess:
-    """``rollout serve-writer`` on a free port; waits for its "listening on" line."""
-    return start_service("writer", data_dir, stderr_path)
+def start_writer(data_dir: Path, stderr_path: Path, *extra: str) -> ServiceProcess:
+    """``rollout serve-writer [extra]`` on a free port; waits for its "listening on" line."""
+    return start_service("writer", data_dir, stderr_path, *extra)
 
 
 def run_service(address: str, payloads: list[dict[str, Any]], batch: int) -> tuple[Result, str]:
@@ -177,34 +178,61 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--check", action="store_true", help=f"exit 1 when service/raw < {TARGET_RATIO}")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (prints its path)")
+    parser.add_argument(
+        "--compare-sync-call",
+        action="store_true",
+        help="also run a second writer with --sync-call fdatasync (write + fdatasync) in every round,"
+        " alternating which writer goes first, and print its rate and the paired ratio",
+    )
     args = parser.parse_args(argv)
     if min(args.requests, args.batch, args.rounds) < 1:
         parser.error("--requests, --batch and --rounds must be positive")
     return args
 
 
+def measure_service(address: str, data_dir: Path, payloads: list[dict[str, Any]], batch: int) -> Result:
+    """One pipelined AppendStream of every payload, checked line by line in the session file."""
+    service, session_id = run_service(address, payloads, batch)
+    lines = count_lines(data_dir, session_id)
+    if lines != len(payloads) + 1:
+        raise RuntimeError(f"session file has {lines} lines, expected {len(payloads) + 1}")
+    return service
+
+
 def measure(
     tmp: Path, payloads: list[dict[str, Any]], args: argparse.Namespace
-) -> list[tuple[Result, Result]]:
-    """(raw, service) per round; one writer process serves every round (a new session each)."""
-    data_dir = tmp / "data"
-    writer = start_writer(data_dir, tmp / "writer.stderr")
+) -> list[tuple[Result, Result, Result | None]]:
+    """(raw, service, service with --sync-call fdatasync or None) per round.
+
+    One writer process (two with --compare-sync-call, on separate data roots)
+    serves every round, a new session each.
+    """
+    writers = {"service": start_writer(tmp / "data", tmp / "writer.stderr")}
+    if args.compare_sync_call:
+        writers["fdatasync"] = start_writer(
+            tmp / "data-fdatasync", tmp / "writer-fdatasync.stderr", "--sync-call", "fdatasync"
+        )
+    data_dirs = {"service": tmp / "data", "fdatasync": tmp / "data-fdatasync"}
     rounds = []
     try:
         for number in range(1, args.rounds + 1):
             raw = run_raw(tmp / f"raw-{number}.jsonl", payloads, args.batch)
-            service, session_id = run_service(writer.address, payloads, args.batch)
-            lines = count_lines(data_dir, session_id)
-            if lines != len(payloads) + 1:
-                raise RuntimeError(f"session file has {lines} lines, expected {len(payloads) + 1}")
+            order = list(writers) if number % 2 else list(reversed(writers))
+            rates = {
+                name: measure_service(writers[name].address, data_dirs[name], payloads, args.batch)
+                for name in order
+            }
+            service, other = rates["service"], rates.get("fdatasync")
             if args.rounds > 1:
+                compared = f"  (fdatasync writer {other.rate:,.0f})" if other else ""
                 print(
                     f"round {number}: raw {raw.rate:,.0f}  service {service.rate:,.0f} records/s"
-                    f"  ratio {service.rate / raw.rate:.3f}"
+                    f"  ratio {service.rate / raw.rate:.3f}{compared}"
                 )
-            rounds.append((raw, service))
+            rounds.append((raw, service, other))
     finally:
-        writer.stop()
+        for writer in writers.values():
+            writer.stop()
     return rounds
 
 
@@ -228,9 +256,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"kept {tmp}")
         else:
             shutil.rmtree(tmp, ignore_errors=True)
-    raw_rate = statistics.median(raw.rate for raw, _ in rounds)
-    service_rate = statistics.median(service.rate for _, service in rounds)
-    ratio = statistics.median(service.rate / raw.rate for raw, service in rounds)
+    raw_rate = statistics.median(raw.rate for raw, _, _ in rounds)
+    service_rate = statistics.median(service.rate for _, service, _ in rounds)
+    ratio = statistics.median(service.rate / raw.rate for raw, service, _ in rounds)
     if len(rounds) == 1:
         raw_note = f"  ({rounds[0][0].seconds:.3f} s)"
         service_note = f"  ({rounds[0][1].seconds:.3f} s)"
@@ -241,6 +269,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"raw     (orjson + write + fdatasync): {raw_rate:10,.0f} records/s{raw_note}")
     print(f"service (AppendStream over gRPC):     {service_rate:10,.0f} records/s{service_note}")
     print(f"ratio service/raw: {ratio:.3f}{ratio_note}")
+    compared = [(service, other) for _, service, other in rounds if other is not None]
+    if compared:
+        other_rate = statistics.median(other.rate for _, other in compared)
+        gain = statistics.median(service.rate / other.rate for service, other in compared)
+        print(f"info: writer with --sync-call fdatasync: {other_rate:10,.0f} records/s (median)")
+        print(f"info: ratio pwritev2/fdatasync writer: {gain:.3f} (median of paired rounds)")
     if args.batch >= 32:
         # The writer's default --batch-max-records is 32 and a request is never split.
         print(f"batches: every {args.batch}-record request is its own group-commit batch (cap 32 records)")

@@ -27,7 +27,7 @@ from rollout.v1 import reader_pb2, reader_pb2_grpc, records_pb2, writer_pb2, wri
 from rollout_cli.codex_import import convert_codex
 from shared.status import BindError
 from shared.stop_kinds import StopKind
-from writer_service.committer import CommitConfig, Durability
+from writer_service.committer import CommitConfig, Durability, SyncCall
 
 DEFAULT_DATA_DIR = "rollout-data"
 DEFAULT_WRITER = "127.0.0.1:50051"
@@ -89,6 +89,14 @@ async def _serve_until_signal(start: Any, label: str) -> None:
     show_default=True,
     help="fsync: an ack survives power loss; unsafe_no_fsync: process crash only.",
 )
+@click.option(
+    "--sync-call",
+    type=click.Choice([c.value for c in SyncCall]),
+    default="pwritev2",
+    show_default=True,
+    help="fsync mode only: pwritev2 = one pwritev2(RWF_DSYNC) call per batch (write + fdatasync"
+    " where refused); fdatasync = always write then fdatasync. Same promise either way.",
+)
 @click.option("--batch-max-records", default=32, show_default=True, help="Records per group-commit batch.")
 @click.option("--batch-max-wait-ms", default=20.0, show_default=True, help="Longest a record lingers (ms).")
 @click.option(
@@ -105,6 +113,7 @@ def serve_writer(
     data_dir: Path,
     address: str,
     durability: str,
+    sync_call: str,
     batch_max_records: int,
     batch_max_wait_ms: float,
     metrics_port: int | None,
@@ -121,7 +130,12 @@ def serve_writer(
 
     config = WriterConfig(
         data_dir=data_dir,
-        commit=CommitConfig(batch_max_records, batch_max_wait_ms, durability=Durability(durability)),
+        commit=CommitConfig(
+            batch_max_records,
+            batch_max_wait_ms,
+            durability=Durability(durability),
+            sync_call=SyncCall(sync_call),
+        ),
         max_record_bytes=max_record_bytes,
     )
     try:

@@ -81,6 +81,15 @@ class Durability(enum.StrEnum):
     UNSAFE_NO_FSYNC = "unsafe_no_fsync"
 
 
+class SyncCall(enum.StrEnum):
+    """How ``fsync`` durability is reached per batch (the promise is the same)."""
+
+    #: One ``pwritev2(RWF_DSYNC)`` call; ``write`` + ``fdatasync`` where it is refused.
+    PWRITEV2 = "pwritev2"
+    #: Always ``write`` then ``fdatasync`` (two calls).
+    FDATASYNC = "fdatasync"
+
+
 @dataclass(frozen=True, slots=True)
 class CommitConfig:
     """Group commit settings; tests shrink them."""
@@ -89,6 +98,7 @@ class CommitConfig:
     batch_max_wait_ms: float = 20.0
     linger_ms: float = 0.0
     durability: Durability = Durability.FSYNC
+    sync_call: SyncCall = SyncCall.PWRITEV2
 
 
 class StorageHealth:
@@ -305,17 +315,18 @@ class SessionCommitter:
         """Write ``data`` at the end and make it durable; on failure cut the file back (I/O thread).
 
         In fsync mode one ``pwritev2(RWF_DSYNC)`` call per chunk (a short write
-        is continued), or ``write`` + ``fdatasync`` where that call is refused;
-        in unsafe_no_fsync mode ``write`` only. Raises _BatchWriteError naming
+        is continued), or ``write`` + ``fdatasync`` where that call is refused or
+        ``sync_call`` is ``fdatasync``; in unsafe_no_fsync mode ``write`` only. Raises _BatchWriteError naming
         the operation that failed: ``pwritev2`` (the single call),
         ``write`` or ``fsync``.
         """
         global _dsync_writes
         view = memoryview(data)
         durable = self._config.durability is Durability.FSYNC
+        single_call = durable and self._config.sync_call is SyncCall.PWRITEV2
         operation = "write"
         try:
-            while durable and _dsync_writes and view:
+            while single_call and _dsync_writes and view:
                 operation = "pwritev2"
                 try:
                     view = view[_os_write_dsync(self._fd, view) :]
@@ -329,7 +340,7 @@ class SessionCommitter:
                     log.info("pwritev2(RWF_DSYNC) refused (%s); using write + fdatasync from now on", exc)
             while view:
                 view = view[_os_write(self._fd, view) :]
-            if durable and not _dsync_writes:
+            if durable and not (single_call and _dsync_writes):
                 operation = "fsync"
                 _os_fdatasync(self._fd)
         except OSError as exc:

@@ -251,3 +251,26 @@ def test_a_refusal_after_a_short_rwf_dsync_write_finishes_the_batch_with_write_a
     assert dsync_calls[1] < dsync_calls[0]  # the second call carried only the rest
     assert disk.syncs == 1
     assert [orjson.loads(line)["payload"].get("content") for line in lines[1:]] == ["s0", "s1", "s2", "s3"]
+
+
+def test_sync_call_fdatasync_always_writes_then_fdatasyncs(data_dir, monkeypatch) -> None:
+    """``--sync-call fdatasync`` never takes the single-call path, even where the kernel has it."""
+    from writer_service.committer import SyncCall
+
+    disk = CountingDisk()
+    monkeypatch.setattr(committer, "_dsync_writes", True)
+    single_calls: list[int] = []
+
+    def single_call(fd: int, data) -> int:
+        single_calls.append(fd)
+        return os.write(fd, data)
+
+    async def scenario(ledger, sid) -> None:
+        monkeypatch.setattr(committer, "_os_write_dsync", single_call)
+        for i in range(3):
+            await ledger.append(sid, [user(f"c{i}")])
+
+    run(data_dir, monkeypatch, disk, scenario, sync_call=SyncCall.FDATASYNC)
+    assert single_calls == []
+    assert disk.batches == [1, 1, 1]
+    assert disk.syncs == 3
