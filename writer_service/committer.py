@@ -101,6 +101,15 @@ class CommitConfig:
     sync_call: SyncCall = SyncCall.PWRITEV2
 
 
+def durable_write_method(config: CommitConfig) -> str:
+    """How this process makes a batch durable under ``config``, in words for the start-up log."""
+    if config.durability is Durability.UNSAFE_NO_FSYNC:
+        return "write only, no sync (unsafe_no_fsync: survives a process crash, not a power loss)"
+    if config.sync_call is SyncCall.PWRITEV2 and _dsync_writes:
+        return "one pwritev2(RWF_DSYNC) call per batch (write + fdatasync if the file system refuses it)"
+    return "write + fdatasync per batch"
+
+
 class StorageHealth:
     """Whether the last batch of any session was written; observers hear of each change.
 

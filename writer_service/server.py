@@ -30,6 +30,7 @@ from shared.records import RecordType
 from shared.status import add_servicer, bind, check_decoded, status_mapping
 from shared.stop_kinds import StopKind
 from shared.wire import append_payloads
+from writer_service.committer import durable_write_method
 from writer_service.recovery import repair_all
 from writer_service.sessions import SessionLedger, SessionSpec, WriterConfig
 
@@ -294,5 +295,10 @@ async def start_writer(config: WriterConfig, address: str = "127.0.0.1:0") -> Ru
     except BaseException:
         lock.release()
         raise
-    log.info("writer serving on port %d, data root %s", port, config.data_dir)
+    log.info(
+        "writer serving on port %d, data root %s; durable writes: %s",
+        port,
+        config.data_dir,
+        durable_write_method(config.commit),
+    )
     return RunningWriter(server, ledger, lock, health, port)

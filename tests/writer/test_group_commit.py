@@ -274,3 +274,15 @@ def test_sync_call_fdatasync_always_writes_then_fdatasyncs(data_dir, monkeypatch
     assert single_calls == []
     assert disk.batches == [1, 1, 1]
     assert disk.syncs == 3
+
+
+def test_the_start_up_log_names_how_batches_are_made_durable(monkeypatch) -> None:
+    """The writer's start-up line says which durable write it uses: single call, two calls, or none."""
+    from writer_service.committer import Durability, SyncCall, durable_write_method
+
+    monkeypatch.setattr(committer, "_dsync_writes", True)
+    assert durable_write_method(CommitConfig()).startswith("one pwritev2(RWF_DSYNC) call per batch")
+    assert durable_write_method(CommitConfig(sync_call=SyncCall.FDATASYNC)) == "write + fdatasync per batch"
+    assert durable_write_method(CommitConfig(durability=Durability.UNSAFE_NO_FSYNC)).startswith("write only")
+    monkeypatch.setattr(committer, "_dsync_writes", False)  # the kernel refused the flag
+    assert durable_write_method(CommitConfig()) == "write + fdatasync per batch"
