@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -98,7 +99,20 @@ async def _serve_until_signal(start: Any, label: str) -> None:
     " where refused); fdatasync = always write then fdatasync. Same promise either way.",
 )
 @click.option("--batch-max-records", default=32, show_default=True, help="Records per group-commit batch.")
-@click.option("--batch-max-wait-ms", default=20.0, show_default=True, help="Longest a record lingers (ms).")
+@click.option(
+    "--batch-max-wait-ms",
+    default=20.0,
+    show_default=True,
+    help="Upper bound on --linger-ms (ms).",
+)
+@click.option(
+    "--linger-ms",
+    type=click.FloatRange(0),
+    default=0.0,
+    show_default=True,
+    help="How long a partly filled batch waits for company before its sync (ms); 0: the previous"
+    " sync is the only wait.",
+)
 @click.option(
     "--metrics-port", type=int, default=None, help="Serve Prometheus metrics on 127.0.0.1:PORT/metrics."
 )
@@ -116,6 +130,7 @@ def serve_writer(
     sync_call: str,
     batch_max_records: int,
     batch_max_wait_ms: float,
+    linger_ms: float,
     metrics_port: int | None,
     max_record_bytes: int,
 ) -> None:
@@ -126,13 +141,23 @@ def serve_writer(
     from writer_service.sessions import WriterConfig
 
     if metrics_port is not None:
-        start_http_server(metrics_port, addr="127.0.0.1")
+        try:
+            start_http_server(metrics_port, addr="127.0.0.1")
+        except OSError as exc:
+            raise click.ClickException(
+                f"cannot serve metrics on 127.0.0.1:{metrics_port} ({exc.strerror}); is the port in use?"
+            ) from exc
+    if sync_call != SyncCall.PWRITEV2 and durability == Durability.UNSAFE_NO_FSYNC:
+        click.echo(
+            "note: --sync-call has no effect with --durability unsafe_no_fsync (nothing is synced)", err=True
+        )
 
     config = WriterConfig(
         data_dir=data_dir,
         commit=CommitConfig(
             batch_max_records,
             batch_max_wait_ms,
+            linger_ms=linger_ms,
             durability=Durability(durability),
             sync_call=SyncCall(sync_call),
         ),
@@ -354,14 +379,14 @@ def import_codex(paths: tuple[Path, ...], writer: str, tenant: str) -> None:
 @click.option("--page-token", default="", help="Continue from a previous page.")
 @click.option("--tenant", default="", help="Only this tenant's sessions.")
 @click.option("--agent-name", default="", help="Only sessions of this agent.")
-@click.option("--parent", default="", help="Only the children of this session.")
+@click.option("--parent", default="", help="Only the delegated children of this session (not its forks).")
 @click.option(
     "--stop-state",
     default="",
     help="unknown, stopped, replayable, not_replayable, or a stop kind (paused, completed, ...).",
 )
-@click.option("--created-after", default="", help="RFC 3339 time, inclusive.")
-@click.option("--created-before", default="", help="RFC 3339 time, inclusive.")
+@click.option("--created-after", default="", help="RFC 3339 time, inclusive (e.g. 2026-01-01T00:00:00Z).")
+@click.option("--created-before", default="", help="RFC 3339 time, inclusive (e.g. 2026-12-31T23:59:59Z).")
 def list_command(
     reader: str,
     page_size: int,
@@ -398,8 +423,27 @@ def list_command(
             f"{summary.created_at:27} {summary.session_id:36} {summary.agent_name or '-':14}"
             f" {state:16} {resume}: {facts.resume.reason}"
         )
+    if page.scan_capped:
+        click.echo(f"(this page stopped after examining {page.scanned} sessions; more may match)")
     if page.next_page_token:
-        click.echo(f"more: rollout ls --page-token {page.next_page_token}")
+        click.echo(f"more: {_next_page_command(page.next_page_token)}")
+
+
+def _next_page_command(token: str) -> str:
+    """The ``rollout ls`` command for the next page: this call's options, with the new token.
+
+    The token holds a position only, so the filters and page size are repeated
+    (without them the next page would list every session).
+    """
+    context = click.get_current_context()
+    words = ["rollout", "ls"]
+    for parameter in context.command.params:
+        name = parameter.name
+        if name is None or name == "page_token" or not isinstance(parameter, click.Option):
+            continue
+        if context.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE:
+            words += [parameter.opts[0], str(context.params[name])]
+    return shlex.join([*words, "--page-token", token])
 
 
 def _message_text(message: records_pb2.ChatMessage) -> str:

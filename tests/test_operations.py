@@ -52,3 +52,28 @@ def test_metrics_endpoint_counts_appended_records(data_dir) -> None:
     assert "rollout_appended_records_total 3.0" in text
     assert "rollout_batch_records_count 1.0" in text
     assert "rollout_storage_healthy 1.0" in text
+
+
+def test_a_metrics_port_in_use_is_a_plain_error_not_a_traceback(data_dir) -> None:
+    """serve-writer --metrics-port on a taken port exits 1 with a sentence naming the port."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        command = [sys.executable, "-m", "rollout_cli.main", "serve-writer", "--data-dir", str(data_dir)]
+        result = subprocess.run(
+            [*command, "--address", "127.0.0.1:0", "--metrics-port", str(port)],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=60,
+            check=False,
+        )
+    assert result.returncode == 1
+    assert f"cannot serve metrics on 127.0.0.1:{port}" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -116,7 +116,7 @@ def _check_resumable(state: OpenSession) -> None:
     eligibility = classify_session(state.stopped_kind or None, state.meta)
     if not eligibility.replayable:
         raise SessionStateError(
-            f"cannot resume: {eligibility.reason}; pass force to re-open it anyway",
+            f"cannot resume: {eligibility.reason}; set force (rollout resume --force) to re-open it anyway",
             subject=f"session/{state.session_id}",
             precondition="stop kind replayable as-is (paused or cancelled)",
         )
