@@ -76,7 +76,7 @@ async def _serve_until_signal(start: Any, label: str) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
-    logging.getLogger(__name__).info("%s: stopping (draining queued work)", label)
+    logging.getLogger("rollout_cli.main").info("%s: stopping (draining queued work)", label)
     await running.stop()
 
 
@@ -185,8 +185,12 @@ def serve_reader(data_dir: Path, address: str) -> None:
 
 @cli.command()
 @data_dir_option
-@click.option("--writer-address", default=DEFAULT_WRITER, show_default=True)
-@click.option("--reader-address", default=DEFAULT_READER, show_default=True)
+@click.option(
+    "--writer-address", default=DEFAULT_WRITER, show_default=True, help="host:port the writer binds."
+)
+@click.option(
+    "--reader-address", default=DEFAULT_READER, show_default=True, help="host:port the reader binds."
+)
 @click.option(
     "--durability", type=click.Choice([d.value for d in Durability]), default="fsync", show_default=True
 )
