@@ -192,24 +192,37 @@ def serve_reader(data_dir: Path, address: str) -> None:
     "--reader-address", default=DEFAULT_READER, show_default=True, help="host:port the reader binds."
 )
 @click.option(
-    "--durability", type=click.Choice([d.value for d in Durability]), default="fsync", show_default=True
+    "--durability",
+    type=click.Choice([d.value for d in Durability]),
+    default="fsync",
+    show_default=True,
+    help="Passed to serve-writer (see its --help).",
 )
-def serve(data_dir: Path, writer_address: str, reader_address: str, durability: str) -> None:
+@click.option(
+    "--sync-call",
+    type=click.Choice([c.value for c in SyncCall]),
+    default="pwritev2",
+    show_default=True,
+    help="Passed to serve-writer (see its --help).",
+)
+@click.option("--metrics-port", type=int, default=None, help="Passed to serve-writer (see its --help).")
+def serve(
+    data_dir: Path,
+    writer_address: str,
+    reader_address: str,
+    durability: str,
+    sync_call: str,
+    metrics_port: int | None,
+) -> None:
     """Run the writer and a reader as two processes on a local data root; Ctrl-C stops both."""
     base = [sys.executable, "-m", "rollout_cli.main"]
     click.echo(f"data root: {data_dir.resolve()}")
+    writer_options = ["--durability", durability, "--sync-call", sync_call]
+    if metrics_port is not None:
+        writer_options += ["--metrics-port", str(metrics_port)]
     children = [
         subprocess.Popen(
-            [
-                *base,
-                "serve-writer",
-                "--data-dir",
-                str(data_dir),
-                "--address",
-                writer_address,
-                "--durability",
-                durability,
-            ]
+            [*base, "serve-writer", "--data-dir", str(data_dir), "--address", writer_address, *writer_options]
         ),
         subprocess.Popen([*base, "serve-reader", "--data-dir", str(data_dir), "--address", reader_address]),
     ]

@@ -77,3 +77,49 @@ def test_a_metrics_port_in_use_is_a_plain_error_not_a_traceback(data_dir) -> Non
     assert result.returncode == 1
     assert f"cannot serve metrics on 127.0.0.1:{port}" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_serve_runs_the_pair_passes_writer_options_and_stops_cleanly_on_ctrl_c(data_dir) -> None:
+    """`rollout serve` starts a writer and a reader (both print their address), hands
+    --metrics-port to the writer, and on SIGINT both drain and the command exits 0."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import REPO
+
+    metrics_port = _free_port()
+    command = [sys.executable, "-m", "rollout_cli.main", "serve", "--data-dir", str(data_dir)]
+    addresses = ["--writer-address", "127.0.0.1:0", "--reader-address", "127.0.0.1:0"]
+    log = (data_dir.parent / "serve.log").open("w")
+    process = subprocess.Popen(
+        [*command, *addresses, "--metrics-port", str(metrics_port)],
+        stdout=subprocess.PIPE,
+        stderr=log,
+        text=True,
+        cwd=REPO,
+    )
+    try:
+        assert process.stdout is not None
+        lines = [process.stdout.readline() for _ in range(3)]
+        assert lines[0].startswith("data root: ")
+        assert sorted(line.split()[1] for line in lines[1:]) == ["reader", "writer"], lines
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the writer's metrics endpoint never answered"
+                time.sleep(0.1)
+        assert b"rollout_storage_healthy 1.0" in text
+        process.send_signal(signal.SIGINT)
+        assert process.wait(30) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        assert process.stdout is not None
+        process.stdout.close()
+        log.close()
