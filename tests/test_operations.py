@@ -82,6 +82,7 @@ def test_a_metrics_port_in_use_is_a_plain_error_not_a_traceback(data_dir) -> Non
 def test_serve_runs_the_pair_passes_writer_options_and_stops_cleanly_on_ctrl_c(data_dir) -> None:
     """`rollout serve` starts a writer and a reader (both print their address), hands
     --metrics-port to the writer, and on SIGINT both drain and the command exits 0."""
+    import os
     import signal
     import subprocess
     import sys
@@ -99,6 +100,7 @@ def test_serve_runs_the_pair_passes_writer_options_and_stops_cleanly_on_ctrl_c(d
         stderr=log,
         text=True,
         cwd=REPO,
+        start_new_session=True,  # its own process group: a failed test can end the whole pair
     )
     try:
         assert process.stdout is not None
@@ -118,7 +120,7 @@ def test_serve_runs_the_pair_passes_writer_options_and_stops_cleanly_on_ctrl_c(d
         assert process.wait(30) == 0
     finally:
         if process.poll() is None:
-            process.kill()
+            os.killpg(process.pid, signal.SIGKILL)  # serve and both services
             process.wait()
         assert process.stdout is not None
         process.stdout.close()
