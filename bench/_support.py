@@ -25,6 +25,7 @@ lines differ and JSON escaping (quotes, newlines, backslashes) is exercised.
 
 from __future__ import annotations
 
+import argparse
 import os
 import random
 import re
@@ -316,3 +317,7 @@ def proc_cpu_seconds(pid: int) -> float:
     """User + system CPU seconds a process has used so far (/proc/<pid>/stat)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """A benchmark's ``--help``: its module docstring as written, and every option's default."""

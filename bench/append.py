@@ -34,6 +34,7 @@ from typing import Any
 
 import grpc
 import orjson
+from _support import HelpFormatter
 
 from rollout.v1 import records_pb2, writer_pb2, writer_pb2_grpc
 from rollout_cli.processes import ServiceProcess, start_service
@@ -164,12 +165,8 @@ def count_lines(data_dir: Path, session_id: str) -> int:
 # -- main ---------------------------------------------------------------------------------
 
 
-class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    pass
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=_HelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--requests", type=int, default=2000, help="AppendRequests to stream")
     parser.add_argument("--batch", type=int, default=32, help="records per request and per raw fsync")
     parser.add_argument("--record-bytes", type=int, default=1024, help="approximate bytes per line")
@@ -207,12 +204,13 @@ def measure(
     One writer process (two with --compare-sync-call, on separate data roots)
     serves every round, a new session each.
     """
-    writers = {"service": start_writer(tmp / "data", tmp / "writer.stderr")}
+    options = {"service": ("--sync-call", "pwritev2")}
     if args.compare_sync_call:
-        writers["fdatasync"] = start_writer(
-            tmp / "data-fdatasync", tmp / "writer-fdatasync.stderr", "--sync-call", "fdatasync"
-        )
-    data_dirs = {"service": tmp / "data", "fdatasync": tmp / "data-fdatasync"}
+        options["fdatasync"] = ("--sync-call", "fdatasync")
+    data_dirs = {name: tmp / f"data-{name}" for name in options}
+    writers = {
+        name: start_writer(data_dirs[name], tmp / f"writer-{name}.stderr", *options[name]) for name in options
+    }
     rounds = []
     try:
         for number in range(1, args.rounds + 1):

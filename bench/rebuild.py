@@ -35,7 +35,7 @@ from functools import partial
 from pathlib import Path
 
 import orjson
-from _support import MB, SessionInfo, write_session
+from _support import MB, HelpFormatter, SessionInfo, write_session
 
 from shared.digest import digest
 from shared.rebuild import rebuild
@@ -105,12 +105,8 @@ def check_rebuild(info: SessionInfo, data: bytes, path: Path) -> str | None:
     return None
 
 
-class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    pass
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=_HelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--size-mb", type=float, default=100, help="size of the synthesized session (MB)")
     parser.add_argument("--rounds", type=int, default=5, help="raw + rebuild + index_rebuild measurements")
     parser.add_argument("--check", action="store_true", help=f"exit 1 when rebuild/raw < {TARGET_RATIO}")

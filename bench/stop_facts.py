@@ -40,7 +40,7 @@ from functools import partial
 from pathlib import Path
 
 import grpc
-from _support import MB, Service, SessionInfo, start_service, write_session
+from _support import MB, HelpFormatter, Service, SessionInfo, start_service, write_session
 
 from rollout.v1 import reader_pb2, reader_pb2_grpc
 
@@ -177,12 +177,8 @@ def measure_listing(
 # -- main ---------------------------------------------------------------------------------
 
 
-class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    pass
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=_HelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--size-mb", type=float, default=1000, help="size of the large (sparse) session, MB")
     parser.add_argument("--calls", type=int, default=200, help="timed GetStopFacts calls per session")
     parser.add_argument("--sessions", type=int, default=10_000, help="sessions in the big listing root")

@@ -29,7 +29,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
-from _support import MB, SessionInfo, proc_cpu_seconds, proc_status_kb, start_service, write_session
+from _support import (
+    MB,
+    HelpFormatter,
+    SessionInfo,
+    proc_cpu_seconds,
+    proc_status_kb,
+    start_service,
+    write_session,
+)
 
 from rollout.v1 import reader_pb2, reader_pb2_grpc
 
@@ -82,12 +90,8 @@ def check(result: StreamResult, info: SessionInfo) -> list[str]:
     return problems
 
 
-class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    pass
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=_HelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--size-mb", type=float, default=1000, help="size of the synthesized session (MB)")
     parser.add_argument(
         "--check", action="store_true", help=f"exit 1 when the peak RSS is over {TARGET_PEAK_MIB} MiB"

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import enum
 from collections import deque
-from collections.abc import Generator
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shared.digest import DigestBuilder, canonical_message, digest
+from shared.digest import DigestBuilder
 from shared.rebuild import DAMAGE_KINDS, CheckpointRecord, DegradedEntry, DegradedKind, Rebuild, rebuild
 from shared.rebuild_index import MessageSource, index_rebuild
 
@@ -56,25 +56,55 @@ class ReplayResult:
         return bool(self.token_budget) and self.estimated_tokens > self.token_budget
 
 
-def estimate_tokens(rebuilt: Rebuild) -> int:
-    """Estimated tokens of the rebuilt messages: sum of ceil(canonical bytes / 4)."""
-    return sum((len(canonical_message(message)) + 3) // 4 for message in rebuilt.messages)
+def _separate_verification(
+    rebuilt: Rebuild, payload_of: Callable[[Any], Mapping[str, Any]]
+) -> tuple[DigestStatus, str] | None:
+    """Verify the last checkpoint by its own pass when it covers another sequence than the one
+    returned (a message cap, or outputs superseded after it); None when the returned pass can.
+
+    ``payload_of`` turns an item of ``checkpoint_messages`` into its payload (a handle of
+    shared.rebuild_index is read back from the file; a payload is itself).
+    """
+    checkpoint, covered = rebuilt.last_checkpoint, rebuilt.checkpoint_messages
+    if checkpoint is None or covered is None or covered == rebuilt.messages:
+        return None
+    builder = DigestBuilder(len(covered))
+    for item in covered:
+        builder.add(payload_of(item))
+    computed = builder.result()
+    return checkpoint_status(checkpoint, computed, len(covered)), computed
 
 
-def replay_bytes(data: bytes, token_budget: int = 0, max_messages: int = 0) -> ReplayResult:
-    """Replay from the bytes of one session file (see module doc)."""
-    rebuilt = rebuild(data, max_messages=max_messages)
+def _digest_status(
+    rebuilt: Rebuild, separate: tuple[DigestStatus, str] | None, returned_digest: str, returned_count: int
+) -> tuple[DigestStatus, str]:
+    """(status, digest) of a replay whose returned messages digest to ``returned_digest``.
+
+    No checkpoint adds the ``no_checkpoint`` degraded entry.
+    """
+    if separate is not None:
+        return separate
     checkpoint = rebuilt.last_checkpoint
-    if checkpoint is None or rebuilt.checkpoint_messages is None:
-        computed = digest(rebuilt.messages)
-        status = DigestStatus.NO_CHECKPOINT
+    if checkpoint is None:
         rebuilt.degraded.append(
             DegradedEntry(DegradedKind.NO_CHECKPOINT, 0, 0, "no agent_checkpoint: nothing to verify against")
         )
-    else:
-        computed = digest(rebuilt.checkpoint_messages)
-        status = checkpoint_status(checkpoint, computed, len(rebuilt.checkpoint_messages))
-    return ReplayResult(rebuilt, status, computed, estimate_tokens(rebuilt), token_budget)
+        return DigestStatus.NO_CHECKPOINT, returned_digest
+    return checkpoint_status(checkpoint, returned_digest, returned_count), returned_digest
+
+
+def replay_bytes(data: bytes, token_budget: int = 0, max_messages: int = 0) -> ReplayResult:
+    """Replay from the bytes of one session file (see module doc).
+
+    Each returned message is serialized to its canonical form once: the same bytes
+    feed the digest and the token estimate.
+    """
+    rebuilt = rebuild(data, max_messages=max_messages)
+    separate = _separate_verification(rebuilt, lambda payload: payload)
+    builder = DigestBuilder(len(rebuilt.messages))
+    tokens = sum((builder.add(message) + 3) // 4 for message in rebuilt.messages)
+    status, computed = _digest_status(rebuilt, separate, builder.result(), len(rebuilt.messages))
+    return ReplayResult(rebuilt, status, computed, tokens, token_budget)
 
 
 def replay_file(path: Path, token_budget: int = 0, max_messages: int = 0) -> ReplayResult:
@@ -102,20 +132,6 @@ class ReplaySummaryFacts:
         return bool(self.token_budget) and self.estimated_tokens > self.token_budget
 
 
-def _verify_handles(source: MessageSource, rebuilt: Rebuild) -> tuple[DigestStatus, str] | None:
-    """Verify the last checkpoint by a separate pass, unless the streaming pass can do it (None)."""
-    checkpoint = rebuilt.last_checkpoint
-    if checkpoint is None or rebuilt.checkpoint_messages is None:
-        return None
-    if rebuilt.checkpoint_messages == rebuilt.messages:
-        return None
-    builder = DigestBuilder(len(rebuilt.checkpoint_messages))
-    for handle in rebuilt.checkpoint_messages:
-        builder.add(source.message(handle))
-    computed = builder.result()
-    return checkpoint_status(checkpoint, computed, len(rebuilt.checkpoint_messages)), computed
-
-
 def stream_replay(
     path: Path, token_budget: int = 0, max_messages: int = 0, chunk_bytes: int = STREAM_CHUNK_BYTES
 ) -> Generator[tuple[int, list[dict[str, Any]], ReplaySummaryFacts | None], None, None]:
@@ -130,7 +146,7 @@ def stream_replay(
     rebuilt = index_rebuild(path, max_messages=max_messages)
     handles = rebuilt.messages
     with MessageSource(path) as source:
-        separate = _verify_handles(source, rebuilt)
+        separate = _separate_verification(rebuilt, source.message)
         builder = DigestBuilder(len(handles))
         tokens = 0
         chunk: list[dict[str, Any]] = []
@@ -147,17 +163,7 @@ def stream_replay(
                 first, chunk, size = position + 1, [], 0
         if chunk:
             yield first, chunk, None
-    streamed = builder.result()
-    checkpoint = rebuilt.last_checkpoint
-    if separate is not None:
-        status, computed = separate
-    elif checkpoint is None:
-        status, computed = DigestStatus.NO_CHECKPOINT, streamed
-        rebuilt.degraded.append(
-            DegradedEntry(DegradedKind.NO_CHECKPOINT, 0, 0, "no agent_checkpoint: nothing to verify against")
-        )
-    else:
-        status, computed = checkpoint_status(checkpoint, streamed, len(handles)), streamed
+    status, computed = _digest_status(rebuilt, separate, builder.result(), len(handles))
     yield len(handles), [], ReplaySummaryFacts(rebuilt, status, computed, tokens, token_budget, len(handles))
 
 

@@ -65,6 +65,26 @@ data_dir_option = click.option(
     help="Data root holding the session files (env ROLLOUT_DATA_DIR).",
 )
 
+# Writer options that `serve` also takes and hands to its writer: declared once for both.
+durability_option = click.option(
+    "--durability",
+    type=click.Choice([d.value for d in Durability]),
+    default="fsync",
+    show_default=True,
+    help="fsync: an ack survives power loss; unsafe_no_fsync: process crash only.",
+)
+sync_call_option = click.option(
+    "--sync-call",
+    type=click.Choice([c.value for c in SyncCall]),
+    default="pwritev2",
+    show_default=True,
+    help="fsync mode only: pwritev2 = one pwritev2(RWF_DSYNC) call per batch (write + fdatasync"
+    " where refused); fdatasync = always write then fdatasync. Same promise either way.",
+)
+metrics_port_option = click.option(
+    "--metrics-port", type=int, default=None, help="Serve Prometheus metrics on 127.0.0.1:PORT/metrics."
+)
+
 
 async def _serve_until_signal(start: Any, label: str) -> None:
     running = await start
@@ -83,21 +103,8 @@ async def _serve_until_signal(start: Any, label: str) -> None:
 @cli.command("serve-writer")
 @data_dir_option
 @click.option("--address", default=DEFAULT_WRITER, show_default=True, help="host:port to bind (port 0: any).")
-@click.option(
-    "--durability",
-    type=click.Choice([d.value for d in Durability]),
-    default="fsync",
-    show_default=True,
-    help="fsync: an ack survives power loss; unsafe_no_fsync: process crash only.",
-)
-@click.option(
-    "--sync-call",
-    type=click.Choice([c.value for c in SyncCall]),
-    default="pwritev2",
-    show_default=True,
-    help="fsync mode only: pwritev2 = one pwritev2(RWF_DSYNC) call per batch (write + fdatasync"
-    " where refused); fdatasync = always write then fdatasync. Same promise either way.",
-)
+@durability_option
+@sync_call_option
 @click.option("--batch-max-records", default=32, show_default=True, help="Records per group-commit batch.")
 @click.option(
     "--batch-max-wait-ms",
@@ -113,9 +120,7 @@ async def _serve_until_signal(start: Any, label: str) -> None:
     help="How long a partly filled batch waits for company before its sync (ms); 0: the previous"
     " sync is the only wait.",
 )
-@click.option(
-    "--metrics-port", type=int, default=None, help="Serve Prometheus metrics on 127.0.0.1:PORT/metrics."
-)
+@metrics_port_option
 @click.option(
     "--max-record-bytes",
     type=click.IntRange(1024),
@@ -191,21 +196,9 @@ def serve_reader(data_dir: Path, address: str) -> None:
 @click.option(
     "--reader-address", default=DEFAULT_READER, show_default=True, help="host:port the reader binds."
 )
-@click.option(
-    "--durability",
-    type=click.Choice([d.value for d in Durability]),
-    default="fsync",
-    show_default=True,
-    help="Passed to serve-writer (see its --help).",
-)
-@click.option(
-    "--sync-call",
-    type=click.Choice([c.value for c in SyncCall]),
-    default="pwritev2",
-    show_default=True,
-    help="Passed to serve-writer (see its --help).",
-)
-@click.option("--metrics-port", type=int, default=None, help="Passed to serve-writer (see its --help).")
+@durability_option
+@sync_call_option
+@metrics_port_option
 def serve(
     data_dir: Path,
     writer_address: str,

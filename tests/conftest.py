@@ -8,6 +8,8 @@ tests run in parallel safely and nothing is written to $HOME.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +22,15 @@ from rollout_cli.processes import start_service as start_service_process
 
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = REPO.parent / "shared" / "corpus"
+
+
+def run_rollout(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run the ``rollout`` command line (``python -m rollout_cli.main ARGS``) from the repository.
+
+    Returns the finished process (stdout, stderr as text) whatever its exit status.
+    """
+    command = [sys.executable, "-m", "rollout_cli.main", *args]
+    return subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=timeout, check=False)
 
 
 def start_service(kind: str, data_dir: Path, *extra: str) -> ServiceProcess:

@@ -3,22 +3,13 @@
 from __future__ import annotations
 
 import shlex
-import subprocess
-import sys
 
 from rollout.v1 import records_pb2, writer_pb2
-from tests.conftest import REPO
+from tests.conftest import run_rollout
 
 
 def _rollout(*args: str) -> str:
-    result = subprocess.run(
-        [sys.executable, "-m", "rollout_cli.main", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=60,
-        check=False,
-    )
+    result = run_rollout(*args)
     assert result.returncode == 0, result.stderr
     return result.stdout
 

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
+import subprocess
+import sys
+import time
 import urllib.request
 
 import grpc
@@ -10,7 +15,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from rollout.v1 import records_pb2, writer_pb2, writer_pb2_grpc
-from tests.conftest import start_service
+from tests.conftest import REPO, run_rollout, start_service
 
 
 def test_both_services_answer_health_checks_and_reflection(writer_process, reader_process) -> None:
@@ -56,23 +61,18 @@ def test_metrics_endpoint_counts_appended_records(data_dir) -> None:
 
 def test_a_metrics_port_in_use_is_a_plain_error_not_a_traceback(data_dir) -> None:
     """serve-writer --metrics-port on a taken port exits 1 with a sentence naming the port."""
-    import subprocess
-    import sys
-
-    from tests.conftest import REPO
-
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        command = [sys.executable, "-m", "rollout_cli.main", "serve-writer", "--data-dir", str(data_dir)]
-        result = subprocess.run(
-            [*command, "--address", "127.0.0.1:0", "--metrics-port", str(port)],
-            capture_output=True,
-            text=True,
-            cwd=REPO,
-            timeout=60,
-            check=False,
+        result = run_rollout(
+            "serve-writer",
+            "--data-dir",
+            str(data_dir),
+            "--address",
+            "127.0.0.1:0",
+            "--metrics-port",
+            str(port),
         )
     assert result.returncode == 1
     assert f"cannot serve metrics on 127.0.0.1:{port}" in result.stderr
@@ -82,14 +82,6 @@ def test_a_metrics_port_in_use_is_a_plain_error_not_a_traceback(data_dir) -> Non
 def test_serve_runs_the_pair_passes_writer_options_and_stops_cleanly_on_ctrl_c(data_dir) -> None:
     """`rollout serve` starts a writer and a reader (both print their address), hands
     --metrics-port to the writer, and on SIGINT both drain and the command exits 0."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    from tests.conftest import REPO
-
     metrics_port = _free_port()
     command = [sys.executable, "-m", "rollout_cli.main", "serve", "--data-dir", str(data_dir)]
     addresses = ["--writer-address", "127.0.0.1:0", "--reader-address", "127.0.0.1:0"]

@@ -9,15 +9,13 @@ importer's code.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from rollout.v1 import reader_pb2
-from tests.conftest import CORPUS, REPO
+from tests.conftest import CORPUS, run_rollout
 
 CODEX_FILES = sorted((CORPUS / "codex").glob("*.jsonl"))
 
@@ -98,22 +96,8 @@ def source_session_id(path: Path) -> str:
 @pytest.fixture
 def imported(writer_process, reader):
     """Every corpus Codex file imported through ``rollout import codex``."""
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "rollout_cli.main",
-            "import",
-            "codex",
-            "--writer",
-            writer_process.address,
-            *map(str, CODEX_FILES),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=120,
-        check=False,
+    result = run_rollout(
+        "import", "codex", "--writer", writer_process.address, *map(str, CODEX_FILES), timeout=120
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.count("session ") == len(CODEX_FILES), result.stdout

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import orjson
@@ -17,7 +15,7 @@ from shared.digest import canonical_message
 from shared.rebuild import DegradedKind, rebuild
 from shared.rebuild_index import MessageSource, index_rebuild
 from shared.records import encode_line
-from tests.conftest import REPO
+from tests.conftest import run_rollout
 
 TS = "2026-11-30T10:00:00.000000Z"
 META = {"session_id": "01a22c15-89a6-7d3d-b5b7-165622bd350c", "tenant": "t", "created_at": TS}
@@ -307,8 +305,41 @@ def test_rollout_verify_command_exits_non_zero_on_problems(writer, reader_proces
             )
             + b"\n"
         )
-    command = [sys.executable, "-m", "rollout_cli.main", "verify", sid, "--reader", reader_process.address]
-    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=60, check=False)
+    result = run_rollout("verify", sid, "--reader", reader_process.address)
     assert result.returncode == 1, result.stderr
     assert "PROBLEMS FOUND" in result.stdout
     assert "unparseable_line at line 2" in result.stdout
+
+
+def test_the_last_checkpoint_is_verified_against_the_sequence_as_it_stood_then(writer, reader) -> None:
+    """Paused, resumed, then extended (and an output superseded after the checkpoint), or capped by
+    max_messages: the returned sequence differs from the one the checkpoint covers, and the checkpoint
+    still verifies, in GetReplay and in StreamReplay (SPEC §5: the digest of the last checkpoint)."""
+    sid = writer.CreateSession(writer_pb2.CreateSessionRequest()).session_id
+
+    def append(*messages: records_pb2.ChatMessage) -> None:
+        records = [writer_pb2.AppendRecord(message=message) for message in messages]
+        writer.Append(writer_pb2.AppendRequest(session_id=sid, records=records))
+
+    call = records_pb2.ToolCall(id="c1", type="function", function=records_pb2.FunctionCall(name="ls"))
+    append(
+        records_pb2.ChatMessage(role="user", text="list"),
+        records_pb2.ChatMessage(role="assistant", tool_calls=[call]),
+        records_pb2.ChatMessage(role="tool", tool_call_id="c1", text="first output"),
+    )
+    stopped = writer.Stop(writer_pb2.StopRequest(session_id=sid, stop_kind=records_pb2.STOP_KIND_PAUSED))
+    writer.Resume(writer_pb2.ResumeRequest(session_id=sid))
+    append(
+        records_pb2.ChatMessage(role="tool", tool_call_id="c1", text="late output"),
+        records_pb2.ChatMessage(role="assistant", text="done"),
+    )
+    for max_messages in (0, 2):
+        request = reader_pb2.ReplayRequest(session_id=sid, max_messages=max_messages)
+        replay = reader.GetReplay(request)
+        expected = ["list", "", "late output", "done"][: max_messages or None]
+        assert [m.text for m in replay.messages] == expected
+        assert replay.digest_status == reader_pb2.DIGEST_STATUS_VERIFIED
+        assert replay.computed_digest == stopped.digest
+        summary = list(reader.StreamReplay(request))[-1].summary
+        assert summary.digest_status == reader_pb2.DIGEST_STATUS_VERIFIED
+        assert summary.computed_digest == stopped.digest

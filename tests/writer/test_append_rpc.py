@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import grpc
 import pytest
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
 from rollout.v1 import reader_pb2, records_pb2, writer_pb2
-from tests.conftest import REPO
+from tests.conftest import run_rollout
 
 
 def user(text: str) -> writer_pb2.AppendRecord:
@@ -183,23 +180,7 @@ def test_append_stream_acks_in_order_and_ends_at_the_first_bad_request(writer, d
 
 def test_second_writer_on_the_same_root_fails_fast(writer_process, data_dir) -> None:
     """A second writer process on a locked data root exits at once with a clear message."""
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "rollout_cli.main",
-            "serve-writer",
-            "--data-dir",
-            str(data_dir),
-            "--address",
-            "127.0.0.1:0",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=60,
-        check=False,
-    )
+    result = run_rollout("serve-writer", "--data-dir", str(data_dir), "--address", "127.0.0.1:0")
     assert result.returncode != 0
     assert "already in use by another writer process" in result.stderr
     assert "Traceback" not in result.stderr

@@ -95,19 +95,21 @@ def test_concurrent_clients_get_one_total_order_with_contiguous_seqs(writer, dat
         per_client[number] = int(index)
 
 
-def test_a_lone_surrogate_is_rejected_and_nothing_is_written(writer_process, data_dir) -> None:
-    """A string field holding an encoded lone surrogate (invalid UTF-8) is INVALID_ARGUMENT, never stored."""
-    with grpc.insecure_channel(writer_process.address) as channel:
-        from rollout.v1 import writer_pb2_grpc
+def _with_lone_surrogate(session_id: str) -> bytes:
+    """A serialized one-record AppendRequest whose text is U+D800 encoded as (invalid) UTF-8.
 
-        sid = (
-            writer_pb2_grpc.RolloutWriterStub(channel)
-            .CreateSession(writer_pb2.CreateSessionRequest())
-            .session_id
-        )
-        raw = writer_pb2.AppendRequest(session_id=sid, records=[user("XXX")]).SerializeToString()
-        assert raw.count(b"XXX") == 1
-        bad = raw.replace(b"XXX", b"\xed\xa0\x80")  # U+D800 as (invalid) UTF-8
+    Python clients cannot build one (see below); clients in other languages can.
+    """
+    raw = writer_pb2.AppendRequest(session_id=session_id, records=[user("XXX")]).SerializeToString()
+    assert raw.count(b"XXX") == 1
+    return raw.replace(b"XXX", b"\xed\xa0\x80")
+
+
+def test_a_lone_surrogate_is_rejected_and_nothing_is_written(writer, writer_process, data_dir) -> None:
+    """A string field holding an encoded lone surrogate (invalid UTF-8) is INVALID_ARGUMENT, never stored."""
+    sid = writer.CreateSession(writer_pb2.CreateSessionRequest()).session_id
+    bad = _with_lone_surrogate(sid)
+    with grpc.insecure_channel(writer_process.address) as channel:
         append_raw = channel.unary_unary("/rollout.v1.RolloutWriter/Append")
         with pytest.raises(grpc.RpcError) as caught:
             append_raw(bad)
@@ -122,19 +124,14 @@ def test_python_clients_cannot_even_build_a_lone_surrogate() -> None:
         records_pb2.ChatMessage(role="user", text="\ud800").SerializeToString()
 
 
-def test_an_undecodable_request_in_a_stream_ends_it_with_invalid_argument(writer_process, data_dir) -> None:
+def test_an_undecodable_request_in_a_stream_ends_it_with_invalid_argument(
+    writer, writer_process, data_dir
+) -> None:
     """Invalid UTF-8 in the second request of an AppendStream: the first is acknowledged, nothing else lands."""
+    sid = writer.CreateSession(writer_pb2.CreateSessionRequest()).session_id
+    good = writer_pb2.AppendRequest(session_id=sid, records=[user("fine")]).SerializeToString()
+    bad = _with_lone_surrogate(sid)
     with grpc.insecure_channel(writer_process.address) as channel:
-        from rollout.v1 import writer_pb2_grpc
-
-        sid = (
-            writer_pb2_grpc.RolloutWriterStub(channel)
-            .CreateSession(writer_pb2.CreateSessionRequest())
-            .session_id
-        )
-        good = writer_pb2.AppendRequest(session_id=sid, records=[user("fine")]).SerializeToString()
-        bad = writer_pb2.AppendRequest(session_id=sid, records=[user("XXX")]).SerializeToString()
-        bad = bad.replace(b"XXX", b"\xed\xa0\x80")
         stream = channel.stream_stream("/rollout.v1.RolloutWriter/AppendStream")
         responses = stream(iter([good, bad, good]))
         first = writer_pb2.AppendResponse.FromString(next(responses))

@@ -8,6 +8,7 @@ import os
 import threading
 
 import orjson
+import pytest
 
 import writer_service.committer as committer
 from rollout.v1 import records_pb2, writer_pb2
@@ -60,10 +61,14 @@ async def until(condition, timeout: float = 10.0) -> None:
         await asyncio.sleep(0.002)
 
 
-def run(data_dir, monkeypatch, disk: CountingDisk, scenario, **commit) -> None:
+def run(data_dir, monkeypatch, disk: CountingDisk, scenario, write_dsync=None, **commit) -> None:
+    """Run ``scenario(ledger, sid)`` on a fresh session with ``disk`` at the write/sync boundary.
+
+    ``write_dsync`` replaces the disk's single-call write (a refusing file system, say).
+    """
     monkeypatch.setattr(committer, "_os_write", disk.write)
     monkeypatch.setattr(committer, "_os_fdatasync", disk.fdatasync)
-    monkeypatch.setattr(committer, "_os_write_dsync", disk.write_dsync)
+    monkeypatch.setattr(committer, "_os_write_dsync", write_dsync or disk.write_dsync)
 
     async def main() -> None:
         ledger = SessionLedger(WriterConfig(data_dir=data_dir, commit=CommitConfig(**commit)))
@@ -156,29 +161,14 @@ def test_unsafe_no_fsync_never_syncs(data_dir, monkeypatch, sync_path) -> None:
     from writer_service.committer import Durability
 
     disk = CountingDisk()
-    syncs: list[int] = []
-    monkeypatch.setattr(committer, "_os_write", disk.write)
-    monkeypatch.setattr(committer, "_os_fdatasync", syncs.append)
 
-    def synced_write(fd: int, data) -> int:
-        syncs.append(fd)
-        return os.write(fd, data)
+    async def scenario(ledger, sid) -> None:
+        for i in range(3):
+            await ledger.append(sid, [user(f"u{i}")])
 
-    monkeypatch.setattr(committer, "_os_write_dsync", synced_write)
-
-    async def main() -> None:
-        config = WriterConfig(data_dir=data_dir, commit=CommitConfig(durability=Durability.UNSAFE_NO_FSYNC))
-        ledger = SessionLedger(config)
-        try:
-            sid, _ = await ledger.create_session(SessionSpec())
-            for i in range(3):
-                await ledger.append(sid, [user(f"u{i}")])
-        finally:
-            await ledger.close()
-
-    asyncio.run(main())
+    run(data_dir, monkeypatch, disk, scenario, durability=Durability.UNSAFE_NO_FSYNC)
     assert disk.batches == [1, 1, 1]
-    assert syncs == []
+    assert disk.syncs == 0  # neither an fdatasync nor a pwritev2(RWF_DSYNC)
 
 
 def test_a_refused_rwf_dsync_falls_back_to_write_and_fdatasync_and_loses_nothing(
@@ -194,22 +184,14 @@ def test_a_refused_rwf_dsync_falls_back_to_write_and_fdatasync_and_loses_nothing
         raise OSError(errno.EOPNOTSUPP, os.strerror(errno.EOPNOTSUPP))
 
     monkeypatch.setattr(committer, "_dsync_writes", True)
-    monkeypatch.setattr(committer, "_os_write", disk.write)
-    monkeypatch.setattr(committer, "_os_fdatasync", disk.fdatasync)
     lines: list[bytes] = []
 
-    async def main() -> None:
-        monkeypatch.setattr(committer, "_os_write_dsync", refuse)
-        ledger = SessionLedger(WriterConfig(data_dir=data_dir))
-        try:
-            sid, _ = await ledger.create_session(SessionSpec())
-            for i in range(3):
-                assert await ledger.append(sid, [user(f"f{i}")]) == ([i + 1], i + 2)
-            lines.extend(ledger.root.locate(sid)[1].read_bytes().splitlines())
-        finally:
-            await ledger.close()
+    async def scenario(ledger, sid) -> None:
+        for i in range(3):
+            assert await ledger.append(sid, [user(f"f{i}")]) == ([i + 1], i + 2)
+        lines.extend(ledger.root.locate(sid)[1].read_bytes().splitlines())
 
-    asyncio.run(main())
+    run(data_dir, monkeypatch, disk, scenario, write_dsync=refuse)
     assert len(refused) == 1
     assert committer._dsync_writes is False
     assert disk.batches == [1, 1, 1]
@@ -232,21 +214,13 @@ def test_a_refusal_after_a_short_rwf_dsync_write_finishes_the_batch_with_write_a
         raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
 
     monkeypatch.setattr(committer, "_dsync_writes", True)
-    monkeypatch.setattr(committer, "_os_write", disk.write)
-    monkeypatch.setattr(committer, "_os_fdatasync", disk.fdatasync)
     lines: list[bytes] = []
 
-    async def main() -> None:
-        monkeypatch.setattr(committer, "_os_write_dsync", short_then_refused)
-        ledger = SessionLedger(WriterConfig(data_dir=data_dir))
-        try:
-            sid, _ = await ledger.create_session(SessionSpec())
-            assert await ledger.append(sid, [user(f"s{i}") for i in range(4)]) == ([1, 2, 3, 4], 5)
-            lines.extend(ledger.root.locate(sid)[1].read_bytes().splitlines())
-        finally:
-            await ledger.close()
+    async def scenario(ledger, sid) -> None:
+        assert await ledger.append(sid, [user(f"s{i}") for i in range(4)]) == ([1, 2, 3, 4], 5)
+        lines.extend(ledger.root.locate(sid)[1].read_bytes().splitlines())
 
-    asyncio.run(main())
+    run(data_dir, monkeypatch, disk, scenario, write_dsync=short_then_refused)
     assert len(dsync_calls) == 2
     assert dsync_calls[1] < dsync_calls[0]  # the second call carried only the rest
     assert disk.syncs == 1
@@ -266,11 +240,10 @@ def test_sync_call_fdatasync_always_writes_then_fdatasyncs(data_dir, monkeypatch
         return os.write(fd, data)
 
     async def scenario(ledger, sid) -> None:
-        monkeypatch.setattr(committer, "_os_write_dsync", single_call)
         for i in range(3):
             await ledger.append(sid, [user(f"c{i}")])
 
-    run(data_dir, monkeypatch, disk, scenario, sync_call=SyncCall.FDATASYNC)
+    run(data_dir, monkeypatch, disk, scenario, write_dsync=single_call, sync_call=SyncCall.FDATASYNC)
     assert single_calls == []
     assert disk.batches == [1, 1, 1]
     assert disk.syncs == 3
@@ -286,3 +259,54 @@ def test_the_start_up_log_names_how_batches_are_made_durable(monkeypatch) -> Non
     assert durable_write_method(CommitConfig(durability=Durability.UNSAFE_NO_FSYNC)).startswith("write only")
     monkeypatch.setattr(committer, "_dsync_writes", False)  # the kernel refused the flag
     assert durable_write_method(CommitConfig()) == "write + fdatasync per batch"
+
+
+def test_the_single_call_really_asks_the_kernel_for_a_data_sync(data_dir, monkeypatch) -> None:
+    """Unfaked, each batch is one os.pwritev at the file's position with RWF_DSYNC set: without the
+    flag an acknowledged record would sit in the page cache (SPEC §2.2: fsynced before the ack)."""
+    if not committer._dsync_writes:
+        pytest.skip("this kernel or file system refuses pwritev2(RWF_DSYNC)")
+    calls: list[tuple[int, int]] = []
+    real_pwritev = os.pwritev
+
+    def recording_pwritev(fd: int, buffers, offset: int, flags: int = 0) -> int:
+        calls.append((offset, flags))
+        return real_pwritev(fd, buffers, offset, flags)
+
+    monkeypatch.setattr(os, "pwritev", recording_pwritev)
+
+    async def main() -> None:
+        ledger = SessionLedger(WriterConfig(data_dir=data_dir))
+        try:
+            sid, _ = await ledger.create_session(SessionSpec())
+            for i in range(3):
+                await ledger.append(sid, [user(f"d{i}")])
+        finally:
+            await ledger.close()
+
+    asyncio.run(main())
+    assert calls == [(-1, os.RWF_DSYNC)] * 3
+
+
+def test_a_linger_never_exceeds_the_batch_max_wait(data_dir, monkeypatch) -> None:
+    """With --linger-ms 1000 and --batch-max-wait-ms 20, a partly filled batch waits for company
+    at most 20 ms (SPEC §2.2: no record waits more than the configured window)."""
+    disk = CountingDisk()
+    waits: list[float] = []
+
+    async def scenario(ledger, sid) -> None:
+        await ledger.append(sid, [user("opens the session")])
+        condition = ledger._sessions[sid].committer._more
+        real_wait = condition.wait
+
+        def recording_wait(timeout: float | None = None) -> bool:
+            waits.append(timeout if timeout is not None else float("inf"))
+            return real_wait(timeout)
+
+        monkeypatch.setattr(condition, "wait", recording_wait)
+        await ledger.append(sid, [user("alone")])
+
+    run(data_dir, monkeypatch, disk, scenario, linger_ms=1000.0, batch_max_wait_ms=20.0)
+    assert waits, "a partly filled batch did not linger at all"
+    assert max(waits) <= 0.020
+    assert disk.batches == [1, 1]

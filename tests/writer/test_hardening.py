@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
-import sys
 from types import SimpleNamespace
 
 import grpc
@@ -17,7 +15,7 @@ from shared.errors import CorruptSessionError, RecordValidationError, SessionNot
 from shared.records import encode_line
 from shared.stop_kinds import StopKind
 from shared.wire import append_payloads
-from tests.conftest import REPO, start_service
+from tests.conftest import run_rollout, start_service
 from writer_service.files import create_file
 from writer_service.sessions import SessionLedger, SessionSpec, WriterConfig
 
@@ -290,17 +288,7 @@ def test_bad_page_token_time_and_parent_filter_are_invalid_argument(reader) -> N
 
 def test_a_port_in_use_is_refused_not_shared(data_dir, reader_process) -> None:
     """A second reader on a bound port exits with a clear message instead of sharing the port."""
-    command = [
-        sys.executable,
-        "-m",
-        "rollout_cli.main",
-        "serve-reader",
-        "--data-dir",
-        str(data_dir),
-        "--address",
-        reader_process.address,
-    ]
-    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=60, check=False)
+    result = run_rollout("serve-reader", "--data-dir", str(data_dir), "--address", reader_process.address)
     assert result.returncode == 1
     assert "is the port in use?" in result.stderr
 
@@ -309,25 +297,14 @@ def test_import_refuses_a_file_that_is_not_a_codex_rollout(writer_process, tmp_p
     """Importing a non-Codex file creates no session and exits 1 with a reason."""
     stray = tmp_path / "notes.jsonl"
     stray.write_text("hello\nworld\n")
-    command = [
-        sys.executable,
-        "-m",
-        "rollout_cli.main",
-        "import",
-        "codex",
-        "--writer",
-        writer_process.address,
-        str(stray),
-    ]
-    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=60, check=False)
+    result = run_rollout("import", "codex", "--writer", writer_process.address, str(stray))
     assert result.returncode == 1
     assert "not a Codex rollout" in result.stderr
 
 
 def test_cli_reports_an_unreachable_service_in_plain_words(tmp_path) -> None:
     """A client command pointed at nothing says which service it could not reach and how to point it."""
-    command = [sys.executable, "-m", "rollout_cli.main", "ls", "--reader", "127.0.0.1:1"]
-    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=60, check=False)
+    result = run_rollout("ls", "--reader", "127.0.0.1:1")
     assert result.returncode == 1
     assert "cannot reach the reader at 127.0.0.1:1" in result.stderr
 
