@@ -123,7 +123,7 @@ class OpenSession:
     committer: SessionCommitter
     meta: dict[str, Any]
     stopped_kind: str | None = None
-    #: "Stop" or "Resume" while one is in progress (appends wait for it: ABORTED).
+    #: "Stop" or "Resume" while one is in progress (appends meanwhile are refused: ABORTED, retryable).
     busy: str = ""
 
 
