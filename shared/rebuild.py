@@ -27,6 +27,7 @@ from __future__ import annotations
 import enum
 import gc
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -147,29 +148,63 @@ _AGENT_CHECKPOINT = RecordType.AGENT_CHECKPOINT.value
 _STOP = RecordType.STOP.value
 _SESSION_META = RecordType.SESSION_META.value
 
-_gc_lock = threading.Lock()
-_gc_pauses = 0
+#: Bytes of a file that :func:`rebuild` splits into lines at a time (cut after a newline):
+#: the copies of a large file's lines never all exist at once.
+SPLIT_BYTES = 1024 * 1024
+
+#: Longest the cyclic collector stays paused by overlapping rebuilds (seconds) before the
+#: pause that ends next runs one full collection; see :func:`collector_paused`.
+MAX_COLLECTOR_PAUSE_S = 10.0
+
+
+class _CollectorPause:
+    """Process-wide state of :func:`collector_paused` (guarded by ``lock``)."""
+
+    lock = threading.Lock()
+    depth = 0
+    resume = False  # was the collector enabled when the outermost pause began
+    since = 0.0  # time.monotonic() of the last (re)start of the pause
 
 
 @contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while a rebuild allocates (thread-safe, nestable).
+def collector_paused() -> Iterator[None]:
+    """Pause CPython's cyclic garbage collector for a rebuild and the use of its result.
 
-    A rebuild keeps hundreds of thousands of parsed dicts, none in a reference
-    cycle; each collection would only re-walk them (~15 % of rebuild time).
+    A rebuild keeps hundreds of thousands of parsed payloads, none in a reference
+    cycle. Left running, the collector re-walks them while they are built, and once
+    more at the first allocation after it is re-enabled: about a third of a 100 MB
+    rebuild's CPU time (bench/rebuild.py prints both). Callers therefore hold the
+    pause over the rebuild, over everything that reads its result, and over the
+    release of that result, so the collector never sees those objects.
+
+    Thread-safe and nestable: the collector comes back (if it was enabled when the
+    first pause began) when the last pause ends. Under load, pauses of several
+    threads can overlap without a gap; when the collector has been paused for over
+    :data:`MAX_COLLECTOR_PAUSE_S` seconds, the pause that ends next runs one full
+    collection, so garbage in reference cycles never waits longer than that. The
+    pause changes speed only, never a result.
     """
-    global _gc_pauses
-    with _gc_lock:
-        _gc_pauses += 1
-        if _gc_pauses == 1:
+    pause = _CollectorPause
+    with pause.lock:
+        if pause.depth == 0:
+            pause.resume = gc.isenabled()
+            pause.since = time.monotonic()
             gc.disable()
+        pause.depth += 1
+    overdue = False
     try:
         yield
     finally:
-        with _gc_lock:
-            _gc_pauses -= 1
-            if _gc_pauses == 0:
-                gc.enable()
+        with pause.lock:
+            pause.depth -= 1
+            if pause.depth == 0:
+                if pause.resume:
+                    gc.enable()
+            elif pause.resume and time.monotonic() - pause.since > MAX_COLLECTOR_PAUSE_S:
+                pause.since = time.monotonic()
+                overdue = True
+        if overdue:
+            gc.collect()
 
 
 class _Pairing:
@@ -440,12 +475,19 @@ def rebuild(data: bytes, *, max_messages: int = 0) -> Rebuild:
     returned sequence (0: no cap). A last line without ``\\n`` is treated as not
     yet committed (ignored, reported). Never raises on bad content: every
     problem becomes a :class:`DegradedEntry`. Source: SPEC §3, seed rules 8, 11, 12.
+
+    Runs under :func:`collector_paused`; a caller that keeps the result for more
+    than a moment holds that pause itself until the result is released (every
+    service caller does), or the collector walks all of it once afterwards.
     """
     state = _Rebuilder()
-    with _gc_paused():
-        lines = data.split(b"\n")
-        tail = lines.pop()
-        line_no, offset = state.run(lines)
-        del lines
-        state.uncommitted(tail, line_no, offset)
+    with collector_paused():
+        committed = data.rfind(b"\n") + 1
+        line_no = offset = 0
+        while offset < committed:
+            cut = data.find(b"\n", offset + SPLIT_BYTES) + 1 or committed
+            lines = data[offset:cut].split(b"\n")
+            lines.pop()  # the empty piece after the slice's last newline
+            line_no, offset = state.run(lines, line_no, offset)
+        state.uncommitted(data[committed:], line_no, offset)
         return state.finish(max_messages)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -383,3 +385,51 @@ def test_rebuild_never_raises_on_non_list_tool_calls(calls):
     """An assistant message whose tool_calls is not a list is kept in the sequence, never a crash."""
     result = rebuild(b"".join(session_lines(message("assistant", "a", tool_calls=calls))))
     assert len(result.messages) == 1
+
+
+# shared/__init__ binds the name ``rebuild`` to the function, hiding the module.
+rebuild_module = importlib.import_module("shared.rebuild")
+
+_damage = st.sampled_from([b"", b"{trunc", b"\x00\x00\x00", b"[1]", b"\xff", b"\x00" * 3 + b"{}"])
+
+
+@settings(deadline=None, max_examples=200)
+@given(
+    kinds=st.lists(
+        st.sampled_from(["user", "call", "output", "damage", "reasoning", "assistant"]), max_size=14
+    ),
+    damage=st.lists(_damage, min_size=14, max_size=14),
+    tail=st.sampled_from([b"", b'{"v":1,"seq"']),
+    split=st.integers(1, 200),
+)
+def test_rebuild_is_the_same_whatever_size_its_slices_of_the_file(kinds, damage, tail, split):
+    """rebuild() splits a file into lines a slice at a time (SPLIT_BYTES, cut after a newline): any
+    slice size gives the same result (line numbers, offsets, pairing, degraded entries) as one slice."""
+    records = []
+    for number, kind in enumerate(kinds):
+        if kind == "user":
+            records.append(message("user", f"u{number}"))
+        elif kind == "call":
+            records.append(assistant_calling(f"c{number % 3}"))
+        elif kind == "output":
+            records.append(message("tool", f"o{number}", tool_call_id=f"c{number % 3}"))
+        elif kind == "reasoning":
+            records.append(("reasoning", {"content": f"r{number}"}))
+        elif kind == "assistant":
+            records.append(message("assistant", f"a{number}"))
+        else:
+            records.append(None)
+    lines = session_lines(*[record for record in records if record is not None])
+    body = [lines[0]]
+    good = iter(lines[1:])
+    for number, record in enumerate(records):
+        body.append(damage[number] + b"\n" if record is None else next(good))
+    data = b"".join(body) + tail
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(rebuild_module, "SPLIT_BYTES", 1 << 40)
+        whole = rebuild(data)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(rebuild_module, "SPLIT_BYTES", split)
+        sliced = rebuild(data)
+    assert sliced == whole
+    assert sliced.committed_bytes == data.rfind(b"\n") + 1
