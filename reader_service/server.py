@@ -26,7 +26,6 @@ from reader_service.listing import SessionFilters, list_sessions, read_session_m
 from reader_service.memory_view import DEFAULT_MAX_REASONING_CHARS, DEFAULT_MAX_TOOL_OUTPUT_CHARS, memory_view
 from reader_service.replay import (
     DigestStatus,
-    ReplayResult,
     ReplaySummaryFacts,
     replay_file,
     stream_replay,
@@ -37,6 +36,7 @@ from reader_service.stop_facts import DEFAULT_TAIL_WINDOW, StopFactsResult, elig
 from rollout.v1 import reader_pb2, reader_pb2_grpc
 from shared.errors import InvalidArgumentError, ReplyTooLargeError
 from shared.layout import DataRoot
+from shared.rebuild import collector_paused
 from shared.records import parse_timestamp
 from shared.status import add_servicer, bind, status_mapping
 from shared.wire import checkpoint_to_proto, degraded_to_proto, message_from_payload
@@ -127,6 +127,57 @@ def _chunk(
     return chunk
 
 
+def _replay_response(
+    session_id: str, path: Path, request: reader_pb2.ReplayRequest
+) -> reader_pb2.ReplayResponse:
+    """Read, rebuild and answer one GetReplay (I/O thread); raises OSError when the file cannot be read.
+
+    The rebuild is made, turned into the reply and released under one
+    shared.rebuild.collector_paused(), so the collector never walks its payloads.
+    """
+    with collector_paused():
+        result = replay_file(path, request.token_budget, request.max_messages)
+        rebuilt = result.rebuilt
+        response = reader_pb2.ReplayResponse(
+            session_id=session_id,
+            messages=[message_from_payload(message) for message in rebuilt.messages],
+            degraded=[degraded_to_proto(entry) for entry in rebuilt.degraded],
+            superseded_outputs=rebuilt.superseded_outputs,
+            digest_status=_DIGEST_STATUS[result.digest_status],
+            computed_digest=result.computed_digest,
+            estimated_tokens=result.estimated_tokens,
+        )
+        if rebuilt.last_checkpoint is not None:
+            response.last_checkpoint.CopyFrom(checkpoint_to_proto(rebuilt.last_checkpoint))
+        if result.too_large:
+            response.too_large.estimated_tokens = result.estimated_tokens
+            response.too_large.token_budget = result.token_budget
+        del result, rebuilt
+    return response
+
+
+def _memory_view_response(
+    session_id: str, path: Path, request: reader_pb2.MemoryViewRequest
+) -> reader_pb2.MemoryViewResponse:
+    """Read, rebuild and answer one GetMemoryView (I/O thread), like :func:`_replay_response`."""
+    with collector_paused():
+        result = replay_file(path)
+        view = memory_view(
+            result.rebuilt.messages,
+            request.max_tool_output_chars or DEFAULT_MAX_TOOL_OUTPUT_CHARS,
+            request.max_reasoning_chars or DEFAULT_MAX_REASONING_CHARS,
+        )
+        response = reader_pb2.MemoryViewResponse(
+            session_id=session_id,
+            messages=[message_from_payload(message) for message in view.messages],
+            dropped_system_messages=view.dropped_system_messages,
+            truncated_tool_outputs=view.truncated_tool_outputs,
+            shortened_reasoning=view.shortened_reasoning,
+        )
+        del result, view
+    return response
+
+
 class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
     """gRPC front of replay, stop facts and listing."""
 
@@ -144,8 +195,7 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
         async with status_mapping(context, "GetReplay"):
             _check_replay_request(request)
             _, path = self.root.locate(request.session_id)
-            result = await self._run(replay_file, path, request.token_budget, request.max_messages)
-            response = await self._run(self._replay_response, request.session_id, result)
+            response = await self._run(_replay_response, request.session_id, path, request)
             size = response.ByteSize()
             if size > MAX_MESSAGE_BYTES:
                 raise ReplyTooLargeError(
@@ -154,25 +204,6 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
                 )
             return response
         raise AssertionError("unreachable: status_mapping aborts")
-
-    @staticmethod
-    def _replay_response(session_id: str, result: ReplayResult) -> reader_pb2.ReplayResponse:
-        rebuilt = result.rebuilt
-        response = reader_pb2.ReplayResponse(
-            session_id=session_id,
-            messages=[message_from_payload(message) for message in rebuilt.messages],
-            degraded=[degraded_to_proto(entry) for entry in rebuilt.degraded],
-            superseded_outputs=rebuilt.superseded_outputs,
-            digest_status=_DIGEST_STATUS[result.digest_status],
-            computed_digest=result.computed_digest,
-            estimated_tokens=result.estimated_tokens,
-        )
-        if rebuilt.last_checkpoint is not None:
-            response.last_checkpoint.CopyFrom(checkpoint_to_proto(rebuilt.last_checkpoint))
-        if result.too_large:
-            response.too_large.estimated_tokens = result.estimated_tokens
-            response.too_large.token_budget = result.token_budget
-        return response
 
     async def StreamReplay(
         self, request: reader_pb2.ReplayRequest, context: grpc.aio.ServicerContext
@@ -195,19 +226,7 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
             if request.max_tool_output_chars < 0 or request.max_reasoning_chars < 0:
                 raise InvalidArgumentError("max_tool_output_chars", "limits must be >= 0")
             _, path = self.root.locate(request.session_id)
-            result = await self._run(replay_file, path)
-            view = memory_view(
-                result.rebuilt.messages,
-                request.max_tool_output_chars or DEFAULT_MAX_TOOL_OUTPUT_CHARS,
-                request.max_reasoning_chars or DEFAULT_MAX_REASONING_CHARS,
-            )
-            return reader_pb2.MemoryViewResponse(
-                session_id=request.session_id,
-                messages=[message_from_payload(message) for message in view.messages],
-                dropped_system_messages=view.dropped_system_messages,
-                truncated_tool_outputs=view.truncated_tool_outputs,
-                shortened_reasoning=view.shortened_reasoning,
-            )
+            return await self._run(_memory_view_response, request.session_id, path, request)
         raise AssertionError("unreachable: status_mapping aborts")
 
     async def VerifySession(

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 import orjson
 
 import reader_service.memory_view
 import reader_service.replay
+import reader_service.server
 from reader_service.memory_view import memory_view
 from reader_service.replay import DigestStatus, replay_file, stream_replay, verify_findings, verify_session
 from rollout.v1 import reader_pb2, records_pb2, writer_pb2
@@ -343,3 +345,27 @@ def test_the_last_checkpoint_is_verified_against_the_sequence_as_it_stood_then(w
         summary = list(reader.StreamReplay(request))[-1].summary
         assert summary.digest_status == reader_pb2.DIGEST_STATUS_VERIFIED
         assert summary.computed_digest == stopped.digest
+
+
+def test_get_replay_and_memory_view_build_their_reply_under_the_collector_pause(
+    tmp_path, monkeypatch
+) -> None:
+    """GetReplay and GetMemoryView turn the rebuilt payloads into their reply with the collector
+    paused (it would otherwise walk every payload once more), and resume it afterwards."""
+    path = write(tmp_path, lines(msg("system", "be brief"), msg("user", "hi")))
+    seen: list[bool] = []
+    real = reader_service.server.message_from_payload
+
+    def spying_message_from_payload(payload: dict) -> records_pb2.ChatMessage:
+        seen.append(gc.isenabled())
+        return real(payload)
+
+    monkeypatch.setattr(reader_service.server, "message_from_payload", spying_message_from_payload)
+    replay = reader_service.server._replay_response("s", path, reader_pb2.ReplayRequest(session_id="s"))
+    view = reader_service.server._memory_view_response(
+        "s", path, reader_pb2.MemoryViewRequest(session_id="s")
+    )
+    assert [m.text for m in replay.messages] == ["be brief", "hi"]
+    assert [m.text for m in view.messages] == ["hi"]
+    assert seen == [False, False, False]
+    assert gc.isenabled()
