@@ -28,7 +28,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from shared.digest import digest
 from shared.errors import (
     CorruptSessionError,
     InvalidArgumentError,
@@ -47,7 +46,7 @@ from shared.naming import (
     validate_agent_name,
     validate_session_id,
 )
-from shared.rebuild import Rebuild, rebuild
+from shared.rebuild import Rebuild
 from shared.rebuild_index import index_rebuild
 from shared.records import (
     RecordType,
@@ -59,7 +58,15 @@ from shared.records import (
     validate_message,
 )
 from shared.stop_kinds import StopKind
-from writer_service.branching import ForkResult, ResumeResult, fork_session, refuse_damage, resume_session
+from writer_service.branching import (
+    ForkResult,
+    RebuiltFacts,
+    ResumeResult,
+    fork_session,
+    rebuilt_facts,
+    refuse_damage,
+    resume_session,
+)
 from writer_service.committer import CommitConfig, SessionCommitter, StorageHealth
 from writer_service.files import create_file, create_marker, storage_error
 from writer_service.idempotency import RememberedAppend, RequestMemory, fingerprint
@@ -456,14 +463,14 @@ class SessionLedger:
         self._check_appendable(state)
         state.busy = "Stop"
         try:
-            found = await self._exclusive_rebuild(state)
-            refuse_damage(found, state.path.name, "stop")
+            found = await self._exclusive_rebuild(state, True)
+            refuse_damage(found.damage, state.path.name, "stop")
             checkpoint_seq = state.next_seq
-            message_digest = digest(found.messages)
+            message_digest = found.digest
             ts = now_timestamp()
             checkpoint = {
                 "digest": message_digest,
-                "message_count": len(found.messages),
+                "message_count": found.message_count,
                 "covers_seq": checkpoint_seq - 1,
                 "stop_kind": str(kind),
             }
@@ -483,13 +490,17 @@ class SessionLedger:
             session_id,
             kind,
             checkpoint_seq + 1,
-            len(found.messages),
+            found.message_count,
             message_digest,
         )
-        return StopResult(checkpoint_seq, checkpoint_seq + 1, message_digest, len(found.messages))
+        return StopResult(checkpoint_seq, checkpoint_seq + 1, message_digest, found.message_count)
 
-    async def _exclusive_rebuild(self, state: OpenSession) -> Rebuild:
-        """Drain the session's queue, then read and rebuild its whole file (SPEC §2.7)."""
+    async def _exclusive_rebuild(self, state: OpenSession, with_digest: bool) -> RebuiltFacts:
+        """Drain the session's queue, then read and rebuild its whole file on an I/O thread (SPEC §2.7).
+
+        Raises SessionStateError when a write failed while draining, OSError when
+        the file cannot be read.
+        """
         await state.committer.drain()
         if self._sessions.get(state.session_id) is not state:
             raise SessionStateError(
@@ -497,8 +508,9 @@ class SessionLedger:
                 subject=f"session/{state.session_id}",
                 precondition="storage healthy",
             )
-        data = await asyncio.get_running_loop().run_in_executor(self._executor, state.path.read_bytes)
-        return rebuild(data)
+        return await asyncio.get_running_loop().run_in_executor(
+            self._executor, _rebuild_file, state.path, with_digest
+        )
 
     async def resume(self, session_id: str, force: bool = False) -> ResumeResult:
         """Re-open a session for appending (SPEC §2.8); see :func:`writer_service.branching.resume_session`."""
@@ -547,3 +559,8 @@ class _CallView:
             return set(self.added)
         self.base.update(self.added)
         return self.base
+
+
+def _rebuild_file(path: Path, with_digest: bool) -> RebuiltFacts:
+    """Read ``path`` whole and return its rebuilt facts (I/O thread); raises OSError when unreadable."""
+    return rebuilt_facts(path.read_bytes(), with_digest)

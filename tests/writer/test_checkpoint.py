@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import importlib
 import threading
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 import orjson
 
 import reader_service.replay
-import writer_service.sessions
+import writer_service.branching
 from reader_service.replay import DigestStatus, replay_file
 from rollout.v1 import records_pb2, writer_pb2
 from shared.stop_kinds import StopKind
@@ -117,11 +118,11 @@ def test_no_checkpoint_is_written_except_on_stop(data_dir) -> None:
 
 def test_writer_checkpoint_and_reader_share_one_rebuild_and_one_digest() -> None:
     """The writer's checkpoint and the reader call the very same shared rebuild and digest functions."""
-    assert writer_service.sessions.digest is digest_module.digest
+    assert writer_service.branching.digest is digest_module.digest
     # The reader feeds shared.digest's own builder (the one digest() is made of), so that each
     # message is serialized once for both its digest and its token estimate.
     assert reader_service.replay.DigestBuilder is digest_module.DigestBuilder
-    assert writer_service.sessions.rebuild is rebuild_module.rebuild
+    assert writer_service.branching.rebuild is rebuild_module.rebuild
     assert reader_service.replay.rebuild is rebuild_module.rebuild
     hashing = [
         path.relative_to(REPO).as_posix()
@@ -160,3 +161,42 @@ def test_checkpoint_digest_equals_a_fresh_rebuild_of_the_file(data_dir) -> None:
     assert stored == digest_module.digest(rebuilt.messages)
     without_reasoning = [{k: v for k, v in m.items() if k != "reasoning"} for m in rebuilt.messages]
     assert stored != digest_module.digest(without_reasoning)
+
+
+def test_stop_resume_and_fork_rebuild_on_an_io_thread_under_the_collector_pause(
+    data_dir, monkeypatch
+) -> None:
+    """The whole-file rebuilds of Stop, Resume and Fork never run on the event loop (where they
+    would hold up every other session's appends), and run with the collector paused."""
+    seen: list[tuple[str, str, bool]] = []
+    real_rebuild, real_digest = writer_service.branching.rebuild, writer_service.branching.digest
+
+    def spying_rebuild(data: bytes, **options: int) -> rebuild_module.Rebuild:
+        seen.append(("rebuild", threading.current_thread().name, gc.isenabled()))
+        return real_rebuild(data, **options)
+
+    def spying_digest(messages: list) -> str:
+        seen.append(("digest", threading.current_thread().name, gc.isenabled()))
+        return real_digest(messages)
+
+    monkeypatch.setattr(writer_service.branching, "rebuild", spying_rebuild)
+    monkeypatch.setattr(writer_service.branching, "digest", spying_digest)
+
+    async def scenario() -> str:
+        ledger = SessionLedger(WriterConfig(data_dir=data_dir))
+        try:
+            sid, _ = await ledger.create_session(SessionSpec())
+            await ledger.append(sid, [append_payloads(message("user", "hi"), 0)])
+            await ledger.stop(sid, StopKind.PAUSED, "pause")
+            await ledger.resume(sid)
+            await ledger.fork(sid, 1, None)
+            return threading.current_thread().name
+        finally:
+            await ledger.close()
+
+    loop_thread = asyncio.run(scenario())
+    # Stop: rebuild + digest; Resume: rebuild; Fork: rebuild + digest.
+    assert [step for step, _, _ in seen] == ["rebuild", "digest", "rebuild", "rebuild", "digest"]
+    assert all(thread != loop_thread and thread.startswith("rollout-io") for _, thread, _ in seen), seen
+    assert not any(enabled for _, _, enabled in seen), seen
+    assert gc.isenabled()
