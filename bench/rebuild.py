@@ -6,13 +6,20 @@ reasoning before assistant messages, events and turn contexts, ending with a
 checkpoint and a stop record), reads it into memory once, then per round times
 
 * raw: ``data.split(b"\\n")`` and ``orjson.loads`` of every line, nothing else;
-* rebuild: ``shared.rebuild.rebuild(data)``;
+* rebuild: ``shared.rebuild.rebuild(data)`` as the services call it: under
+  ``shared.rebuild.collector_paused()``, held until the result is released (the
+  release is timed too, as raw's is);
 
 alternating which goes first. Prints both rates in MB/s (medians over
 ``--rounds``) and the median ratio rebuild/raw; the target is rebuild/raw >= 0.7.
-For information it also times ``shared.rebuild_index.index_rebuild(path)`` (the
-bounded-memory rebuild of StreamReplay, reading the file in chunks; the file is
-in the page cache).
+For information it also times
+
+* bare rebuild: ``rebuild(data)`` alone, its result released after the clock
+  stops; the collector, back on, walks the whole result at the first allocation
+  after the call, inside the timing (what the pause spares the services);
+* keep: raw, also keeping every message payload, under the same pause;
+* ``shared.rebuild_index.index_rebuild(path)``: the bounded-memory rebuild of
+  StreamReplay, reading the file in chunks (the file is in the page cache).
 
     .venv/bin/python bench/rebuild.py [--size-mb 100] [--rounds 5] [--check]
 
@@ -26,6 +33,7 @@ import argparse
 import gc
 import shlex
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -35,10 +43,10 @@ from functools import partial
 from pathlib import Path
 
 import orjson
-from _support import MB, HelpFormatter, SessionInfo, write_session
+from _support import MB, REPO, HelpFormatter, SessionInfo, write_session
 
 from shared.digest import digest
-from shared.rebuild import rebuild
+from shared.rebuild import collector_paused, rebuild
 from shared.rebuild_index import index_rebuild
 
 TARGET_RATIO = 0.7
@@ -54,17 +62,29 @@ def raw_parse(data: bytes) -> int:
     return len(lines)
 
 
+def rebuild_as_served(data: bytes) -> int:
+    """Rebuild and release under one collector pause, as every service caller does; returns the message count."""
+    with collector_paused():
+        found = rebuild(data)
+        count = len(found.messages)
+        del found
+    return count
+
+
 def keep_messages(data: bytes) -> int:
     """Information only: the baseline, also keeping every message payload (what a rebuild returns)."""
-    loads = orjson.loads
-    lines = data.split(b"\n")
-    lines.pop()
-    kept = []
-    for line in lines:
-        record = loads(line)
-        if record["type"] == "message":
-            kept.append(record["payload"])
-    return len(kept)
+    with collector_paused():
+        loads = orjson.loads
+        lines = data.split(b"\n")
+        lines.pop()
+        kept = []
+        for line in lines:
+            record = loads(line)
+            if record["type"] == "message":
+                kept.append(record["payload"])
+        count = len(kept)
+        del kept
+    return count
 
 
 @dataclass(frozen=True)
@@ -87,6 +107,41 @@ def timed(function: Callable[[], object]) -> Timing:
     cpu, wall = time.thread_time(), time.perf_counter()
     function()
     return Timing(time.thread_time() - cpu, time.perf_counter() - wall)
+
+
+_PEAK_RSS_CHILD = """
+import re, sys
+from pathlib import Path
+from shared.rebuild import collector_paused, rebuild
+data = Path(sys.argv[1]).read_bytes()
+if sys.argv[2] == "rebuild":
+    with collector_paused():
+        found = rebuild(data)
+        del found
+print(re.search(r"VmHWM:\\s+(\\d+) kB", Path("/proc/self/status").read_text()).group(1))
+"""
+
+
+def rebuild_peak_rss_kib(path: Path) -> int:
+    """Peak RSS (KiB) that one rebuild as served adds to a process holding the file's bytes.
+
+    Two fresh child processes: one only reads the file, the other also rebuilds it;
+    each reports its ``VmHWM`` (ru_maxrss would carry over this process's peak
+    across fork and exec).
+    """
+    peaks = [
+        int(
+            subprocess.run(
+                [sys.executable, "-c", _PEAK_RSS_CHILD, str(path), what],
+                cwd=REPO,
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
+        )
+        for what in ("read", "rebuild")
+    ]
+    return peaks[1] - peaks[0]
 
 
 def check_rebuild(info: SessionInfo, data: bytes, path: Path) -> str | None:
@@ -119,7 +174,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     print("command:", shlex.join(sys.orig_argv))
-    times: dict[str, list[Timing]] = {"raw": [], "rebuild": [], "keep": [], "index_rebuild": []}
+    times: dict[str, list[Timing]] = {
+        name: [] for name in ("raw", "rebuild", "bare", "keep", "index_rebuild")
+    }
     with tempfile.TemporaryDirectory(prefix="rollout-bench-rebuild-", dir="/tmp") as tmp:
         started = time.perf_counter()
         info = write_session(Path(tmp), target_bytes=int(args.size_mb * MB))
@@ -133,15 +190,20 @@ def main(argv: list[str] | None = None) -> int:
         if problem is not None:
             print(f"rebuild check failed: {problem}")
             return 2
+        print(
+            f"peak memory: one rebuild as served adds {rebuild_peak_rss_kib(info.path) / 1024:.0f} MiB of RSS"
+            f" to a process holding the file's {info.bytes / MB:.0f} MB"
+        )
         subjects: dict[str, Callable[[], object]] = {
             "raw": partial(raw_parse, data),
-            "rebuild": partial(rebuild, data),
+            "rebuild": partial(rebuild_as_served, data),
+            "bare": partial(rebuild, data),
             "keep": partial(keep_messages, data),
             "index_rebuild": partial(index_rebuild, info.path),
         }
         mb = info.bytes / MB
         for number in range(1, args.rounds + 1):
-            order = list(subjects) if number % 2 else ["rebuild", "raw", "index_rebuild", "keep"]
+            order = list(subjects) if number % 2 else list(reversed(subjects))
             for name in order:
                 times[name].append(timed(subjects[name]))
             if args.rounds > 1:
@@ -161,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"rates in MB/s ({note}):                     CPU     wall")
     for label, name in (
         ("raw (split + orjson.loads per line)", "raw"),
-        ("rebuild (shared.rebuild.rebuild)", "rebuild"),
+        ("rebuild (shared.rebuild.rebuild, as served)", "rebuild"),
+        ("info: bare rebuild (collector walks result)", "bare"),
         ("info: raw + keep message payloads", "keep"),
         ("info: index_rebuild (file, bounded memory)", "index_rebuild"),
     ):
@@ -169,6 +232,9 @@ def main(argv: list[str] | None = None) -> int:
     cpu_ratio = ratio("rebuild")
     print(
         f"ratio rebuild/raw: {cpu_ratio:.3f} on CPU time, {ratio('rebuild', 'wall'):.3f} on wall time ({note})"
+    )
+    print(
+        f"info: ratio bare/raw {ratio('bare'):.3f} on CPU time (rebuild with the collector walking its result)"
     )
     print(f"info: ratio keep/raw {ratio('keep'):.3f} on CPU time (parsing plus keeping the payloads alone)")
     holds = cpu_ratio >= TARGET_RATIO
