@@ -15,6 +15,7 @@ import asyncio
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from shared.digest import digest
@@ -178,25 +179,54 @@ async def fork_session(
     if source is not None:
         await source.committer.drain()
     _, path = ledger.root.locate(source_id)
-    data = await asyncio.get_running_loop().run_in_executor(ledger._executor, path.read_bytes)
+    plan = await asyncio.get_running_loop().run_in_executor(
+        ledger._executor, _plan_fork, path, source_id, at_seq, before_user_message
+    )
+    await ledger._publish(
+        plan.session_id, plan.name, plan.body, plan.meta, next_seq=plan.seq + 2, call_ids=plan.call_ids
+    )
+    log.info("forked %s at seq %d into %s", source_id, plan.seq, plan.session_id)
+    return ForkResult(plan.session_id, plan.seq, plan.digest, plan.seq + 2)
+
+
+@dataclass(frozen=True, slots=True)
+class _ForkPlan:
+    """A fork ready to publish: the new session's id, file name, bytes and ``session_meta``."""
+
+    session_id: str
+    name: str
+    body: bytes
+    meta: dict[str, Any]
+    seq: int
+    digest: str
+    call_ids: set[str]
+
+
+def _plan_fork(path: Path, source_id: str, at_seq: int | None, before_user_message: int | None) -> _ForkPlan:
+    """Read the source, find and check the fork point, rebuild the prefix and build the new file.
+
+    Runs on an I/O thread: every step reads or copies the whole source (about 1 s
+    per 150 MB). Raises what :func:`fork_session` documents, and OSError when the
+    source cannot be read.
+    """
+    data = path.read_bytes()
     cut = find_fork_point(data, at_seq, before_user_message)
     prefix = data[: cut.end_offset]
-    found = await asyncio.get_running_loop().run_in_executor(ledger._executor, rebuilt_facts, prefix, True)
+    found = rebuilt_facts(prefix, True)
     refuse_damage(found.damage, path.name, "fork")
-    meta = dict(found.session_meta or {})
     check_fork_keeps_pairs(data, cut, found.unanswered_call_ids)
-    fork_digest = found.digest
     session_id = new_session_id()
     created = datetime.now(UTC)
+    meta = dict(found.session_meta or {})
     meta.update(
         session_id=session_id,
         created_at=format_timestamp(created),
-        forked_from={"session_id": source_id, "seq": cut.seq, "digest": fork_digest},
+        forked_from={"session_id": source_id, "seq": cut.seq, "digest": found.digest},
     )
     ts = now_timestamp()
     event = {
         "kind": "forked",
-        "body": {"source_session_id": source_id, "seq": cut.seq, "digest": fork_digest},
+        "body": {"source_session_id": source_id, "seq": cut.seq, "digest": found.digest},
     }
     body = (
         encode_line(0, ts, RecordType.SESSION_META, meta)
@@ -204,6 +234,4 @@ async def fork_session(
         + encode_line(cut.seq + 1, ts, RecordType.EVENT, event)
     )
     name = build_file_name(created, session_id, str(meta.get("agent_name", "")))
-    await ledger._publish(session_id, name, body, meta, next_seq=cut.seq + 2, call_ids=found.call_ids)
-    log.info("forked %s at seq %d into %s", source_id, cut.seq, session_id)
-    return ForkResult(session_id, cut.seq, fork_digest, cut.seq + 2)
+    return _ForkPlan(session_id, name, body, meta, cut.seq, found.digest, found.call_ids)

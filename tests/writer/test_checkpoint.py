@@ -7,6 +7,7 @@ import gc
 import importlib
 import threading
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -166,8 +167,9 @@ def test_checkpoint_digest_equals_a_fresh_rebuild_of_the_file(data_dir) -> None:
 def test_stop_resume_and_fork_rebuild_on_an_io_thread_under_the_collector_pause(
     data_dir, monkeypatch
 ) -> None:
-    """The whole-file rebuilds of Stop, Resume and Fork never run on the event loop (where they
-    would hold up every other session's appends), and run with the collector paused."""
+    """The whole-file work of Stop, Resume and Fork (rebuild, digest, finding and checking the
+    fork point) never runs on the event loop, where it would hold up every other session's
+    appends; the rebuild and digest run with the collector paused."""
     seen: list[tuple[str, str, bool]] = []
     real_rebuild, real_digest = writer_service.branching.rebuild, writer_service.branching.digest
 
@@ -181,6 +183,14 @@ def test_stop_resume_and_fork_rebuild_on_an_io_thread_under_the_collector_pause(
 
     monkeypatch.setattr(writer_service.branching, "rebuild", spying_rebuild)
     monkeypatch.setattr(writer_service.branching, "digest", spying_digest)
+    for name in ("find_fork_point", "check_fork_keeps_pairs"):
+        real = getattr(writer_service.branching, name)
+
+        def spying(*args: object, _name: str = name, _real: Any = real) -> Any:
+            seen.append((_name, threading.current_thread().name, False))
+            return _real(*args)
+
+        monkeypatch.setattr(writer_service.branching, name, spying)
 
     async def scenario() -> str:
         ledger = SessionLedger(WriterConfig(data_dir=data_dir))
@@ -195,8 +205,16 @@ def test_stop_resume_and_fork_rebuild_on_an_io_thread_under_the_collector_pause(
             await ledger.close()
 
     loop_thread = asyncio.run(scenario())
-    # Stop: rebuild + digest; Resume: rebuild; Fork: rebuild + digest.
-    assert [step for step, _, _ in seen] == ["rebuild", "digest", "rebuild", "rebuild", "digest"]
+    # Stop: rebuild + digest; Resume: rebuild; Fork: find the point, rebuild + digest, check pairs.
+    assert [step for step, _, _ in seen] == [
+        "rebuild",
+        "digest",
+        "rebuild",
+        "find_fork_point",
+        "rebuild",
+        "digest",
+        "check_fork_keeps_pairs",
+    ]
     assert all(thread != loop_thread and thread.startswith("rollout-io") for _, thread, _ in seen), seen
     assert not any(enabled for _, _, enabled in seen), seen
     assert gc.isenabled()
