@@ -152,9 +152,11 @@ _SESSION_META = RecordType.SESSION_META.value
 #: the copies of a large file's lines never all exist at once.
 SPLIT_BYTES = 1024 * 1024
 
-#: Longest the cyclic collector stays paused by overlapping rebuilds (seconds) before the
-#: pause that ends next runs one full collection; see :func:`collector_paused`.
+#: Longest the cyclic collector stays paused (seconds) before a watchdog thread runs one
+#: full collection, and again every as long while the pause lasts; see :func:`collector_paused`.
 MAX_COLLECTOR_PAUSE_S = 10.0
+#: How often that watchdog looks (seconds).
+_WATCH_INTERVAL_S = 0.5
 
 
 class _CollectorPause:
@@ -163,7 +165,23 @@ class _CollectorPause:
     lock = threading.Lock()
     depth = 0
     resume = False  # was the collector enabled when the outermost pause began
-    since = 0.0  # time.monotonic() of the last (re)start of the pause
+    since = 0.0  # time.monotonic() of the pause's start or of the watchdog's last collection
+    watchdog: threading.Thread | None = None
+
+
+def _watch_collector_pause() -> None:
+    """Daemon thread: while a pause has kept the collector off too long, collect (never returns)."""
+    pause = _CollectorPause
+    while True:
+        time.sleep(_WATCH_INTERVAL_S)
+        with pause.lock:
+            overdue = (
+                pause.depth > 0 and pause.resume and time.monotonic() - pause.since > MAX_COLLECTOR_PAUSE_S
+            )
+            if overdue:
+                pause.since = time.monotonic()
+        if overdue:
+            gc.collect()
 
 
 @contextmanager
@@ -171,18 +189,22 @@ def collector_paused() -> Iterator[None]:
     """Pause CPython's cyclic garbage collector for a rebuild and the use of its result.
 
     A rebuild keeps hundreds of thousands of parsed payloads, none in a reference
-    cycle. Left running, the collector re-walks them while they are built, and once
-    more at the first allocation after it is re-enabled: about a third of a 100 MB
-    rebuild's CPU time (bench/rebuild.py prints both). Callers therefore hold the
-    pause over the rebuild, over everything that reads its result, and over the
-    release of that result, so the collector never sees those objects.
+    cycle. With the collector running, each collection during the rebuild re-walks
+    all of them, and the first one after it walks them all once more: that last
+    walk alone is 5-10 % of a 100 MB rebuild's CPU time (bench/rebuild.py prints
+    both). Callers therefore hold the pause over the rebuild, over everything that
+    reads its result, and over the release of that result, so the collector never
+    sees those objects. Hold it in straight-line code only, never across a
+    ``yield`` or an ``await``.
 
-    Thread-safe and nestable: the collector comes back (if it was enabled when the
-    first pause began) when the last pause ends. Under load, pauses of several
-    threads can overlap without a gap; when the collector has been paused for over
-    :data:`MAX_COLLECTOR_PAUSE_S` seconds, the pause that ends next runs one full
-    collection, so garbage in reference cycles never waits longer than that. The
-    pause changes speed only, never a result.
+    Thread-safe and nestable: the collector comes back, if it was enabled when the
+    outermost pause began (the state is sampled then), when the last pause ends.
+    One long pause, or pauses of several threads overlapping without a gap, could
+    keep it off indefinitely; a watchdog thread (started with the first pause) then
+    runs one full collection once the collector has been paused for
+    :data:`MAX_COLLECTOR_PAUSE_S` seconds, and again every as long, so garbage in
+    reference cycles waits at most that long plus half a second. The pause changes
+    speed only, never a result.
     """
     pause = _CollectorPause
     with pause.lock:
@@ -191,20 +213,18 @@ def collector_paused() -> Iterator[None]:
             pause.since = time.monotonic()
             gc.disable()
         pause.depth += 1
-    overdue = False
+        if pause.watchdog is None:
+            pause.watchdog = threading.Thread(
+                target=_watch_collector_pause, name="rollout-collector-watchdog", daemon=True
+            )
+            pause.watchdog.start()
     try:
         yield
     finally:
         with pause.lock:
             pause.depth -= 1
-            if pause.depth == 0:
-                if pause.resume:
-                    gc.enable()
-            elif pause.resume and time.monotonic() - pause.since > MAX_COLLECTOR_PAUSE_S:
-                pause.since = time.monotonic()
-                overdue = True
-        if overdue:
-            gc.collect()
+            if pause.depth == 0 and pause.resume:
+                gc.enable()
 
 
 class _Pairing:
