@@ -213,14 +213,17 @@ class SessionCommitter:
     def submit(self, data: bytes, records: int) -> asyncio.Future[None]:
         """Queue encoded lines (event loop); the future resolves once they are durable.
 
-        The future raises StorageWriteError when the write or fsync fails.
+        The future raises StorageWriteError when the write or fsync fails. Cancelling
+        it (a caller's deadline or disconnect) does not withdraw the lines, which are
+        written anyway: it is a shield over the committer's own future, which
+        :meth:`drain` waits for.
         """
         future: asyncio.Future[None] = self._loop.create_future()
         with self._lock:
             if self._failing:  # its seqs were assigned after a batch that failed: refused with it
                 self._refused.append(_Pending(data, records, future))
                 self._last = future
-                return future
+                return asyncio.shield(future)
             self._queue.append(_Pending(data, records, future))
             self._queued_records += records
             self._last = future
@@ -229,7 +232,7 @@ class SessionCommitter:
             self._more.notify()
         if start:
             self._executor.submit(self._flush_run)
-        return future
+        return asyncio.shield(future)
 
     async def drain(self) -> None:
         """Wait until everything queued so far is written (or has failed)."""

@@ -481,10 +481,14 @@ class SessionLedger:
             lines = encode_line(checkpoint_seq, ts, RecordType.AGENT_CHECKPOINT, checkpoint)
             lines += encode_line(checkpoint_seq + 1, ts, RecordType.STOP, stop)
             state.next_seq += 2
-            await state.committer.submit(lines, 2)
+            # Stopped from the moment the lines are queued: a caller cancelled while they
+            # are written must not leave the session open behind its stop record. A failed
+            # write drops this in-memory view (the committer's on_failure), so it cannot lie.
+            durable = state.committer.submit(lines, 2)
             state.stopped_kind = str(kind)
         finally:
             state.busy = ""
+        await durable
         log.info(
             "stopped %s (%s) at seq %d: %d messages, %s",
             session_id,

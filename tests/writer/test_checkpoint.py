@@ -15,6 +15,7 @@ import reader_service.replay
 import writer_service.branching
 from reader_service.replay import DigestStatus, replay_file
 from rollout.v1 import records_pb2, writer_pb2
+from shared.errors import SessionStateError
 from shared.stop_kinds import StopKind
 from shared.wire import append_payloads
 from writer_service.committer import SessionCommitter
@@ -218,3 +219,89 @@ def test_stop_resume_and_fork_rebuild_on_an_io_thread_under_the_collector_pause(
     assert all(thread != loop_thread and thread.startswith("rollout-io") for _, thread, _ in seen), seen
     assert not any(enabled for _, _, enabled in seen), seen
     assert gc.isenabled()
+
+
+def test_a_stop_cancelled_while_its_lines_are_written_leaves_the_session_stopped(
+    data_dir, monkeypatch
+) -> None:
+    """A Stop whose caller goes away (deadline, disconnect) during the write of its checkpoint and
+    stop lines: the lines are still written, so the session is stopped and the next append is
+    refused, never written after the stop record."""
+    release, writing = threading.Event(), threading.Event()
+    original_write = SessionCommitter._write
+
+    def slow_write(self: SessionCommitter, data: bytes) -> None:
+        if b'"type":"stop"' in data:
+            writing.set()
+            assert release.wait(10)
+        original_write(self, data)
+
+    monkeypatch.setattr(SessionCommitter, "_write", slow_write)
+
+    async def scenario() -> tuple[Path, str]:
+        ledger = SessionLedger(WriterConfig(data_dir=data_dir))
+        try:
+            sid, _ = await ledger.create_session(SessionSpec())
+            await ledger.append(sid, [append_payloads(message("user", "hi"), 0)])
+            stopping = asyncio.ensure_future(ledger.stop(sid, StopKind.PAUSED, "pause"))
+            while not writing.is_set():
+                await asyncio.sleep(0.01)
+            stopping.cancel()
+            release.set()
+            await ledger._sessions[sid].committer.drain()
+            try:
+                await ledger.append(sid, [append_payloads(message("user", "after"), 0)])
+            except SessionStateError as exc:
+                refusal = str(exc)
+            else:
+                refusal = "accepted"
+            return ledger.root.locate(sid)[1], refusal
+        finally:
+            release.set()
+            await ledger.close()
+
+    path, refusal = asyncio.run(scenario())
+    assert refusal.startswith("session is stopped (paused)")
+    assert [record["type"] for record in records_of(path)][-2:] == ["agent_checkpoint", "stop"]
+
+
+def test_a_stop_after_a_cancelled_append_still_waits_for_that_append_to_be_written(
+    data_dir, monkeypatch
+) -> None:
+    """An Append whose caller goes away while its batch is written is still written (its seq is
+    taken); a Stop right after must wait for that batch, or its checkpoint would cover a seq it
+    never read and the session would not verify."""
+    release, writing = threading.Event(), threading.Event()
+    original_write = SessionCommitter._write
+
+    def slow_write(self: SessionCommitter, data: bytes) -> None:
+        if b"cancelled-caller" in data:
+            writing.set()
+            assert release.wait(10)
+        original_write(self, data)
+
+    monkeypatch.setattr(SessionCommitter, "_write", slow_write)
+
+    async def scenario() -> Path:
+        ledger = SessionLedger(WriterConfig(data_dir=data_dir))
+        try:
+            sid, _ = await ledger.create_session(SessionSpec())
+            appending = asyncio.ensure_future(
+                ledger.append(sid, [append_payloads(message("user", "cancelled-caller"), 0)])
+            )
+            while not writing.is_set():
+                await asyncio.sleep(0.01)
+            appending.cancel()
+            stopping = asyncio.ensure_future(ledger.stop(sid, StopKind.PAUSED, "pause"))
+            await asyncio.sleep(0.2)
+            release.set()
+            await stopping
+            return ledger.root.locate(sid)[1]
+        finally:
+            release.set()
+            await ledger.close()
+
+    path = asyncio.run(scenario())
+    replay = replay_file(path)
+    assert [m["content"] for m in replay.rebuilt.messages] == ["cancelled-caller"]
+    assert replay.digest_status is DigestStatus.VERIFIED
