@@ -2,16 +2,20 @@
 
 ``async with status_mapping(context, "Append"):`` around a handler body turns a
 :class:`shared.errors.LedgerError` into its canonical status with google.rpc
-rich details (BadRequest field violations, PreconditionFailure), and any other
+rich details (BadRequest field violations, PreconditionFailure), an OSError
+(a session file that cannot be read) into NOT_FOUND or UNAVAILABLE, and any other
 exception into INTERNAL with a short message: a client never sees a traceback.
 The table is in :mod:`shared.errors`.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -105,13 +109,35 @@ def rich_status(code: grpc.StatusCode, message: str, details: list[Message]) -> 
     return rpc_status.to_status(status)
 
 
+def _file_error_status(error: OSError, rpc: str) -> grpc.Status:
+    """NOT_FOUND for a session file that vanished, UNAVAILABLE (+ ErrorInfo errno) for any other."""
+    name = Path(os.fsdecode(error.filename)).name if error.filename else "a session file"
+    if isinstance(error, FileNotFoundError):
+        return rich_status(
+            grpc.StatusCode.NOT_FOUND,
+            f"{rpc}: session file {name} is gone (moved or deleted outside the ledger)",
+            [],
+        )
+    info = error_details_pb2.ErrorInfo(
+        reason=errno.errorcode.get(error.errno or 0, "READ_FAILED"),
+        domain="rollout-ledger",
+        metadata={"operation": "read"},
+    )
+    return rich_status(
+        grpc.StatusCode.UNAVAILABLE,
+        f"{rpc}: reading {name} failed ({error.strerror or error}); check the data folder, then retry",
+        [info],
+    )
+
+
 @asynccontextmanager
 async def status_mapping(
     context: grpc.aio.ServicerContext, rpc: str, prefix: str = ""
 ) -> AsyncIterator[None]:
     """Abort the RPC with the canonical status of any error raised in the block.
 
-    ``prefix`` is put before the error text (e.g. the position of a request in a
+    An OSError (a session file that cannot be read) becomes NOT_FOUND when the file
+    is gone, else UNAVAILABLE with an ``ErrorInfo`` naming the errno. ``prefix`` is put before the error text (e.g. the position of a request in a
     stream). Aborting raises inside gRPC, ending the handler.
     """
     try:
@@ -121,6 +147,9 @@ async def status_mapping(
         await context.abort_with_status(rich_status(code, message, details))
     except grpc.aio.AbortError:
         raise
+    except OSError as error:  # reading a session file (writes raise StorageWriteError)
+        log.exception("%s: file system error", rpc)
+        await context.abort_with_status(_file_error_status(error, rpc))
     except Exception:
         log.exception("%s failed unexpectedly", rpc)
         await context.abort_with_status(

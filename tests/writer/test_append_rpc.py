@@ -137,6 +137,37 @@ def test_unknown_session_is_not_found(writer, reader) -> None:
         assert missing in caught.value.details()
 
 
+def test_a_session_file_that_cannot_be_read_gets_a_precise_status(writer, reader, data_dir) -> None:
+    """A session file deleted outside the ledger answers NOT_FOUND; one that cannot be read (here a
+    directory in its place) answers UNAVAILABLE with ErrorInfo naming the errno; never INTERNAL."""
+    gone = writer.CreateSession(writer_pb2.CreateSessionRequest()).session_id
+    writer.Append(writer_pb2.AppendRequest(session_id=gone, records=[user("x")]))
+    unreadable = writer.CreateSession(writer_pb2.CreateSessionRequest()).session_id
+    (gone_file,) = data_dir.rglob(f"*{gone}*.jsonl")
+    (unreadable_file,) = data_dir.rglob(f"*{unreadable}*.jsonl")
+    gone_file.unlink()
+    unreadable_file.unlink()
+    unreadable_file.mkdir()
+
+    with pytest.raises(grpc.RpcError) as caught:
+        writer.Stop(writer_pb2.StopRequest(session_id=gone, stop_kind=records_pb2.STOP_KIND_PAUSED))
+    assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+    assert f"session file {gone_file.name} is gone" in caught.value.details()
+
+    for call in (
+        lambda: reader.GetReplay(reader_pb2.ReplayRequest(session_id=unreadable)),
+        lambda: reader.GetMemoryView(reader_pb2.MemoryViewRequest(session_id=unreadable)),
+    ):
+        with pytest.raises(grpc.RpcError) as caught:
+            call()
+        assert caught.value.code() == grpc.StatusCode.UNAVAILABLE, caught.value.details()
+        assert f"reading {unreadable_file.name} failed (Is a directory)" in caught.value.details()
+        (detail,) = rpc_status.from_call(caught.value).details
+        info = error_details_pb2.ErrorInfo()
+        assert detail.Unpack(info)
+        assert (info.reason, info.metadata["operation"]) == ("EISDIR", "read")
+
+
 def test_malformed_session_id_is_invalid_argument(writer) -> None:
     """A session id that is not a lowercase UUID is INVALID_ARGUMENT, not NOT_FOUND."""
     with pytest.raises(grpc.RpcError) as caught:
