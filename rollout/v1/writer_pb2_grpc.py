@@ -136,8 +136,8 @@ class RolloutWriterServicer:
         and closes only calls still unanswered; resuming twice adds nothing twice.
         Eligibility is default-deny, as in GetStopFacts: only paused, cancelled and
         legacy stops without a kind re-open without `force`.
-        FAILED_PRECONDITION: not replayable as-is (the message gives the reason),
-        or a Stop/Resume of the session is in progress.
+        FAILED_PRECONDITION: not replayable as-is (the message gives the reason).
+        ABORTED: a Stop or Resume of the session is in progress; retry.
         NOT_FOUND: unknown session. UNAVAILABLE: the write failed.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
