@@ -69,19 +69,26 @@ def test_a_collector_disabled_beforehand_stays_disabled() -> None:
     assert not gc.isenabled()
 
 
+class _Node:
+    """An object that can point at itself."""
+
+    link: _Node | None = None
+
+
+def _unreachable_cycle() -> weakref.ref[_Node]:
+    """A weak reference to an object kept alive only by a reference cycle (only the collector frees it)."""
+    node = _Node()
+    node.link = node
+    return weakref.ref(node)
+
+
 def test_a_pause_held_too_long_still_lets_reference_cycles_be_collected(monkeypatch) -> None:
     """One pause held past MAX_COLLECTOR_PAUSE_S: the watchdog collects a reference cycle made
     meanwhile, while the pause is still held (and the collector stays paused)."""
     monkeypatch.setattr(rebuild_module, "MAX_COLLECTOR_PAUSE_S", 0.2)
 
-    class Node:
-        pass
-
     with collector_paused():
-        cycle = Node()
-        cycle.self = cycle  # type: ignore[attr-defined]
-        alive = weakref.ref(cycle)
-        del cycle
+        alive = _unreachable_cycle()
         deadline = time.monotonic() + 10
         while alive() is not None and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -94,14 +101,8 @@ def test_a_short_pause_leaves_reference_cycles_to_the_collector_afterwards() -> 
     """Under the bound, the watchdog does nothing: a cycle made in a short pause is still there
     when the pause ends (the bound test above is not passing by accident)."""
 
-    class Node:
-        pass
-
     with collector_paused():
-        cycle = Node()
-        cycle.self = cycle  # type: ignore[attr-defined]
-        alive = weakref.ref(cycle)
-        del cycle
+        alive = _unreachable_cycle()
         time.sleep(1.2)  # more than two watchdog looks
         assert alive() is not None
     gc.collect()

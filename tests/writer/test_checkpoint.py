@@ -221,22 +221,29 @@ def test_stop_resume_and_fork_rebuild_on_an_io_thread_under_the_collector_pause(
     assert gc.isenabled()
 
 
+def hold_writes_containing(marker: bytes, monkeypatch) -> tuple[threading.Event, threading.Event]:
+    """Make the writes of batches holding ``marker`` wait: returns (writing, release) events,
+    set once such a write has begun, and to be set to let it go on."""
+    writing, release = threading.Event(), threading.Event()
+    original_write = SessionCommitter._write
+
+    def held_write(self: SessionCommitter, data: bytes) -> None:
+        if marker in data:
+            writing.set()
+            assert release.wait(10)
+        original_write(self, data)
+
+    monkeypatch.setattr(SessionCommitter, "_write", held_write)
+    return writing, release
+
+
 def test_a_stop_cancelled_while_its_lines_are_written_leaves_the_session_stopped(
     data_dir, monkeypatch
 ) -> None:
     """A Stop whose caller goes away (deadline, disconnect) during the write of its checkpoint and
     stop lines: the lines are still written, so the session is stopped and the next append is
     refused, never written after the stop record."""
-    release, writing = threading.Event(), threading.Event()
-    original_write = SessionCommitter._write
-
-    def slow_write(self: SessionCommitter, data: bytes) -> None:
-        if b'"type":"stop"' in data:
-            writing.set()
-            assert release.wait(10)
-        original_write(self, data)
-
-    monkeypatch.setattr(SessionCommitter, "_write", slow_write)
+    writing, release = hold_writes_containing(b'"type":"stop"', monkeypatch)
 
     async def scenario() -> tuple[Path, str]:
         ledger = SessionLedger(WriterConfig(data_dir=data_dir))
@@ -271,16 +278,7 @@ def test_a_stop_after_a_cancelled_append_still_waits_for_that_append_to_be_writt
     """An Append whose caller goes away while its batch is written is still written (its seq is
     taken); a Stop right after must wait for that batch, or its checkpoint would cover a seq it
     never read and the session would not verify."""
-    release, writing = threading.Event(), threading.Event()
-    original_write = SessionCommitter._write
-
-    def slow_write(self: SessionCommitter, data: bytes) -> None:
-        if b"cancelled-caller" in data:
-            writing.set()
-            assert release.wait(10)
-        original_write(self, data)
-
-    monkeypatch.setattr(SessionCommitter, "_write", slow_write)
+    writing, release = hold_writes_containing(b"cancelled-caller", monkeypatch)
 
     async def scenario() -> Path:
         ledger = SessionLedger(WriterConfig(data_dir=data_dir))
