@@ -24,6 +24,8 @@ The services translate these in one place each (``writer_service/server.py`` and
 
 from __future__ import annotations
 
+import errno
+
 
 class LedgerError(Exception):
     """Base class of every error the ledger raises on purpose."""
@@ -120,3 +122,14 @@ class StorageWriteError(LedgerError):
     @property
     def disk_full(self) -> bool:
         return self.errno_name in ("ENOSPC", "EDQUOT")
+
+
+def storage_error(exc: OSError, operation: str, what: str) -> StorageWriteError:
+    """A StorageWriteError naming the errno and operation (``read``, ``write``, ``fsync``, ...) of a failed
+    file operation; ``what`` says what was being done ('creating session file X')."""
+    name = errno.errorcode.get(exc.errno or 0, "")
+    return StorageWriteError(
+        f"{what} failed ({operation} failed: {exc.strerror or exc}); nothing was kept; retry once storage recovers",
+        errno_name=name,
+        operation=operation,
+    )

@@ -10,7 +10,6 @@ The table is in :mod:`shared.errors`.
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 from collections.abc import AsyncIterator, Callable
@@ -37,6 +36,7 @@ from shared.errors import (
     SessionNotFoundError,
     SessionStateError,
     StorageWriteError,
+    storage_error,
 )
 
 log = logging.getLogger(__name__)
@@ -109,25 +109,17 @@ def rich_status(code: grpc.StatusCode, message: str, details: list[Message]) -> 
     return rpc_status.to_status(status)
 
 
-def _file_error_status(error: OSError, rpc: str) -> grpc.Status:
-    """NOT_FOUND for a session file that vanished, UNAVAILABLE (+ ErrorInfo errno) for any other."""
+def _file_error_status(error: OSError, rpc: str, prefix: str) -> grpc.Status:
+    """NOT_FOUND for a session file that vanished; any other error reading one is mapped as
+    :func:`shared.errors.storage_error` (operation ``read``; UNAVAILABLE + ErrorInfo errno)."""
     name = Path(os.fsdecode(error.filename)).name if error.filename else "a session file"
     if isinstance(error, FileNotFoundError):
         return rich_status(
             grpc.StatusCode.NOT_FOUND,
-            f"{rpc}: session file {name} is gone (moved or deleted outside the ledger)",
+            f"{prefix}{rpc}: session file {name} is gone (moved or deleted outside the ledger)",
             [],
         )
-    info = error_details_pb2.ErrorInfo(
-        reason=errno.errorcode.get(error.errno or 0, "READ_FAILED"),
-        domain="rollout-ledger",
-        metadata={"operation": "read"},
-    )
-    return rich_status(
-        grpc.StatusCode.UNAVAILABLE,
-        f"{rpc}: reading {name} failed ({error.strerror or error}); check the data folder, then retry",
-        [info],
-    )
+    return rich_status(*_status_of(storage_error(error, "read", f"{rpc}: reading {name}"), prefix))
 
 
 @asynccontextmanager
@@ -137,8 +129,9 @@ async def status_mapping(
     """Abort the RPC with the canonical status of any error raised in the block.
 
     An OSError (a session file that cannot be read) becomes NOT_FOUND when the file
-    is gone, else UNAVAILABLE with an ``ErrorInfo`` naming the errno. ``prefix`` is put before the error text (e.g. the position of a request in a
-    stream). Aborting raises inside gRPC, ending the handler.
+    is gone, else UNAVAILABLE with an ``ErrorInfo`` naming the errno. ``prefix`` is
+    put before the error text (e.g. the position of a request in a stream).
+    Aborting raises inside gRPC, ending the handler.
     """
     try:
         yield
@@ -149,7 +142,7 @@ async def status_mapping(
         raise
     except OSError as error:  # reading a session file (writes raise StorageWriteError)
         log.exception("%s: file system error", rpc)
-        await context.abort_with_status(_file_error_status(error, rpc))
+        await context.abort_with_status(_file_error_status(error, rpc, prefix))
     except Exception:
         log.exception("%s failed unexpectedly", rpc)
         await context.abort_with_status(

@@ -9,12 +9,11 @@ crash leaves at most a temporary file, which start-up removes
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 from pathlib import Path
 
-from shared.errors import SessionExistsError, StorageWriteError
+from shared.errors import SessionExistsError, storage_error
 
 log = logging.getLogger(__name__)
 
@@ -35,16 +34,6 @@ def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
-
-
-def storage_error(exc: OSError, operation: str, what: str) -> StorageWriteError:
-    """A StorageWriteError naming the errno and operation of a failed file operation."""
-    name = errno.errorcode.get(exc.errno or 0, "")
-    return StorageWriteError(
-        f"{what} failed ({operation} failed: {exc.strerror or exc}); nothing was kept; retry once storage recovers",
-        errno_name=name,
-        operation=operation,
-    )
 
 
 def create_file(path: Path, data: bytes, session_id: str) -> int:

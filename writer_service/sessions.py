@@ -37,6 +37,7 @@ from shared.errors import (
     SessionExistsError,
     SessionNotFoundError,
     SessionStateError,
+    storage_error,
 )
 from shared.layout import DELEGATION_ID_MAX_BYTES, DataRoot
 from shared.naming import (
@@ -68,7 +69,7 @@ from writer_service.branching import (
     resume_session,
 )
 from writer_service.committer import CommitConfig, SessionCommitter, StorageHealth
-from writer_service.files import create_file, create_marker, storage_error
+from writer_service.files import create_file, create_marker
 from writer_service.idempotency import RememberedAppend, RequestMemory, fingerprint
 from writer_service.recovery import repair_torn_tail
 

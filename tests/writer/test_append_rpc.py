@@ -161,7 +161,9 @@ def test_a_session_file_that_cannot_be_read_gets_a_precise_status(writer, reader
         with pytest.raises(grpc.RpcError) as caught:
             call()
         assert caught.value.code() == grpc.StatusCode.UNAVAILABLE, caught.value.details()
-        assert f"reading {unreadable_file.name} failed (Is a directory)" in caught.value.details()
+        assert (
+            f"reading {unreadable_file.name} failed (read failed: Is a directory)" in caught.value.details()
+        )
         (detail,) = rpc_status.from_call(caught.value).details
         info = error_details_pb2.ErrorInfo()
         assert detail.Unpack(info)
