@@ -36,7 +36,7 @@ from reader_service.stop_facts import DEFAULT_TAIL_WINDOW, StopFactsResult, elig
 from rollout.v1 import reader_pb2, reader_pb2_grpc
 from shared.errors import InvalidArgumentError, ReplyTooLargeError
 from shared.layout import DataRoot
-from shared.rebuild import collector_paused
+from shared.rebuild import collector_paused, rebuild
 from shared.records import parse_timestamp
 from shared.status import add_servicer, bind, status_mapping
 from shared.wire import checkpoint_to_proto, degraded_to_proto, message_from_payload
@@ -159,11 +159,14 @@ def _replay_response(
 def _memory_view_response(
     session_id: str, path: Path, request: reader_pb2.MemoryViewRequest
 ) -> reader_pb2.MemoryViewResponse:
-    """Read, rebuild and answer one GetMemoryView (I/O thread), like :func:`_replay_response`."""
+    """Read, rebuild and answer one GetMemoryView (I/O thread), like :func:`_replay_response`.
+
+    The view needs the messages only: no digest, no token estimate.
+    """
     with collector_paused():
-        result = replay_file(path)
+        rebuilt = rebuild(path.read_bytes())
         view = memory_view(
-            result.rebuilt.messages,
+            rebuilt.messages,
             request.max_tool_output_chars or DEFAULT_MAX_TOOL_OUTPUT_CHARS,
             request.max_reasoning_chars or DEFAULT_MAX_REASONING_CHARS,
         )
@@ -174,7 +177,7 @@ def _memory_view_response(
             truncated_tool_outputs=view.truncated_tool_outputs,
             shortened_reasoning=view.shortened_reasoning,
         )
-        del result, view
+        del rebuilt, view
     return response
 
 
