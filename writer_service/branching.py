@@ -114,11 +114,11 @@ async def resume_session(ledger: SessionLedger, session_id: str, force: bool = F
     """
     state = await ledger._open(session_id)
     ledger._refuse_if_busy(state)
+    if state.stopped_kind is not None and not force:
+        _check_resumable(state)  # from the in-memory stop kind: a refusal reads no file
     state.busy = "Resume"
     try:
         found = await ledger._exclusive_rebuild(state, False)
-        if state.stopped_kind is not None and not force:
-            _check_resumable(state)
         closed = found.unanswered_call_ids
         previous = state.stopped_kind or ""
         ts = now_timestamp()

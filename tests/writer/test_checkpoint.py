@@ -303,3 +303,36 @@ def test_a_stop_after_a_cancelled_append_still_waits_for_that_append_to_be_writt
     replay = replay_file(path)
     assert [m["content"] for m in replay.rebuilt.messages] == ["cancelled-caller"]
     assert replay.digest_status is DigestStatus.VERIFIED
+
+
+def test_a_refused_resume_reads_no_file(data_dir, monkeypatch) -> None:
+    """Resume decides eligibility (default-deny, SPEC §2.8) from the session's stop kind before any
+    whole-file rebuild: a refusal costs no read of the file and writes nothing."""
+    rebuilds: list[int] = []
+    real_rebuild = writer_service.branching.rebuild
+
+    def counting_rebuild(data: bytes, **options: int) -> rebuild_module.Rebuild:
+        rebuilds.append(len(data))
+        return real_rebuild(data, **options)
+
+    monkeypatch.setattr(writer_service.branching, "rebuild", counting_rebuild)
+
+    async def scenario() -> tuple[Path, str]:
+        ledger = SessionLedger(WriterConfig(data_dir=data_dir))
+        try:
+            sid, _ = await ledger.create_session(SessionSpec())
+            await ledger.append(sid, [append_payloads(message("user", "hi"), 0)])
+            await ledger.stop(sid, StopKind.COMPLETED, "done")
+            rebuilds.clear()
+            try:
+                await ledger.resume(sid)
+            except SessionStateError as exc:
+                return ledger.root.locate(sid)[1], str(exc)
+            return ledger.root.locate(sid)[1], "resumed"
+        finally:
+            await ledger.close()
+
+    path, refusal = asyncio.run(scenario())
+    assert refusal.startswith("cannot resume: completed")
+    assert rebuilds == []
+    assert [record["type"] for record in records_of(path)][-1] == "stop"
