@@ -28,6 +28,7 @@ from rollout.v1 import reader_pb2, reader_pb2_grpc, records_pb2, writer_pb2, wri
 from rollout_cli.codex_import import convert_codex
 from shared.status import BindError
 from shared.stop_kinds import StopKind
+from shared.wire import stop_kind_to_proto
 from writer_service.committer import CommitConfig, Durability, SyncCall
 
 DEFAULT_DATA_DIR = "rollout-data"
@@ -326,7 +327,7 @@ def import_codex_file(stub: writer_pb2_grpc.RolloutWriterStub, path: Path, tenan
     stopped = stub.Stop(
         writer_pb2.StopRequest(
             session_id=created.session_id,
-            stop_kind=records_pb2.StopKind.Value("STOP_KIND_" + session.stop_kind.upper()),
+            stop_kind=stop_kind_to_proto(session.stop_kind),
             reason=session.stop_reason,
         )
     )
@@ -584,7 +585,7 @@ def stop_command(session_id: str, writer: str, kind: str, reason: str) -> None:
         "Stop",
         writer_pb2.StopRequest(
             session_id=session_id,
-            stop_kind=records_pb2.StopKind.Value("STOP_KIND_" + kind.upper()),
+            stop_kind=stop_kind_to_proto(kind),
             reason=reason,
         ),
     )

@@ -23,6 +23,7 @@ from rollout.v1 import records_pb2, writer_pb2
 from shared.errors import RecordValidationError
 from shared.rebuild import CheckpointRecord, DegradedEntry
 from shared.records import RecordType
+from shared.stop_kinds import StopKind
 
 _INTEGRAL_LIMIT = 2**53
 
@@ -263,3 +264,22 @@ def checkpoint_to_proto(checkpoint: CheckpointRecord) -> records_pb2.AgentCheckp
         stop_kind=checkpoint.stop_kind,
         seq=checkpoint.seq,
     )
+
+
+def stop_kind_to_proto(kind: str) -> records_pb2.StopKind:
+    """The ``rollout.v1.StopKind`` value of a stop kind ("paused" -> STOP_KIND_PAUSED); ValueError if unknown."""
+    value: records_pb2.StopKind = records_pb2.StopKind.Value("STOP_KIND_" + StopKind(kind).value.upper())
+    return value
+
+
+def stop_kind_from_proto(value: int) -> StopKind:
+    """The stop kind a request names (SPEC §1 vocabulary).
+
+    Raises RecordValidationError (field ``stop_kind``) for UNSPECIFIED or an
+    undeclared number.
+    """
+    if value == records_pb2.STOP_KIND_UNSPECIFIED:
+        raise RecordValidationError(0, "stop_kind", "is unspecified; name why the run stopped")
+    if value not in records_pb2.StopKind.values():
+        raise RecordValidationError(0, "stop_kind", f"{value} is not a declared StopKind value")
+    return StopKind(records_pb2.StopKind.Name(value).removeprefix("STOP_KIND_").lower())

@@ -23,13 +23,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
-from rollout.v1 import records_pb2, writer_pb2, writer_pb2_grpc
+from rollout.v1 import writer_pb2, writer_pb2_grpc
 from shared.errors import RecordValidationError
 from shared.layout import DataRoot
 from shared.records import RecordType
 from shared.status import add_servicer, bind, check_decoded, status_mapping
-from shared.stop_kinds import StopKind
-from shared.wire import append_payloads
+from shared.wire import append_payloads, stop_kind_from_proto
 from writer_service.committer import durable_write_method
 from writer_service.recovery import repair_all
 from writer_service.sessions import SessionLedger, SessionSpec, WriterConfig
@@ -46,15 +45,6 @@ MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 class DataRootLockedError(RuntimeError):
     """Another writer process holds the data root."""
-
-
-def _stop_kind(value: int) -> StopKind:
-    if value == records_pb2.STOP_KIND_UNSPECIFIED:
-        raise RecordValidationError(0, "stop_kind", "is unspecified; name why the run stopped")
-    if value not in records_pb2.StopKind.values():
-        raise RecordValidationError(0, "stop_kind", f"{value} is not a declared StopKind value")
-    name = records_pb2.StopKind.Name(value).removeprefix("STOP_KIND_").lower()
-    return StopKind(name)
 
 
 def request_payloads(
@@ -165,7 +155,7 @@ class RolloutWriterServicer(writer_pb2_grpc.RolloutWriterServicer):
             if request.HasField("error"):
                 error = {"message": request.error.message, "category": request.error.category}
             result = await self.ledger.stop(
-                request.session_id, _stop_kind(request.stop_kind), request.reason, error
+                request.session_id, stop_kind_from_proto(request.stop_kind), request.reason, error
             )
             return writer_pb2.StopResponse(
                 checkpoint_seq=result.checkpoint_seq,

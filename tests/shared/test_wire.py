@@ -11,7 +11,8 @@ from rollout.v1 import records_pb2, writer_pb2
 from shared.errors import RecordValidationError
 from shared.rebuild import rebuild
 from shared.records import RecordType, encode_line
-from shared.wire import append_payloads, message_from_payload
+from shared.stop_kinds import StopKind
+from shared.wire import append_payloads, message_from_payload, stop_kind_from_proto, stop_kind_to_proto
 
 TS = "2026-11-30T10:15:30.123456Z"
 META = {"session_id": "01a22c15-89a6-7d3d-b5b7-165622bd350c", "tenant": "default", "created_at": TS}
@@ -149,3 +150,19 @@ def test_clients_cannot_mark_their_own_outputs_synthetic():
     with pytest.raises(RecordValidationError) as caught:
         append_payloads(writer_pb2.AppendRecord(message=chat), 2)
     assert (caught.value.index, caught.value.field) == (2, "message.synthetic")
+
+
+@pytest.mark.parametrize("kind", list(StopKind), ids=str)
+def test_every_stop_kind_round_trips_through_its_proto_value(kind: StopKind) -> None:
+    """The SPEC §1 stop-kind vocabulary and rollout.v1.StopKind name the same kinds, both ways."""
+    value = stop_kind_to_proto(kind)
+    assert records_pb2.StopKind.Name(value) == f"STOP_KIND_{kind.value.upper()}"
+    assert stop_kind_from_proto(value) is kind
+
+
+@pytest.mark.parametrize("value", [records_pb2.STOP_KIND_UNSPECIFIED, 999])
+def test_an_unspecified_or_undeclared_stop_kind_is_refused(value: int) -> None:
+    """UNSPECIFIED or a number the proto does not declare is an INVALID_ARGUMENT on field stop_kind."""
+    with pytest.raises(RecordValidationError) as caught:
+        stop_kind_from_proto(value)
+    assert caught.value.field == "stop_kind"
