@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -44,7 +43,6 @@ from shared.records import RecordType, encode_line, format_timestamp
 
 REPO = Path(__file__).resolve().parent.parent
 MB = 1_000_000
-_LISTENING = re.compile(r"listening on (\S+:\d+)")
 _WRITE_BUFFER = 8 * 1024 * 1024
 # A turn pattern repeats every 60 turns (i % 3, i % 2, i % 4, i % 5); sizing samples one cycle.
 _CYCLE_TURNS = 60

@@ -219,17 +219,17 @@ class SessionCommitter:
         :meth:`drain` waits for.
         """
         future: asyncio.Future[None] = self._loop.create_future()
+        start = False
         with self._lock:
+            self._last = future
             if self._failing:  # its seqs were assigned after a batch that failed: refused with it
                 self._refused.append(_Pending(data, records, future))
-                self._last = future
-                return asyncio.shield(future)
-            self._queue.append(_Pending(data, records, future))
-            self._queued_records += records
-            self._last = future
-            start = not self._running
-            self._running = True
-            self._more.notify()
+            else:
+                self._queue.append(_Pending(data, records, future))
+                self._queued_records += records
+                start = not self._running
+                self._running = True
+                self._more.notify()
         if start:
             self._executor.submit(self._flush_run)
         return asyncio.shield(future)
@@ -328,9 +328,9 @@ class SessionCommitter:
 
         In fsync mode one ``pwritev2(RWF_DSYNC)`` call per chunk (a short write
         is continued), or ``write`` + ``fdatasync`` where that call is refused or
-        ``sync_call`` is ``fdatasync``; in unsafe_no_fsync mode ``write`` only. Raises _BatchWriteError naming
-        the operation that failed: ``pwritev2`` (the single call),
-        ``write`` or ``fsync``.
+        ``sync_call`` is ``fdatasync``; in unsafe_no_fsync mode ``write`` only.
+        Raises _BatchWriteError naming the operation that failed: ``pwritev2``
+        (the single call), ``write`` or ``fsync``.
         """
         global _dsync_writes
         view = memoryview(data)

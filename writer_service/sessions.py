@@ -10,8 +10,8 @@ with the shared bounded-memory rebuild (:func:`shared.rebuild_index.index_rebuil
 never on the append path.
 
 Stop follows SPEC §2.6 exactly: mark the session busy (later appends are refused
-with ABORTED until it ends), drain its queue, read and rebuild the whole file
-with the same shared function the reader uses, digest it, then append
+with ABORTED until it ends), drain its queue, read and rebuild the whole file on
+an I/O thread with the same shared function the reader uses, digest it, then append
 ``agent_checkpoint`` and ``stop`` as one batch with one fsync. Resume and Fork
 live in :mod:`writer_service.branching`.
 """
