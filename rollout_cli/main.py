@@ -88,14 +88,20 @@ metrics_port_option = click.option(
 
 
 async def _serve_until_signal(start: Any, label: str) -> None:
-    running = await start
-    host = "127.0.0.1"
-    click.echo(f"rollout {label} listening on {host}:{running.port}", err=False)
-    sys.stdout.flush()
+    """Await ``start`` (a coroutine giving a running service), announce it, serve until SIGINT/SIGTERM.
+
+    The signal handlers go in before the service starts: a stop request that arrives while it
+    starts, or just after it says it listens, drains it like any other instead of killing it
+    with the default SIGTERM action (exit status -15 and an unclean ``rollout serve``).
+    """
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    running = await start
+    host = "127.0.0.1"
+    click.echo(f"rollout {label} listening on {host}:{running.port}", err=False)
+    sys.stdout.flush()
     await stop.wait()
     logging.getLogger("rollout_cli.main").info("%s: stopping (draining queued work)", label)
     await running.stop()
@@ -210,17 +216,14 @@ def serve(
 ) -> None:
     """Run the writer and a reader as two processes on a local data root; Ctrl-C stops both."""
     base = [sys.executable, "-m", "rollout_cli.main"]
-    click.echo(f"data root: {data_dir.resolve()}")
     writer_options = ["--durability", durability, "--sync-call", sync_call]
     if metrics_port is not None:
         writer_options += ["--metrics-port", str(metrics_port)]
-    children = [
-        subprocess.Popen(
-            [*base, "serve-writer", "--data-dir", str(data_dir), "--address", writer_address, *writer_options]
-        ),
-        subprocess.Popen([*base, "serve-reader", "--data-dir", str(data_dir), "--address", reader_address]),
+    launches = [
+        [*base, "serve-writer", "--data-dir", str(data_dir), "--address", writer_address, *writer_options],
+        [*base, "serve-reader", "--data-dir", str(data_dir), "--address", reader_address],
     ]
-
+    children: list[subprocess.Popen[bytes]] = []
     stopping = False
 
     def stop_all(_signum: int = 0, _frame: Any = None) -> None:
@@ -230,17 +233,29 @@ def serve(
             if child.poll() is None:
                 child.send_signal(signal.SIGTERM)
 
+    # Handlers before the launch: a Ctrl-C at any moment stops whatever already runs, and never
+    # leaves a service behind a `serve` that died of KeyboardInterrupt.
     signal.signal(signal.SIGINT, stop_all)
     signal.signal(signal.SIGTERM, stop_all)
+    click.echo(f"data root: {data_dir.resolve()}")
+    for argv in launches:
+        if not stopping:
+            children.append(subprocess.Popen(argv))
+    if stopping:
+        stop_all()  # a child launched while the request arrived has not been told yet
     # If either service exits on its own (a locked data root, a port in use), stop the other:
     # half a pair must not keep running.
-    while all(child.poll() is None for child in children):
+    while not stopping and all(child.poll() is None for child in children):
         time.sleep(0.2)
-    if not stopping:
+    stop_requested = stopping
+    if not stop_requested:
         click.echo("a service exited on its own; stopping the other", err=True)
         stop_all()
     codes = [child.wait() for child in children]
-    if any(codes):
+    # A service that a stop request reached before it could install its handlers (Ctrl-C while it
+    # starts) dies of that signal; it had not served anything yet, so that is a clean stop too.
+    clean_codes = {0, -signal.SIGINT, -signal.SIGTERM} if stop_requested else {0}
+    if any(code not in clean_codes for code in codes):
         raise SystemExit(1)
 
 

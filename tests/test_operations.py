@@ -117,3 +117,53 @@ def test_serve_runs_the_pair_passes_writer_options_and_stops_cleanly_on_ctrl_c(d
         assert process.stdout is not None
         process.stdout.close()
         log.close()
+
+
+_STOP_WHILE_STARTING = """
+import asyncio, os, signal
+from rollout_cli.main import _serve_until_signal
+
+class Running:
+    port = 1
+    async def stop(self):
+        print("drained", flush=True)
+
+async def start():
+    os.kill(os.getpid(), signal.SIGTERM)  # a stop request while the service starts
+    await asyncio.sleep(0)
+    return Running()
+
+asyncio.run(_serve_until_signal(start(), "writer"))
+"""
+
+
+def test_a_stop_request_while_a_service_starts_drains_it_instead_of_killing_it() -> None:
+    """A SIGTERM that arrives before a service announces it listens still drains it and exits 0:
+    the handlers are in place before the service starts (the default action would end it -15)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _STOP_WHILE_STARTING], capture_output=True, text=True, cwd=REPO, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["rollout writer listening on 127.0.0.1:1", "drained"]
+
+
+def test_ctrl_c_while_serve_starts_its_services_is_a_clean_stop(data_dir) -> None:
+    """Ctrl-C just after `rollout serve` launched its services (before they can install their
+    handlers) stops both and exits 0: a service that never started serving lost nothing."""
+    command = [sys.executable, "-m", "rollout_cli.main", "serve", "--data-dir", str(data_dir)]
+    addresses = ["--writer-address", "127.0.0.1:0", "--reader-address", "127.0.0.1:0"]
+    process = subprocess.Popen(
+        [*command, *addresses], stdout=subprocess.PIPE, text=True, cwd=REPO, start_new_session=True
+    )
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline().startswith("data root: ")  # printed just before the launch
+        time.sleep(0.05)  # the services are starting: interpreter and imports take far longer
+        process.send_signal(signal.SIGINT)
+        assert process.wait(30) == 0
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        assert process.stdout is not None
+        process.stdout.close()
