@@ -195,6 +195,13 @@ def serve_reader(data_dir: Path, address: str) -> None:
         raise click.ClickException(str(exc)) from exc
 
 
+def _ignore_sigint() -> None:
+    """Run in each service `serve` launches, before it executes: a terminal's Ctrl-C reaches the
+    whole process group, and until a service installs its own handlers that SIGINT would end it
+    with a KeyboardInterrupt traceback. `serve` forwards the stop as SIGTERM instead."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 @cli.command()
 @data_dir_option
 @click.option(
@@ -240,7 +247,7 @@ def serve(
     click.echo(f"data root: {data_dir.resolve()}")
     for argv in launches:
         if not stopping:
-            children.append(subprocess.Popen(argv))
+            children.append(subprocess.Popen(argv, preexec_fn=_ignore_sigint))
     if stopping:
         stop_all()  # a child launched while the request arrived has not been told yet
     # If either service exits on its own (a locked data root, a port in use), stop the other:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -147,19 +148,53 @@ def test_a_stop_request_while_a_service_starts_drains_it_instead_of_killing_it()
     assert done.stdout.splitlines() == ["rollout writer listening on 127.0.0.1:1", "drained"]
 
 
-def test_ctrl_c_while_serve_starts_its_services_is_a_clean_stop(data_dir) -> None:
-    """Ctrl-C just after `rollout serve` launched its services (before they can install their
-    handlers) stops both and exits 0: a service that never started serving lost nothing."""
+def _launched_services(pid: int) -> list[int]:
+    """The ids of the two services ``rollout serve`` (process ``pid``) launched, once both run
+    their own command line (past exec; a forked copy of ``serve`` does not count). Linux /proc."""
+    deadline = time.monotonic() + 10
+    while True:
+        services = []
+        for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+            argv = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+            if b"serve-writer" in argv or b"serve-reader" in argv:
+                services.append(int(child))
+        if len(services) == 2:
+            return services
+        assert time.monotonic() < deadline, f"serve {pid} launched {services} within 10 s"
+        time.sleep(0.005)
+
+
+def _ignores_sigint(pid: int) -> bool:
+    """Whether process ``pid`` has SIGINT set to be ignored (its SigIgn mask in /proc)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    (mask,) = (line.split()[1] for line in status.splitlines() if line.startswith("SigIgn:"))
+    return bool(int(mask, 16) & (1 << (signal.SIGINT - 1)))
+
+
+def test_ctrl_c_while_serve_starts_its_services_is_a_clean_quiet_stop(data_dir) -> None:
+    """A terminal's Ctrl-C (SIGINT to the whole process group) just after `rollout serve`
+    launched its services, before they can install handlers, stops both and exits 0 with no
+    traceback: the services ignore SIGINT until ready, `serve` forwards the stop as SIGTERM, and
+    a service that never started serving lost nothing."""
     command = [sys.executable, "-m", "rollout_cli.main", "serve", "--data-dir", str(data_dir)]
     addresses = ["--writer-address", "127.0.0.1:0", "--reader-address", "127.0.0.1:0"]
-    process = subprocess.Popen(
-        [*command, *addresses], stdout=subprocess.PIPE, text=True, cwd=REPO, start_new_session=True
-    )
+    log_path = data_dir.parent / "serve.log"
+    with log_path.open("w") as log:
+        process = subprocess.Popen(
+            [*command, *addresses],
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            cwd=REPO,
+            start_new_session=True,
+        )
     try:
         assert process.stdout is not None
         assert process.stdout.readline().startswith("data root: ")  # printed just before the launch
-        time.sleep(0.05)  # the services are starting: interpreter and imports take far longer
-        process.send_signal(signal.SIGINT)
+        services = _launched_services(process.pid)
+        # Still loading (interpreter and imports take far longer than this): SIGINT is ignored.
+        assert all(_ignores_sigint(pid) for pid in services)
+        os.killpg(process.pid, signal.SIGINT)
         assert process.wait(30) == 0
     finally:
         if process.poll() is None:
@@ -167,3 +202,39 @@ def test_ctrl_c_while_serve_starts_its_services_is_a_clean_stop(data_dir) -> Non
             process.wait()
         assert process.stdout is not None
         process.stdout.close()
+    assert "Traceback" not in log_path.read_text(), log_path.read_text()
+
+
+_CTRL_C_WHILE_LOADING = """
+import builtins, os, signal, sys
+from rollout_cli import console_script
+
+real_import = builtins.__import__
+
+def interrupting_import(name, *args, **kwargs):
+    if name == "rollout_cli.main":
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while the command line loads
+    return real_import(name, *args, **kwargs)
+
+builtins.__import__ = interrupting_import
+sys.argv = ["rollout", "ls"]
+console_script.main()
+"""
+
+
+def test_ctrl_c_while_the_command_line_loads_exits_130_without_a_traceback() -> None:
+    """The `rollout` console script turns a Ctrl-C during its imports into exit status 130 and
+    prints nothing, where Python would print a KeyboardInterrupt traceback from inside an import."""
+    done = subprocess.run(
+        [sys.executable, "-c", _CTRL_C_WHILE_LOADING], capture_output=True, text=True, cwd=REPO, timeout=60
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (130, "", "")
+
+
+def test_the_rollout_console_script_runs_the_command_line() -> None:
+    """The installed `rollout` script (pyproject's entry point) reaches the click group."""
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "rollout"), "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert "The rollout ledger" in done.stdout
