@@ -10,6 +10,7 @@ commands reach the services at ``--writer`` / ``--reader`` (or the
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import logging
 import os
 import shlex
@@ -18,6 +19,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -195,11 +197,31 @@ def serve_reader(data_dir: Path, address: str) -> None:
         raise click.ClickException(str(exc)) from exc
 
 
-def _ignore_sigint() -> None:
-    """Run in each service `serve` launches, before it executes: a terminal's Ctrl-C reaches the
-    whole process group, and until a service installs its own handlers that SIGINT would end it
-    with a KeyboardInterrupt traceback. `serve` forwards the stop as SIGTERM instead."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+_PR_SET_PDEATHSIG = 1  # prctl(2) option: the signal this process gets when its parent dies
+
+
+def _service_preparation(serve_pid: int) -> Callable[[], None]:
+    """What each service `serve` launches runs after fork, before exec (Linux).
+
+    - SIGINT is ignored until the service installs its own handlers: a terminal's Ctrl-C
+      reaches the whole process group and would otherwise end a loading service with a
+      KeyboardInterrupt traceback; `serve` forwards the stop as SIGTERM instead.
+    - The kernel sends the service SIGTERM when `serve` dies, even by SIGKILL: the service
+      drains and exits instead of living on unsupervised (a writer would keep the data root
+      locked against the next `serve`). A `serve` that died before the request took effect is
+      caught by comparing the parent id.
+
+    libc is loaded here, in `serve` (single-threaded), never in the forked child.
+    """
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+    def prepare() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != serve_pid:
+            os._exit(1)
+
+    return prepare
 
 
 @cli.command()
@@ -240,6 +262,7 @@ def serve(
             if child.poll() is None:
                 child.send_signal(signal.SIGTERM)
 
+    prepare_service = _service_preparation(os.getpid())
     # Handlers before the launch: a Ctrl-C at any moment stops whatever already runs, and never
     # leaves a service behind a `serve` that died of KeyboardInterrupt.
     signal.signal(signal.SIGINT, stop_all)
@@ -247,7 +270,7 @@ def serve(
     click.echo(f"data root: {data_dir.resolve()}")
     for argv in launches:
         if not stopping:
-            children.append(subprocess.Popen(argv, preexec_fn=_ignore_sigint))
+            children.append(subprocess.Popen(argv, preexec_fn=prepare_service))
     if stopping:
         stop_all()  # a child launched while the request arrived has not been told yet
     # If either service exits on its own (a locked data root, a port in use), stop the other:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -238,3 +239,42 @@ def test_the_rollout_console_script_runs_the_command_line() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "The rollout ledger" in done.stdout
+
+
+def _has_ended(pid: int) -> bool:
+    """Whether process ``pid`` has exited (gone, or a zombie its new parent has not reaped)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return True
+    return "\nState:\tZ" in status
+
+
+def test_services_stop_when_serve_is_killed_and_release_the_data_root(data_dir) -> None:
+    """`rollout serve` killed by SIGKILL (no chance to forward anything) does not leave its
+    services running unsupervised: the kernel sends each SIGTERM, they drain and exit, and the
+    data root's writer lock is free for the next writer."""
+    command = [sys.executable, "-m", "rollout_cli.main", "serve", "--data-dir", str(data_dir)]
+    addresses = ["--writer-address", "127.0.0.1:0", "--reader-address", "127.0.0.1:0"]
+    process = subprocess.Popen(
+        [*command, *addresses], stdout=subprocess.PIPE, text=True, cwd=REPO, start_new_session=True
+    )
+    try:
+        assert process.stdout is not None
+        lines = [process.stdout.readline() for _ in range(3)]  # the data root, then both listening
+        assert all("listening on" in line for line in lines[1:]), lines
+        services = _launched_services(process.pid)
+        process.kill()
+        process.wait()
+        deadline = time.monotonic() + 30
+        while not all(_has_ended(pid) for pid in services):
+            assert time.monotonic() < deadline, f"services {services} outlived serve by 30 s"
+            time.sleep(0.05)
+        writer = start_service("writer", data_dir)
+        writer.stop()
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # the group is empty once all have ended
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        assert process.stdout is not None
+        process.stdout.close()
