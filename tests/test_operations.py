@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -81,22 +82,39 @@ def test_a_metrics_port_in_use_is_a_plain_error_not_a_traceback(data_dir) -> Non
     assert "Traceback" not in result.stderr
 
 
+@contextlib.contextmanager
+def _serve(data_dir: Path, *extra: str) -> Iterator[tuple[subprocess.Popen[str], Path]]:
+    """Run ``rollout serve`` on free ports in its own process group; yields it and its stderr log.
+
+    On exit the whole group (serve and both services) is killed if anything is left.
+    """
+    command = [sys.executable, "-m", "rollout_cli.main", "serve", "--data-dir", str(data_dir)]
+    addresses = ["--writer-address", "127.0.0.1:0", "--reader-address", "127.0.0.1:0"]
+    log_path = data_dir.parent / f"serve-{os.urandom(4).hex()}.log"
+    with log_path.open("w") as log:
+        process = subprocess.Popen(
+            [*command, *addresses, *extra],
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            cwd=REPO,
+            start_new_session=True,  # its own process group: a failed test can end the whole pair
+        )
+    try:
+        yield process, log_path
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # the group is gone once all have ended
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        assert process.stdout is not None
+        process.stdout.close()
+
+
 def test_serve_runs_the_pair_passes_writer_options_and_stops_cleanly_on_ctrl_c(data_dir) -> None:
     """`rollout serve` starts a writer and a reader (both print their address), hands
     --metrics-port to the writer, and on SIGINT both drain and the command exits 0."""
     metrics_port = _free_port()
-    command = [sys.executable, "-m", "rollout_cli.main", "serve", "--data-dir", str(data_dir)]
-    addresses = ["--writer-address", "127.0.0.1:0", "--reader-address", "127.0.0.1:0"]
-    log = (data_dir.parent / "serve.log").open("w")
-    process = subprocess.Popen(
-        [*command, *addresses, "--metrics-port", str(metrics_port)],
-        stdout=subprocess.PIPE,
-        stderr=log,
-        text=True,
-        cwd=REPO,
-        start_new_session=True,  # its own process group: a failed test can end the whole pair
-    )
-    try:
+    with _serve(data_dir, "--metrics-port", str(metrics_port)) as (process, _log):
         assert process.stdout is not None
         lines = [process.stdout.readline() for _ in range(3)]
         assert lines[0].startswith("data root: ")
@@ -112,13 +130,6 @@ def test_serve_runs_the_pair_passes_writer_options_and_stops_cleanly_on_ctrl_c(d
         assert b"rollout_storage_healthy 1.0" in text
         process.send_signal(signal.SIGINT)
         assert process.wait(30) == 0
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)  # serve and both services
-            process.wait()
-        assert process.stdout is not None
-        process.stdout.close()
-        log.close()
 
 
 _STOP_WHILE_STARTING = """
@@ -177,19 +188,7 @@ def test_ctrl_c_while_serve_starts_its_services_is_a_clean_quiet_stop(data_dir) 
     launched its services, before they can install handlers, stops both and exits 0 with no
     traceback: the services ignore SIGINT until ready, `serve` forwards the stop as SIGTERM, and
     a service that never started serving lost nothing."""
-    command = [sys.executable, "-m", "rollout_cli.main", "serve", "--data-dir", str(data_dir)]
-    addresses = ["--writer-address", "127.0.0.1:0", "--reader-address", "127.0.0.1:0"]
-    log_path = data_dir.parent / "serve.log"
-    with log_path.open("w") as log:
-        process = subprocess.Popen(
-            [*command, *addresses],
-            stdout=subprocess.PIPE,
-            stderr=log,
-            text=True,
-            cwd=REPO,
-            start_new_session=True,
-        )
-    try:
+    with _serve(data_dir) as (process, log_path):
         assert process.stdout is not None
         assert process.stdout.readline().startswith("data root: ")  # printed just before the launch
         services = _launched_services(process.pid)
@@ -197,12 +196,6 @@ def test_ctrl_c_while_serve_starts_its_services_is_a_clean_quiet_stop(data_dir) 
         assert all(_ignores_sigint(pid) for pid in services)
         os.killpg(process.pid, signal.SIGINT)
         assert process.wait(30) == 0
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-        assert process.stdout is not None
-        process.stdout.close()
     assert "Traceback" not in log_path.read_text(), log_path.read_text()
 
 
@@ -254,12 +247,7 @@ def test_services_stop_when_serve_is_killed_and_release_the_data_root(data_dir) 
     """`rollout serve` killed by SIGKILL (no chance to forward anything) does not leave its
     services running unsupervised: the kernel sends each SIGTERM, they drain and exit, and the
     data root's writer lock is free for the next writer."""
-    command = [sys.executable, "-m", "rollout_cli.main", "serve", "--data-dir", str(data_dir)]
-    addresses = ["--writer-address", "127.0.0.1:0", "--reader-address", "127.0.0.1:0"]
-    process = subprocess.Popen(
-        [*command, *addresses], stdout=subprocess.PIPE, text=True, cwd=REPO, start_new_session=True
-    )
-    try:
+    with _serve(data_dir) as (process, _log):
         assert process.stdout is not None
         lines = [process.stdout.readline() for _ in range(3)]  # the data root, then both listening
         assert all("listening on" in line for line in lines[1:]), lines
@@ -272,9 +260,3 @@ def test_services_stop_when_serve_is_killed_and_release_the_data_root(data_dir) 
             time.sleep(0.05)
         writer = start_service("writer", data_dir)
         writer.stop()
-    finally:
-        with contextlib.suppress(ProcessLookupError):  # the group is empty once all have ended
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-        assert process.stdout is not None
-        process.stdout.close()
