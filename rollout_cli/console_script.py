@@ -1,10 +1,12 @@
 """The ``rollout`` console script: Ctrl-C while the command line loads exits quietly.
 
 Loading :mod:`rollout_cli.main` (gRPC, the stubs, click) takes about 0.4 s. A Ctrl-C in that
-window would otherwise print a ``KeyboardInterrupt`` traceback from deep inside an import;
-here it ends the process with status 130 (the shell's code for "interrupted by SIGINT") and no
-output, before any command has started. Once loaded, SIGINT is Python's usual
-``KeyboardInterrupt`` again, which click and ``rollout serve`` handle themselves.
+window would otherwise print a ``KeyboardInterrupt`` traceback from deep inside an import, or,
+when it lands in one of the import system's own callbacks, print "Exception ignored" and be
+lost. Here such a Ctrl-C is only noted; once loading ends the process exits with status 130
+(the shell's code for "interrupted by SIGINT") and no output, before any command has started.
+Once loaded, SIGINT is Python's usual ``KeyboardInterrupt`` again, which click and
+``rollout serve`` handle themselves.
 """
 
 from __future__ import annotations
@@ -15,8 +17,14 @@ from types import FrameType
 INTERRUPTED_EXIT_STATUS = 130  # 128 + SIGINT, as shells report it
 
 
-def _interrupted_while_loading(_signum: int, _frame: FrameType | None) -> None:
-    raise SystemExit(INTERRUPTED_EXIT_STATUS)
+class _LoadingInterrupts:
+    """Counts the SIGINTs that arrive while the command line loads (a signal handler)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, _signum: int, _frame: FrameType | None) -> None:
+        self.count += 1
 
 
 def main() -> None:
@@ -25,10 +33,13 @@ def main() -> None:
     A SIGINT the parent set to be ignored (a background job) stays ignored.
     """
     guarded = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    interrupts = _LoadingInterrupts()
     if guarded:
-        signal.signal(signal.SIGINT, _interrupted_while_loading)
+        signal.signal(signal.SIGINT, interrupts)
     from rollout_cli.main import cli
 
     if guarded:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    if interrupts.count:
+        raise SystemExit(INTERRUPTED_EXIT_STATUS)
     cli()

@@ -94,7 +94,9 @@ async def _serve_until_signal(start: Any, label: str) -> None:
 
     The signal handlers go in before the service starts: a stop request that arrives while it
     starts, or just after it says it listens, drains it like any other instead of killing it
-    with the default SIGTERM action (exit status -15 and an unclean ``rollout serve``).
+    with the default SIGTERM action (exit status -15 and an unclean ``rollout serve``). Once the
+    service has stopped, further SIGINT/SIGTERM are ignored: there is nothing left to drain, and
+    a repeated Ctrl-C must not raise KeyboardInterrupt while the process shuts down.
     """
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -107,6 +109,9 @@ async def _serve_until_signal(start: Any, label: str) -> None:
     await stop.wait()
     logging.getLogger("rollout_cli.main").info("%s: stopping (draining queued work)", label)
     await running.stop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.remove_signal_handler(sig)
+        signal.signal(sig, signal.SIG_IGN)
 
 
 @cli.command("serve-writer")
@@ -282,6 +287,10 @@ def serve(
         click.echo("a service exited on its own; stopping the other", err=True)
         stop_all()
     codes = [child.wait() for child in children]
+    # Both services have ended: a further Ctrl-C has nothing left to stop, and must not kill this
+    # process with SIGINT while the interpreter shuts down (it resets its handlers first).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     # A service that a stop request reached before it could install its handlers (Ctrl-C while it
     # starts) dies of that signal; it had not served anything yet, so that is a clean stop too.
     clean_codes = {0, -signal.SIGINT, -signal.SIGTERM} if stop_requested else {0}

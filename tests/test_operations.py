@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
+import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
@@ -203,24 +204,39 @@ _CTRL_C_WHILE_LOADING = """
 import builtins, os, signal, sys
 from rollout_cli import console_script
 
+class Finalizer:
+    def __del__(self):
+        # The handler runs inside os.kill, in a finalizer: an exception there is only printed.
+        os.kill(os.getpid(), signal.SIGINT)
+
+where = sys.argv[1]
 real_import = builtins.__import__
 
 def interrupting_import(name, *args, **kwargs):
     if name == "rollout_cli.main":
-        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while the command line loads
+        if where == "in-a-finalizer":
+            Finalizer()
+        else:
+            os.kill(os.getpid(), signal.SIGINT)
     return real_import(name, *args, **kwargs)
 
 builtins.__import__ = interrupting_import
-sys.argv = ["rollout", "ls"]
+sys.argv = ["rollout", "--help"]
 console_script.main()
 """
 
 
-def test_ctrl_c_while_the_command_line_loads_exits_130_without_a_traceback() -> None:
+@pytest.mark.parametrize("where", ["in-an-import", "in-a-finalizer"])
+def test_ctrl_c_while_the_command_line_loads_exits_130_without_a_traceback(where: str) -> None:
     """The `rollout` console script turns a Ctrl-C during its imports into exit status 130 and
-    prints nothing, where Python would print a KeyboardInterrupt traceback from inside an import."""
+    prints nothing, where Python would print a KeyboardInterrupt traceback from inside an import,
+    or (landing in a finalizer or an import-lock callback) print "Exception ignored" and go on."""
     done = subprocess.run(
-        [sys.executable, "-c", _CTRL_C_WHILE_LOADING], capture_output=True, text=True, cwd=REPO, timeout=60
+        [sys.executable, "-c", _CTRL_C_WHILE_LOADING, where],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
     )
     assert (done.returncode, done.stdout, done.stderr) == (130, "", "")
 
@@ -260,3 +276,20 @@ def test_services_stop_when_serve_is_killed_and_release_the_data_root(data_dir) 
             time.sleep(0.05)
         writer = start_service("writer", data_dir)
         writer.stop()
+
+
+def test_a_held_down_ctrl_c_still_stops_the_pair_with_exit_0_and_no_traceback(data_dir) -> None:
+    """Ctrl-C pressed again and again (SIGINT to the group every 20 ms) while the pair drains and
+    shuts down: every extra one is a no-op, `serve` exits 0, and no process prints a traceback."""
+    with _serve(data_dir) as (process, log_path):
+        assert process.stdout is not None
+        lines = [process.stdout.readline() for _ in range(3)]  # the data root, then both listening
+        assert all("listening on" in line for line in lines[1:]), lines
+        deadline = time.monotonic() + 30
+        while process.poll() is None:
+            assert time.monotonic() < deadline, "serve did not stop within 30 s of Ctrl-C"
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGINT)
+            time.sleep(0.02)
+        assert process.returncode == 0
+    assert "Traceback" not in log_path.read_text(), log_path.read_text()
