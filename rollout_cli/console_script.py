@@ -38,8 +38,11 @@ def main() -> None:
         signal.signal(signal.SIGINT, interrupts)
     from rollout_cli.main import cli
 
-    if guarded:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-    if interrupts.count:
-        raise SystemExit(INTERRUPTED_EXIT_STATUS)
+    try:
+        if guarded:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        if interrupts.count:
+            raise SystemExit(INTERRUPTED_EXIT_STATUS)
+    except KeyboardInterrupt:  # a Ctrl-C just after the hand-over, before click is listening
+        raise SystemExit(INTERRUPTED_EXIT_STATUS) from None
     cli()

@@ -293,8 +293,10 @@ def serve(
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     # A service that a stop request reached before it could install its handlers (Ctrl-C while it
     # starts) dies of that signal; it had not served anything yet, so that is a clean stop too.
-    clean_codes = {0, -signal.SIGINT, -signal.SIGTERM} if stop_requested else {0}
-    if any(code not in clean_codes for code in codes):
+    # A service that ended unasked (even cleanly, e.g. someone sent it SIGTERM) ends the pair
+    # as a failure, so a supervisor restarts it.
+    clean_codes = {0, -signal.SIGINT, -signal.SIGTERM}
+    if not stop_requested or any(code not in clean_codes for code in codes):
         raise SystemExit(1)
 
 

@@ -293,3 +293,18 @@ def test_a_held_down_ctrl_c_still_stops_the_pair_with_exit_0_and_no_traceback(da
             time.sleep(0.02)
         assert process.returncode == 0
     assert "Traceback" not in log_path.read_text(), log_path.read_text()
+
+
+def test_a_service_stopped_from_outside_ends_the_pair_with_exit_1(data_dir) -> None:
+    """A service that ends without `serve` asking, even cleanly (SIGTERM to the writer alone: it
+    drains and exits 0), stops the other and makes `serve` exit 1, so a supervisor notices."""
+    with _serve(data_dir) as (process, log_path):
+        assert process.stdout is not None
+        lines = [process.stdout.readline() for _ in range(3)]  # the data root, then both listening
+        assert all("listening on" in line for line in lines[1:]), lines
+        services = _launched_services(process.pid)
+        (writer,) = (pid for pid in services if b"serve-writer" in Path(f"/proc/{pid}/cmdline").read_bytes())
+        os.kill(writer, signal.SIGTERM)
+        assert process.wait(30) == 1
+        assert all(_has_ended(pid) for pid in services)
+    assert "a service exited on its own; stopping the other" in log_path.read_text()
