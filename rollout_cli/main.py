@@ -89,6 +89,18 @@ metrics_port_option = click.option(
 )
 
 
+#: The signals that stop a service or the pair: SIGINT (Ctrl-C) and SIGTERM.
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _ignore_stop_signals() -> None:
+    """Once everything has stopped: a further stop request has nothing left to stop, and must
+    not kill the process (or raise KeyboardInterrupt) while the interpreter shuts down, which
+    first resets the handlers it installed."""
+    for sig in _STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+
+
 async def _serve_until_signal(start: Any, label: str) -> None:
     """Await ``start`` (a coroutine giving a running service), announce it, serve until SIGINT/SIGTERM.
 
@@ -100,7 +112,7 @@ async def _serve_until_signal(start: Any, label: str) -> None:
     """
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in _STOP_SIGNALS:
         loop.add_signal_handler(sig, stop.set)
     running = await start
     host = "127.0.0.1"
@@ -109,9 +121,9 @@ async def _serve_until_signal(start: Any, label: str) -> None:
     await stop.wait()
     logging.getLogger("rollout_cli.main").info("%s: stopping (draining queued work)", label)
     await running.stop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in _STOP_SIGNALS:
         loop.remove_signal_handler(sig)
-        signal.signal(sig, signal.SIG_IGN)
+    _ignore_stop_signals()
 
 
 @cli.command("serve-writer")
@@ -270,8 +282,8 @@ def serve(
     prepare_service = _service_preparation(os.getpid())
     # Handlers before the launch: a Ctrl-C at any moment stops whatever already runs, and never
     # leaves a service behind a `serve` that died of KeyboardInterrupt.
-    signal.signal(signal.SIGINT, stop_all)
-    signal.signal(signal.SIGTERM, stop_all)
+    for sig in _STOP_SIGNALS:
+        signal.signal(sig, stop_all)
     click.echo(f"data root: {data_dir.resolve()}")
     for argv in launches:
         if not stopping:
@@ -287,15 +299,13 @@ def serve(
         click.echo("a service exited on its own; stopping the other", err=True)
         stop_all()
     codes = [child.wait() for child in children]
-    # Both services have ended: a further Ctrl-C has nothing left to stop, and must not kill this
-    # process with SIGINT while the interpreter shuts down (it resets its handlers first).
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    # A service that a stop request reached before it could install its handlers (Ctrl-C while it
-    # starts) dies of that signal; it had not served anything yet, so that is a clean stop too.
-    # A service that ended unasked (even cleanly, e.g. someone sent it SIGTERM) ends the pair
-    # as a failure, so a supervisor restarts it.
-    clean_codes = {0, -signal.SIGINT, -signal.SIGTERM}
+    _ignore_stop_signals()
+    # A service our SIGTERM reached before it could install its handlers (a stop while it starts)
+    # dies of it (-15); it had not served anything yet, so that is a clean stop too. (SIGINT
+    # cannot end one: it is ignored until the handlers are in.) A service that ended unasked,
+    # even cleanly (someone sent it SIGTERM), ends the pair as a failure, so a supervisor
+    # restarts it.
+    clean_codes = {0, -signal.SIGTERM}
     if not stop_requested or any(code not in clean_codes for code in codes):
         raise SystemExit(1)
 

@@ -111,15 +111,22 @@ def _serve(data_dir: Path, *extra: str) -> Iterator[tuple[subprocess.Popen[str],
         process.stdout.close()
 
 
+def _wait_for_pair(process: subprocess.Popen[str]) -> None:
+    """Read ``rollout serve``'s first three lines: its data root, then both services listening."""
+    assert process.stdout is not None
+    lines = [process.stdout.readline() for _ in range(3)]
+    assert lines[0].startswith("data root: "), lines
+    assert sorted(line.split()[1] for line in lines[1:] if "listening on" in line) == ["reader", "writer"], (
+        lines
+    )
+
+
 def test_serve_runs_the_pair_passes_writer_options_and_stops_cleanly_on_ctrl_c(data_dir) -> None:
     """`rollout serve` starts a writer and a reader (both print their address), hands
     --metrics-port to the writer, and on SIGINT both drain and the command exits 0."""
     metrics_port = _free_port()
     with _serve(data_dir, "--metrics-port", str(metrics_port)) as (process, _log):
-        assert process.stdout is not None
-        lines = [process.stdout.readline() for _ in range(3)]
-        assert lines[0].startswith("data root: ")
-        assert sorted(line.split()[1] for line in lines[1:]) == ["reader", "writer"], lines
+        _wait_for_pair(process)
         deadline = time.monotonic() + 30
         while True:
             try:
@@ -264,9 +271,7 @@ def test_services_stop_when_serve_is_killed_and_release_the_data_root(data_dir) 
     services running unsupervised: the kernel sends each SIGTERM, they drain and exit, and the
     data root's writer lock is free for the next writer."""
     with _serve(data_dir) as (process, _log):
-        assert process.stdout is not None
-        lines = [process.stdout.readline() for _ in range(3)]  # the data root, then both listening
-        assert all("listening on" in line for line in lines[1:]), lines
+        _wait_for_pair(process)
         services = _launched_services(process.pid)
         process.kill()
         process.wait()
@@ -282,9 +287,7 @@ def test_a_held_down_ctrl_c_still_stops_the_pair_with_exit_0_and_no_traceback(da
     """Ctrl-C pressed again and again (SIGINT to the group every 20 ms) while the pair drains and
     shuts down: every extra one is a no-op, `serve` exits 0, and no process prints a traceback."""
     with _serve(data_dir) as (process, log_path):
-        assert process.stdout is not None
-        lines = [process.stdout.readline() for _ in range(3)]  # the data root, then both listening
-        assert all("listening on" in line for line in lines[1:]), lines
+        _wait_for_pair(process)
         deadline = time.monotonic() + 30
         while process.poll() is None:
             assert time.monotonic() < deadline, "serve did not stop within 30 s of Ctrl-C"
@@ -299,9 +302,7 @@ def test_a_service_stopped_from_outside_ends_the_pair_with_exit_1(data_dir) -> N
     """A service that ends without `serve` asking, even cleanly (SIGTERM to the writer alone: it
     drains and exits 0), stops the other and makes `serve` exit 1, so a supervisor notices."""
     with _serve(data_dir) as (process, log_path):
-        assert process.stdout is not None
-        lines = [process.stdout.readline() for _ in range(3)]  # the data root, then both listening
-        assert all("listening on" in line for line in lines[1:]), lines
+        _wait_for_pair(process)
         services = _launched_services(process.pid)
         (writer,) = (pid for pid in services if b"serve-writer" in Path(f"/proc/{pid}/cmdline").read_bytes())
         os.kill(writer, signal.SIGTERM)
