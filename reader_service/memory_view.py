@@ -1,6 +1,7 @@
 """The memory view: a lossy, model-facing summary of a session (SPEC §3, seed rule 4).
 
-Unlike replay it drops system messages, shortens reasoning and truncates long
+Unlike replay it drops system messages, shortens reasoning (each block of a
+message with several; ``shortened_reasoning`` counts blocks) and truncates long
 tool outputs (at a code-point boundary: Python strings index code points, so a
 cut never splits a character), marking each truncated output with
 ``[truncated: kept N of M characters]`` both at the end of its text and in its
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+from shared.records import attached_reasoning, reasoning_blocks_of
 
 DEFAULT_MAX_TOOL_OUTPUT_CHARS = 2000
 DEFAULT_MAX_REASONING_CHARS = 200
@@ -61,6 +64,12 @@ def _truncate_content(content: Any, limit: int) -> tuple[Any, str | None]:
     return content, None
 
 
+def _shorten_reasoning(block: dict[str, Any], limit: int) -> dict[str, Any]:
+    """One reasoning block cut to ``limit`` characters of text (the block itself when it fits)."""
+    text = str(block.get("content", ""))
+    return block if len(text) <= limit else {"content": text[:limit] + "…"}
+
+
 def memory_view(
     messages: list[dict[str, Any]],
     max_tool_output_chars: int = DEFAULT_MAX_TOOL_OUTPUT_CHARS,
@@ -74,11 +83,13 @@ def memory_view(
             view.dropped_system_messages += 1
             continue
         shortened = dict(message)
-        reasoning = message.get("reasoning")
-        if isinstance(reasoning, dict) and len(str(reasoning.get("content", ""))) > max_reasoning_chars:
-            text = str(reasoning["content"])
-            shortened["reasoning"] = {"content": text[:max_reasoning_chars] + "…"}
-            view.shortened_reasoning += 1
+        blocks = reasoning_blocks_of(message)
+        if blocks:
+            kept = [_shorten_reasoning(block, max_reasoning_chars) for block in blocks]
+            view.shortened_reasoning += sum(
+                block is not original for block, original in zip(kept, blocks, strict=True)
+            )
+            shortened["reasoning"] = attached_reasoning(kept)
         if role == "tool":
             content, marker = _truncate_content(message.get("content"), max_tool_output_chars)
             if marker is not None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shared.digest import DigestBuilder
+from shared.digest import DigestBuilder, single_reasoning_digest
 from shared.rebuild import DAMAGE_KINDS, CheckpointRecord, DegradedEntry, DegradedKind, Rebuild, rebuild
 from shared.rebuild_index import MessageSource, index_rebuild
 
@@ -76,21 +76,55 @@ def _separate_verification(
 
 
 def _digest_status(
-    rebuilt: Rebuild, separate: tuple[DigestStatus, str] | None, returned_digest: str, returned_count: int
+    rebuilt: Rebuild,
+    separate: tuple[DigestStatus, str] | None,
+    returned_digest: str,
+    returned_count: int,
+    payload_of: Callable[[Any], Mapping[str, Any]],
 ) -> tuple[DigestStatus, str]:
     """(status, digest) of a replay whose returned messages digest to ``returned_digest``.
 
-    No checkpoint adds the ``no_checkpoint`` degraded entry.
+    No checkpoint adds the ``no_checkpoint`` degraded entry. A mismatch is
+    looked at once more under the reading of versions that attached only the
+    last of several reasoning blocks (:func:`shared.digest.single_reasoning_digest`):
+    a checkpoint those versions wrote over a sound file verifies, with a
+    ``single_reasoning_checkpoint`` note saying so.
     """
     if separate is not None:
-        return separate
-    checkpoint = rebuilt.last_checkpoint
-    if checkpoint is None:
-        rebuilt.degraded.append(
-            DegradedEntry(DegradedKind.NO_CHECKPOINT, 0, 0, "no agent_checkpoint: nothing to verify against")
+        status, computed = separate
+    else:
+        checkpoint = rebuilt.last_checkpoint
+        if checkpoint is None:
+            rebuilt.degraded.append(
+                DegradedEntry(
+                    DegradedKind.NO_CHECKPOINT, 0, 0, "no agent_checkpoint: nothing to verify against"
+                )
+            )
+            return DigestStatus.NO_CHECKPOINT, returned_digest
+        status, computed = checkpoint_status(checkpoint, returned_digest, returned_count), returned_digest
+    if status is DigestStatus.MISMATCH and _single_reasoning_verifies(rebuilt, payload_of):
+        return DigestStatus.VERIFIED, computed
+    return status, computed
+
+
+def _single_reasoning_verifies(rebuilt: Rebuild, payload_of: Callable[[Any], Mapping[str, Any]]) -> bool:
+    """True (and a note added) when the last checkpoint matches the single-reasoning reading."""
+    checkpoint, covered = rebuilt.last_checkpoint, rebuilt.checkpoint_messages
+    if checkpoint is None or covered is None or checkpoint.message_count != len(covered):
+        return False
+    legacy = single_reasoning_digest((payload_of(item) for item in covered), len(covered))
+    if legacy != checkpoint.digest:
+        return False
+    rebuilt.degraded.append(
+        DegradedEntry(
+            DegradedKind.SINGLE_REASONING_CHECKPOINT,
+            checkpoint.line,
+            checkpoint.offset,
+            "the checkpoint was written by a version that attached only the last of several reasoning"
+            " blocks; it verifies under that reading, and replay returns every block",
         )
-        return DigestStatus.NO_CHECKPOINT, returned_digest
-    return checkpoint_status(checkpoint, returned_digest, returned_count), returned_digest
+    )
+    return True
 
 
 def replay_bytes(data: bytes, token_budget: int = 0, max_messages: int = 0) -> ReplayResult:
@@ -103,7 +137,9 @@ def replay_bytes(data: bytes, token_budget: int = 0, max_messages: int = 0) -> R
     separate = _separate_verification(rebuilt, lambda payload: payload)
     builder = DigestBuilder(len(rebuilt.messages))
     tokens = sum((builder.add(message) + 3) // 4 for message in rebuilt.messages)
-    status, computed = _digest_status(rebuilt, separate, builder.result(), len(rebuilt.messages))
+    status, computed = _digest_status(
+        rebuilt, separate, builder.result(), len(rebuilt.messages), lambda payload: payload
+    )
     return ReplayResult(rebuilt, status, computed, tokens, token_budget)
 
 
@@ -163,7 +199,7 @@ def stream_replay(
                 first, chunk, size = position + 1, [], 0
         if chunk:
             yield first, chunk, None
-    status, computed = _digest_status(rebuilt, separate, builder.result(), len(handles))
+        status, computed = _digest_status(rebuilt, separate, builder.result(), len(handles), source.message)
     yield len(handles), [], ReplaySummaryFacts(rebuilt, status, computed, tokens, token_budget, len(handles))
 
 

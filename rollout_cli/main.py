@@ -581,8 +581,10 @@ def _print_message(index: int, message: records_pb2.ChatMessage, width: int) -> 
     if message.synthetic:
         head += " (synthetic)"
     click.echo(click.style(head, bold=True))
-    if message.HasField("reasoning"):
-        click.echo(textwrap.indent(f"reasoning: {_shorten(message.reasoning.content, width)}", "  "))
+    blocks = list(message.reasoning_blocks) or ([message.reasoning] if message.HasField("reasoning") else [])
+    for number, block in enumerate(blocks, 1):
+        label = "reasoning" if len(blocks) == 1 else f"reasoning {number}/{len(blocks)}"
+        click.echo(textwrap.indent(f"{label}: {_shorten(block.content, width)}", "  "))
     text = _message_text(message)
     if text:
         click.echo(textwrap.indent(_shorten(text, width), "  "))

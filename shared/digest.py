@@ -4,7 +4,9 @@
 the JSON object of exactly :data:`DIGEST_FIELDS` that are present, with sorted
 keys (at every depth), compact, UTF-8 (orjson). ``is_anchored`` and
 ``truncation_marker`` are deliberately left out; ``reasoning`` is deliberately in
-(it is fed back to the provider). The byte stream hashed is::
+(it is fed back to the provider): the block object when a message has one (the
+form every older checkpoint was computed over), the list of blocks when it has
+several. The byte stream hashed is::
 
     b"rollout-ledger/digest/v1\\x00" + count (8 bytes, big endian)
     + for each message: len(canonical) (8 bytes, big endian) + canonical
@@ -13,12 +15,16 @@ The domain tag and the length framing make the stream prefix-free: no two
 different sequences hash the same bytes. The ``v1`` tag lets a later digest live
 beside old checkpoints. Throughput is sha256's (~1.5 GB/s) plus one orjson dump
 per message.
+
+Versions that attached only the last of several reasoning blocks wrote checkpoints
+over that reading; :func:`single_reasoning_digest` recomputes it so that a reader can
+recognize such a checkpoint instead of calling a sound file damaged.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -77,3 +83,24 @@ def digest(messages: Sequence[Mapping[str, Any]]) -> str:
     for message in messages:
         builder.add(message)
     return builder.result()
+
+
+def single_reasoning_digest(messages: Iterable[Mapping[str, Any]], count: int) -> str | None:
+    """The digest of ``messages`` as versions before several-reasoning support rebuilt them, or None.
+
+    Those versions attached only the last of several ``reasoning`` records to an
+    assistant message (the earlier ones were reported dangling), so a message
+    whose ``"reasoning"`` is a list is digested with its last block only.
+    ``count`` is the number of messages (framed first). Returns None when no
+    message holds a list: both readings are then the same sequence. Streams:
+    memory does not grow with the number of messages.
+    """
+    builder = DigestBuilder(count)
+    changed = False
+    for message in messages:
+        reasoning = message.get("reasoning")
+        if isinstance(reasoning, list) and reasoning:
+            message = {**message, "reasoning": reasoning[-1]}
+            changed = True
+        builder.add(message)
+    return builder.result() if changed else None

@@ -3,9 +3,12 @@
 One function, :func:`rebuild`, used by the writer's checkpoint (SPEC §2.6) and by
 every reader path (replay, verify). It reads every line once:
 
-* ``message`` records append in order; a ``reasoning`` record attaches to the
-  next assistant message under ``"reasoning"`` (the mirror of the writer's split,
-  :func:`shared.wire.split_reasoning`); a reasoning left without one is degraded.
+* ``message`` records append in order; the ``reasoning`` records before an
+  assistant message all attach to it under ``"reasoning"``, in order (one block:
+  the object; several: a list, :func:`shared.records.attached_reasoning`; the
+  mirror of the writer's split, :func:`shared.wire.split_reasoning`); a
+  reasoning left without one (a compaction or the end of the file comes first)
+  is degraded, one entry per record.
 * ``compacted`` resets the sequence to its ``replacement_history`` (or to one user
   message holding the summary) and adds a ``compacted_rebuild`` entry.
 * Tool pairing, last wins in place: an output answers the most recent preceding
@@ -35,7 +38,7 @@ from typing import Any
 
 import orjson
 
-from shared.records import RecordType
+from shared.records import RecordType, attached_reasoning
 
 
 class DegradedKind(enum.StrEnum):
@@ -55,6 +58,7 @@ class DegradedKind(enum.StrEnum):
     MESSAGE_CAP = "message_cap"
     UNCOMMITTED_TAIL = "uncommitted_tail"
     NO_CHECKPOINT = "no_checkpoint"
+    SINGLE_REASONING_CHECKPOINT = "single_reasoning_checkpoint"
 
 
 #: Degraded kinds that mean the file itself is damaged (not merely a compaction or
@@ -83,7 +87,7 @@ class DegradedEntry:
 
 @dataclass(frozen=True, slots=True)
 class CheckpointRecord:
-    """An ``agent_checkpoint`` line as found in the file."""
+    """An ``agent_checkpoint`` line as found in the file (``offset``: its first byte, 0 when unknown)."""
 
     seq: int
     line: int
@@ -91,6 +95,7 @@ class CheckpointRecord:
     message_count: int
     covers_seq: int
     stop_kind: str
+    offset: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,7 +253,8 @@ class _Rebuilder:
         self.result = Rebuild()
         self.messages = self.result.messages
         self.pairings: dict[str, _Pairing] = {}
-        self.pending_reasoning: tuple[dict[str, Any], int, int] | None = None
+        #: (payload, line, offset) of the reasoning records waiting for their assistant message.
+        self.pending_reasoning: list[tuple[dict[str, Any], int, int]] = []
 
     def degrade(self, kind: DegradedKind, line: int, offset: int, detail: str) -> None:
         self.result.degraded.append(DegradedEntry(kind, line, offset, detail))
@@ -261,9 +267,12 @@ class _Rebuilder:
         """
         return payload
 
-    def attach(self, kept: Any, reasoning: dict[str, Any], reasoning_offset: int) -> Any:
-        """The kept message with its reasoning attached (the reader half of SPEC §2.5)."""
-        return {**kept, "reasoning": reasoning}
+    def attach(self, kept: Any, reasoning: list[tuple[dict[str, Any], int, int]]) -> Any:
+        """The kept message with its reasoning blocks attached, in order (the reader half of SPEC §2.5).
+
+        ``reasoning`` holds (payload, line, offset) of each block, at least one.
+        """
+        return {**kept, "reasoning": attached_reasoning([block for block, _, _ in reasoning])}
 
     def keep_summary(self, summary: str, offset: int) -> Any:
         """The one user message a compaction without replacement history resets to."""
@@ -274,10 +283,9 @@ class _Rebuilder:
         role = payload.get("role")
         kept = payload if self.keeps_payloads else self.keep(payload, offset, index)
         if role == "assistant":
-            if self.pending_reasoning is not None:
-                reasoning, _, reasoning_offset = self.pending_reasoning
-                kept = self.attach(kept, reasoning, reasoning_offset)
-                self.pending_reasoning = None
+            if self.pending_reasoning:
+                kept = self.attach(kept, self.pending_reasoning)
+                self.pending_reasoning = []
             calls = payload.get("tool_calls")
             if isinstance(calls, list):
                 for call in calls:
@@ -326,12 +334,11 @@ class _Rebuilder:
         self.degrade(DegradedKind.COMPACTED_REBUILD, line, offset, detail)
 
     def flush_dangling_reasoning(self) -> None:
-        if self.pending_reasoning is not None:
-            _, line, offset = self.pending_reasoning
+        for _, line, offset in self.pending_reasoning:
             self.degrade(
                 DegradedKind.DANGLING_REASONING, line, offset, "reasoning with no assistant message after it"
             )
-            self.pending_reasoning = None
+        self.pending_reasoning = []
 
     def record(self, seq: int, record_type: str, payload: Any, line: int, offset: int) -> None:
         """Apply one parsed record."""
@@ -339,8 +346,7 @@ class _Rebuilder:
         if record_type == _MESSAGE:
             self.add_message(payload, line, offset)
         elif record_type == _REASONING:
-            self.flush_dangling_reasoning()
-            self.pending_reasoning = (payload, line, offset)
+            self.pending_reasoning.append((payload, line, offset))
         elif record_type in (_EVENT, _TURN_CONTEXT):
             pass
         elif record_type == _COMPACTED:
@@ -354,6 +360,7 @@ class _Rebuilder:
                     int(payload["message_count"]),
                     int(payload["covers_seq"]),
                     str(payload.get("stop_kind", "")),
+                    offset,
                 )
             except (KeyError, TypeError, ValueError):
                 self.degrade(

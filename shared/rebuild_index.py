@@ -10,10 +10,11 @@ per call in view), not with their bytes: a 1 GB session of 670,000 messages
 replays with ~130 MiB above an idle reader (bench/stream_replay.py).
 
 A handle is either an ``int`` (the offset of a ``message`` line) or a tuple
-``(offset, index, reasoning_offset)``: ``index`` >= 0 is the position in the
+``(offset, index, reasoning)``: ``index`` >= 0 is the position in the
 ``replacement_history`` of the ``compacted`` line at ``offset``, -1 means the
 ``message`` line at ``offset``, -2 the summary message of that compaction;
-``reasoning_offset`` is the ``reasoning`` line attached (-1: none).
+``reasoning`` is the offset of the one ``reasoning`` line attached, a tuple of
+the offsets of several (in order), or -1 for none.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import orjson
 from shared.rebuild import Rebuild, _Rebuilder
 
 CHUNK_BYTES = 4 * 1024 * 1024
-MessageHandle = int | tuple[int, int, int]
+MessageHandle = int | tuple[int, int, int | tuple[int, ...]]
 
 
 class _IndexRebuilder(_Rebuilder):
@@ -38,11 +39,13 @@ class _IndexRebuilder(_Rebuilder):
     def keep(self, payload: dict[str, Any], offset: int, index: int) -> MessageHandle:
         return offset if index < 0 else (offset, index, -1)
 
-    def attach(self, kept: Any, reasoning: dict[str, Any], reasoning_offset: int) -> MessageHandle:
+    def attach(self, kept: Any, reasoning: list[tuple[dict[str, Any], int, int]]) -> MessageHandle:
+        offsets = tuple(offset for _, _, offset in reasoning)
+        attached = offsets[0] if len(offsets) == 1 else offsets
         if isinstance(kept, int):
-            return (kept, -1, reasoning_offset)
+            return (kept, -1, attached)
         offset, index, _ = kept
-        return (offset, index, reasoning_offset)
+        return (offset, index, attached)
 
     def keep_summary(self, summary: str, offset: int) -> MessageHandle:
         return (offset, -2, -1)
@@ -103,14 +106,15 @@ class MessageSource:
         """The rebuilt payload a handle names (reasoning attached), as rebuild() would hold it."""
         if isinstance(handle, int):
             return self._payload(handle)
-        offset, index, reasoning_offset = handle
+        offset, index, reasoning = handle
         if index >= 0:
             payload: dict[str, Any] = self._payload(offset)["replacement_history"][index]
         elif index == -2:
             payload = {"role": "user", "content": str(self._payload(offset).get("summary", ""))}
         else:
             payload = self._payload(offset)
-        if reasoning_offset >= 0:
-            reasoning = self._payload(reasoning_offset)
-            payload = {**payload, "reasoning": reasoning}
+        if isinstance(reasoning, tuple):
+            payload = {**payload, "reasoning": [self._payload(block) for block in reasoning]}
+        elif reasoning >= 0:
+            payload = {**payload, "reasoning": self._payload(reasoning)}
         return payload

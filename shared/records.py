@@ -20,7 +20,7 @@ written by orjson, no BOM. Every line has exactly these keys, in this order::
                       tool_call_id?, is_anchored?, truncation_marker?,
                       synthetic? (true on an output written by Resume)
   reasoning           content, signature?, encrypted?  (attaches to the next
-                      assistant message)
+                      assistant message; several in a row all attach to it)
   compacted           summary, replacement_history? [message payloads]
   turn_context        opaque object
   event               {"kind": str, "body": opaque object}
@@ -37,6 +37,12 @@ Documented additions to the SPEC §1 table (readers must accept them):
 * a ``message`` may carry ``"synthetic": true``: a tool output the writer wrote on
   Resume for a call left without one (not part of the digest);
 * an ``event`` of kind ``resumed`` / ``forked`` records a Resume / Fork;
+* several ``reasoning`` records before one assistant message all attach to it,
+  in file order (Responses-API agents write more than one per turn, each with
+  its own encrypted content). In a rebuilt message, and inline in a
+  ``compacted`` replacement history, ``"reasoning"`` is the block object when
+  there is one (exactly the older shape, so older checkpoints still verify)
+  and a list of block objects when there are two or more;
 * optional fields are omitted when absent (never written as ``null``), and
   ``is_anchored`` / ``synthetic`` are written only when true.
 
@@ -47,7 +53,7 @@ degraded, never dropped and never a crash.
 from __future__ import annotations
 
 import enum
-from collections.abc import Container
+from collections.abc import Container, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -192,3 +198,19 @@ def call_ids_of(payload: dict[str, Any]) -> list[str]:
     """The tool call ids an assistant ``message`` payload requests (empty for others)."""
     calls = payload.get("tool_calls")
     return [call["id"] for call in calls] if calls else []
+
+
+def attached_reasoning(blocks: list[dict[str, Any]]) -> dict[str, Any] | list[dict[str, Any]]:
+    """The ``"reasoning"`` value of a rebuilt message: the block itself when there is one
+    (the shape, and so the digest, of a single reasoning never changes), else the list."""
+    return blocks[0] if len(blocks) == 1 else blocks
+
+
+def reasoning_blocks_of(message: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every reasoning block of a rebuilt message payload, in order ([] when it has none)."""
+    reasoning = message.get("reasoning")
+    if isinstance(reasoning, dict):
+        return [reasoning]
+    if isinstance(reasoning, list):
+        return [block for block in reasoning if isinstance(block, dict)]
+    return []

@@ -2,9 +2,10 @@
 
 Both directions live here so that the writer (proto -> payload) and the reader
 (payload -> proto) cannot drift. The reasoning duality of SPEC §2.5 is one half
-here (:func:`split_reasoning`: an assistant message carrying reasoning becomes a
-``reasoning`` payload then the ``message`` payload) and the other half in
-:func:`shared.rebuild.rebuild` (re-attach to the next assistant message).
+here (:func:`split_reasoning`: an assistant message carrying N reasoning blocks
+becomes N ``reasoning`` payloads then the ``message`` payload) and the other half
+in :func:`shared.rebuild.rebuild` (re-attach them all, in order, to the next
+assistant message; :func:`attached_reasoning` is the shape both sides use).
 
 Opaque objects travel as ``google.protobuf.Struct`` / ``ListValue``, whose numbers
 are doubles: an integral number within ±2**53 is stored as a JSON integer, so
@@ -22,7 +23,7 @@ from google.protobuf import struct_pb2
 from rollout.v1 import records_pb2, writer_pb2
 from shared.errors import RecordValidationError
 from shared.rebuild import CheckpointRecord, DegradedEntry
-from shared.records import RecordType
+from shared.records import RecordType, attached_reasoning, reasoning_blocks_of
 from shared.stop_kinds import StopKind
 
 _INTEGRAL_LIMIT = 2**53
@@ -110,15 +111,20 @@ def _tool_calls(calls: Any) -> list[dict[str, Any]]:
     ]
 
 
-def _message_fields(message: records_pb2.ChatMessage) -> tuple[dict[str, Any] | None, dict[str, Any]]:
-    """(reasoning payload or None, message payload) from the fields that are set.
+class BothReasoningFieldsError(ValueError):
+    """A ChatMessage sets both ``reasoning`` and ``reasoning_blocks``."""
+
+
+def _message_fields(message: records_pb2.ChatMessage) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """(reasoning payloads in order, message payload) from the fields that are set.
 
     One ListFields() call visits only the set fields, in field-number order
     (role, content, name, tool_calls, tool_call_id, is_anchored,
-    truncation_marker, reasoning, synthetic): the hot path of every Append.
+    truncation_marker, reasoning, synthetic, reasoning_blocks): the hot path of
+    every Append. Raises BothReasoningFieldsError when both reasoning fields are set.
     """
     payload: dict[str, Any] = {"role": ""}
-    reasoning = None
+    reasoning: list[dict[str, Any]] = []
     for descriptor, value in message.ListFields():
         name = descriptor.name
         if name == "text":
@@ -128,7 +134,11 @@ def _message_fields(message: records_pb2.ChatMessage) -> tuple[dict[str, Any] | 
         elif name == "tool_calls":
             payload["tool_calls"] = _tool_calls(value)
         elif name == "reasoning":
-            reasoning = reasoning_payload(value)
+            reasoning = [reasoning_payload(value)]
+        elif name == "reasoning_blocks":
+            if reasoning:
+                raise BothReasoningFieldsError("set reasoning (one block) or reasoning_blocks, not both")
+            reasoning = [reasoning_payload(block) for block in value]
         else:  # role, name, tool_call_id, is_anchored, truncation_marker, synthetic
             payload[name] = value
     return reasoning, payload
@@ -139,13 +149,23 @@ def message_payload(message: records_pb2.ChatMessage) -> dict[str, Any]:
     return _message_fields(message)[1]
 
 
-def split_reasoning(message: records_pb2.ChatMessage) -> tuple[dict[str, Any] | None, dict[str, Any]]:
-    """Writer half of the reasoning duality: (reasoning payload or None, message payload).
+def split_reasoning(message: records_pb2.ChatMessage) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Writer half of the reasoning duality: (reasoning payloads in order, message payload).
 
-    Only an assistant message may carry reasoning; :func:`append_payloads`
-    rejects it on any other role.
+    The list is empty without reasoning, one payload for ``reasoning``, every
+    block of ``reasoning_blocks`` otherwise. Only an assistant message may carry
+    reasoning; :func:`append_payloads` rejects it on any other role. Raises
+    BothReasoningFieldsError when both fields are set.
     """
     return _message_fields(message)
+
+
+def _set_reasoning(target: records_pb2.Reasoning, block: dict[str, Any]) -> None:
+    target.content = str(block.get("content", ""))
+    if "signature" in block:
+        target.signature = str(block["signature"])
+    if "encrypted" in block:
+        target.encrypted = str(block["encrypted"])
 
 
 def message_from_payload(payload: dict[str, Any]) -> records_pb2.ChatMessage:
@@ -185,28 +205,32 @@ def message_from_payload(payload: dict[str, Any]) -> records_pb2.ChatMessage:
         message.truncation_marker = str(payload["truncation_marker"])
     if payload.get("synthetic"):
         message.synthetic = True
-    reasoning = payload.get("reasoning")
-    if isinstance(reasoning, dict):
-        message.reasoning.content = str(reasoning.get("content", ""))
-        if "signature" in reasoning:
-            message.reasoning.signature = str(reasoning["signature"])
-        if "encrypted" in reasoning:
-            message.reasoning.encrypted = str(reasoning["encrypted"])
+    blocks = reasoning_blocks_of(payload)
+    if len(blocks) == 1:
+        _set_reasoning(message.reasoning, blocks[0])
+    else:
+        for block in blocks:
+            _set_reasoning(message.reasoning_blocks.add(), block)
     return message
 
 
 def append_payloads(record: writer_pb2.AppendRecord, index: int) -> list[tuple[RecordType, dict[str, Any]]]:
     """The record payloads one AppendRecord becomes, in file order.
 
-    A message with reasoning becomes two: ``reasoning`` then ``message``.
-    Raises RecordValidationError (naming ``index``) for an empty record, reasoning
-    on a non-assistant message, an event without a kind, or a NaN / infinite
-    number in an opaque object (content parts, turn context, event body).
+    A message with N reasoning blocks becomes N ``reasoning`` records then the
+    ``message`` (SPEC §2.5 and its §1 addition). Raises RecordValidationError
+    (naming ``index``) for an empty record, reasoning on a non-assistant message,
+    both ``reasoning`` and ``reasoning_blocks`` set, an event without a kind, or
+    a NaN / infinite number in an opaque object (content parts, turn context,
+    event body).
     """
     try:
         return _append_payloads(record, index)
     except NonFiniteNumberError as exc:
         raise RecordValidationError(index, str(record.WhichOneof("record")), str(exc)) from exc
+    except BothReasoningFieldsError as exc:
+        where = "message" if record.HasField("message") else "compacted.replacement_history"
+        raise RecordValidationError(index, f"{where}.reasoning_blocks", str(exc)) from exc
 
 
 def _append_payloads(record: writer_pb2.AppendRecord, index: int) -> list[tuple[RecordType, dict[str, Any]]]:
@@ -223,11 +247,11 @@ def _append_payloads(record: writer_pb2.AppendRecord, index: int) -> list[tuple[
             raise RecordValidationError(
                 index, "message.synthetic", "only the writer marks an output synthetic (on Resume)"
             )
-        if reasoning is None:
+        if not reasoning:
             return [(_MESSAGE, payload)]
         if payload["role"] != "assistant":
             raise RecordValidationError(index, "message.reasoning", "only assistant messages carry reasoning")
-        return [(_REASONING, reasoning), (_MESSAGE, payload)]
+        return [*((_REASONING, block) for block in reasoning), (_MESSAGE, payload)]
     if kind == "reasoning":
         return [(_REASONING, reasoning_payload(record.reasoning))]
     if kind == "compacted":
@@ -236,8 +260,8 @@ def _append_payloads(record: writer_pb2.AppendRecord, index: int) -> list[tuple[
             history = []
             for message in record.compacted.replacement_history.messages:
                 reasoning, payload = split_reasoning(message)
-                if reasoning is not None:
-                    payload["reasoning"] = reasoning  # inline: the replacement is the model's view as is
+                if reasoning:  # inline: the replacement is the model's view as is
+                    payload["reasoning"] = attached_reasoning(reasoning)
                 history.append(payload)
             compacted["replacement_history"] = history
         return [(_COMPACTED, compacted)]

@@ -330,7 +330,7 @@ class SessionLedger:
         """Append one request's records, all or nothing; returns (seq per record, next seq).
 
         ``records`` holds, per request record, the payloads it becomes (a message
-        with reasoning becomes two). Raises SessionNotFoundError, SessionStateError
+        with N reasoning blocks becomes N + 1). Raises SessionNotFoundError, SessionStateError
         (stopped, seq mismatch), SessionBusyError (a Stop or Resume in progress),
         RecordValidationError (index and field named, nothing written),
         QueueFullError, StorageWriteError.

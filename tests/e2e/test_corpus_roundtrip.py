@@ -29,7 +29,7 @@ def _parts_text(content: Any) -> str:
 def expected_messages(path: Path) -> list[dict[str, Any]]:
     """The model-visible sequence of a Codex rollout, parsed independently of the importer."""
     expected: list[dict[str, Any]] = []
-    reasoning: dict[str, Any] | None = None
+    reasoning: list[dict[str, Any]] = []  # every reasoning item since the last assistant step
     for raw in path.read_text(encoding="utf-8").splitlines():
         if not raw.strip():
             continue
@@ -39,10 +39,12 @@ def expected_messages(path: Path) -> list[dict[str, Any]]:
         item = line["payload"]
         kind = item["type"]
         if kind == "reasoning":
-            reasoning = {
-                "content": "\n\n".join(part["text"] for part in item.get("summary") or []),
-                "encrypted": item.get("encrypted_content"),
-            }
+            reasoning.append(
+                {
+                    "content": "\n\n".join(part["text"] for part in item.get("summary") or []),
+                    "encrypted": item.get("encrypted_content"),
+                }
+            )
             continue
         if kind == "message":
             entry: dict[str, Any] = {"role": item["role"], "text": _parts_text(item["content"])}
@@ -53,9 +55,9 @@ def expected_messages(path: Path) -> list[dict[str, Any]]:
             entry = {"role": "tool", "text": _parts_text(item["output"]), "answers": item["call_id"]}
         else:
             continue
-        if entry["role"] == "assistant" and reasoning is not None:
+        if entry["role"] == "assistant" and reasoning:
             entry["reasoning"] = reasoning
-            reasoning = None
+            reasoning = []
         expected.append(entry)
     return expected
 
@@ -79,11 +81,17 @@ def replayed_messages(response: reader_pb2.ReplayResponse) -> list[dict[str, Any
             entry["calls"] = [(c.id, c.function.name, c.function.arguments) for c in message.tool_calls]
         if message.HasField("tool_call_id"):
             entry["answers"] = message.tool_call_id
-        if message.HasField("reasoning"):
-            entry["reasoning"] = {
-                "content": message.reasoning.content,
-                "encrypted": message.reasoning.encrypted if message.reasoning.HasField("encrypted") else None,
-            }
+        blocks = list(message.reasoning_blocks) or (
+            [message.reasoning] if message.HasField("reasoning") else []
+        )
+        if blocks:
+            entry["reasoning"] = [
+                {
+                    "content": block.content,
+                    "encrypted": block.encrypted if block.HasField("encrypted") else None,
+                }
+                for block in blocks
+            ]
         found.append(entry)
     return found
 
@@ -131,6 +139,43 @@ def test_checkpoint_verifies_and_stop_facts_are_found(imported, path: Path) -> N
     assert facts.has_stop_record
     assert facts.checkpoint.digest == response.computed_digest
     assert facts.stop_kind in {"completed", "interrupted", "cancelled"}
+
+
+def with_a_second_reasoning_item(source: Path, target: Path) -> int:
+    """Copy ``source`` to ``target`` with a second reasoning item after each one (Codex's several-item turns).
+
+    Returns how many were added. The source file itself is never changed.
+    """
+    added = 0
+    out = []
+    for raw in source.read_text(encoding="utf-8").splitlines():
+        out.append(raw)
+        line = json.loads(raw) if raw.strip() else {}
+        if line.get("type") == "response_item" and line["payload"].get("type") == "reasoning":
+            extra = {
+                **line["payload"],
+                "summary": [{"type": "summary_text", "text": f"second thought {added}"}],
+            }
+            extra["encrypted_content"] = f"gAAAA-second-{added}"
+            out.append(json.dumps({**line, "payload": extra}))
+            added += 1
+    target.write_text("\n".join(out) + "\n", encoding="utf-8")
+    return added
+
+
+def test_a_turn_with_several_reasoning_items_replays_every_one(writer_process, reader, tmp_path) -> None:
+    """A Codex file whose turns hold two reasoning items each imports and replays both, in order."""
+    source = CORPUS / "codex" / "real-2025-09-vscode.jsonl"
+    copy = tmp_path / "rollout-several-reasoning.jsonl"
+    assert with_a_second_reasoning_item(source, copy) > 0
+    result = run_rollout("import", "codex", "--writer", writer_process.address, str(copy), timeout=120)
+    assert result.returncode == 0, result.stderr
+    response = reader.GetReplay(reader_pb2.ReplayRequest(session_id=source_session_id(source)))
+    expected = expected_messages(copy)
+    assert sum(len(m.get("reasoning", [])) == 2 for m in expected) > 0
+    assert replayed_messages(response) == expected
+    assert response.digest_status == reader_pb2.DIGEST_STATUS_VERIFIED
+    assert not [entry for entry in response.degraded if entry.kind == "dangling_reasoning"]
 
 
 def test_listing_shows_every_session_newest_first_in_pages_of_two(imported) -> None:

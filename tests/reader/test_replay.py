@@ -249,6 +249,82 @@ def test_memory_view_drops_system_shortens_reasoning_and_truncates_outputs_at_co
     assert messages[2]["content"] == "€" * 30 + "🚀" * 10, "the input is not modified"
 
 
+def test_memory_view_shortens_each_of_several_reasoning_blocks() -> None:
+    """With several reasoning blocks, each long one is shortened and counted; short ones stay whole."""
+    blocks = [{"content": "a" * 50, "encrypted": "e"}, {"content": "short"}, {"content": "b" * 50}]
+    view = memory_view([{"role": "assistant", "content": "x", "reasoning": blocks}], max_reasoning_chars=10)
+    assert view.messages[0]["reasoning"] == [
+        {"content": "a" * 10 + "…"},
+        {"content": "short"},
+        {"content": "b" * 10 + "…"},
+    ]
+    assert view.shortened_reasoning == 2
+
+
+def test_replay_returns_every_reasoning_block_and_a_stop_verifies(writer, reader) -> None:
+    """Several reasoning records before one answer all come back, in order, unary and streamed; Stop verifies."""
+    sid = writer.CreateSession(writer_pb2.CreateSessionRequest()).session_id
+    blocks = [records_pb2.Reasoning(content=f"step {n}", encrypted=f"enc-{n}") for n in range(3)]
+    records = [
+        writer_pb2.AppendRecord(message=records_pb2.ChatMessage(role="user", text="q")),
+        writer_pb2.AppendRecord(reasoning=blocks[0]),  # sent one by one, as Codex writes them
+        writer_pb2.AppendRecord(reasoning=blocks[1]),
+        writer_pb2.AppendRecord(message=records_pb2.ChatMessage(role="assistant", text="a")),
+        writer_pb2.AppendRecord(
+            message=records_pb2.ChatMessage(role="assistant", text="b", reasoning_blocks=blocks[1:])
+        ),
+    ]
+    writer.Append(writer_pb2.AppendRequest(session_id=sid, records=records))
+    writer.Stop(writer_pb2.StopRequest(session_id=sid, stop_kind=records_pb2.STOP_KIND_PAUSED))
+    replay = reader.GetReplay(reader_pb2.ReplayRequest(session_id=sid))
+    assert [list(m.reasoning_blocks) for m in replay.messages] == [[], blocks[:2], blocks[1:]]
+    assert replay.digest_status == reader_pb2.DIGEST_STATUS_VERIFIED
+    assert not [entry for entry in replay.degraded if entry.kind == "dangling_reasoning"]
+    streamed = [
+        m for chunk in reader.StreamReplay(reader_pb2.ReplayRequest(session_id=sid)) for m in chunk.messages
+    ]
+    assert streamed == list(replay.messages)
+
+
+#: A paused session the release before several-reasoning support wrote: two reasoning blocks before one
+#: answer, and the checkpoint it computed over its reading (only the last block attached).
+_SINGLE_REASONING_ERA = [
+    msg("user", "q"),
+    ("reasoning", {"content": "r1", "encrypted": "e1"}),
+    ("reasoning", {"content": "r2", "encrypted": "e2"}),
+    msg("assistant", "a"),
+]
+_SINGLE_REASONING_DIGEST = "sha256:v1:21c7c09823eef09ae7278e9e841365ef70a606fee9e3b30fbb16ca9e19ea2683"
+
+
+def _checkpointed(records: list[tuple[str, dict]], checkpoint_digest: str) -> bytes:
+    checkpoint = {"digest": checkpoint_digest, "message_count": 2, "covers_seq": 4, "stop_kind": "paused"}
+    return lines(*records, ("agent_checkpoint", checkpoint))
+
+
+def test_a_checkpoint_of_the_single_reasoning_era_still_verifies_with_a_note(tmp_path) -> None:
+    """An older checkpoint over the last-block-only reading verifies (noted); replay returns both blocks."""
+    path = write(tmp_path, _checkpointed(_SINGLE_REASONING_ERA, _SINGLE_REASONING_DIGEST))
+    for summary in (replay_file(path), verify_session(path)):
+        assert summary.digest_status == DigestStatus.VERIFIED
+        [note] = [e for e in summary.rebuilt.degraded if e.kind == DegradedKind.SINGLE_REASONING_CHECKPOINT]
+        assert (note.line, note.offset) == (6, len(lines(*_SINGLE_REASONING_ERA)))
+    assert replay_file(path).rebuilt.messages[1]["reasoning"] == [
+        {"content": "r1", "encrypted": "e1"},
+        {"content": "r2", "encrypted": "e2"},
+    ]
+    assert verify_findings(verify_session(path))[0]
+
+
+def test_a_changed_block_under_an_older_checkpoint_still_mismatches(tmp_path) -> None:
+    """The older reading forgives nothing else: a changed last block makes the same checkpoint mismatch."""
+    changed = [*_SINGLE_REASONING_ERA]
+    changed[2] = ("reasoning", {"content": "r2 edited", "encrypted": "e2"})
+    path = write(tmp_path, _checkpointed(changed, _SINGLE_REASONING_DIGEST))
+    assert replay_file(path).digest_status == DigestStatus.MISMATCH
+    assert verify_session(path).digest_status == DigestStatus.MISMATCH
+
+
 def test_memory_view_rpc(writer, reader) -> None:
     """GetMemoryView answers the lossy view with its counters."""
     sid = writer.CreateSession(writer_pb2.CreateSessionRequest()).session_id

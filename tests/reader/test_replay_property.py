@@ -1,7 +1,8 @@
 """Property: whatever sequence an agent appends, replay returns exactly the model-visible sequence.
 
-Sessions are generated (messages with and without reasoning, parallel tool calls,
-outputs, superseding outputs, reused call ids, compactions), appended through the
+Sessions are generated (messages with none, one or several reasoning blocks, reasoning
+sent as records of its own, parallel tool calls, outputs, superseding outputs, reused
+call ids, compactions), appended through the
 writer, stopped, and replayed; the expectation comes from a small reference
 model written here, independently of shared.rebuild.
 """
@@ -35,13 +36,18 @@ def sessions(draw: st.DrawFn) -> list[tuple[Any, ...]]:
     ops: list[tuple[Any, ...]] = []
     issued: list[str] = []
     for _ in range(draw(st.integers(1, 25))):
-        kind = draw(st.sampled_from(["user", "assistant", "assistant", "output", "output", "compact"]))
+        kind = draw(
+            st.sampled_from(["user", "assistant", "assistant", "output", "output", "compact", "reasoning"])
+        )
         if kind == "user":
             ops.append(("user", draw(TEXT)))
+        elif kind == "reasoning":
+            ops.append(("reasoning", draw(TEXT)))
         elif kind == "assistant":
             calls = draw(st.lists(CALL_IDS, max_size=3, unique=True))
-            reasoning = draw(st.none() | TEXT)
-            ops.append(("assistant", draw(TEXT), reasoning, calls))
+            reasoning = draw(st.lists(TEXT, max_size=3))
+            as_blocks = draw(st.booleans())  # one block may also travel as reasoning_blocks
+            ops.append(("assistant", draw(TEXT), reasoning, calls, as_blocks))
             issued.extend(calls)
         elif kind == "output" and issued:
             ops.append(("output", draw(st.sampled_from(issued)), draw(TEXT)))
@@ -58,19 +64,26 @@ def reference(ops: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
     """The model-visible sequence by the rules of SPEC §3, written out plainly."""
     messages: list[dict[str, Any]] = []
     output_at: dict[str, int | None] = {}
+    pending: list[dict[str, Any]] = []  # reasoning records waiting for the next assistant message
     for op in ops:
         if op[0] == "user":
             messages.append({"role": "user", "content": op[1]})
+        elif op[0] == "reasoning":
+            pending.append({"content": op[1]})
         elif op[0] == "assistant":
-            _, text, reasoning, calls = op
+            _, text, reasoning, calls, _ = op
             message: dict[str, Any] = {"role": "assistant", "content": text}
             if calls:
                 message["tool_calls"] = [
                     {"id": c, "type": "function", "function": {"name": "tool", "arguments": "{}"}}
                     for c in calls
                 ]
-            if reasoning is not None:
-                message["reasoning"] = {"content": reasoning}
+            blocks = pending + [{"content": block} for block in reasoning]
+            pending = []
+            if len(blocks) == 1:
+                message["reasoning"] = blocks[0]
+            elif blocks:
+                message["reasoning"] = blocks
             messages.append(message)
             for call in calls:
                 output_at[call] = None
@@ -86,6 +99,7 @@ def reference(ops: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
         else:
             _, summary, replacement = op
             output_at = {}
+            pending = []  # a compaction leaves earlier reasoning dangling
             if replacement is None:
                 messages = [{"role": "user", "content": summary}]
             else:
@@ -96,15 +110,19 @@ def reference(ops: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
 def to_record(op: tuple[Any, ...]) -> writer_pb2.AppendRecord:
     if op[0] == "user":
         return writer_pb2.AppendRecord(message=records_pb2.ChatMessage(role="user", text=op[1]))
+    if op[0] == "reasoning":
+        return writer_pb2.AppendRecord(reasoning=records_pb2.Reasoning(content=op[1]))
     if op[0] == "assistant":
-        _, text, reasoning, calls = op
+        _, text, reasoning, calls, as_blocks = op
         message = records_pb2.ChatMessage(role="assistant", text=text)
         for call in calls:
             message.tool_calls.add(
                 id=call, type="function", function=records_pb2.FunctionCall(name="tool", arguments="{}")
             )
-        if reasoning is not None:
-            message.reasoning.content = reasoning
+        if len(reasoning) == 1 and not as_blocks:
+            message.reasoning.content = reasoning[0]
+        else:
+            message.reasoning_blocks.extend(records_pb2.Reasoning(content=block) for block in reasoning)
         return writer_pb2.AppendRecord(message=message)
     if op[0] == "output":
         return writer_pb2.AppendRecord(
@@ -133,16 +151,26 @@ async def write_session(root: Path, ops: list[tuple[Any, ...]]) -> Path:
 
 
 REUSED_ID = [
-    ("assistant", "t1", None, ["call_a"]),
+    ("assistant", "t1", [], ["call_a"], False),
     ("output", "call_a", "first turn"),
-    ("assistant", "t2", "why", ["call_a"]),
+    ("assistant", "t2", ["why"], ["call_a"], False),
     ("output", "call_a", "second turn"),
     ("output", "call_a", "second turn, retried"),
+]
+# Codex's shape: reasoning items sent one by one before the answer, then a message carrying two blocks.
+SEVERAL_REASONING = [
+    ("user", "q"),
+    ("reasoning", "first"),
+    ("reasoning", "second"),
+    ("assistant", "a", [], ["call_a"], False),
+    ("output", "call_a", "out"),
+    ("assistant", "b", ["third", "fourth"], [], True),
 ]
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @example(ops=REUSED_ID)
+@example(ops=SEVERAL_REASONING)
 @given(ops=sessions())
 def test_replay_equals_the_reference_model_and_the_checkpoint_verifies(ops) -> None:
     """Replay (one read and streamed) equals the reference sequence, canonically; the checkpoint verifies."""

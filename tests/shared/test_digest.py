@@ -9,7 +9,7 @@ import re
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from shared.digest import digest
+from shared.digest import digest, single_reasoning_digest
 
 _DIGEST_SHAPE = re.compile(r"sha256:v1:[0-9a-f]{64}")
 #: The fields SPEC §4 puts in the canonical form, spelled out here on purpose
@@ -102,6 +102,44 @@ def test_digest_includes_reasoning():
     signed = {**plain, "reasoning": {"content": "think", "signature": "s"}}
     digests = {digest([message]) for message in (plain, with_reasoning, changed, signed)}
     assert len(digests) == 4
+
+
+def test_a_single_reasoning_digests_as_the_previous_release_did():
+    """One reasoning block keeps its canonical form: the digest equals the one the previous release computed."""
+    messages = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "a", "reasoning": {"content": "think", "encrypted": "gAAA=="}},
+    ]
+    # Computed by the release before several-reasoning support, over the same sequence.
+    assert digest(messages) == "sha256:v1:26dcd50f45ca50c5a2f9c90f79a314601fe53ce761065d094eb76b187618c444"
+
+
+def test_every_reasoning_block_and_its_order_is_digested():
+    """Dropping, changing or reordering one of several reasoning blocks changes the digest."""
+    first, second = {"content": "one", "encrypted": "e1"}, {"content": "two", "encrypted": "e2"}
+    base = {"role": "assistant", "content": "a"}
+    variants = [
+        [first, second],
+        [second, first],
+        [first],
+        [second],
+        [first, {**second, "encrypted": "e3"}],
+    ]
+    digests = {digest([{**base, "reasoning": blocks}]) for blocks in variants}
+    assert len(digests) == len(variants)
+    assert digest([{**base, "reasoning": [first]}]) != digest([{**base, "reasoning": first}])
+
+
+def test_the_single_reasoning_reading_digests_the_last_block_only():
+    """single_reasoning_digest reads several blocks as the last one, and is None when no message has several."""
+    first, second = {"content": "one"}, {"content": "two"}
+    several = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "a", "reasoning": [first, second]},
+    ]
+    last_only = [several[0], {**several[1], "reasoning": second}]
+    assert single_reasoning_digest(iter(several), 2) == digest(last_only)
+    assert single_reasoning_digest(iter(last_only), 2) is None
 
 
 @given(messages=_sequences, index=st.integers(min_value=0), anchored=st.booleans(), marker=_texts)

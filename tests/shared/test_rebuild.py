@@ -88,15 +88,46 @@ def test_reasoning_attaches_to_the_next_assistant_message():
     assert result.degraded == []
 
 
+def test_several_reasoning_records_all_attach_to_the_next_assistant_message_in_order():
+    """Consecutive reasoning records (a Responses-API turn) all attach, as a list, in file order."""
+    blocks = [
+        {"content": "first", "encrypted": "e1"},
+        {"content": "second", "encrypted": "e2"},
+        {"content": "3"},
+    ]
+    lines = session_lines(
+        message("user", "q"),
+        *(("reasoning", block) for block in blocks[:2]),
+        ("event", {"kind": "token_count", "body": {}}),
+        ("reasoning", blocks[2]),
+        message("assistant", "a"),
+        ("reasoning", {"content": "next turn"}),
+        message("assistant", "b"),
+    )
+    result = rebuild(b"".join(lines))
+    assert result.messages == [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "a", "reasoning": blocks},
+        {"role": "assistant", "content": "b", "reasoning": {"content": "next turn"}},
+    ]
+    assert result.degraded == []
+
+
+def test_every_dangling_reasoning_record_is_its_own_degraded_entry():
+    """Several reasoning records left without an answer are one dangling_reasoning entry each."""
+    lines = session_lines(
+        message("user", "q"), ("reasoning", {"content": "a"}), ("reasoning", {"content": "b"})
+    )
+    result = rebuild(b"".join(lines))
+    found = [(entry.line, entry.offset) for entry in entries(result, DegradedKind.DANGLING_REASONING)]
+    assert found == [(3, offset_of(lines, 2)), (4, offset_of(lines, 3))]
+    assert result.messages == [{"role": "user", "content": "q"}]
+
+
 @pytest.mark.parametrize(
     ("records", "dangling_index"),
     [
         pytest.param([message("user", "q"), ("reasoning", {"content": "r"})], 2, id="at-the-end"),
-        pytest.param(
-            [("reasoning", {"content": "r1"}), ("reasoning", {"content": "r2"}), message("assistant", "a")],
-            1,
-            id="followed-by-reasoning",
-        ),
         pytest.param(
             [("reasoning", {"content": "r"}), ("compacted", {"summary": "s"}), message("assistant", "a")],
             1,

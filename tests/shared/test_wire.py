@@ -65,12 +65,14 @@ def chat_messages(draw, role, *, reasoning=False, tool_call_id=None):
     chat.is_anchored = draw(st.booleans())
     if draw(st.booleans()):
         chat.truncation_marker = draw(_texts)
-    if reasoning and draw(st.booleans()):
-        chat.reasoning.content = draw(_texts)
+    blocks = draw(st.integers(min_value=0, max_value=3)) if reasoning else 0
+    for _ in range(blocks):  # one block travels in reasoning, several in reasoning_blocks
+        block = chat.reasoning if blocks == 1 else chat.reasoning_blocks.add()
+        block.content = draw(_texts)
         if draw(st.booleans()):
-            chat.reasoning.signature = draw(_texts)
+            block.signature = draw(_texts)
         if draw(st.booleans()):
-            chat.reasoning.encrypted = draw(_texts)
+            block.encrypted = draw(_texts)
     return chat
 
 
@@ -115,6 +117,63 @@ def test_reasoning_is_written_as_its_own_record_before_the_message():
         (RecordType.REASONING, {"content": "r", "signature": "s"}),
         (RecordType.MESSAGE, {"role": "assistant", "content": "a"}),
     ]
+
+
+def test_several_reasoning_blocks_are_written_in_order_and_replay_as_reasoning_blocks():
+    """reasoning_blocks become one reasoning record each, in order, and replay as the same list."""
+    blocks = [
+        records_pb2.Reasoning(content="one", encrypted="enc-1"),
+        records_pb2.Reasoning(content="two", signature="sig-2"),
+    ]
+    chat = records_pb2.ChatMessage(role="assistant", text="a", reasoning_blocks=blocks)
+    assert append_payloads(writer_pb2.AppendRecord(message=chat), 0) == [
+        (RecordType.REASONING, {"content": "one", "encrypted": "enc-1"}),
+        (RecordType.REASONING, {"content": "two", "signature": "sig-2"}),
+        (RecordType.MESSAGE, {"role": "assistant", "content": "a"}),
+    ]
+    replayed, result = replay([chat])
+    assert replayed == [chat]
+    assert not replayed[0].HasField("reasoning")
+    assert result.degraded == []
+
+
+def test_one_reasoning_block_is_stored_and_replayed_as_plain_reasoning():
+    """A one-item reasoning_blocks list is the same record as reasoning, and replays in that field."""
+    block = records_pb2.Reasoning(content="only", encrypted="e")
+    as_list = records_pb2.ChatMessage(role="assistant", text="a", reasoning_blocks=[block])
+    as_field = records_pb2.ChatMessage(role="assistant", text="a", reasoning=block)
+    written = append_payloads(writer_pb2.AppendRecord(message=as_list), 0)
+    assert written == append_payloads(writer_pb2.AppendRecord(message=as_field), 0)
+    replayed, _ = replay([as_list])
+    assert replayed == [as_field]
+
+
+def test_reasoning_and_reasoning_blocks_together_are_rejected():
+    """A message setting both reasoning fields is refused, naming reasoning_blocks."""
+    chat = records_pb2.ChatMessage(
+        role="assistant",
+        reasoning=records_pb2.Reasoning(content="a"),
+        reasoning_blocks=[records_pb2.Reasoning(content="b")],
+    )
+    with pytest.raises(RecordValidationError) as caught:
+        append_payloads(writer_pb2.AppendRecord(message=chat), 5)
+    assert (caught.value.index, caught.value.field) == (5, "message.reasoning_blocks")
+
+
+def test_a_replacement_history_keeps_several_reasoning_blocks_inline():
+    """A compaction's replacement message with two blocks rebuilds with both, in order."""
+    compacted = records_pb2.Compacted(summary="s")
+    compacted.replacement_history.messages.add(
+        role="assistant",
+        text="kept",
+        reasoning_blocks=[records_pb2.Reasoning(content="x"), records_pb2.Reasoning(content="y")],
+    )
+    [(record_type, payload)] = append_payloads(writer_pb2.AppendRecord(compacted=compacted), 0)
+    assert record_type == RecordType.COMPACTED
+    assert payload["replacement_history"][0]["reasoning"] == [{"content": "x"}, {"content": "y"}]
+    data = encode_line(0, TS, "session_meta", META) + encode_line(1, TS, record_type, payload)
+    [message] = rebuild(data).messages
+    assert message_from_payload(message) == compacted.replacement_history.messages[0]
 
 
 @pytest.mark.parametrize("role", ["system", "developer", "user", "tool"])
