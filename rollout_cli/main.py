@@ -27,7 +27,6 @@ import click
 import grpc
 
 from rollout.v1 import reader_pb2, reader_pb2_grpc, records_pb2, writer_pb2, writer_pb2_grpc
-from rollout_cli.codex_import import convert_codex
 from shared.status import BindError
 from shared.stop_kinds import StopKind
 from shared.wire import stop_kind_to_proto
@@ -40,7 +39,6 @@ CLIENT_OPTIONS = [
     ("grpc.max_receive_message_length", 256 * 1024 * 1024),
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
 ]
-IMPORT_BATCH_RECORDS = 32
 
 
 def _setup_logging(verbose: bool) -> None:
@@ -360,94 +358,45 @@ def _fail(exc: grpc.RpcError, service: str = "", address: str = "") -> click.Cli
     return click.ClickException(f"{code.name}: {exc.details()}")
 
 
-def _batches(records: list[writer_pb2.AppendRecord], session_id: str) -> Any:
-    for start in range(0, len(records), IMPORT_BATCH_RECORDS):
-        yield writer_pb2.AppendRequest(
-            session_id=session_id, records=records[start : start + IMPORT_BATCH_RECORDS]
-        )
-
-
-def import_codex_file(stub: writer_pb2_grpc.RolloutWriterStub, path: Path, tenant: str) -> dict[str, Any]:
-    """Import one Codex rollout through the writer; returns a report (raises grpc.RpcError)."""
-    with path.open("rb") as handle:
-        session = convert_codex(handle)
-    if not session.recognized:
-        return {"file": str(path), "refused": "not a Codex rollout (no line parsed as one); nothing imported"}
-    try:
-        created = stub.CreateSession(
-            writer_pb2.CreateSessionRequest(
-                session_id=session.session_id,
-                created_at=session.created_at,
-                cwd=session.cwd,
-                originator=session.originator or "codex",
-                client_version=session.client_version,
-                model=session.model,
-                tenant=tenant,
-            )
-        )
-    except grpc.RpcError as exc:
-        if exc.code() == grpc.StatusCode.ALREADY_EXISTS:
-            return {"file": str(path), "session_id": session.session_id, "skipped": "already imported"}
-        raise
-    acks = list(stub.AppendStream(_batches(session.records, created.session_id)))
-    stopped = stub.Stop(
-        writer_pb2.StopRequest(
-            session_id=created.session_id,
-            stop_kind=stop_kind_to_proto(session.stop_kind),
-            reason=session.stop_reason,
-        )
-    )
-    return {
-        "file": str(path),
-        "session_id": created.session_id,
-        "records": len(session.records),
-        "next_seq": acks[-1].next_seq if acks else 1,
-        "kept_as_event": dict(session.kept_as_event),
-        "stop_kind": str(session.stop_kind),
-        "messages": stopped.message_count,
-        "digest": stopped.digest,
-    }
-
-
 @cli.group("import")
 def import_group() -> None:
-    """Import sessions recorded by other tools, through the writer's gRPC API."""
+    """Import sessions recorded by other tools, through the writer's gRPC API.
+
+    Each PATH is a session file or a folder to walk; with none, the tool's own
+    folder. Every file goes in all or nothing; running the same import again
+    skips what is already in the ledger.
+    """
+
+
+def _import_options(command: Callable[..., None]) -> Callable[..., None]:
+    command = click.argument("paths", nargs=-1, type=click.Path(exists=True, path_type=Path))(command)
+    command = writer_option(command)
+    command = click.option("--tenant", default="default", show_default=True)(command)
+    return click.option("--json", "as_json", is_flag=True, help="One JSON object per file, no table.")(
+        command
+    )
 
 
 @import_group.command("codex")
-@click.argument(
-    "paths", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path)
-)
-@writer_option
-@click.option("--tenant", default="default", show_default=True)
-def import_codex(paths: tuple[Path, ...], writer: str, tenant: str) -> None:
-    """Import Codex CLI rollout JSONL files (both layouts), one session each.
+@_import_options
+def import_codex(paths: tuple[Path, ...], writer: str, tenant: str, as_json: bool) -> None:
+    """Import Codex CLI rollouts (files, or folders such as ~/.codex/sessions), one session each."""
+    from rollout_cli.importers.command import run_import
 
-    Exits 1 when a file is refused (not a Codex rollout); the others are still imported.
+    raise SystemExit(run_import("codex", paths, writer, tenant, as_json))
+
+
+@import_group.command("claude")
+@_import_options
+def import_claude(paths: tuple[Path, ...], writer: str, tenant: str, as_json: bool) -> None:
+    """Import Claude Code transcripts (files, or folders such as ~/.claude/projects).
+
+    A transcript becomes a session; each sub-agent run in it becomes a child
+    session whose delegation coordinates are the session and its Task call.
     """
-    refused = 0
-    with grpc.insecure_channel(writer, options=CLIENT_OPTIONS) as channel:
-        stub = writer_pb2_grpc.RolloutWriterStub(channel)
-        for path in paths:
-            try:
-                report = import_codex_file(stub, path, tenant)
-            except grpc.RpcError as exc:
-                raise _fail(exc, "writer", writer) from exc
-            if "refused" in report:
-                click.echo(f"{path.name}: {report['refused']}", err=True)
-                refused += 1
-                continue
-            if "skipped" in report:
-                click.echo(f"{path.name}: skipped, {report['skipped']} as {report['session_id']}")
-                continue
-            kept = ", ".join(f"{k}×{v}" for k, v in sorted(report["kept_as_event"].items())) or "none"
-            click.echo(
-                f"{path.name}: session {report['session_id']}: {report['records']} records,"
-                f" {report['messages']} messages, stopped {report['stop_kind']};"
-                f" kept as events (no mapping): {kept}"
-            )
-    if refused:
-        raise SystemExit(1)
+    from rollout_cli.importers.command import run_import
+
+    raise SystemExit(run_import("claude", paths, writer, tenant, as_json))
 
 
 @cli.command("ls")

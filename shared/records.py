@@ -18,7 +18,8 @@ written by orjson, no BOM. Every line has exactly these keys, in this order::
   message             role, content? (string or list of parts), name?,
                       tool_calls? [{id, type, function: {name, arguments}}],
                       tool_call_id?, is_anchored?, truncation_marker?,
-                      synthetic? (true on an output written by Resume)
+                      synthetic? (true on an output written by Resume),
+                      is_error? (true on a tool output that reported failure)
   reasoning           content, signature?, encrypted?  (attaches to the next
                       assistant message; several in a row all attach to it)
   compacted           summary, replacement_history? [message payloads]
@@ -36,6 +37,8 @@ Documented additions to the SPEC §1 table (readers must accept them):
   collide with ``kind``;
 * a ``message`` may carry ``"synthetic": true``: a tool output the writer wrote on
   Resume for a call left without one (not part of the digest);
+* a tool ``message`` may carry ``"is_error": true``: the tool reported a failure
+  (an Anthropic ``tool_result`` with ``is_error``); not part of the digest;
 * an ``event`` of kind ``resumed`` / ``forked`` records a Resume / Fork;
 * several ``reasoning`` records before one assistant message all attach to it,
   in file order (Responses-API agents write more than one per turn, each with
@@ -44,7 +47,7 @@ Documented additions to the SPEC §1 table (readers must accept them):
   there is one (exactly the older shape, so older checkpoints still verify)
   and a list of block objects when there are two or more;
 * optional fields are omitted when absent (never written as ``null``), and
-  ``is_anchored`` / ``synthetic`` are written only when true.
+  ``is_anchored`` / ``synthetic`` / ``is_error`` are written only when true.
 
 Unknown ``type`` values (a newer writer) are preserved by readers and reported as
 degraded, never dropped and never a crash.
@@ -179,6 +182,10 @@ def validate_message(
             )
         if not call.get("function", {}).get("name"):
             raise RecordValidationError(index, f"{where}.function.name", "is empty")
+    if payload.get("is_error") and role != "tool":
+        raise RecordValidationError(
+            index, f"{field_prefix}.is_error", f"only tool outputs carry is_error, not {clip(role)!r}"
+        )
     if role == "tool":
         call_id = payload.get("tool_call_id")
         if not call_id:

@@ -120,7 +120,7 @@ def _message_fields(message: records_pb2.ChatMessage) -> tuple[list[dict[str, An
 
     One ListFields() call visits only the set fields, in field-number order
     (role, content, name, tool_calls, tool_call_id, is_anchored,
-    truncation_marker, reasoning, synthetic, reasoning_blocks): the hot path of
+    truncation_marker, reasoning, synthetic, reasoning_blocks, is_error): the hot path of
     every Append. Raises BothReasoningFieldsError when both reasoning fields are set.
     """
     payload: dict[str, Any] = {"role": ""}
@@ -139,7 +139,7 @@ def _message_fields(message: records_pb2.ChatMessage) -> tuple[list[dict[str, An
             if reasoning:
                 raise BothReasoningFieldsError("set reasoning (one block) or reasoning_blocks, not both")
             reasoning = [reasoning_payload(block) for block in value]
-        else:  # role, name, tool_call_id, is_anchored, truncation_marker, synthetic
+        else:  # role, name, tool_call_id, is_anchored, truncation_marker, synthetic, is_error
             payload[name] = value
     return reasoning, payload
 
@@ -205,6 +205,8 @@ def message_from_payload(payload: dict[str, Any]) -> records_pb2.ChatMessage:
         message.truncation_marker = str(payload["truncation_marker"])
     if payload.get("synthetic"):
         message.synthetic = True
+    if payload.get("is_error"):
+        message.is_error = True
     blocks = reasoning_blocks_of(payload)
     if len(blocks) == 1:
         _set_reasoning(message.reasoning, blocks[0])

@@ -54,7 +54,7 @@ class Reasoning(_message.Message):
     def __init__(self, content: _Optional[str] = ..., signature: _Optional[str] = ..., encrypted: _Optional[str] = ...) -> None: ...
 
 class ChatMessage(_message.Message):
-    __slots__ = ("role", "text", "parts", "name", "tool_calls", "tool_call_id", "is_anchored", "truncation_marker", "reasoning", "synthetic", "reasoning_blocks")
+    __slots__ = ("role", "text", "parts", "name", "tool_calls", "tool_call_id", "is_anchored", "truncation_marker", "reasoning", "synthetic", "reasoning_blocks", "is_error")
     ROLE_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     PARTS_FIELD_NUMBER: _ClassVar[int]
@@ -66,6 +66,7 @@ class ChatMessage(_message.Message):
     REASONING_FIELD_NUMBER: _ClassVar[int]
     SYNTHETIC_FIELD_NUMBER: _ClassVar[int]
     REASONING_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    IS_ERROR_FIELD_NUMBER: _ClassVar[int]
     role: str
     text: str
     parts: _struct_pb2.ListValue
@@ -77,7 +78,8 @@ class ChatMessage(_message.Message):
     reasoning: Reasoning
     synthetic: bool
     reasoning_blocks: _containers.RepeatedCompositeFieldContainer[Reasoning]
-    def __init__(self, role: _Optional[str] = ..., text: _Optional[str] = ..., parts: _Optional[_Union[_struct_pb2.ListValue, _Mapping]] = ..., name: _Optional[str] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., tool_call_id: _Optional[str] = ..., is_anchored: _Optional[bool] = ..., truncation_marker: _Optional[str] = ..., reasoning: _Optional[_Union[Reasoning, _Mapping]] = ..., synthetic: _Optional[bool] = ..., reasoning_blocks: _Optional[_Iterable[_Union[Reasoning, _Mapping]]] = ...) -> None: ...
+    is_error: bool
+    def __init__(self, role: _Optional[str] = ..., text: _Optional[str] = ..., parts: _Optional[_Union[_struct_pb2.ListValue, _Mapping]] = ..., name: _Optional[str] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., tool_call_id: _Optional[str] = ..., is_anchored: _Optional[bool] = ..., truncation_marker: _Optional[str] = ..., reasoning: _Optional[_Union[Reasoning, _Mapping]] = ..., synthetic: _Optional[bool] = ..., reasoning_blocks: _Optional[_Iterable[_Union[Reasoning, _Mapping]]] = ..., is_error: _Optional[bool] = ...) -> None: ...
 
 class Compacted(_message.Message):
     __slots__ = ("summary", "replacement_history")

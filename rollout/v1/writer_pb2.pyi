@@ -1,6 +1,7 @@
 from google.protobuf import struct_pb2 as _struct_pb2
 from rollout.v1 import records_pb2 as _records_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
@@ -8,8 +9,19 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class SessionRole(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SESSION_ROLE_UNSPECIFIED: _ClassVar[SessionRole]
+    SESSION_ROLE_ROOT: _ClassVar[SessionRole]
+    SESSION_ROLE_CHILD: _ClassVar[SessionRole]
+    SESSION_ROLE_CHILD_WITHOUT_COORDINATES: _ClassVar[SessionRole]
+SESSION_ROLE_UNSPECIFIED: SessionRole
+SESSION_ROLE_ROOT: SessionRole
+SESSION_ROLE_CHILD: SessionRole
+SESSION_ROLE_CHILD_WITHOUT_COORDINATES: SessionRole
+
 class CreateSessionRequest(_message.Message):
-    __slots__ = ("session_id", "agent_name", "parent_session_id", "delegation_id", "tenant", "model", "cwd", "originator", "client_version", "created_at")
+    __slots__ = ("session_id", "agent_name", "parent_session_id", "delegation_id", "tenant", "model", "cwd", "originator", "client_version", "created_at", "role")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     AGENT_NAME_FIELD_NUMBER: _ClassVar[int]
     PARENT_SESSION_ID_FIELD_NUMBER: _ClassVar[int]
@@ -20,6 +32,7 @@ class CreateSessionRequest(_message.Message):
     ORIGINATOR_FIELD_NUMBER: _ClassVar[int]
     CLIENT_VERSION_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     agent_name: str
     parent_session_id: str
@@ -30,7 +43,8 @@ class CreateSessionRequest(_message.Message):
     originator: str
     client_version: str
     created_at: str
-    def __init__(self, session_id: _Optional[str] = ..., agent_name: _Optional[str] = ..., parent_session_id: _Optional[str] = ..., delegation_id: _Optional[str] = ..., tenant: _Optional[str] = ..., model: _Optional[str] = ..., cwd: _Optional[str] = ..., originator: _Optional[str] = ..., client_version: _Optional[str] = ..., created_at: _Optional[str] = ...) -> None: ...
+    role: SessionRole
+    def __init__(self, session_id: _Optional[str] = ..., agent_name: _Optional[str] = ..., parent_session_id: _Optional[str] = ..., delegation_id: _Optional[str] = ..., tenant: _Optional[str] = ..., model: _Optional[str] = ..., cwd: _Optional[str] = ..., originator: _Optional[str] = ..., client_version: _Optional[str] = ..., created_at: _Optional[str] = ..., role: _Optional[_Union[SessionRole, str]] = ...) -> None: ...
 
 class CreateSessionResponse(_message.Message):
     __slots__ = ("session_id", "created_at", "next_seq")
@@ -43,18 +57,20 @@ class CreateSessionResponse(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., created_at: _Optional[str] = ..., next_seq: _Optional[int] = ...) -> None: ...
 
 class AppendRecord(_message.Message):
-    __slots__ = ("message", "reasoning", "compacted", "turn_context", "event")
+    __slots__ = ("message", "reasoning", "compacted", "turn_context", "event", "ts")
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     REASONING_FIELD_NUMBER: _ClassVar[int]
     COMPACTED_FIELD_NUMBER: _ClassVar[int]
     TURN_CONTEXT_FIELD_NUMBER: _ClassVar[int]
     EVENT_FIELD_NUMBER: _ClassVar[int]
+    TS_FIELD_NUMBER: _ClassVar[int]
     message: _records_pb2.ChatMessage
     reasoning: _records_pb2.Reasoning
     compacted: _records_pb2.Compacted
     turn_context: _struct_pb2.Struct
     event: _records_pb2.Event
-    def __init__(self, message: _Optional[_Union[_records_pb2.ChatMessage, _Mapping]] = ..., reasoning: _Optional[_Union[_records_pb2.Reasoning, _Mapping]] = ..., compacted: _Optional[_Union[_records_pb2.Compacted, _Mapping]] = ..., turn_context: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., event: _Optional[_Union[_records_pb2.Event, _Mapping]] = ...) -> None: ...
+    ts: str
+    def __init__(self, message: _Optional[_Union[_records_pb2.ChatMessage, _Mapping]] = ..., reasoning: _Optional[_Union[_records_pb2.Reasoning, _Mapping]] = ..., compacted: _Optional[_Union[_records_pb2.Compacted, _Mapping]] = ..., turn_context: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., event: _Optional[_Union[_records_pb2.Event, _Mapping]] = ..., ts: _Optional[str] = ...) -> None: ...
 
 class AppendRequest(_message.Message):
     __slots__ = ("session_id", "records", "expected_next_seq", "request_id")
@@ -79,16 +95,18 @@ class AppendResponse(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., seqs: _Optional[_Iterable[int]] = ..., next_seq: _Optional[int] = ...) -> None: ...
 
 class StopRequest(_message.Message):
-    __slots__ = ("session_id", "stop_kind", "reason", "error")
+    __slots__ = ("session_id", "stop_kind", "reason", "error", "ts")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     STOP_KIND_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    TS_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     stop_kind: _records_pb2.StopKind
     reason: str
     error: _records_pb2.StopError
-    def __init__(self, session_id: _Optional[str] = ..., stop_kind: _Optional[_Union[_records_pb2.StopKind, str]] = ..., reason: _Optional[str] = ..., error: _Optional[_Union[_records_pb2.StopError, _Mapping]] = ...) -> None: ...
+    ts: str
+    def __init__(self, session_id: _Optional[str] = ..., stop_kind: _Optional[_Union[_records_pb2.StopKind, str]] = ..., reason: _Optional[str] = ..., error: _Optional[_Union[_records_pb2.StopError, _Mapping]] = ..., ts: _Optional[str] = ...) -> None: ...
 
 class StopResponse(_message.Message):
     __slots__ = ("checkpoint_seq", "stop_seq", "digest", "message_count")
@@ -143,3 +161,39 @@ class ForkResponse(_message.Message):
     digest: str
     next_seq: int
     def __init__(self, session_id: _Optional[str] = ..., forked_at_seq: _Optional[int] = ..., digest: _Optional[str] = ..., next_seq: _Optional[int] = ...) -> None: ...
+
+class ImportRecords(_message.Message):
+    __slots__ = ("records",)
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    records: _containers.RepeatedCompositeFieldContainer[AppendRecord]
+    def __init__(self, records: _Optional[_Iterable[_Union[AppendRecord, _Mapping]]] = ...) -> None: ...
+
+class ImportSessionsRequest(_message.Message):
+    __slots__ = ("create", "records", "stop")
+    CREATE_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    STOP_FIELD_NUMBER: _ClassVar[int]
+    create: CreateSessionRequest
+    records: ImportRecords
+    stop: StopRequest
+    def __init__(self, create: _Optional[_Union[CreateSessionRequest, _Mapping]] = ..., records: _Optional[_Union[ImportRecords, _Mapping]] = ..., stop: _Optional[_Union[StopRequest, _Mapping]] = ...) -> None: ...
+
+class ImportedSessionResult(_message.Message):
+    __slots__ = ("session_id", "already_present", "records", "message_count", "digest")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    ALREADY_PRESENT_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    already_present: bool
+    records: int
+    message_count: int
+    digest: str
+    def __init__(self, session_id: _Optional[str] = ..., already_present: _Optional[bool] = ..., records: _Optional[int] = ..., message_count: _Optional[int] = ..., digest: _Optional[str] = ...) -> None: ...
+
+class ImportSessionsResponse(_message.Message):
+    __slots__ = ("sessions",)
+    SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    sessions: _containers.RepeatedCompositeFieldContainer[ImportedSessionResult]
+    def __init__(self, sessions: _Optional[_Iterable[_Union[ImportedSessionResult, _Mapping]]] = ...) -> None: ...

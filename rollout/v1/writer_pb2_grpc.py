@@ -64,6 +64,11 @@ class RolloutWriterStub:
                 request_serializer=rollout_dot_v1_dot_writer__pb2.ForkRequest.SerializeToString,
                 response_deserializer=rollout_dot_v1_dot_writer__pb2.ForkResponse.FromString,
                 _registered_method=True)
+        self.ImportSessions = channel.stream_unary(
+                '/rollout.v1.RolloutWriter/ImportSessions',
+                request_serializer=rollout_dot_v1_dot_writer__pb2.ImportSessionsRequest.SerializeToString,
+                response_deserializer=rollout_dot_v1_dot_writer__pb2.ImportSessionsResponse.FromString,
+                _registered_method=True)
 
 
 class RolloutWriterServicer:
@@ -159,6 +164,33 @@ class RolloutWriterServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ImportSessions(self, request_iterator, context):
+        """Imports whole sessions recorded elsewhere, all or nothing. The stream
+        carries, for each session in turn: one `create`, any number of `records`
+        messages, one `stop`. The writer validates every record as Append does
+        (source times in AppendRecord.ts allowed), writes each session to a
+        staging file no reader sees, and when the stream ends cleanly checkpoints
+        and stops each one (Stop's rules: the checkpoint over the whole file) and
+        fsyncs them, then makes them all visible; the answer lists each session.
+        A refusal, a cancelled or broken stream or a writer crash leaves none of
+        them behind. A session whose id the ledger already holds is skipped (its
+        records are read and dropped; `already_present` in the answer), so a
+        repeated import is harmless and completes an earlier, interrupted one.
+        Children may name a parent created earlier in the same stream.
+        INVALID_ARGUMENT: a bad create, record or stop; the BadRequest field is
+        `sessions[k].records[i].<field>` (k: the session's position in the
+        stream, i: the record's position within that session, counted over all
+        of its `records` messages), or `sessions[k].<field>` for its create or
+        stop; also a stream out of order (records before a create, a create
+        before the previous session's stop, a stream ending inside a session).
+        ALREADY_EXISTS: two sessions of the stream have the same id.
+        PERMISSION_DENIED: the caller may not set record times (see AppendRecord.ts).
+        RESOURCE_EXHAUSTED: the disk is full. UNAVAILABLE: a write or fsync failed.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RolloutWriterServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -191,6 +223,11 @@ def add_RolloutWriterServicer_to_server(servicer, server):
                     servicer.Fork,
                     request_deserializer=rollout_dot_v1_dot_writer__pb2.ForkRequest.FromString,
                     response_serializer=rollout_dot_v1_dot_writer__pb2.ForkResponse.SerializeToString,
+            ),
+            'ImportSessions': grpc.stream_unary_rpc_method_handler(
+                    servicer.ImportSessions,
+                    request_deserializer=rollout_dot_v1_dot_writer__pb2.ImportSessionsRequest.FromString,
+                    response_serializer=rollout_dot_v1_dot_writer__pb2.ImportSessionsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -355,6 +392,33 @@ class RolloutWriter:
             '/rollout.v1.RolloutWriter/Fork',
             rollout_dot_v1_dot_writer__pb2.ForkRequest.SerializeToString,
             rollout_dot_v1_dot_writer__pb2.ForkResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ImportSessions(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/rollout.v1.RolloutWriter/ImportSessions',
+            rollout_dot_v1_dot_writer__pb2.ImportSessionsRequest.SerializeToString,
+            rollout_dot_v1_dot_writer__pb2.ImportSessionsResponse.FromString,
             options,
             channel_credentials,
             insecure,

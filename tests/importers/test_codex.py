@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import uuid
+
 import orjson
 import pytest
 
-from rollout_cli.codex_import import convert_codex
+from rollout_cli.importers.codex import convert_codex
+from shared.records import parse_timestamp
 from shared.stop_kinds import StopKind
 from tests.conftest import CORPUS
 
@@ -57,7 +60,7 @@ USER = envelope(
 )
 def test_the_stop_kind_follows_how_the_source_ended(ending, kind) -> None:
     """task_complete -> completed, turn_aborted -> cancelled, an unfinished turn -> interrupted."""
-    assert convert_codex([META, USER, *ending]).stop_kind is kind
+    assert convert_codex([META, USER, *ending]).sessions[0].stop_kind is kind
 
 
 def test_unmapped_items_are_kept_as_counted_events_never_dropped() -> None:
@@ -69,21 +72,60 @@ def test_unmapped_items_are_kept_as_counted_events_never_dropped() -> None:
         envelope("response_item", {"type": "function_call_output", "call_id": "nobody", "output": "x"}),
         b"{not json",
     ]
-    session = convert_codex(lines)
+    session = convert_codex(lines).sessions[0]
     assert dict(session.kept_as_event) == {
         "codex.web_search_call": 1,
         "codex.orphan_output": 1,
         "codex.unparseable_line": 1,
     }
-    kinds = [record.event.kind for record in session.records if record.WhichOneof("record") == "event"]
+    kinds = [r.record.event.kind for r in session.records if r.record.WhichOneof("record") == "event"]
     assert kinds.count("codex.web_search_call") == 1
     assert session.session_id == "01900000-0000-7000-8000-000000000001"
 
 
 @pytest.mark.parametrize("path", sorted((CORPUS / "codex").glob("*.jsonl")), ids=lambda p: p.name)
-def test_every_corpus_line_is_accounted_for(path) -> None:
-    """Each non-empty line of a real session yields at least one record (mapped, or kept as an event)."""
-    raw = [line for line in path.read_bytes().splitlines() if line.strip()]
-    session = convert_codex(raw)
-    assert session.recognized == len(raw)
-    assert len(session.records) >= len(raw) - 1  # the session_meta line becomes CreateSession (+ an event)
+def test_every_corpus_line_is_accounted_for_and_keeps_its_time(path) -> None:
+    """Each non-empty line of a real session yields a record naming that line, stamped with the line's time."""
+    lines = path.read_bytes().splitlines()
+    imported = convert_codex(lines, path)
+    [session] = imported.sessions
+    numbered = {number: raw for number, raw in enumerate(lines, 1) if raw.strip()}
+    assert imported.recognized == len(numbered)
+    assert {r.line for r in session.records} == set(numbered)
+    for source_record in session.records:
+        stamp = orjson.loads(numbered[source_record.line]).get("timestamp")
+        if stamp:
+            expected = parse_timestamp(stamp)
+            assert parse_timestamp(source_record.record.ts) == expected, source_record.line
+
+
+def test_a_file_without_a_session_id_gets_the_same_derived_id_every_time() -> None:
+    """A bare file with no usable id is named by its content, so importing it again finds it."""
+    lines = [envelope("response_item", {"type": "message", "role": "user", "content": "hi"})]
+    first = convert_codex(lines).sessions[0].session_id
+    assert first == convert_codex(list(lines)).sessions[0].session_id
+    assert first != convert_codex([*lines, USER]).sessions[0].session_id
+    assert uuid.UUID(first).version == 5
+
+
+def test_several_reasoning_items_before_one_call_are_all_kept_in_order() -> None:
+    """Two reasoning items then a call: both become reasoning records, in order, before the call."""
+    reasoning = [
+        envelope(
+            "response_item",
+            {
+                "type": "reasoning",
+                "summary": [{"type": "summary_text", "text": t}],
+                "encrypted_content": f"enc-{t}",
+            },
+        )
+        for t in ("one", "two")
+    ]
+    call = envelope(
+        "response_item", {"type": "function_call", "name": "sh", "arguments": "{}", "call_id": "c"}
+    )
+    session = convert_codex([META, USER, *reasoning, call]).sessions[0]
+    kinds = [r.record.WhichOneof("record") for r in session.records]
+    first = kinds.index("reasoning")
+    assert kinds[first : first + 3] == ["reasoning", "reasoning", "message"]
+    assert [session.records[first + i].record.reasoning.encrypted for i in (0, 1)] == ["enc-one", "enc-two"]

@@ -1,4 +1,4 @@
-"""Convert a Codex CLI rollout file into ledger records (``rollout import codex``).
+"""The Codex CLI importer (``rollout import codex``): a rollout file -> one ledger session.
 
 Both Codex layouts are read: the envelope ``{"timestamp", "type", "payload"}``
 (2025-09 onwards) and the older bare layout (a header object, then bare
@@ -23,7 +23,9 @@ event_msg                          event (kind = payload.type)
 compacted                          compacted (summary, replacement_history)
 =================================  ============================================
 
-Whatever has no mapping (other response item types such as web_search_call or
+Each record carries the time of its source line (the envelope's ``timestamp``;
+a bare item has none and takes the time of the line before it, or of the
+session's header). Whatever has no mapping (other response item types such as web_search_call or
 image_generation_call, state lines, unknown top-level types, an output whose
 call never appeared, fields of a mapped item beyond the mapped ones) is kept as
 an ``event`` record whose kind starts with ``codex.`` and is counted in the
@@ -38,16 +40,22 @@ interrupted (the last turn may be unfinished).
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+import hashlib
+from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 import orjson
 
 from rollout.v1 import records_pb2, writer_pb2
-from shared.errors import FileNameError
-from shared.naming import validate_session_id
+from rollout_cli.importers import (
+    ImportedFile,
+    ImportedSession,
+    SourceRecord,
+    jsonl_files,
+    ledger_session_id,
+    source_time,
+)
 from shared.stop_kinds import StopKind
 from shared.wire import python_to_list, python_to_struct
 
@@ -60,33 +68,6 @@ _OUTPUT_TYPES = {"function_call_output", "custom_tool_call_output"}
 _TURN_EVENTS = {"task_started", "task_complete", "turn_aborted"}
 _ENVELOPE_TYPES = {"session_meta", "response_item", "turn_context", "event_msg", "compacted"}
 _ITEM_TYPES = {"message", "reasoning", *_CALL_TYPES, *_OUTPUT_TYPES}
-
-
-@dataclass
-class CodexSession:
-    """A converted Codex rollout: what to create, what to append, how it ended."""
-
-    source_id: str = ""
-    created_at: str = ""
-    cwd: str = ""
-    originator: str = ""
-    client_version: str = ""
-    model: str = ""
-    records: list[writer_pb2.AppendRecord] = field(default_factory=list)
-    kept_as_event: Counter[str] = field(default_factory=Counter)
-    unparseable_lines: int = 0
-    #: Lines that were Codex items (a session_meta, response item, event, turn context, compaction).
-    recognized: int = 0
-    stop_kind: StopKind = StopKind.INTERRUPTED
-    stop_reason: str = ""
-
-    @property
-    def session_id(self) -> str:
-        """The source's id when it is a lowercase UUID (kept), else "" (a new one is made)."""
-        try:
-            return validate_session_id(self.source_id)
-        except FileNameError:
-            return ""
 
 
 def _event(kind: str, body: dict[str, Any]) -> writer_pb2.AppendRecord:
@@ -105,23 +86,29 @@ def _content_text(value: Any) -> tuple[str | None, list[Any] | None]:
 
 
 class _Converter:
-    def __init__(self) -> None:
-        self.session = CodexSession()
+    def __init__(self, source: Path) -> None:
+        self.session = ImportedSession(source=source, session_id="", originator="codex")
+        self.source_id = ""
         self.call_ids: set[str] = set()
         self.open_calls: set[str] = set()
         self.last_item: str = ""
         self.last_event: str = ""
+        self.line = 0
+        self.time = ""  # the time of the current line, or of the last line that had one
+
+    def append(self, record: writer_pb2.AppendRecord) -> None:
+        if self.time:
+            record.ts = self.time
+        self.session.records.append(SourceRecord(self.line, record))
 
     def keep(self, kind: str, body: dict[str, Any]) -> None:
-        self.session.records.append(_event(kind, body))
+        self.append(_event(kind, body))
         self.session.kept_as_event[kind] += 1
 
     def extras(self, item: dict[str, Any], mapped: set[str]) -> None:
         extra = {key: value for key, value in item.items() if key not in mapped}
         if extra:
-            self.session.records.append(
-                _event("codex.item_fields", {"item_type": item.get("type"), "fields": extra})
-            )
+            self.append(_event("codex.item_fields", {"item_type": item.get("type"), "fields": extra}))
 
     def chat(self, item: dict[str, Any]) -> records_pb2.ChatMessage | None:
         """The chat message of one response item, or None when it has no mapping."""
@@ -166,7 +153,7 @@ class _Converter:
             reasoning = records_pb2.Reasoning(content="\n\n".join(texts))
             if isinstance(item.get("encrypted_content"), str):
                 reasoning.encrypted = item["encrypted_content"]
-            self.session.records.append(writer_pb2.AppendRecord(reasoning=reasoning))
+            self.append(writer_pb2.AppendRecord(reasoning=reasoning))
             self.extras(item, _REASONING_KEYS if not item.get("content") else _REASONING_KEYS - {"content"})
             return
         if kind in _OUTPUT_TYPES and str(item.get("call_id", "")) not in self.call_ids:
@@ -181,12 +168,13 @@ class _Converter:
             self.open_calls.add(message.tool_calls[0].id)
         elif kind in _OUTPUT_TYPES:
             self.open_calls.discard(message.tool_call_id)
-        self.session.records.append(writer_pb2.AppendRecord(message=message))
+        self.append(writer_pb2.AppendRecord(message=message))
         mapped = _MESSAGE_KEYS if kind == "message" else _CALL_KEYS if kind in _CALL_TYPES else _OUTPUT_KEYS
         self.extras(item, mapped)
 
     def replacement(self, items: list[Any]) -> records_pb2.ReplacementHistory:
         history = records_pb2.ReplacementHistory()
+        self.call_ids = set()  # the writer checks outputs against the compacted view's calls
         for item in items:
             message = self.chat(item) if isinstance(item, dict) else None
             if message is not None:
@@ -208,29 +196,32 @@ class _Converter:
         elif kind == "turn_context":
             if isinstance(payload.get("model"), str) and not self.session.model:
                 self.session.model = payload["model"]
-            self.session.records.append(writer_pb2.AppendRecord(turn_context=python_to_struct(payload)))
+            self.append(writer_pb2.AppendRecord(turn_context=python_to_struct(payload)))
         elif kind == "event_msg":
             event_kind = str(payload.get("type", "event"))
             if event_kind in _TURN_EVENTS:
                 self.last_event = event_kind
             body = {key: value for key, value in payload.items() if key != "type"}
-            self.session.records.append(_event(event_kind, body))
+            self.append(_event(event_kind, body))
         elif kind == "compacted":
             compacted = records_pb2.Compacted(summary=str(payload.get("message", "")))
             if isinstance(payload.get("replacement_history"), list):
                 compacted.replacement_history.CopyFrom(self.replacement(payload["replacement_history"]))
-            self.session.records.append(writer_pb2.AppendRecord(compacted=compacted))
+            else:
+                self.call_ids = set()
+            self.append(writer_pb2.AppendRecord(compacted=compacted))
         else:
             self.keep(f"codex.{kind}", payload)
 
     def meta(self, payload: dict[str, Any]) -> None:
         session = self.session
-        session.source_id = str(payload.get("id", ""))
-        session.created_at = str(payload.get("timestamp", ""))
+        self.source_id = str(payload.get("id", ""))
+        session.created_at = source_time(payload.get("timestamp")) or session.created_at
         session.cwd = str(payload.get("cwd") or "")
-        session.originator = str(payload.get("originator") or "")
+        session.originator = str(payload.get("originator") or "codex")
         session.client_version = str(payload.get("cli_version") or "")
-        session.records.append(_event("codex.session_meta", payload))
+        self.time = self.time or session.created_at
+        self.append(_event("codex.session_meta", payload))
 
     def bare(self, line: dict[str, Any], first: bool) -> None:
         if line.get("record_type") == "state":
@@ -242,8 +233,11 @@ class _Converter:
         else:
             self.keep("codex.unknown", line)
 
-    def finish(self) -> CodexSession:
+    def finish(self, fallback_id: str) -> ImportedSession:
         session = self.session
+        session.session_id = ledger_session_id("codex", self.source_id or fallback_id)
+        if not session.created_at:
+            session.created_at = next((r.record.ts for r in session.records if r.record.ts), "")
         if self.last_event == "turn_aborted":
             session.stop_kind, session.stop_reason = StopKind.CANCELLED, "the source's last turn was aborted"
         elif self.last_event == "task_complete":
@@ -258,11 +252,20 @@ class _Converter:
         return session
 
 
-def convert_codex(lines: Iterable[bytes]) -> CodexSession:
-    """Convert the lines of one Codex rollout file (see the module doc for the mapping)."""
-    converter = _Converter()
+def convert_codex(lines: Iterable[bytes], source: Path = Path("<codex>")) -> ImportedFile:
+    """Convert the lines of one Codex rollout file into one session (see the module doc for the mapping).
+
+    Never raises on bad content: an unparseable line is kept as a counted
+    ``codex.unparseable_line`` event. ``recognized`` counts the lines that were
+    Codex items; 0 means the file is not a Codex rollout.
+    """
+    converter = _Converter(source)
+    imported = ImportedFile(source)
     first = True
+    content_hash = hashlib.sha256()
     for raw in lines:
+        converter.line += 1
+        content_hash.update(raw)
         if not raw.strip():
             continue
         try:
@@ -271,15 +274,33 @@ def convert_codex(lines: Iterable[bytes]) -> CodexSession:
             converter.session.unparseable_lines += 1
             converter.keep("codex.unparseable_line", {"text": raw.decode("utf-8", "replace")})
             continue
+        if isinstance(line, dict):
+            converter.time = source_time(line.get("timestamp")) or converter.time
         if not isinstance(line, dict):
             converter.keep("codex.unknown", {"line": line})
         elif "payload" in line and "type" in line:
             if line["type"] in _ENVELOPE_TYPES:
-                converter.session.recognized += 1
+                imported.recognized += 1
             converter.envelope(line)
         else:
             if (first and "id" in line and "timestamp" in line) or line.get("type") in _ITEM_TYPES:
-                converter.session.recognized += 1
+                imported.recognized += 1
             converter.bare(line, first)
         first = False
-    return converter.finish()
+    # A file with no session id is named by its content: importing it again finds the same session.
+    imported.sessions.append(converter.finish("sha256:" + content_hash.hexdigest()))
+    return imported
+
+
+class CodexImporter:
+    """The :class:`rollout_cli.importers.Importer` of Codex CLI rollouts."""
+
+    name = "codex"
+    default_folder = "~/.codex/sessions"
+
+    def source_files(self, folder: Path) -> Iterator[Path]:
+        """Every ``*.jsonl`` under ``folder`` (Codex keeps ``YYYY/MM/DD/rollout-*.jsonl``), sorted."""
+        return jsonl_files(folder)
+
+    def convert(self, lines: Iterable[bytes], source: Path) -> ImportedFile:
+        return convert_codex(lines, source)

@@ -1,0 +1,190 @@
+"""``rollout import codex|claude PATH...``: import files or whole folders, with progress and a summary.
+
+Each PATH is a source file or a folder walked for them (``~/.codex/sessions``,
+``~/.claude/projects``; the importer's own folder when no PATH is given). Every
+file goes in all or nothing (:mod:`rollout_cli.importers.upload`); a file that
+fails is named with its line and the others go on. A progress bar (files,
+records, bytes) runs on stderr while it works; the summary table (imported,
+skipped, failed, records kept as events) goes to stdout, or one JSON object per
+file with ``--json``. Exit status: 0 when every file was imported or skipped, 1
+when any failed or was not a file of that tool, 2 when the writer cannot be reached.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import click
+import grpc
+import orjson
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from rollout.v1 import writer_pb2_grpc
+from rollout_cli.importers import ImportedFile, Importer
+from rollout_cli.importers.claude import ClaudeImporter
+from rollout_cli.importers.codex import CodexImporter
+from rollout_cli.importers.upload import ImportRefusedError, UploadOutcome, upload_file
+
+IMPORTERS: dict[str, Importer] = {"codex": CodexImporter(), "claude": ClaudeImporter()}
+
+#: gRPC options of the import channel: one import message may hold a record up to the writer's limit.
+CHANNEL_OPTIONS = [
+    ("grpc.max_send_message_length", -1),
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+]
+
+
+@dataclass
+class FileReport:
+    """The outcome of one source file, as the summary shows it."""
+
+    path: Path
+    status: str  # imported, skipped, failed, not_a_source
+    sessions: list[UploadOutcome] = field(default_factory=list)
+    kept_as_event: Counter[str] = field(default_factory=Counter)
+    detail: str = ""
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "file": str(self.path),
+            "status": self.status,
+            "detail": self.detail,
+            "kept_as_event": dict(self.kept_as_event),
+            "sessions": [
+                {
+                    "session_id": outcome.session.session_id,
+                    "status": outcome.status,
+                    "role": str(outcome.session.role),
+                    "agent_name": outcome.session.agent_name,
+                    "parent_session_id": outcome.session.parent.session_id if outcome.session.parent else "",
+                    "delegation_id": outcome.session.delegation_id,
+                    "records": outcome.records,
+                    "messages": outcome.messages,
+                    "stop_kind": str(outcome.session.stop_kind),
+                    "notes": outcome.session.notes,
+                }
+                for outcome in self.sessions
+            ],
+        }
+
+
+def source_files(importer: Importer, paths: tuple[Path, ...]) -> Iterator[Path]:
+    """The files named, and the files under the folders named, each once, in the order given."""
+    seen: set[Path] = set()
+    for path in paths or (Path(importer.default_folder).expanduser(),):
+        found = importer.source_files(path) if path.is_dir() else iter((path,))
+        for file in found:
+            resolved = file.resolve()
+            if resolved not in seen:
+                seen.add(resolved)
+                yield file
+
+
+def import_one(
+    stub: writer_pb2_grpc.RolloutWriterStub, importer: Importer, path: Path, tenant: str, progress: Any
+) -> FileReport:
+    """Convert and upload one source file; raises grpc.RpcError when the writer is not reachable."""
+    try:
+        with path.open("rb") as handle:
+            imported: ImportedFile = importer.convert(handle, path)
+    except OSError as exc:
+        return FileReport(path, "failed", detail=f"cannot read it: {exc.strerror or exc}")
+    if not imported.recognized:
+        return FileReport(
+            path, "not_a_source", detail=f"not a {importer.name} session file; nothing imported"
+        )
+    report = FileReport(path, "imported")
+    for session in imported.sessions:
+        report.kept_as_event.update(session.kept_as_event)
+    try:
+        report.sessions = upload_file(stub, imported, tenant, on_records=progress)
+    except ImportRefusedError as exc:
+        return FileReport(path, "failed", kept_as_event=report.kept_as_event, detail=str(exc))
+    if all(outcome.status == "skipped" for outcome in report.sessions):
+        report.status = "skipped"
+    notes = [*imported.notes, *(note for session in imported.sessions for note in session.notes)]
+    report.detail = "; ".join(notes)
+    return report
+
+
+def _summary_table(reports: list[FileReport]) -> Table:
+    table = Table(title="import summary", show_lines=False)
+    for column in ("file", "status", "sessions", "records", "kept as events", "detail"):
+        table.add_column(column, overflow="fold")
+    for report in reports:
+        kept = ", ".join(f"{kind}×{count}" for kind, count in sorted(report.kept_as_event.items()))
+        table.add_row(
+            report.path.name,
+            report.status,
+            str(len(report.sessions)),
+            str(sum(outcome.records for outcome in report.sessions)),
+            kept or "-",
+            report.detail,
+        )
+    return table
+
+
+def run_import(tool: str, paths: tuple[Path, ...], writer: str, tenant: str, as_json: bool) -> int:
+    """Import ``paths`` with the ``tool`` importer; returns the exit status (see the module doc)."""
+    importer = IMPORTERS[tool]
+    files = list(source_files(importer, paths))
+    total_bytes = sum(path.stat().st_size for path in files if path.is_file())
+    reports: list[FileReport] = []
+    console = Console(stderr=True)
+    with (
+        grpc.insecure_channel(writer, options=CHANNEL_OPTIONS) as channel,
+        Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            DownloadColumn(),
+            TextColumn("{task.fields[files]} files, {task.fields[records]} records"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+            disable=as_json or not console.is_terminal,
+        ) as progress,
+    ):
+        stub = writer_pb2_grpc.RolloutWriterStub(channel)
+        task = progress.add_task(f"import {tool}", total=total_bytes, files=f"0/{len(files)}", records=0)
+        records = 0
+
+        def on_records(count: int) -> None:
+            nonlocal records
+            records += count
+            progress.update(task, records=records)
+
+        for done, path in enumerate(files, 1):
+            try:
+                report = import_one(stub, importer, path, tenant, on_records)
+            except grpc.RpcError as exc:
+                message = f"the writer at {writer} failed: {exc.code().name}: {exc.details()}"
+                if exc.code() == grpc.StatusCode.UNAVAILABLE:
+                    message += (
+                        " (is it running? bash deploy/local/serve.sh; point --writer / ROLLOUT_WRITER at it)"
+                    )
+                click.echo(f"{path}: {message}; this file was not imported (nothing of it kept)", err=True)
+                return 2
+            reports.append(report)
+            progress.update(
+                task, advance=path.stat().st_size if path.is_file() else 0, files=f"{done}/{len(files)}"
+            )
+            if as_json:
+                click.echo(orjson.dumps(report.as_json()).decode())
+            elif report.status in ("failed", "not_a_source"):
+                click.echo(f"{path}: {report.detail}", err=True)
+    if not as_json:
+        Console().print(_summary_table(reports))
+        counts = Counter(report.status for report in reports)
+        kept = sum((report.kept_as_event for report in reports), Counter[str]())
+        click.echo(
+            f"{counts['imported']} imported, {counts['skipped']} skipped (already in the ledger),"
+            f" {counts['failed'] + counts['not_a_source']} failed;"
+            f" {sum(kept.values())} records kept as events"
+        )
+    return 1 if any(report.status in ("failed", "not_a_source") for report in reports) else 0

@@ -1,0 +1,157 @@
+"""The one upload path of every importer: imported sessions -> the writer, through gRPC.
+
+A source file goes in whole or not at all: all its sessions (a Claude Code
+transcript with its sub-agent runs is several) travel in one
+``RolloutWriter/ImportSessions`` stream, which stages them where no reader sees
+them and makes them visible (each stopped and checkpointed) only once every
+record and stop of the stream has been written and fsynced. A refusal, a lost
+connection or a killed writer leaves nothing of the file behind. A session the
+ledger already holds (same id) is skipped, so running the same import again is
+harmless and finishes what an earlier, interrupted run left out.
+
+A refusal is reported with the file and the source line of the refused record
+(:class:`ImportRefusedError`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import grpc
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
+
+from rollout.v1 import writer_pb2, writer_pb2_grpc
+from rollout_cli.importers import ImportedFile, ImportedSession, SessionRole
+from shared.wire import stop_kind_to_proto
+
+#: Records per ImportSession message (~1 KB each typically; a big record travels alone when needed).
+RECORDS_PER_MESSAGE = 256
+
+_RECORD_FIELD = re.compile(r"sessions\[(\d+)\]\.records\[(\d+)\]")
+
+_ROLES = {
+    SessionRole.ROOT: writer_pb2.SESSION_ROLE_ROOT,
+    SessionRole.CHILD: writer_pb2.SESSION_ROLE_CHILD,
+    SessionRole.CHILD_WITHOUT_COORDINATES: writer_pb2.SESSION_ROLE_CHILD_WITHOUT_COORDINATES,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class UploadOutcome:
+    """What happened to one imported session: ``imported`` or ``skipped`` (already in the ledger)."""
+
+    session: ImportedSession
+    status: str
+    records: int = 0
+    messages: int = 0
+
+
+class ImportRefusedError(Exception):
+    """The writer refused a source file; nothing of it was kept. ``line`` is the source line (0: none)."""
+
+    def __init__(self, imported: ImportedFile, line: int, code: grpc.StatusCode, message: str) -> None:
+        where = f"{imported.source}:{line}" if line else str(imported.source)
+        super().__init__(f"{where}: {code.name}: {message}")
+        self.source = imported.source
+        self.line = line
+        self.code = code
+
+
+#: Statuses that refuse the file's content (anything else is the writer's or the network's trouble).
+_REFUSALS = frozenset(
+    {
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.FAILED_PRECONDITION,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.PERMISSION_DENIED,
+        grpc.StatusCode.ALREADY_EXISTS,
+    }
+)
+
+
+def _requests(
+    imported: ImportedFile, tenant: str, on_records: Callable[[int], None] | None
+) -> Iterator[writer_pb2.ImportSessionsRequest]:
+    for session in imported.sessions:
+        parent_id = session.parent.session_id if session.parent is not None else ""
+        yield writer_pb2.ImportSessionsRequest(
+            create=writer_pb2.CreateSessionRequest(
+                session_id=session.session_id,
+                created_at=session.created_at,
+                agent_name=session.agent_name,
+                parent_session_id=parent_id,
+                delegation_id=session.delegation_id,
+                role=_ROLES[session.role],
+                tenant=tenant,
+                model=session.model,
+                cwd=session.cwd,
+                originator=session.originator,
+                client_version=session.client_version,
+            )
+        )
+        records = session.records
+        for start in range(0, len(records), RECORDS_PER_MESSAGE):
+            batch = [source_record.record for source_record in records[start : start + RECORDS_PER_MESSAGE]]
+            yield writer_pb2.ImportSessionsRequest(records=writer_pb2.ImportRecords(records=batch))
+            if on_records is not None:
+                on_records(len(batch))
+        yield writer_pb2.ImportSessionsRequest(
+            stop=writer_pb2.StopRequest(
+                stop_kind=stop_kind_to_proto(session.stop_kind),
+                reason=session.stop_reason,
+                ts=session.stop_time,
+            )
+        )
+
+
+def _refused_line(imported: ImportedFile, error: grpc.RpcError) -> int:
+    """The source line a refusal names: BadRequest ``sessions[k].records[i]`` -> that record's line."""
+    status = rpc_status.from_call(error)
+    for detail in status.details if status is not None else ():
+        if not detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+            continue
+        bad_request = error_details_pb2.BadRequest()
+        detail.Unpack(bad_request)
+        for violation in bad_request.field_violations:
+            match = _RECORD_FIELD.match(violation.field)
+            if match is None:
+                continue
+            session_index, record_index = int(match[1]), int(match[2])
+            if session_index < len(imported.sessions):
+                records = imported.sessions[session_index].records
+                if record_index < len(records):
+                    return records[record_index].line
+    return 0
+
+
+def upload_file(
+    stub: writer_pb2_grpc.RolloutWriterStub,
+    imported: ImportedFile,
+    tenant: str,
+    on_records: Callable[[int], None] | None = None,
+) -> list[UploadOutcome]:
+    """Import every session of one source file, all or nothing (see the module doc).
+
+    ``on_records`` is called with the number of records of each message as it is
+    sent (for a progress bar). Raises :class:`ImportRefusedError` (file and source line
+    named) when the writer refuses the file's content, and grpc.RpcError when
+    the writer cannot be reached or fails.
+    """
+    try:
+        answer = stub.ImportSessions(_requests(imported, tenant, on_records))
+    except grpc.RpcError as exc:
+        if exc.code() in _REFUSALS:
+            raise ImportRefusedError(
+                imported, _refused_line(imported, exc), exc.code(), exc.details() or ""
+            ) from exc
+        raise
+    outcomes = []
+    for session, result in zip(imported.sessions, answer.sessions, strict=True):
+        if result.already_present:
+            outcomes.append(UploadOutcome(session, "skipped"))
+        else:
+            outcomes.append(UploadOutcome(session, "imported", result.records, result.message_count))
+    return outcomes
