@@ -119,6 +119,8 @@ class Importer(Protocol):
 
     #: The subcommand and the prefix of kept event kinds ("codex", "claude").
     name: str
+    #: What one source file is, in words ("Codex rollout").
+    label: str
     #: The folder the source tool writes its sessions under, shown in help texts.
     default_folder: str
 

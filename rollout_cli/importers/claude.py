@@ -556,6 +556,7 @@ class ClaudeImporter:
     """The :class:`rollout_cli.importers.Importer` of Claude Code transcripts."""
 
     name = "claude"
+    label = "Claude Code transcript"
     default_folder = "~/.claude/projects"
 
     def source_files(self, folder: Path) -> Iterator[Path]:

@@ -296,6 +296,7 @@ class CodexImporter:
     """The :class:`rollout_cli.importers.Importer` of Codex CLI rollouts."""
 
     name = "codex"
+    label = "Codex rollout"
     default_folder = "~/.codex/sessions"
 
     def source_files(self, folder: Path) -> Iterator[Path]:

@@ -105,10 +105,11 @@ def source_session_id(path: Path) -> str:
 def imported(writer_process, reader):
     """Every corpus Codex file imported through ``rollout import codex``."""
     result = run_rollout(
-        "import", "codex", "--writer", writer_process.address, *map(str, CODEX_FILES), timeout=120
+        "import", "codex", "--json", "--writer", writer_process.address, *map(str, CODEX_FILES), timeout=120
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.count("session ") == len(CODEX_FILES), result.stdout
+    reports = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [report["status"] for report in reports] == ["imported"] * len(CODEX_FILES), result.stdout
     return reader
 
 
@@ -168,7 +169,9 @@ def test_a_turn_with_several_reasoning_items_replays_every_one(writer_process, r
     source = CORPUS / "codex" / "real-2025-09-vscode.jsonl"
     copy = tmp_path / "rollout-several-reasoning.jsonl"
     assert with_a_second_reasoning_item(source, copy) > 0
-    result = run_rollout("import", "codex", "--writer", writer_process.address, str(copy), timeout=120)
+    result = run_rollout(
+        "import", "codex", "--json", "--writer", writer_process.address, str(copy), timeout=120
+    )
     assert result.returncode == 0, result.stderr
     response = reader.GetReplay(reader_pb2.ReplayRequest(session_id=source_session_id(source)))
     expected = expected_messages(copy)
