@@ -44,7 +44,6 @@ import argparse
 import asyncio
 import ctypes
 import os
-import random
 import shlex
 import shutil
 import statistics
@@ -363,7 +362,7 @@ def unknown_id_p50(address: str, session_id: str, calls: int, noise_threads: int
         with grpc.insecure_channel(address) as channel:
             stub = _stub(channel)
             while not stop.is_set():
-                missing = str(uuid.UUID(int=random.getrandbits(128), version=7))
+                missing = new_session_id()  # valid, never created
                 try:
                     stub.Append(writer_pb2.AppendRequest(session_id=missing, records=[_record()]))
                 except grpc.RpcError as exc:
