@@ -23,7 +23,8 @@ from typing import Any
 from shared.rebuild import CheckpointRecord
 from shared.records import RecordType
 from shared.stop_kinds import ResumeEligibility, classify_session
-from shared.tail import DEFAULT_TAIL_WINDOW, read_tail
+from shared.tail import DEFAULT_TAIL_WINDOW as DEFAULT_TAIL_WINDOW  # listing and server take it from here
+from shared.tail import read_tail
 
 
 @dataclass(frozen=True, slots=True)
