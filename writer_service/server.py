@@ -110,6 +110,7 @@ class RolloutWriterServicer(writer_pb2_grpc.RolloutWriterServicer):
     async def _enqueue(
         self, request: writer_pb2.AppendRequest
     ) -> tuple[writer_pb2.AppendResponse, asyncio.Future[None]]:
+        self.ledger.check_known(request.session_id)  # before any record is decoded
         expected = request.expected_next_seq if request.HasField("expected_next_seq") else None
         seqs, next_seq, durable = await self.ledger.enqueue(
             request.session_id,

@@ -44,6 +44,8 @@ class IndexEntry:
     stopped_kind: str | None
     #: False after a failed write: next seq and stop state are re-read from the tail when next used.
     fresh: bool = True
+    #: The view a recently closed session had: (call ids, session_meta, file size, saved offset).
+    kept: tuple[set[str], dict[str, Any], int, int] | None = None
 
 
 def _int_seq(record: dict[str, Any]) -> int | None:

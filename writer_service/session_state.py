@@ -114,11 +114,12 @@ def load_state(root: Path, session_id: str, fd: int) -> SessionState | None:
     try:
         saved = orjson.loads(state_path(root, session_id).read_bytes())
         offset = saved["offset"]
+        status = os.fstat(fd)
         if (
             saved.get("v") != STATE_VERSION
             or not isinstance(offset, int)
-            or saved["inode"] != os.fstat(fd).st_ino
-            or offset > os.fstat(fd).st_size
+            or saved["inode"] != status.st_ino
+            or offset > status.st_size
             or saved["check"] != _check(fd, offset)
         ):
             return None

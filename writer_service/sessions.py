@@ -71,6 +71,12 @@ from writer_service.session_state import (
 
 log = logging.getLogger(__name__)
 
+#: Bytes appended since a session's last saved state beyond which closing its file saves it again.
+SAVE_ON_CLOSE_BYTES = 64 * 1024
+#: Closed sessions whose view (call ids, meta) stays in memory, most recently closed first:
+#: reopening one of them is an open() and an fstat(), nothing read.
+KEPT_VIEWS = 4096
+
 _T = TypeVar("_T")
 _RECORD_TYPES = {member.value: member for member in RecordType}
 
@@ -149,6 +155,7 @@ class SessionLedger:
         self._creating: set[str] = set()
         self.storage_health = StorageHealth()
         self._group: GroupCommitter | None = None
+        self._kept: OrderedDict[str, IndexEntry] = OrderedDict()
 
     @property
     def committer(self) -> GroupCommitter:
@@ -268,8 +275,10 @@ class SessionLedger:
     def _close_idle(self) -> None:
         """Close the least recently used idle session files beyond ``max_open_sessions``.
 
-        Each closed session's state is saved first (on an I/O thread), so that
-        reopening it reads only what follows.
+        A closed session's state is saved first (on an I/O thread) when it has none
+        yet or more than :data:`SAVE_ON_CLOSE_BYTES` were appended since its last
+        save, so that reopening it reads only what follows: a session reopened and
+        closed again for every append costs no state write each time.
         """
         excess = len(self._sessions) - self.config.max_open_sessions
         if excess <= 0:
@@ -279,11 +288,40 @@ class SessionLedger:
                 break
             if state.log.idle and not state.busy:
                 del self._sessions[session_id]
+                self._keep_view(state)
                 snapshot = None
-                if state.saved_offset != state.log.size:
+                if state.saved_offset == 0 or state.log.size - state.saved_offset > SAVE_ON_CLOSE_BYTES:
                     snapshot = self._snapshot(state, state.log.size)
-                self._executor.submit(_retire, self.root.root, state, snapshot)
+                if snapshot is None:
+                    state.log.close()
+                else:
+                    self._executor.submit(_retire, self.root.root, state, snapshot)
                 excess -= 1
+
+    def _keep_view(self, state: OpenSession) -> None:
+        """Keep a closing session's view in its index entry (at most KEPT_VIEWS sessions keep one)."""
+        state.entry.kept = (state.calls, state.meta, state.log.size, state.saved_offset)
+        self._kept[state.session_id] = state.entry
+        self._kept.move_to_end(state.session_id)
+        while len(self._kept) > KEPT_VIEWS:
+            _, oldest = self._kept.popitem(last=False)
+            oldest.kept = None
+
+    def _reopen_kept(self, session_id: str, entry: IndexEntry, path: Path) -> _Loaded | None:
+        """Reopen a recently closed session from its kept view when its file is as it was left."""
+        kept, entry.kept = entry.kept, None
+        self._kept.pop(session_id, None)
+        if kept is None or not entry.fresh:
+            return None
+        calls, meta, size, saved_offset = kept
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_APPEND)
+        except OSError:
+            return None  # the slow path names the problem
+        if os.fstat(fd).st_size != size:
+            os.close(fd)
+            return None
+        return _Loaded(fd, size, calls, meta, entry, saved_offset)
 
     def _forget(self, session_id: str) -> None:
         """Drop a session's open state after a failed round; the next call re-reads its tail."""
@@ -291,6 +329,13 @@ class SessionLedger:
         if state is not None:
             state.entry.fresh = False
             state.log.close()
+
+    def check_known(self, session_id: str) -> None:
+        """Raise SessionNotFoundError unless the index holds ``session_id`` (FileNameError for a
+        malformed id): the cheap refusal a servicer makes before decoding a request's records."""
+        if session_id not in self.index.entries:
+            validate_session_id(session_id)
+            raise SessionNotFoundError(session_id)
 
     async def open_session(self, session_id: str) -> OpenSession:
         """The open state of a session, opening its file if needed (reads its saved state and
@@ -315,7 +360,15 @@ class SessionLedger:
         self._loading[session_id] = future
         try:
             path = self.root.sessions_dir / entry.name
-            loaded = await self.run_io(_load, self.root.root, path, session_id, entry)
+            # A fresh entry whose saved state is recent is reopened right here: a few small
+            # reads, cheaper than a hop to an I/O thread and back. Anything else (no state, a
+            # stale one, a long suffix, a tail to re-read) goes to an I/O thread.
+            loaded = self._reopen_kept(session_id, entry, path)
+            if loaded is None and entry.fresh:
+                loaded = _load(self.root.root, path, session_id, entry, quick=True)
+            if loaded is None:
+                loaded = await self.run_io(_load, self.root.root, path, session_id, entry)
+                assert loaded is not None  # only a quick try declines
             if loaded.entry is not entry:
                 self.index.add(session_id, loaded.entry)
             state = OpenSession(
@@ -530,14 +583,16 @@ def _retire(root: Path, state: OpenSession, snapshot: SessionState | None) -> No
         state.log.close()
 
 
-def _load(root: Path, path: Path, session_id: str, entry: IndexEntry) -> _Loaded:
+def _load(root: Path, path: Path, session_id: str, entry: IndexEntry, quick: bool = False) -> _Loaded | None:
     """Open a session file for appending and recover the writer's view of it (I/O thread).
 
     From its saved state and the lines after it when the state matches the file;
     otherwise from the whole file once (bounded memory), saving a state for next
     time. An entry that is not fresh is re-read from the tail (after a tail repair).
-    Raises SessionNotFoundError (the file is gone), CorruptSessionError (no
-    session_meta), StorageWriteError (unreadable).
+    With ``quick`` (the event loop's try) only a matching state with at most
+    :data:`SAVE_ON_CLOSE_BYTES` after it is used; otherwise None, having read
+    nothing more. Raises SessionNotFoundError (the file is gone),
+    CorruptSessionError (no session_meta), StorageWriteError (unreadable).
     """
     try:
         if not entry.fresh:
@@ -551,6 +606,9 @@ def _load(root: Path, path: Path, session_id: str, entry: IndexEntry) -> _Loaded
     try:
         size = os.fstat(fd).st_size
         saved = load_state(root, session_id, fd)
+        if quick and (saved is None or size - saved.offset > SAVE_ON_CLOSE_BYTES):
+            os.close(fd)
+            return None
         if saved is not None:
             view = CallView(set(saved.calls))
             last_seq = saved.last_seq

@@ -128,6 +128,7 @@ def test_reopening_a_session_reads_a_bounded_number_of_bytes_whatever_its_size(d
     state and the lines after it (never more than the save interval plus one request), and never
     rebuilds its whole file; its tool calls still validate after each reopen."""
     monkeypatch.setattr(sessions, "SAVE_EVERY_BYTES", 1 << 20)
+    monkeypatch.setattr(sessions, "KEPT_VIEWS", 0)  # no closed session's view stays in memory
     read: list[int] = []
     real_pread = session_state._os_pread
 
