@@ -16,18 +16,15 @@ so the bytes read do not depend on the file's size. A last line without
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from shared.rebuild import CheckpointRecord
 from shared.records import RecordType
 from shared.stop_kinds import ResumeEligibility, classify_session
-
-DEFAULT_TAIL_WINDOW = 64 * 1024
+from shared.tail import DEFAULT_TAIL_WINDOW as DEFAULT_TAIL_WINDOW  # listing and server take it from here
+from shared.tail import read_tail
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,27 +39,6 @@ class StopFactsResult:
     has_stop_record: bool = False
     stop_seq: int = -1
     tail_bytes_read: int = 0
-
-
-def _last_records(tail: bytes, partial_first: bool, want: int) -> list[dict[str, Any]]:
-    """Up to ``want`` last parseable records of ``tail``, newest first."""
-    end = tail.rfind(b"\n")
-    if end < 0:
-        return []
-    lines = tail[:end].split(b"\n")
-    if partial_first:
-        lines = lines[1:]
-    found: list[dict[str, Any]] = []
-    for raw in reversed(lines):
-        try:
-            record = orjson.loads(raw.lstrip(b"\x00"))
-        except orjson.JSONDecodeError:
-            continue
-        if isinstance(record, dict) and isinstance(record.get("payload"), dict):
-            found.append(record)
-            if len(found) == want:
-                break
-    return found
 
 
 def _int(value: Any) -> int:
@@ -92,17 +68,8 @@ def read_stop_facts(path: Path, tail_window: int = DEFAULT_TAIL_WINDOW) -> StopF
     doubled only while the window holds fewer than the last two complete records.
     """
     with path.open("rb") as handle:
-        size = os.fstat(handle.fileno()).st_size
-        window = min(tail_window, size)
-        total_read = 0
-        while True:
-            handle.seek(size - window)
-            tail = handle.read(window)
-            total_read += len(tail)
-            records = _last_records(tail, partial_first=window < size, want=2)
-            if len(records) == 2 or window >= size:
-                break
-            window = min(size, window * 2)
+        tail = read_tail(handle.fileno(), want=2, window=tail_window)
+    records, total_read = tail.records, tail.bytes_read
     if not records:
         return StopFactsResult(found=False, tail_bytes_read=total_read)
     last = records[0]

@@ -2,7 +2,7 @@
 
 Commands: ``serve`` (both services, as two processes), ``serve-writer``,
 ``serve-reader``, ``import codex``, ``ls``, ``replay``, ``stop-facts``,
-``verify``, ``stop``, ``resume``, ``fork``. Client
+``verify``, ``stop``, ``resume``, ``fork``, ``loadtest``. Client
 commands reach the services at ``--writer`` / ``--reader`` (or the
 ``ROLLOUT_WRITER`` / ``ROLLOUT_READER`` environment variables).
 """
@@ -27,10 +27,11 @@ import click
 import grpc
 
 from rollout.v1 import reader_pb2, reader_pb2_grpc, records_pb2, writer_pb2, writer_pb2_grpc
+from rollout_cli.loadtest import LoadtestConfig
 from shared.status import BindError
 from shared.stop_kinds import StopKind
 from shared.wire import stop_kind_to_proto
-from writer_service.committer import CommitConfig, Durability, SyncCall
+from writer_service.committer import CommitConfig, Durability, RoundSync, SyncCall
 
 DEFAULT_DATA_DIR = "rollout-data"
 DEFAULT_WRITER = "127.0.0.1:50051"
@@ -82,6 +83,15 @@ sync_call_option = click.option(
     help="fsync mode only: pwritev2 = one pwritev2(RWF_DSYNC) call per batch (write + fdatasync"
     " where refused); fdatasync = always write then fdatasync. Same promise either way.",
 )
+round_sync_option = click.option(
+    "--round-sync",
+    type=click.Choice([r.value for r in RoundSync]),
+    default="syncfs",
+    show_default=True,
+    help="fsync mode only: how a durability round of several sessions is synced. syncfs = one"
+    " syncfs() of the data root's file system (also flushes other files on it: best on a volume of"
+    " its own); per_file = each session file by its own call, in turn. Same promise either way.",
+)
 metrics_port_option = click.option(
     "--metrics-port", type=int, default=None, help="Serve Prometheus metrics on 127.0.0.1:PORT/metrics."
 )
@@ -129,6 +139,7 @@ async def _serve_until_signal(start: Any, label: str) -> None:
 @click.option("--address", default=DEFAULT_WRITER, show_default=True, help="host:port to bind (port 0: any).")
 @durability_option
 @sync_call_option
+@round_sync_option
 @click.option("--batch-max-records", default=32, show_default=True, help="Records per group-commit batch.")
 @click.option(
     "--batch-max-wait-ms",
@@ -157,6 +168,7 @@ def serve_writer(
     address: str,
     durability: str,
     sync_call: str,
+    round_sync: str,
     batch_max_records: int,
     batch_max_wait_ms: float,
     linger_ms: float,
@@ -189,6 +201,7 @@ def serve_writer(
             linger_ms=linger_ms,
             durability=Durability(durability),
             sync_call=SyncCall(sync_call),
+            round_sync=RoundSync(round_sync),
         ),
         max_record_bytes=max_record_bytes,
     )
@@ -249,6 +262,7 @@ def _service_preparation(serve_pid: int) -> Callable[[], None]:
 )
 @durability_option
 @sync_call_option
+@round_sync_option
 @metrics_port_option
 def serve(
     data_dir: Path,
@@ -256,11 +270,12 @@ def serve(
     reader_address: str,
     durability: str,
     sync_call: str,
+    round_sync: str,
     metrics_port: int | None,
 ) -> None:
     """Run the writer and a reader as two processes on a local data root; Ctrl-C stops both."""
     base = [sys.executable, "-m", "rollout_cli.main"]
-    writer_options = ["--durability", durability, "--sync-call", sync_call]
+    writer_options = ["--durability", durability, "--sync-call", sync_call, "--round-sync", round_sync]
     if metrics_port is not None:
         writer_options += ["--metrics-port", str(metrics_port)]
     launches = [
@@ -646,6 +661,60 @@ def fork(session_id: str, writer: str, at_seq: int | None, before_user: int | No
     result = _call("writer", writer, "Fork", request)
     click.echo(
         f"forked {session_id} at seq {result.forked_at_seq} into {result.session_id} ({result.digest})"
+    )
+
+
+@cli.command()
+@writer_option
+@click.option(
+    "--sessions",
+    type=click.IntRange(1, 10_000),
+    default=16,
+    show_default=True,
+    help="Simulated parent agents.",
+)
+@click.option(
+    "--duration", type=click.FloatRange(0.1), default=10.0, show_default=True, help="Seconds to run."
+)
+@click.option(
+    "--records-per-append",
+    type=click.IntRange(1, 1000),
+    default=1,
+    show_default=True,
+    help="Each Append carries 1 to this many records.",
+)
+@click.option(
+    "--think-ms", type=click.FloatRange(0), default=0.0, show_default=True, help="Pause between Appends (ms)."
+)
+@click.option(
+    "--delegate-every",
+    type=click.IntRange(0),
+    default=4,
+    show_default=True,
+    help="Every Nth tool call delegates to a child session (0: never).",
+)
+@click.option("--seed", default=1, show_default=True, help="Seed of the simulated record mix.")
+@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON (progress goes to stderr).")
+def loadtest(
+    writer: str,
+    sessions: int,
+    duration: float,
+    records_per_append: int,
+    think_ms: float,
+    delegate_every: int,
+    seed: int,
+    as_json: bool,
+) -> None:
+    """Simulate agent sessions (parents delegating to children) against a running writer.
+
+    Prints throughput, ack latency percentiles and errors. Writes only to the
+    sessions it creates (tenant "loadtest"); every one is stopped at the end.
+    """
+    from rollout_cli.loadtest_view import show_loadtest
+
+    show_loadtest(
+        LoadtestConfig(writer, sessions, duration, records_per_append, think_ms, delegate_every, seed),
+        as_json,
     )
 
 

@@ -51,15 +51,16 @@ class _IndexRebuilder(_Rebuilder):
         return (offset, -2, -1)
 
 
-def index_rebuild(path: Path, *, max_messages: int = 0) -> Rebuild:
+def index_rebuild(path: Path, *, max_messages: int = 0, end: int | None = None) -> Rebuild:
     """Rebuild ``path`` in bounded memory; ``messages`` (and ``checkpoint_messages``) hold handles.
 
     Same rules, degraded entries and counters as :func:`shared.rebuild.rebuild`.
+    ``end``: rebuild only the file's first ``end`` bytes (a fork's prefix).
     Raises OSError when the file cannot be read.
     """
     state = _IndexRebuilder()
     with path.open("rb") as handle:
-        reader = _ChunkedLines(handle)
+        reader = _ChunkedLines(handle, end)
         line_no, offset = state.run(reader)
     state.uncommitted(reader.tail, line_no, offset)
     return state.finish(max_messages)
@@ -68,13 +69,21 @@ def index_rebuild(path: Path, *, max_messages: int = 0) -> Rebuild:
 class _ChunkedLines:
     """Iterate the complete lines of a file read in chunks; ``tail`` is what follows the last ``\\n``."""
 
-    def __init__(self, handle: BinaryIO) -> None:
+    def __init__(self, handle: BinaryIO, end: int | None = None) -> None:
         self._handle = handle
+        self._left = end
         self.tail = b""
+
+    def _read(self) -> bytes:
+        if self._left is None:
+            return self._handle.read(CHUNK_BYTES)
+        chunk = self._handle.read(min(CHUNK_BYTES, self._left))
+        self._left -= len(chunk)
+        return chunk
 
     def __iter__(self) -> Iterator[bytes]:
         pending = b""
-        while chunk := self._handle.read(CHUNK_BYTES):
+        while chunk := self._read():
             lines = (pending + chunk).split(b"\n") if pending else chunk.split(b"\n")
             pending = lines.pop()
             yield from lines

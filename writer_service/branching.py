@@ -6,78 +6,30 @@ nothing written is rewritten. Eligibility is default-deny (shared.stop_kinds)
 unless forced. Fork copies the source's records up to a fork point, byte for byte,
 into a new session whose ``session_meta.forked_from`` names source, seq and digest;
 the source is drained first when open, and never written. Both read the whole
-file with the shared rebuild, after draining (SPEC §2.7).
+file with the shared rebuild in bounded memory (writer_service.file_facts), after
+draining (SPEC §2.7); a fork's bytes are copied in the kernel (``copy_file_range``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from shared.digest import digest
-from shared.errors import CorruptSessionError, SessionStateError
+from shared.errors import SessionStateError
 from shared.naming import build_file_name, new_session_id
-from shared.rebuild import DegradedEntry, collector_paused, rebuild
 from shared.records import RecordType, encode_line, format_timestamp, now_timestamp
 from shared.stop_kinds import classify_session
+from writer_service.file_facts import file_facts, refuse_damage
 from writer_service.forking import check_fork_keeps_pairs, find_fork_point
+from writer_service.open_session import OpenSession
 
 if TYPE_CHECKING:
-    from writer_service.sessions import OpenSession, SessionLedger
+    from writer_service.sessions import SessionLedger
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class RebuiltFacts:
-    """What Stop, Resume and Fork need of a rebuild, without its payloads.
-
-    ``damage`` is the first damaged line (None: sound); ``digest`` the shared.digest
-    of the rebuilt messages ("" when not asked for); ``call_ids`` the calls an
-    output may still answer, ``unanswered_call_ids`` those without one, in call order.
-    """
-
-    damage: DegradedEntry | None
-    digest: str
-    message_count: int
-    unanswered_call_ids: list[str]
-    call_ids: set[str]
-    session_meta: dict[str, Any] | None
-
-
-def rebuilt_facts(data: bytes, with_digest: bool) -> RebuiltFacts:
-    """Rebuild ``data`` (a whole session file, or a fork's prefix) and keep only its facts.
-
-    CPU-bound (about 1 s per 100 MB with the digest): run it on an I/O thread, never
-    on the event loop. The rebuild and its release happen under one
-    shared.rebuild.collector_paused(). Never raises on bad content (see ``damage``).
-    Source: SPEC §2.6 (the checkpoint digest), §2.8.
-    """
-    with collector_paused():
-        found = rebuild(data)
-        facts = RebuiltFacts(
-            found.damage,
-            digest(found.messages) if with_digest else "",
-            len(found.messages),
-            found.unanswered_call_ids,
-            found.call_ids,
-            found.session_meta,
-        )
-        del found
-    return facts
-
-
-def refuse_damage(damage: DegradedEntry | None, name: str, operation: str) -> None:
-    """Raise CorruptSessionError (DATA_LOSS) naming the first damaged line of a rebuild, if any."""
-    if damage is not None:
-        raise CorruptSessionError(
-            f"cannot {operation}: session file {name} is damaged at line {damage.line} (byte"
-            f" {damage.offset}): {damage.kind}: {damage.detail}; nothing was written (see rollout verify)"
-        )
 
 
 #: The content of the tool output Resume writes for a call left without one.
@@ -112,13 +64,13 @@ async def resume_session(ledger: SessionLedger, session_id: str, force: bool = F
     SessionStateError (not replayable), SessionBusyError (a Stop or Resume in
     progress), StorageWriteError.
     """
-    state = await ledger._open(session_id)
-    ledger._refuse_if_busy(state)
+    state = await ledger.open_session(session_id)
+    state.refuse_if_busy()
     if state.stopped_kind is not None and not force:
         _check_resumable(state)  # from the in-memory stop kind: a refusal reads no file
     state.busy = "Resume"
     try:
-        found = await ledger._exclusive_rebuild(state, False)
+        found = await ledger.rebuild_exclusive(state, False)
         closed = found.unanswered_call_ids
         previous = state.stopped_kind or ""
         ts = now_timestamp()
@@ -139,10 +91,8 @@ async def resume_session(ledger: SessionLedger, session_id: str, force: bool = F
         }
         lines += encode_line(seq, ts, RecordType.EVENT, event)
         seq += 1
-        count = seq - state.next_seq
-        state.next_seq = seq
-        state.stopped_kind = None
-        durable = state.committer.submit(lines, count)
+        durable = state.queue(lines, seq - state.next_seq, set(found.call_ids))
+        state.entry.stopped_kind = None
     finally:
         state.busy = ""
     await durable
@@ -175,15 +125,17 @@ async def fork_session(
     StorageWriteError. A fork of a child session stays a child of the same
     delegation (its marker is written), with ``forked_from`` telling them apart.
     """
-    source = ledger._sessions.get(source_id)
-    if source is not None:
-        await source.committer.drain()
-    _, path = ledger.root.locate(source_id)
-    plan = await asyncio.get_running_loop().run_in_executor(
-        ledger._executor, _plan_fork, path, source_id, at_seq, before_user_message
-    )
-    await ledger._publish(
-        plan.session_id, plan.name, plan.body, plan.meta, next_seq=plan.seq + 2, call_ids=plan.call_ids
+    path = await ledger.drained_path(source_id)
+    plan = await ledger.run_io(_plan_fork, path, source_id, at_seq, before_user_message)
+    await ledger.publish(
+        plan.session_id,
+        plan.name,
+        plan.head,
+        plan.meta,
+        next_seq=plan.seq + 2,
+        calls=plan.call_ids,
+        copy=(path, plan.copy_start, plan.copy_end),
+        trailer=plan.trailer,
     )
     log.info("forked %s at seq %d into %s", source_id, plan.seq, plan.session_id)
     return ForkResult(plan.session_id, plan.seq, plan.digest, plan.seq + 2)
@@ -191,11 +143,15 @@ async def fork_session(
 
 @dataclass(frozen=True, slots=True)
 class _ForkPlan:
-    """A fork ready to publish: the new session's id, file name, bytes and ``session_meta``."""
+    """A fork ready to publish: the new session's id, file name, ``session_meta`` line, the
+    source's byte range it copies, the ``forked`` event line, and its ``session_meta``."""
 
     session_id: str
     name: str
-    body: bytes
+    head: bytes
+    copy_start: int
+    copy_end: int
+    trailer: bytes
     meta: dict[str, Any]
     seq: int
     digest: str
@@ -205,16 +161,14 @@ class _ForkPlan:
 def _plan_fork(path: Path, source_id: str, at_seq: int | None, before_user_message: int | None) -> _ForkPlan:
     """Read the source, find and check the fork point, rebuild the prefix and build the new file.
 
-    Runs on an I/O thread: every step reads or copies the whole source (about 1 s
-    per 150 MB). Raises what :func:`fork_session` documents, and OSError when the
-    source cannot be read.
+    Runs on an I/O thread: every step reads the source in chunks (bounded memory;
+    about 1 s per 100 MB). Raises what :func:`fork_session` documents, and OSError
+    when the source cannot be read.
     """
-    data = path.read_bytes()
-    cut = find_fork_point(data, at_seq, before_user_message)
-    prefix = data[: cut.end_offset]
-    found = rebuilt_facts(prefix, True)
+    cut = find_fork_point(path, at_seq, before_user_message)
+    found = file_facts(path, True, end=cut.end_offset)
     refuse_damage(found.damage, path.name, "fork")
-    check_fork_keeps_pairs(data, cut, found.unanswered_call_ids)
+    check_fork_keeps_pairs(path, cut, found.unanswered_call_ids)
     session_id = new_session_id()
     created = datetime.now(UTC)
     meta = dict(found.session_meta or {})
@@ -228,10 +182,18 @@ def _plan_fork(path: Path, source_id: str, at_seq: int | None, before_user_messa
         "kind": "forked",
         "body": {"source_session_id": source_id, "seq": cut.seq, "digest": found.digest},
     }
-    body = (
-        encode_line(0, ts, RecordType.SESSION_META, meta)
-        + prefix[cut.first_line_end :]
-        + encode_line(cut.seq + 1, ts, RecordType.EVENT, event)
-    )
+    head = encode_line(0, ts, RecordType.SESSION_META, meta)
+    trailer = encode_line(cut.seq + 1, ts, RecordType.EVENT, event)
     name = build_file_name(created, session_id, str(meta.get("agent_name", "")))
-    return _ForkPlan(session_id, name, body, meta, cut.seq, found.digest, found.call_ids)
+    return _ForkPlan(
+        session_id,
+        name,
+        head,
+        cut.first_line_end,
+        cut.end_offset,
+        trailer,
+        meta,
+        cut.seq,
+        found.digest,
+        found.call_ids,
+    )

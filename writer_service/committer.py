@@ -1,39 +1,52 @@
-"""Group commit for one session file (SPEC §2.2).
+"""Group commit across sessions: durability rounds (SPEC §2.2, §2.10).
 
-One :class:`SessionCommitter` owns one open file. Callers hand it encoded lines
-(:meth:`SessionCommitter.submit`) and await the returned future; a flush loop in
-an I/O thread takes queued requests in order, writes each batch durably, and
-resolves every waiter of the batch.
+One :class:`GroupCommitter` per writer makes every session file durable. Each
+open session file has a :class:`SessionLog`: callers hand it encoded lines
+(:meth:`SessionLog.submit`) and await the returned future. One flush loop, in an
+I/O thread, runs **durability rounds**: a round takes one batch from every session
+with records queued, writes each batch to its file, makes all of them durable
+together, then resolves every waiter of the round with one event-loop wake-up.
 
-A durable batch write is one system call where the kernel has it:
-``pwritev2(..., RWF_DSYNC)`` (Linux 4.7+), the per-write form of ``O_DSYNC``, which
-returns only once the bytes and the metadata needed to read them back are on
-stable storage (the same promise as ``write`` + ``fdatasync``). One call instead
-of two halves the times the I/O thread must win the GIL back per batch (each win
-waits for the event loop's thread to let go; measured ~+10 % AppendStream
-records/s). Where the call is missing or the file system refuses it
-(``EOPNOTSUPP``/``EINVAL``, nothing written), the committer falls back, for the
-rest of the process, to ``write`` + ``fdatasync``.
+How a round is made durable (``fsync`` durability, the default):
 
-Batching is adaptive: while nothing is being flushed, a request is written at
-once; requests that arrive during a flush form the next batch. A batch holds
-at most ``batch_max_records`` records, except that one request larger than that
-is never split (it is its own batch). ``batch_max_wait_ms`` bounds how long a
-partly filled batch may linger for company when ``linger_ms`` > 0 (0 by default:
-the previous flush is the only wait).
+* one file in the round: one ``pwritev2(..., RWF_DSYNC)`` call (Linux 4.7+; the
+  write and its data sync in one system call, the promise of ``write`` +
+  ``fdatasync``), or ``write`` + ``fdatasync`` where the file system refuses the
+  flag (``EOPNOTSUPP``/``EINVAL``: the fallback then holds for the process) or
+  ``sync_call`` is ``fdatasync``;
+* several files, ``round_sync=syncfs`` (default): a plain ``write`` per file, then
+  one ``syncfs()`` of the data root's file system. ``syncfs`` writes back every
+  dirty page of that file system, so the round costs about one sync instead of
+  one per file (measured on this machine kind: 64 files, one line each, ~8x the
+  records/s of one ``fdatasync`` per file; bench/fleet.py prints both). It also
+  flushes other programs' files on that file system: on a shared disk whose other
+  users write a lot, give the data root its own volume (or use ``per_file``).
+  Since Linux 5.8 ``syncfs`` reports write-back errors of the file system, which
+  the round takes as its own;
+* several files, ``round_sync=per_file``: each file's batch made durable by its
+  own call as for one file, in turn.
 
-A failed write or fsync fails every waiter of that batch and of everything
-queued behind it (their seqs were assigned after it), cuts the file back to its
-length before the batch (no partial line), and leaves the committer usable: the
-next submit writes again. Durability: ``fsync`` mode (default) syncs every
-batch's data (``RWF_DSYNC`` or ``fdatasync``), so an acknowledged record survives
-a process crash and a power loss; ``unsafe_no_fsync`` leaves the bytes in OS
-buffers, surviving a process crash only.
+Batching is adaptive: while no round runs, a request is written at once; requests
+that arrive during a round form the next one. A session's batch holds at most
+``batch_max_records`` records, except that one request larger than that is never
+split (it is its own batch). ``batch_max_wait_ms`` bounds how long a round may
+linger for company when ``linger_ms`` > 0 (0 by default: the previous round is
+the only wait).
+
+A failed write or sync fails the whole round: every file of the round is cut back
+to its length before the round (no partial line anywhere), and every waiter of
+every session in it, and everything queued behind them (their seqs were assigned
+after), is refused with StorageWriteError naming the errno and the operation.
+A ``syncfs`` error cannot be traced to one file, so no session of the round is
+acknowledged. The committer stays usable: the next round writes again.
+``unsafe_no_fsync`` durability leaves the bytes in OS buffers, surviving a process
+crash only.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import enum
 import errno
 import logging
@@ -52,10 +65,11 @@ log = logging.getLogger(__name__)
 
 SLOW_FSYNC_SECONDS = 0.5
 
-# The write/fsync boundary, named here so that tests can inject faults (ENOSPC, EIO)
+# The write/sync boundary, named here so that tests can inject faults (ENOSPC, EIO)
 # without touching os itself.
 _os_write = os.write
 _os_fdatasync = os.fdatasync
+_libc = ctypes.CDLL(None, use_errno=True)
 
 
 def _os_write_dsync(fd: int, data: memoryview) -> int:
@@ -65,6 +79,16 @@ def _os_write_dsync(fd: int, data: memoryview) -> int:
     ``O_APPEND``). Raises OSError like ``write``, and also for a failed sync.
     """
     return os.pwritev(fd, [data], -1, os.RWF_DSYNC)
+
+
+def _os_syncfs(fd: int) -> None:
+    """``syncfs(2)``: write back and wait for every dirty page of ``fd``'s file system.
+
+    Raises OSError (the file system's write-back error since Linux 5.8).
+    """
+    if _libc.syncfs(fd) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
 
 
 #: Whether a durable batch is one ``pwritev2(RWF_DSYNC)`` call; cleared for the rest of
@@ -82,12 +106,21 @@ class Durability(enum.StrEnum):
 
 
 class SyncCall(enum.StrEnum):
-    """How ``fsync`` durability is reached per batch (the promise is the same)."""
+    """How ``fsync`` durability is reached for one file's batch (the promise is the same)."""
 
     #: One ``pwritev2(RWF_DSYNC)`` call; ``write`` + ``fdatasync`` where it is refused.
     PWRITEV2 = "pwritev2"
     #: Always ``write`` then ``fdatasync`` (two calls).
     FDATASYNC = "fdatasync"
+
+
+class RoundSync(enum.StrEnum):
+    """How a durability round of several files is made durable (the promise is the same)."""
+
+    #: A ``write`` per file, then one ``syncfs()`` of the file system.
+    SYNCFS = "syncfs"
+    #: Each file's batch synced by its own call (``sync_call``), in turn.
+    PER_FILE = "per_file"
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,22 +132,27 @@ class CommitConfig:
     linger_ms: float = 0.0
     durability: Durability = Durability.FSYNC
     sync_call: SyncCall = SyncCall.PWRITEV2
+    round_sync: RoundSync = RoundSync.SYNCFS
 
 
 def durable_write_method(config: CommitConfig) -> str:
-    """How this process makes a batch durable under ``config``, in words for the start-up log."""
+    """How this process makes a round durable under ``config``, in words for the start-up log."""
     if config.durability is Durability.UNSAFE_NO_FSYNC:
         return "write only, no sync (unsafe_no_fsync: survives a process crash, not a power loss)"
     if config.sync_call is SyncCall.PWRITEV2 and _dsync_writes:
-        return "one pwritev2(RWF_DSYNC) call per batch (write + fdatasync if the file system refuses it)"
-    return "write + fdatasync per batch"
+        one = "one pwritev2(RWF_DSYNC) call per batch (write + fdatasync if the file system refuses it)"
+    else:
+        one = "write + fdatasync per batch"
+    if config.round_sync is RoundSync.SYNCFS:
+        return f"{one} for a round of one session; a write per file and one syncfs() for a round of several"
+    return f"{one}, for every session of a round in turn"
 
 
 class StorageHealth:
-    """Whether the last batch of any session was written; observers hear of each change.
+    """Whether the last round was written; observers hear of each change.
 
     Exported as the ``rollout_storage_healthy`` gauge and, by the server, as the
-    writer's gRPC health status (NOT_SERVING after a failed batch, SERVING after
+    writer's gRPC health status (NOT_SERVING after a failed round, SERVING after
     the next good one: the writer keeps accepting appends meanwhile).
     """
 
@@ -134,7 +172,7 @@ class StorageHealth:
 
 
 class _BatchWriteError(Exception):
-    """An OSError from the write or the fsync of a batch, with which of the two it was."""
+    """An OSError from a write or sync of a round, with which operation it was."""
 
     def __init__(self, operation: str, cause: OSError) -> None:
         super().__init__(f"{operation}: {cause}")
@@ -149,51 +187,43 @@ class _Pending:
     future: asyncio.Future[None]
 
 
-#: Batches one flush run writes before it yields its I/O thread to other sessions.
-BATCHES_PER_RUN = 8
+@dataclass(slots=True)
+class _Batch:
+    """One session's part of a round: its requests, their bytes, and the file's length before."""
+
+    session: SessionLog
+    items: list[_Pending]
+    data: bytes
+    records: int
+    size_before: int
 
 
-class SessionCommitter:
-    """The single owner of one session file's appends.
+class SessionLog:
+    """One open session file's queue of encoded lines (appends go through the rounds).
 
-    The event loop only queues (:meth:`submit`, under a lock) and resolves futures;
-    the flush loop itself runs in an I/O thread and goes straight from one fsync to
-    the next batch, so no event-loop round trip sits between two fsyncs. A run
-    writes at most :data:`BATCHES_PER_RUN` batches, then re-queues itself behind
-    other sessions' runs (fairness between sessions sharing the I/O threads).
-    ``on_failure`` is called (in the event loop) after a failed batch so that the
-    owner can reload its view of the session from the file.
+    The event loop only queues (:meth:`submit`) and resolves futures; the rounds
+    run in an I/O thread. ``on_failure`` is called (in the event loop) after a
+    failed round that held this session, so that the owner reloads its view of
+    the session from the file.
     """
 
     def __init__(
-        self,
-        fd: int,
-        size: int,
-        config: CommitConfig,
-        executor: Executor,
-        on_failure: Callable[[], None],
-        label: str,
-        health: StorageHealth,
+        self, committer: GroupCommitter, fd: int, size: int, label: str, on_failure: Callable[[], None]
     ) -> None:
-        self._fd = fd
+        self._committer = committer
+        self.fd = fd
         self._size = size
-        self._config = config
-        self._executor = executor
-        self._on_failure = on_failure
-        self._label = label
-        self._health = health
-        self._loop = asyncio.get_running_loop()
-        self._lock = threading.Lock()
-        self._more = threading.Condition(self._lock)
-        self._queue: deque[_Pending] = deque()
-        self._queued_records = 0
-        self._running = False
+        self.label = label
+        self.on_failure = on_failure
+        self.queue: deque[_Pending] = deque()
+        self.queued_records = 0
+        #: Bytes submitted so far and not failed: the file's length once everything queued is durable.
+        self.submitted_bytes = size
+        self.in_round = False
+        self.failing = False  # a round with this session failed and its _fail has not run yet
+        self.refused: list[_Pending] = []  # submitted while failing
         self._last: asyncio.Future[None] | None = None
         self._closed = False
-        self._durable: list[_Pending] = []  # written, awaiting _acknowledge (under the lock)
-        self._acknowledging = False  # an _acknowledge call is scheduled (under the lock)
-        self._failing = False  # a batch failed and its _fail has not run yet (under the lock)
-        self._refused: list[_Pending] = []  # submitted while _failing (under the lock)
 
     @property
     def size(self) -> int:
@@ -202,36 +232,19 @@ class SessionCommitter:
 
     @property
     def idle(self) -> bool:
-        """Nothing queued and no flush running: the file may be closed."""
-        return not self._running and not self._queue
-
-    @property
-    def queued_records(self) -> int:
-        """Records waiting for a batch (not counting the one being flushed)."""
-        return self._queued_records
+        """Nothing queued and nothing in a round: the file may be closed."""
+        return not self.queue and not self.in_round
 
     def submit(self, data: bytes, records: int) -> asyncio.Future[None]:
         """Queue encoded lines (event loop); the future resolves once they are durable.
 
-        The future raises StorageWriteError when the write or fsync fails. Cancelling
-        it (a caller's deadline or disconnect) does not withdraw the lines, which are
+        The future raises StorageWriteError when the round fails. Cancelling it (a
+        caller's deadline or disconnect) does not withdraw the lines, which are
         written anyway: it is a shield over the committer's own future, which
         :meth:`drain` waits for.
         """
-        future: asyncio.Future[None] = self._loop.create_future()
-        start = False
-        with self._lock:
-            self._last = future
-            if self._failing:  # its seqs were assigned after a batch that failed: refused with it
-                self._refused.append(_Pending(data, records, future))
-            else:
-                self._queue.append(_Pending(data, records, future))
-                self._queued_records += records
-                start = not self._running
-                self._running = True
-                self._more.notify()
-        if start:
-            self._executor.submit(self._flush_run)
+        future = self._committer.queue(self, data, records)
+        self._last = future
         return asyncio.shield(future)
 
     async def drain(self) -> None:
@@ -240,108 +253,24 @@ class SessionCommitter:
         if last is not None and not last.done():
             await asyncio.wait([last])
 
-    def _take_batch(self) -> list[_Pending]:
-        """The next batch (lock held): up to the record limit, a larger request alone."""
-        limit = self._config.batch_max_records
-        batch = [self._queue.popleft()]
-        count = batch[0].records
-        while self._queue and count + self._queue[0].records <= limit:
-            item = self._queue.popleft()
-            count += item.records
-            batch.append(item)
-        self._queued_records -= count
-        return batch
+    def write_batch(self, data: bytes, sync: bool) -> None:
+        """Append ``data`` to the file (I/O thread); with ``sync``, durably (one file's round).
 
-    def _linger(self) -> None:
-        """Give a partly filled batch up to ``linger_ms`` (bounded by the max wait) to fill (lock held)."""
-        deadline = time.monotonic() + min(self._config.linger_ms, self._config.batch_max_wait_ms) / 1000
-        while self._queued_records < self._config.batch_max_records:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or not self._more.wait(remaining):
-                return
-
-    def _flush_run(self) -> None:
-        """Write batches until the queue is empty or the run's share is used (I/O thread)."""
-        for _ in range(BATCHES_PER_RUN):
-            with self._lock:
-                if not self._queue:
-                    self._running = False
-                    return
-                if self._config.linger_ms > 0:
-                    self._linger()
-                batch = self._take_batch()
-            data = b"".join(item.data for item in batch) if len(batch) > 1 else batch[0].data
-            records = sum(item.records for item in batch)
-            started = time.perf_counter()
-            try:
-                self._write(data)
-            except Exception as exc:  # an OSError, or a bug: either way no waiter may hang
-                with self._lock:
-                    failed = batch + list(self._queue)
-                    self._queue.clear()
-                    self._queued_records = 0
-                    # Until _fail runs, submit refuses (their seqs followed this batch), so
-                    # nothing is written, or acknowledged, between this failure and its delivery.
-                    self._failing = True
-                self._loop.call_soon_threadsafe(self._fail, failed, exc)
-                continue
-            elapsed = time.perf_counter() - started
-            self._size += len(data)
-            metrics.BATCH_RECORDS.observe(records)
-            metrics.FLUSH_SECONDS.observe(elapsed)
-            metrics.APPENDED_RECORDS.inc(records)
-            if elapsed > SLOW_FSYNC_SECONDS:
-                log.warning(
-                    "slow flush: %d records, %d bytes in %.3f s (%s)",
-                    records,
-                    len(data),
-                    elapsed,
-                    self._label,
-                )
-            with self._lock:
-                self._durable.extend(batch)
-                wake = not self._acknowledging
-                self._acknowledging = True
-            if wake:  # one event-loop wake-up for every batch made durable before it runs
-                self._loop.call_soon_threadsafe(self._acknowledge)
-        self._executor.submit(self._flush_run)  # more to do: queue behind other sessions' runs
-
-    def _acknowledge(self) -> None:
-        """Resolve the futures of every batch made durable since the last call (event loop).
-
-        The I/O thread wakes the loop once per call, not once per batch: while the
-        loop is busy, later batches join the list this call will resolve, so the
-        I/O thread does not make a system call (and win the GIL back) for each.
-        After a failed batch nothing more is written until its :meth:`_fail` has
-        run, so no acknowledgement overtakes a failure.
-        """
-        with self._lock:
-            durable, self._durable = self._durable, []
-            self._acknowledging = False
-        self._health.report(True)
-        for item in durable:
-            if not item.future.done():
-                item.future.set_result(None)
-
-    def _write(self, data: bytes) -> None:
-        """Write ``data`` at the end and make it durable; on failure cut the file back (I/O thread).
-
-        In fsync mode one ``pwritev2(RWF_DSYNC)`` call per chunk (a short write
-        is continued), or ``write`` + ``fdatasync`` where that call is refused or
-        ``sync_call`` is ``fdatasync``; in unsafe_no_fsync mode ``write`` only.
-        Raises _BatchWriteError naming the operation that failed: ``pwritev2``
-        (the single call), ``write`` or ``fsync``.
+        With ``sync``: one ``pwritev2(RWF_DSYNC)`` call per chunk (a short write is
+        continued), or ``write`` + ``fdatasync`` where that call is refused or
+        ``sync_call`` is ``fdatasync``. Without: ``write`` only (a round's sync
+        follows, or unsafe_no_fsync). Raises _BatchWriteError naming the failed
+        operation: ``pwritev2``, ``write`` or ``fsync``.
         """
         global _dsync_writes
         view = memoryview(data)
-        durable = self._config.durability is Durability.FSYNC
-        single_call = durable and self._config.sync_call is SyncCall.PWRITEV2
+        single_call = sync and self._committer.config.sync_call is SyncCall.PWRITEV2
         operation = "write"
         try:
             while single_call and _dsync_writes and view:
                 operation = "pwritev2"
                 try:
-                    view = view[_os_write_dsync(self._fd, view) :]
+                    view = view[_os_write_dsync(self.fd, view) :]
                 except OSError as exc:
                     if exc.errno not in _DSYNC_REFUSED:
                         raise
@@ -351,32 +280,194 @@ class SessionCommitter:
                     operation = "write"
                     log.info("pwritev2(RWF_DSYNC) refused (%s); using write + fdatasync from now on", exc)
             while view:
-                view = view[_os_write(self._fd, view) :]
-            if durable and not (single_call and _dsync_writes):
+                view = view[_os_write(self.fd, view) :]
+            if sync and not (single_call and _dsync_writes):
                 operation = "fsync"
-                _os_fdatasync(self._fd)
+                _os_fdatasync(self.fd)
         except OSError as exc:
-            try:
-                os.ftruncate(self._fd, self._size)
-                if durable:
-                    os.fdatasync(self._fd)
-            except OSError:
-                log.exception(
-                    "could not cut %s back to %d bytes after a failed write", self._label, self._size
-                )
             raise _BatchWriteError(operation, exc) from exc
 
-    def _fail(self, failed: list[_Pending], exc: Exception) -> None:
-        """Refuse the failed batch and every request queued or submitted behind it (event loop).
+    def cut_back(self, size: int, sync: bool) -> None:
+        """Truncate the file to ``size`` bytes after a failed round (I/O thread); logs on failure."""
+        try:
+            os.ftruncate(self.fd, size)
+            if sync:
+                os.fdatasync(self.fd)
+        except OSError:
+            log.exception("could not cut %s back to %d bytes after a failed write", self.label, size)
 
-        The requests behind it are refused too: their seqs followed the failed
-        batch's. Once this has run, submit queues again (the owner has reloaded
-        its view of the file through ``on_failure``).
+    def close(self) -> None:
+        """Close the file; call only after :meth:`drain`."""
+        if not self._closed:
+            self._closed = True
+            os.close(self.fd)
+
+
+class GroupCommitter:
+    """The writer's one flush loop: durability rounds over every session with records queued."""
+
+    def __init__(self, config: CommitConfig, executor: Executor, health: StorageHealth) -> None:
+        self.config = config
+        self._executor = executor
+        self._health = health
+        self._loop = asyncio.get_running_loop()
+        self._lock = threading.Lock()
+        self._more = threading.Condition(self._lock)
+        self._ready: dict[SessionLog, None] = {}  # sessions with records queued, in arrival order
+        self._queued_records = 0
+        self._running = False
+        self._durable: list[_Pending] = []  # written, awaiting _acknowledge (under the lock)
+        self._acknowledging = False  # an _acknowledge call is scheduled (under the lock)
+
+    def open(self, fd: int, size: int, label: str, on_failure: Callable[[], None]) -> SessionLog:
+        """A SessionLog for an open session file of ``size`` committed bytes."""
+        return SessionLog(self, fd, size, label, on_failure)
+
+    def queue(self, session: SessionLog, data: bytes, records: int) -> asyncio.Future[None]:
+        """Queue a request's lines for ``session`` (event loop); see :meth:`SessionLog.submit`."""
+        future: asyncio.Future[None] = self._loop.create_future()
+        start = False
+        with self._lock:
+            if session.failing:  # its seqs were assigned after a round that failed: refused with it
+                session.refused.append(_Pending(data, records, future))
+                return future
+            session.queue.append(_Pending(data, records, future))
+            session.queued_records += records
+            session.submitted_bytes += len(data)
+            self._queued_records += records
+            self._ready[session] = None
+            start = not self._running
+            self._running = True
+            self._more.notify()
+        if start:
+            self._executor.submit(self._run_rounds)
+        return future
+
+    def _linger(self) -> None:
+        """Give a round up to ``linger_ms`` (bounded by the max wait) to fill one batch (lock held)."""
+        deadline = time.monotonic() + min(self.config.linger_ms, self.config.batch_max_wait_ms) / 1000
+        while not any(s.queued_records >= self.config.batch_max_records for s in self._ready):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not self._more.wait(remaining):
+                return
+
+    def _take_round(self) -> list[_Batch]:
+        """One batch of every ready session (lock held): up to the record limit, a larger request alone."""
+        limit = self.config.batch_max_records
+        batches: list[_Batch] = []
+        for session in list(self._ready):
+            queue = session.queue
+            items = [queue.popleft()]
+            count = items[0].records
+            while queue and count + queue[0].records <= limit:
+                item = queue.popleft()
+                count += item.records
+                items.append(item)
+            session.queued_records -= count
+            self._queued_records -= count
+            session.in_round = True
+            if not queue:
+                del self._ready[session]
+            data = b"".join(item.data for item in items) if len(items) > 1 else items[0].data
+            batches.append(_Batch(session, items, data, count, session.size))
+        return batches
+
+    def _run_rounds(self) -> None:
+        """Run rounds until no session has records queued (I/O thread)."""
+        while True:
+            with self._lock:
+                if not self._ready:
+                    self._running = False
+                    return
+                if self.config.linger_ms > 0:
+                    self._linger()
+                batches = self._take_round()
+            started = time.perf_counter()
+            try:
+                self._write_round(batches)
+            except Exception as exc:  # an OSError, or a bug: either way no waiter may hang
+                self._round_failed(batches, exc)
+                continue
+            elapsed = time.perf_counter() - started
+            records = sum(batch.records for batch in batches)
+            metrics.ROUND_SESSIONS.observe(len(batches))
+            metrics.FLUSH_SECONDS.observe(elapsed)
+            metrics.APPENDED_RECORDS.inc(records)
+            if elapsed > SLOW_FSYNC_SECONDS:
+                log.warning("slow round: %d sessions, %d records in %.3f s", len(batches), records, elapsed)
+            with self._lock:
+                for batch in batches:
+                    metrics.BATCH_RECORDS.observe(batch.records)
+                    batch.session._size += len(batch.data)
+                    batch.session.in_round = False
+                    self._durable.extend(batch.items)
+                wake = not self._acknowledging
+                self._acknowledging = True
+            if wake:  # one event-loop wake-up for every round made durable before it runs
+                self._loop.call_soon_threadsafe(self._acknowledge)
+
+    def _write_round(self, batches: list[_Batch]) -> None:
+        """Write every batch and make the round durable; on failure cut every file back (I/O thread).
+
+        Raises _BatchWriteError naming the failed operation (``pwritev2``,
+        ``write``, ``fsync`` or ``syncfs``).
+        """
+        durable = self.config.durability is Durability.FSYNC
+        one_by_one = len(batches) == 1 or self.config.round_sync is RoundSync.PER_FILE
+        try:
+            for batch in batches:
+                batch.session.write_batch(batch.data, sync=durable and one_by_one)
+            if durable and not one_by_one:
+                try:
+                    _os_syncfs(batches[0].session.fd)
+                except OSError as exc:
+                    raise _BatchWriteError("syncfs", exc) from exc
+        except _BatchWriteError:
+            for batch in batches:
+                batch.session.cut_back(batch.size_before, durable)
+            raise
+
+    def _round_failed(self, batches: list[_Batch], exc: Exception) -> None:
+        """Take a failed round's sessions out of the rounds until :meth:`_fail` runs (I/O thread)."""
+        failures: list[tuple[SessionLog, list[_Pending]]] = []
+        with self._lock:
+            for batch in batches:
+                session = batch.session
+                failed = batch.items + list(session.queue)
+                self._queued_records -= session.queued_records
+                session.queue.clear()
+                session.queued_records = 0
+                session.submitted_bytes = session.size
+                session.in_round = False
+                self._ready.pop(session, None)
+                # Until _fail runs, queue() refuses (their seqs followed this round), so nothing
+                # of these sessions is written, or acknowledged, between the failure and its delivery.
+                session.failing = True
+                failures.append((session, failed))
+        self._loop.call_soon_threadsafe(self._fail, failures, exc)
+
+    def _acknowledge(self) -> None:
+        """Resolve the futures of every round made durable since the last call (event loop).
+
+        The I/O thread wakes the loop once per call, not once per round: while the
+        loop is busy, later rounds join the list this call will resolve. After a
+        failed round nothing more of its sessions is written until its
+        :meth:`_fail` has run, so no acknowledgement overtakes a failure.
         """
         with self._lock:
-            failed = failed + self._refused
-            self._refused = []
-            self._failing = False
+            durable, self._durable = self._durable, []
+            self._acknowledging = False
+        self._health.report(True)
+        for item in durable:
+            if not item.future.done():
+                item.future.set_result(None)
+
+    def _fail(self, failures: list[tuple[SessionLog, list[_Pending]]], exc: Exception) -> None:
+        """Refuse every request of a failed round and every one queued or submitted behind (event loop).
+
+        Once this has run, each session queues again (its owner has reloaded its
+        view of the file through ``on_failure``).
+        """
         metrics.WRITE_ERRORS.inc()
         self._health.report(False)
         if isinstance(exc, _BatchWriteError):
@@ -385,20 +476,21 @@ class SessionCommitter:
             reason = f"{operation} failed: {cause.strerror or cause}"
         else:
             operation, errno_name, reason = "write", "", f"write failed: {exc}"
-        log.error("%s for %s; %d requests refused, nothing of them kept", reason, self._label, len(failed))
         error = StorageWriteError(
             f"writing the session file failed ({reason}); nothing of this request was kept;"
             " retry once storage recovers",
             errno_name=errno_name,
             operation=operation,
         )
-        for item in failed:
-            if not item.future.done():
-                item.future.set_exception(error)
-        self._on_failure()
-
-    def close(self) -> None:
-        """Close the file; call only after :meth:`drain`."""
-        if not self._closed:
-            self._closed = True
-            os.close(self._fd)
+        for session, failed in failures:
+            with self._lock:
+                failed = failed + session.refused
+                session.refused = []
+                session.failing = False
+            log.error(
+                "%s for %s; %d requests refused, nothing of them kept", reason, session.label, len(failed)
+            )
+            for item in failed:
+                if not item.future.done():
+                    item.future.set_exception(error)
+            session.on_failure()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -29,34 +30,57 @@ class ForkPoint:
     first_line_end: int
 
 
-def _records(data: bytes, start: int = 0) -> Iterator[tuple[int, int, dict[str, Any] | None]]:
-    """(line start, line end incl. newline, record or None if unparseable) of committed lines."""
-    offset = start
-    while True:
-        end = data.find(b"\n", offset)
-        if end < 0:
-            return
-        try:
-            record = orjson.loads(data[offset:end])
-        except orjson.JSONDecodeError:
-            record = None
-        yield offset, end + 1, record if isinstance(record, dict) else None
-        offset = end + 1
+#: Bytes read at a time while looking for a fork point.
+READ_CHUNK_BYTES = 1 << 20
 
 
-def find_fork_point(data: bytes, at_seq: int | None, before_user_message: int | None) -> ForkPoint:
-    """Locate the fork point in a source file's bytes.
+def _records(path: Path, start: int = 0) -> Iterator[tuple[int, int, dict[str, Any] | None]]:
+    """(line start, line end incl. newline, record or None if unparseable) of committed lines from ``start``.
+
+    Reads the file in chunks: memory stays bounded whatever its size.
+    """
+    with path.open("rb") as handle:
+        handle.seek(start)
+        offset = start
+        pending = b""
+        while chunk := handle.read(READ_CHUNK_BYTES):
+            lines = (pending + chunk).split(b"\n")
+            pending = lines.pop()
+            for raw in lines:
+                try:
+                    record = orjson.loads(raw)
+                except orjson.JSONDecodeError:
+                    record = None
+                end = offset + len(raw) + 1
+                yield offset, end, record if isinstance(record, dict) else None
+                offset = end
+
+
+def _first_line_end(path: Path) -> int:
+    """The offset just after the first line (0 when the file has no complete line)."""
+    with path.open("rb") as handle:
+        size = 0
+        while chunk := handle.read(64 * 1024):
+            cut = chunk.find(b"\n")
+            if cut >= 0:
+                return size + cut + 1
+            size += len(chunk)
+    return 0
+
+
+def find_fork_point(path: Path, at_seq: int | None, before_user_message: int | None) -> ForkPoint:
+    """Locate the fork point in a source file (read in chunks, bounded memory).
 
     Raises InvalidArgumentError when neither or both points are given, or when the
     point is outside the session.
     """
     if (at_seq is None) == (before_user_message is None):
         raise InvalidArgumentError("at", "give exactly one of at_seq and before_user_message")
-    first_line_end = data.find(b"\n") + 1
+    first_line_end = _first_line_end(path)
     if first_line_end == 0:
         raise InvalidArgumentError("session_id", "the source session has no committed record")
     last_seq, users, last_type = 0, 0, ""
-    for start, end, record in _records(data, first_line_end):
+    for start, end, record in _records(path, first_line_end):
         seq = record.get("seq") if record else None
         if before_user_message is not None and record and record.get("type") == RecordType.MESSAGE:
             payload = record.get("payload")
@@ -90,14 +114,14 @@ def _checked(point: ForkPoint, last_type: str) -> ForkPoint:
     return point
 
 
-def check_fork_keeps_pairs(data: bytes, point: ForkPoint, unanswered_call_ids: Collection[str]) -> None:
+def check_fork_keeps_pairs(path: Path, point: ForkPoint, unanswered_call_ids: Collection[str]) -> None:
     """Refuse a fork point that cuts a tool call (kept) from its output (cut away).
 
     Raises SessionStateError naming the call and the seq of its output.
     """
     if not unanswered_call_ids:
         return
-    for _, _, record in _records(data, point.end_offset):
+    for _, _, record in _records(path, point.end_offset):
         if not record or record.get("type") != RecordType.MESSAGE:
             continue
         payload = record.get("payload")

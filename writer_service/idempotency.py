@@ -1,8 +1,10 @@
 """Request-id memory for exactly-once appends (SPEC §2.4).
 
-Each session remembers its last :data:`REMEMBERED_PER_SESSION` request ids for
-the life of the writer process, with a fingerprint of the request's records and
-the answer it got. A retry with the same id and records gets the first answer
+The writer remembers the last :data:`REMEMBERED_REQUEST_IDS` request ids of all
+sessions together (one global bound, least recently used forgotten first), each
+with a fingerprint of the request's records and the answer it got (~300 bytes an
+id: under 20 MB in all, however many sessions come and go). The ids of a stopped
+session age out like any other. A retry with the same id and records gets the first answer
 (waiting for it if the first attempt is still in flight) and writes nothing; the
 same id with other records is refused. An attempt that failed is forgotten, so
 its retry writes. After a restart ids are gone: clients pair ``request_id`` with
@@ -14,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +24,8 @@ import orjson
 
 from shared.errors import InvalidArgumentError
 
-REMEMBERED_PER_SESSION = 4096
+#: Request ids remembered across all sessions (stated in writer.proto).
+REMEMBERED_REQUEST_IDS = 65_536
 MAX_REQUEST_ID_CHARS = 128
 
 
@@ -35,17 +39,26 @@ class RememberedAppend:
     durable: asyncio.Future[None]
 
 
-def fingerprint(records: Any) -> bytes:
-    """A 16-byte fingerprint of a request's record payloads."""
-    return hashlib.blake2b(orjson.dumps(records), digest_size=16).digest()
+def fingerprint(records: Sequence[Sequence[tuple[str, dict[str, Any]]]]) -> bytes:
+    """A 16-byte fingerprint of a request's record payloads (encoded one record at a time)."""
+    hasher = hashlib.blake2b(digest_size=16)
+    for payloads in records:
+        hasher.update(b"\x1e")
+        for record_type, payload in payloads:
+            hasher.update(record_type.encode())
+            hasher.update(orjson.dumps(payload))
+    return hasher.digest()
 
 
 class RequestMemory:
-    """Remembered request ids of every session (bounded per session)."""
+    """Remembered request ids of every session, at most ``limit`` in all."""
 
-    def __init__(self, per_session: int = REMEMBERED_PER_SESSION) -> None:
-        self._per_session = per_session
-        self._sessions: dict[str, OrderedDict[str, RememberedAppend]] = {}
+    def __init__(self, limit: int = REMEMBERED_REQUEST_IDS) -> None:
+        self._limit = limit
+        self._ids: OrderedDict[tuple[str, str], RememberedAppend] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._ids)
 
     def recall(self, session_id: str, request_id: str, print_: bytes) -> RememberedAppend | None:
         """The earlier answer to this request id, or None when it must be written.
@@ -54,22 +67,24 @@ class RequestMemory:
         """
         if len(request_id) > MAX_REQUEST_ID_CHARS:
             raise InvalidArgumentError("request_id", f"is longer than {MAX_REQUEST_ID_CHARS} characters")
-        ids = self._sessions.get(session_id)
-        remembered = ids.get(request_id) if ids is not None else None
+        key = (session_id, request_id)
+        remembered = self._ids.get(key)
         if remembered is None:
             return None
         if remembered.durable.done() and remembered.durable.exception() is not None:
-            del self._sessions[session_id][request_id]
+            del self._ids[key]
             return None
         if remembered.fingerprint != print_:
             raise InvalidArgumentError(
                 "request_id",
                 f"{request_id!r} was already used for different records; use a new id for a new request",
             )
+        self._ids.move_to_end(key)
         return remembered
 
     def remember(self, session_id: str, request_id: str, answer: RememberedAppend) -> None:
-        ids = self._sessions.setdefault(session_id, OrderedDict())
-        ids[request_id] = answer
-        while len(ids) > self._per_session:
-            ids.popitem(last=False)
+        """Remember an answer; beyond the bound the least recently used id is forgotten."""
+        self._ids[(session_id, request_id)] = answer
+        self._ids.move_to_end((session_id, request_id))
+        while len(self._ids) > self._limit:
+            self._ids.popitem(last=False)

@@ -2,7 +2,8 @@
 
 * ``rollout_appended_records_total``: records made durable.
 * ``rollout_batch_records``: records per group-commit batch.
-* ``rollout_flush_seconds``: write + fsync time per batch (slow ones are also logged).
+* ``rollout_round_sessions``: sessions made durable together per durability round.
+* ``rollout_flush_seconds``: write + sync time per durability round (slow ones are also logged).
 * ``rollout_write_errors_total``: failed batches (write or fsync errors).
 * ``rollout_storage_healthy``: 1 after a good batch, 0 after a failed one.
 """
@@ -17,11 +18,16 @@ BATCH_RECORDS = Histogram(
     "Records per group-commit batch.",
     buckets=(1, 2, 4, 8, 16, 32, 64, 128, 512),
 )
+ROUND_SESSIONS = Histogram(
+    "rollout_round_sessions",
+    "Sessions made durable together by one durability round.",
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 1024),
+)
 FLUSH_SECONDS = Histogram(
     "rollout_flush_seconds",
-    "Seconds to write and fsync one batch.",
+    "Seconds to write and sync one durability round.",
     buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1.0),
 )
-WRITE_ERRORS = Counter("rollout_write_errors", "Batches whose write or fsync failed.")
+WRITE_ERRORS = Counter("rollout_write_errors", "Durability rounds whose write or sync failed.")
 STORAGE_HEALTHY = Gauge("rollout_storage_healthy", "1 when the last batch was written, 0 after a failure.")
 STORAGE_HEALTHY.set(1)

@@ -17,8 +17,7 @@ from pathlib import Path
 
 import orjson
 
-from shared.layout import DataRoot
-from writer_service.files import fsync_dir, remove_stale_temporaries
+from writer_service.files import fsync_dir
 
 log = logging.getLogger(__name__)
 
@@ -117,13 +116,3 @@ def _sidecar_path(path: Path) -> Path:
         if not candidate.exists():
             return candidate
         number += 1
-
-
-def repair_all(root: DataRoot) -> int:
-    """Repair every session file under ``root``; returns how many were repaired."""
-    remove_stale_temporaries(root.sessions_dir)
-    repaired = 0
-    for _, name in root.scan():
-        if repair_torn_tail(root.sessions_dir / name):
-            repaired += 1
-    return repaired

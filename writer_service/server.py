@@ -30,7 +30,7 @@ from shared.records import RecordType
 from shared.status import add_servicer, bind, check_decoded, status_mapping
 from shared.wire import append_payloads, stop_kind_from_proto
 from writer_service.committer import durable_write_method
-from writer_service.recovery import repair_all
+from writer_service.session_index import build_index
 from writer_service.sessions import SessionLedger, SessionSpec, WriterConfig
 
 log = logging.getLogger(__name__)
@@ -47,13 +47,35 @@ class DataRootLockedError(RuntimeError):
     """Another writer process holds the data root."""
 
 
+#: No stored line is shorter than its record's protobuf encoding divided by this (the
+#: worst case is a list of numbers: 11 protobuf bytes for the 2 JSON bytes of "0,").
+PROTO_TO_LINE_BOUND = 6
+
+
 def request_payloads(
-    request: writer_pb2.AppendRequest,
+    request: writer_pb2.AppendRequest, max_record_bytes: int
 ) -> list[list[tuple[RecordType, dict[str, Any]]]]:
-    """The payloads of every record of an AppendRequest (RecordValidationError on bad ones)."""
+    """The payloads of every record of an AppendRequest (RecordValidationError on bad ones).
+
+    A record whose protobuf encoding alone proves its line over ``max_record_bytes``
+    (more than :data:`PROTO_TO_LINE_BOUND` times it) is refused before any Python
+    copy of it is made: a rejected large request costs no more memory than gRPC's own.
+    """
     if not request.records:
         raise RecordValidationError(0, "records", "an Append needs at least one record")
-    return [append_payloads(record, index) for index, record in enumerate(request.records)]
+    ceiling = PROTO_TO_LINE_BOUND * max_record_bytes
+    payloads = []
+    for index, record in enumerate(request.records):
+        encoded = record.ByteSize()
+        if encoded > ceiling:
+            raise RecordValidationError(
+                index,
+                str(record.WhichOneof("record")),
+                f"record is {encoded} bytes encoded, so its line is over the limit of {max_record_bytes}"
+                " bytes; it is rejected, never truncated",
+            )
+        payloads.append(append_payloads(record, index))
+    return payloads
 
 
 _Accepted = tuple[writer_pb2.AppendResponse, asyncio.Future[None]]
@@ -88,9 +110,13 @@ class RolloutWriterServicer(writer_pb2_grpc.RolloutWriterServicer):
     async def _enqueue(
         self, request: writer_pb2.AppendRequest
     ) -> tuple[writer_pb2.AppendResponse, asyncio.Future[None]]:
+        self.ledger.check_known(request.session_id)  # before any record is decoded
         expected = request.expected_next_seq if request.HasField("expected_next_seq") else None
         seqs, next_seq, durable = await self.ledger.enqueue(
-            request.session_id, request_payloads(request), expected, request.request_id
+            request.session_id,
+            request_payloads(request, self.ledger.config.max_record_bytes),
+            expected,
+            request.request_id,
         )
         response = writer_pb2.AppendResponse(session_id=request.session_id, seqs=seqs, next_seq=next_seq)
         return response, durable
@@ -254,10 +280,8 @@ async def start_writer(config: WriterConfig, address: str = "127.0.0.1:0") -> Ru
     """
     lock = acquire_data_root(config)
     try:
-        ledger = SessionLedger(config)
-        repaired = await asyncio.get_running_loop().run_in_executor(None, repair_all, ledger.root)
-        if repaired:
-            log.warning("start-up recovery repaired %d session files", repaired)
+        index = await asyncio.get_running_loop().run_in_executor(None, build_index, DataRoot(config.data_dir))
+        ledger = SessionLedger(config, index)
         server = grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),

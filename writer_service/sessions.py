@@ -1,19 +1,26 @@
-"""The writer's session life cycle: create, append, stop (SPEC §2).
+"""The writer's session ledger: create, append, stop; resume and fork through it (SPEC §2).
 
 :class:`SessionLedger` is the writer's one entry point below the gRPC layer. It
-keeps, per open session, the next seq, the tool call ids already in the file and
-whether the session is stopped, plus the session's :class:`SessionCommitter`.
-Validation, seq assignment and queueing happen in the event loop without an
-await between them, so requests to one session are strictly ordered and all or
-nothing. A session not yet touched since start-up is loaded once from its file
-with the shared bounded-memory rebuild (:func:`shared.rebuild_index.index_rebuild`),
-never on the append path.
+holds the :class:`~writer_service.session_index.SessionIndex` of every session
+(next seq, stop state; built at start-up from names and tails), the sessions it
+has open (:class:`~writer_service.open_session.OpenSession`, at most
+``max_open_sessions`` file descriptors: idle ones are closed, least recently used
+first, their state saved), the request-id memory, and the
+:class:`~writer_service.committer.GroupCommitter` that makes appends durable in
+rounds. An unknown id is NOT_FOUND from memory; reopening a session reads its saved
+state and the lines after it (writer_service.session_state), never the whole file.
+
+Validation, seq assignment and queueing happen in the event loop without an await
+between them, so requests to one session are strictly ordered and all or nothing.
 
 Stop follows SPEC §2.6 exactly: mark the session busy (later appends are refused
-with ABORTED until it ends), drain its queue, read and rebuild the whole file on
-an I/O thread with the same shared function the reader uses, digest it, then append
-``agent_checkpoint`` and ``stop`` as one batch with one fsync. Resume and Fork
-live in :mod:`writer_service.branching`.
+with ABORTED until it ends), drain its queue, rebuild the whole file on an I/O
+thread with the same shared rules the reader uses (bounded memory,
+writer_service.file_facts), digest it, then append ``agent_checkpoint`` and
+``stop`` as one batch. Resume and Fork (writer_service.branching) use the small
+public API below: :meth:`SessionLedger.open_session`,
+:meth:`SessionLedger.rebuild_exclusive`, :meth:`SessionLedger.drained_path`,
+:meth:`SessionLedger.publish` and :meth:`SessionLedger.run_io`.
 """
 
 from __future__ import annotations
@@ -22,61 +29,56 @@ import asyncio
 import logging
 import os
 from collections import OrderedDict
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+import orjson
 
 from shared.errors import (
     CorruptSessionError,
     InvalidArgumentError,
     QueueFullError,
-    RecordValidationError,
-    SessionBusyError,
     SessionExistsError,
     SessionNotFoundError,
     SessionStateError,
     storage_error,
 )
 from shared.layout import DELEGATION_ID_MAX_BYTES, DataRoot
-from shared.naming import (
-    build_file_name,
-    new_session_id,
-    parse_file_name,
-    validate_agent_name,
-    validate_session_id,
-)
-from shared.rebuild import Rebuild
+from shared.naming import build_file_name, new_session_id, validate_agent_name, validate_session_id
+from shared.rebuild import collector_paused
 from shared.rebuild_index import index_rebuild
-from shared.records import (
-    RecordType,
-    call_ids_of,
-    encode_line,
-    format_timestamp,
-    now_timestamp,
-    parse_timestamp,
-    validate_message,
-)
+from shared.records import RecordType, encode_line, format_timestamp, now_timestamp, parse_timestamp
 from shared.stop_kinds import StopKind
-from writer_service.branching import (
-    ForkResult,
-    RebuiltFacts,
-    ResumeResult,
-    fork_session,
-    rebuilt_facts,
-    refuse_damage,
-    resume_session,
-)
-from writer_service.committer import CommitConfig, SessionCommitter, StorageHealth
+from writer_service.branching import ForkResult, ResumeResult, fork_session, resume_session
+from writer_service.committer import CommitConfig, GroupCommitter, SessionLog, StorageHealth
+from writer_service.file_facts import RebuiltFacts, file_facts, refuse_damage
 from writer_service.files import create_file, create_marker
 from writer_service.idempotency import RememberedAppend, RequestMemory, fingerprint
+from writer_service.open_session import CallView, OpenSession, RequestRecords, apply_record
 from writer_service.recovery import repair_torn_tail
+from writer_service.session_index import IndexEntry, SessionIndex, build_index, read_entry
+from writer_service.session_state import (
+    SAVE_EVERY_BYTES,
+    SessionState,
+    lines_after,
+    load_state,
+    save_state,
+)
 
 log = logging.getLogger(__name__)
 
-_MESSAGE = RecordType.MESSAGE.value
-_COMPACTED = RecordType.COMPACTED.value
+#: Bytes appended since a session's last saved state beyond which closing its file saves it again.
+SAVE_ON_CLOSE_BYTES = 64 * 1024
+#: Closed sessions whose view (call ids, meta) stays in memory, most recently closed first:
+#: reopening one of them is an open() and an fstat(), nothing read.
+KEPT_VIEWS = 4096
+
+_T = TypeVar("_T")
+_RECORD_TYPES = {member.value: member for member in RecordType}
 
 #: Longest tenant, model, cwd, originator and client_version (characters).
 META_FIELD_MAX_CHARS = 4096
@@ -122,32 +124,49 @@ class StopResult:
     message_count: int
 
 
-@dataclass(slots=True)
-class OpenSession:
-    session_id: str
-    path: Path
-    next_seq: int
-    call_ids: set[str]
-    committer: SessionCommitter
+@dataclass(frozen=True, slots=True)
+class _Loaded:
+    """What opening a session file found (I/O thread -> event loop)."""
+
+    fd: int
+    size: int
+    calls: set[str]
     meta: dict[str, Any]
-    stopped_kind: str | None = None
-    #: "Stop" or "Resume" while one is in progress (appends meanwhile are refused: ABORTED, retryable).
-    busy: str = ""
+    entry: IndexEntry
+    saved_offset: int
 
 
 class SessionLedger:
-    """Create, append to and stop sessions under one data root (single writer)."""
+    """Create, append to and stop sessions under one data root (single writer).
 
-    def __init__(self, config: WriterConfig) -> None:
+    ``index``: the start-up index (:func:`writer_service.session_index.build_index`,
+    which also repairs torn tails); built here, blocking, when not given.
+    """
+
+    def __init__(self, config: WriterConfig, index: SessionIndex | None = None) -> None:
         self.config = config
         self.root = DataRoot(config.data_dir)
         self.root.ensure()
+        self.index = index if index is not None else build_index(self.root)
         self._executor = ThreadPoolExecutor(config.io_threads, thread_name_prefix="rollout-io")
         self._sessions: OrderedDict[str, OpenSession] = OrderedDict()
         self._loading: dict[str, asyncio.Future[OpenSession]] = {}
         self._requests = RequestMemory()
         self._creating: set[str] = set()
         self.storage_health = StorageHealth()
+        self._group: GroupCommitter | None = None
+        self._kept: OrderedDict[str, IndexEntry] = OrderedDict()
+
+    @property
+    def committer(self) -> GroupCommitter:
+        """The durability rounds of every session (created in the event loop on first use)."""
+        if self._group is None:
+            self._group = GroupCommitter(self.config.commit, self._executor, self.storage_health)
+        return self._group
+
+    async def run_io(self, function: Callable[..., _T], *args: Any) -> _T:
+        """Run a blocking function on the writer's I/O threads."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, function, *args)
 
     # -- life cycle -----------------------------------------------------------------
 
@@ -177,108 +196,189 @@ class SessionLedger:
                 raise InvalidArgumentError("created_at", f"is not an RFC 3339 timestamp: {exc}") from exc
         else:
             created = datetime.now(UTC)
-        if session_id in self._sessions or session_id in self._loading or session_id in self._creating:
+        if self.index.get(session_id) is not None or session_id in self._creating:
             raise SessionExistsError(session_id)
-        if spec.session_id:  # a new UUIDv7 cannot collide; a client's id may name an existing file
-            try:
-                self.root.locate(session_id)
-            except SessionNotFoundError:
-                pass
-            else:
-                raise SessionExistsError(session_id)
         self._creating.add(session_id)
         try:
-            return await self._create(session_id, created, spec)
+            created_at = format_timestamp(created)
+            meta: dict[str, Any] = {"session_id": session_id}
+            for key in ("agent_name", "parent_session_id", "delegation_id"):
+                if getattr(spec, key):
+                    meta[key] = getattr(spec, key)
+            meta["tenant"] = spec.tenant or "default"
+            for key in ("model", "cwd", "originator", "client_version"):
+                if getattr(spec, key):
+                    meta[key] = getattr(spec, key)
+            meta["created_at"] = created_at
+            line = encode_line(0, now_timestamp(), RecordType.SESSION_META, meta)
+            name = build_file_name(created, session_id, spec.agent_name)
+            await self.publish(session_id, name, line, meta, next_seq=1, calls=set())
+            return session_id, created_at
         finally:
             self._creating.discard(session_id)
 
-    async def _create(self, session_id: str, created: datetime, spec: SessionSpec) -> tuple[str, str]:
-        created_at = format_timestamp(created)
-        name = build_file_name(created, session_id, spec.agent_name)
-        meta: dict[str, Any] = {"session_id": session_id}
-        for key in ("agent_name", "parent_session_id", "delegation_id"):
-            if getattr(spec, key):
-                meta[key] = getattr(spec, key)
-        meta["tenant"] = spec.tenant or "default"
-        for key in ("model", "cwd", "originator", "client_version"):
-            if getattr(spec, key):
-                meta[key] = getattr(spec, key)
-        meta["created_at"] = created_at
-        line = encode_line(0, now_timestamp(), RecordType.SESSION_META, meta)
-        await self._publish(session_id, name, line, meta, next_seq=1, call_ids=set())
-        return session_id, created_at
-
-    async def _publish(
-        self, session_id: str, name: str, body: bytes, meta: dict[str, Any], next_seq: int, call_ids: set[str]
+    async def publish(
+        self,
+        session_id: str,
+        name: str,
+        body: bytes,
+        meta: dict[str, Any],
+        next_seq: int,
+        calls: set[str],
+        copy: tuple[Path, int, int] | None = None,
+        trailer: bytes = b"",
     ) -> None:
-        """Create a new session file atomically (its delegation marker first) and open it."""
-        loop = asyncio.get_running_loop()
+        """Create a new session file atomically (its delegation marker first), index and open it.
+
+        The file holds ``body``, then bytes ``start``..``end`` of ``copy`` = (file,
+        start, end) when given (copied in the kernel), then ``trailer``. Raises
+        SessionExistsError, StorageWriteError.
+        """
         if meta.get("parent_session_id"):
             marker = self.root.delegation_marker(
                 str(meta["parent_session_id"]), str(meta.get("delegation_id", "")), session_id
             )
-            await loop.run_in_executor(self._executor, create_marker, marker)
+            await self.run_io(create_marker, marker)
         path = self.root.sessions_dir / name
-        fd = await loop.run_in_executor(self._executor, create_file, path, body, session_id)
-        self.root.register(parse_file_name(name), name)
-        self._sessions[session_id] = OpenSession(
-            session_id, path, next_seq, call_ids, self._committer(session_id, fd, len(body)), meta
-        )
+        fd = await self.run_io(create_file, path, body, session_id, copy, trailer)
+        size = len(body) + len(trailer) + (copy[2] - copy[1] if copy else 0)
+        entry = IndexEntry(name, next_seq, None)
+        self.index.add(session_id, entry)
+        state = OpenSession(session_id, entry, path, self._log(session_id, fd, size), calls, meta)
+        self._sessions[session_id] = state
+        if size > SAVE_EVERY_BYTES:  # a large fork: its first reopen after a crash stays bounded
+            self._save_later(state, size)
         self._close_idle()
 
+    def _log(self, session_id: str, fd: int, size: int) -> SessionLog:
+        return self.committer.open(fd, size, session_id, on_failure=lambda: self._forget(session_id))
+
+    def _snapshot(self, state: OpenSession, offset: int) -> SessionState:
+        """The state to save at ``offset``: the view after everything queued so far."""
+        return SessionState(offset, state.next_seq - 1, list(state.calls), state.meta)
+
+    def _save_later(self, state: OpenSession, offset: int, after: asyncio.Future[None] | None = None) -> None:
+        """Save the session's state at ``offset`` once ``after`` (the lines up to it) is durable."""
+        snapshot = self._snapshot(state, offset)
+        state.saved_offset = offset
+        args = (self.root.root, state.session_id, state.path, snapshot)
+        if after is None:
+            self._executor.submit(save_state, *args)
+            return
+
+        def saved(done: asyncio.Future[None]) -> None:
+            if not done.cancelled() and done.exception() is None:
+                self._executor.submit(save_state, *args)
+
+        after.add_done_callback(saved)
+
     def _close_idle(self) -> None:
-        """Close the least recently used idle session files beyond ``max_open_sessions``."""
+        """Close the least recently used idle session files beyond ``max_open_sessions``.
+
+        A closed session's state is saved first (on an I/O thread) when it has none
+        yet or more than :data:`SAVE_ON_CLOSE_BYTES` were appended since its last
+        save, so that reopening it reads only what follows: a session reopened and
+        closed again for every append costs no state write each time.
+        """
         excess = len(self._sessions) - self.config.max_open_sessions
         if excess <= 0:
             return
         for session_id, state in list(self._sessions.items()):
             if excess <= 0:
                 break
-            if state.committer.idle and not state.busy:
+            if state.log.idle and not state.busy:
                 del self._sessions[session_id]
-                state.committer.close()
+                self._keep_view(state)
+                snapshot = None
+                if state.saved_offset == 0 or state.log.size - state.saved_offset > SAVE_ON_CLOSE_BYTES:
+                    snapshot = self._snapshot(state, state.log.size)
+                if snapshot is None:
+                    state.log.close()
+                else:
+                    self._executor.submit(_retire, self.root.root, state, snapshot)
                 excess -= 1
 
-    def _committer(self, session_id: str, fd: int, size: int) -> SessionCommitter:
-        return SessionCommitter(
-            fd,
-            size,
-            self.config.commit,
-            self._executor,
-            on_failure=lambda: self._forget(session_id),
-            label=session_id,
-            health=self.storage_health,
-        )
+    def _keep_view(self, state: OpenSession) -> None:
+        """Keep a closing session's view in its index entry (at most KEPT_VIEWS sessions keep one)."""
+        state.entry.kept = (state.calls, state.meta, state.log.size, state.saved_offset)
+        self._kept[state.session_id] = state.entry
+        self._kept.move_to_end(state.session_id)
+        while len(self._kept) > KEPT_VIEWS:
+            _, oldest = self._kept.popitem(last=False)
+            oldest.kept = None
+
+    def _reopen_kept(self, session_id: str, entry: IndexEntry, path: Path) -> _Loaded | None:
+        """Reopen a recently closed session from its kept view when its file is as it was left."""
+        kept, entry.kept = entry.kept, None
+        self._kept.pop(session_id, None)
+        if kept is None or not entry.fresh:
+            return None
+        calls, meta, size, saved_offset = kept
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_APPEND)
+        except OSError:
+            return None  # the slow path names the problem
+        if os.fstat(fd).st_size != size:
+            os.close(fd)
+            return None
+        return _Loaded(fd, size, calls, meta, entry, saved_offset)
 
     def _forget(self, session_id: str) -> None:
-        """Drop a session's in-memory view after a failed batch; the next call reloads it."""
+        """Drop a session's open state after a failed round; the next call re-reads its tail."""
         state = self._sessions.pop(session_id, None)
         if state is not None:
-            state.committer.close()
+            state.entry.fresh = False
+            state.log.close()
 
-    async def _open(self, session_id: str) -> OpenSession:
+    def check_known(self, session_id: str) -> None:
+        """Raise SessionNotFoundError unless the index holds ``session_id`` (FileNameError for a
+        malformed id): the cheap refusal a servicer makes before decoding a request's records."""
+        if session_id not in self.index.entries:
+            validate_session_id(session_id)
+            raise SessionNotFoundError(session_id)
+
+    async def open_session(self, session_id: str) -> OpenSession:
+        """The open state of a session, opening its file if needed (reads its saved state and
+        the lines after it, on an I/O thread).
+
+        Raises FileNameError for an id that is not a lowercase UUID,
+        SessionNotFoundError (an unknown id, answered from memory; or a file gone),
+        CorruptSessionError (no session_meta), StorageWriteError (unreadable).
+        """
         state = self._sessions.get(session_id)
         if state is not None:
             self._sessions.move_to_end(session_id)
             return state
+        entry = self.index.get(session_id)
+        if entry is None:
+            validate_session_id(session_id)
+            raise SessionNotFoundError(session_id)
         pending = self._loading.get(session_id)
         if pending is not None:
             return await asyncio.shield(pending)
         future: asyncio.Future[OpenSession] = asyncio.get_running_loop().create_future()
         self._loading[session_id] = future
         try:
-            _, path = self.root.locate(session_id)
-            fd, found, stopped = await asyncio.get_running_loop().run_in_executor(
-                self._executor, self._load, session_id, path
-            )
+            path = self.root.sessions_dir / entry.name
+            # A fresh entry whose saved state is recent is reopened right here: a few small
+            # reads, cheaper than a hop to an I/O thread and back. Anything else (no state, a
+            # stale one, a long suffix, a tail to re-read) goes to an I/O thread.
+            loaded = self._reopen_kept(session_id, entry, path)
+            if loaded is None and entry.fresh:
+                loaded = _load(self.root.root, path, session_id, entry, quick=True)
+            if loaded is None:
+                loaded = await self.run_io(_load, self.root.root, path, session_id, entry)
+                assert loaded is not None  # only a quick try declines
+            if loaded.entry is not entry:
+                self.index.add(session_id, loaded.entry)
             state = OpenSession(
                 session_id,
+                loaded.entry,
                 path,
-                found.last_seq + 1,
-                found.call_ids,
-                self._committer(session_id, fd, found.committed_bytes),
-                found.session_meta or {},
-                stopped,
+                self._log(session_id, loaded.fd, loaded.size),
+                loaded.calls,
+                loaded.meta,
+                saved_offset=loaded.saved_offset,
             )
             self._sessions[session_id] = state
             self._close_idle()
@@ -291,41 +391,10 @@ class SessionLedger:
         finally:
             del self._loading[session_id]
 
-    @staticmethod
-    def _load(session_id: str, path: Path) -> tuple[int, Rebuild, str | None]:
-        """Repair the tail, index the file once (bounded memory), open it (I/O thread).
-
-        Returns (fd, what the rebuild found, the stop kind if stopped else None).
-        """
-        try:
-            repair_torn_tail(path)
-            found = index_rebuild(path)
-        except FileNotFoundError as exc:  # moved aside by repair: it never held a whole session_meta
-            raise SessionNotFoundError(session_id) from exc
-        except OSError as exc:
-            raise storage_error(exc, "read", f"opening {path.name}") from exc
-        if found.session_meta is None:
-            raise CorruptSessionError(
-                f"session file {path.name} does not start with a session_meta record; it cannot be"
-                " appended to (see rollout verify)"
-            )
-        stopped: str | None = None
-        if found.last_record_type == RecordType.STOP and found.last_stop is not None:
-            stopped = str(found.last_stop.get("stop_kind", ""))
-        elif found.last_record_type == RecordType.AGENT_CHECKPOINT and found.last_checkpoint:
-            stopped = found.last_checkpoint.stop_kind
-        try:
-            return os.open(path, os.O_WRONLY | os.O_APPEND), found, stopped
-        except OSError as exc:
-            raise storage_error(exc, "open", f"opening {path.name}") from exc
-
     # -- appends --------------------------------------------------------------------
 
     async def append(
-        self,
-        session_id: str,
-        records: list[list[tuple[RecordType, dict[str, Any]]]],
-        expected_next_seq: int | None = None,
+        self, session_id: str, records: RequestRecords, expected_next_seq: int | None = None
     ) -> tuple[list[int], int]:
         """Append one request's records, all or nothing; returns (seq per record, next seq).
 
@@ -342,7 +411,7 @@ class SessionLedger:
     async def enqueue(
         self,
         session_id: str,
-        records: list[list[tuple[RecordType, dict[str, Any]]]],
+        records: RequestRecords,
         expected_next_seq: int | None = None,
         request_id: str = "",
     ) -> tuple[list[int], int, asyncio.Future[None]]:
@@ -350,103 +419,50 @@ class SessionLedger:
 
         The first half of :meth:`append`, for pipelined streams: once this returns,
         the request holds its place in the session's order; await the future for
-        durability (it raises StorageWriteError on a failed batch). A ``request_id``
+        durability (it raises StorageWriteError on a failed round). A ``request_id``
         seen before (writer_service.idempotency) returns the first answer and
         queues nothing.
         """
-        state = await self._open(session_id)
+        state = self._sessions.get(session_id)
+        if state is None:
+            state = await self.open_session(session_id)
+        else:
+            self._sessions.move_to_end(session_id)
         print_ = b""
         if request_id:
             print_ = fingerprint(records)
             remembered = self._requests.recall(session_id, request_id, print_)
             if remembered is not None:
                 return remembered.seqs, remembered.next_seq, remembered.durable
-        self._check_appendable(state)
+        state.check_appendable()
         if expected_next_seq is not None and expected_next_seq != state.next_seq:
             raise SessionStateError(
                 f"expected_next_seq is {expected_next_seq} but the session's next seq is {state.next_seq}",
                 subject=f"session/{session_id}",
                 precondition=f"next_seq={state.next_seq}",
             )
-        lines, seqs, view = self._encode(state, records)
+        lines, seqs, view = state.encode(records, self.config.max_record_bytes)
         count = len(lines)
-        if state.committer.queued_records + count > self.config.max_queued_records:
+        if state.log.queued_records + count > self.config.max_queued_records:
             raise QueueFullError(
-                f"session {session_id} has {state.committer.queued_records} records queued"
+                f"session {session_id} has {state.log.queued_records} records queued"
                 f" (limit {self.config.max_queued_records}); retry with backoff"
             )
-        state.next_seq += count
-        state.call_ids = view.committed()
-        durable = state.committer.submit(b"".join(lines), count)
+        durable = state.queue(b"".join(lines) if count > 1 else lines[0], count, view.committed())
         if request_id:
             self._requests.remember(
                 session_id, request_id, RememberedAppend(print_, seqs, state.next_seq, durable)
             )
+        if state.log.submitted_bytes - state.saved_offset > SAVE_EVERY_BYTES:
+            self._save_later(state, state.log.submitted_bytes, durable)
         return seqs, state.next_seq, durable
-
-    def _check_appendable(self, state: OpenSession) -> None:
-        if state.stopped_kind is not None:
-            raise SessionStateError(
-                f"session is stopped ({state.stopped_kind or 'no stop kind'}); call Resume",
-                subject=f"session/{state.session_id}",
-                precondition="session is open",
-            )
-        self._refuse_if_busy(state)
-
-    @staticmethod
-    def _refuse_if_busy(state: OpenSession) -> None:
-        """Refuse (SessionBusyError: ABORTED, retryable) while a Stop or Resume of the session runs."""
-        if state.busy:
-            raise SessionBusyError(f"a {state.busy} of this session is in progress; retry when it ends")
-
-    def _encode(
-        self, state: OpenSession, records: list[list[tuple[RecordType, dict[str, Any]]]]
-    ) -> tuple[list[bytes], list[int], _CallView]:
-        """Validate and encode one request (no state change); see :meth:`append`.
-
-        Tool outputs must answer a call of the session's current view (as the
-        shared rebuild pairs them: a compaction resets the view to its replacement
-        history) or one earlier in the request.
-        """
-        ts = now_timestamp()
-        seq = state.next_seq
-        limit = self.config.max_record_bytes
-        view = _CallView(state.call_ids)
-        lines: list[bytes] = []
-        seqs: list[int] = []
-        for index, payloads in enumerate(records):
-            for record_type, payload in payloads:
-                if record_type == _MESSAGE:
-                    validate_message(payload, index, view)
-                    if "tool_calls" in payload:
-                        view.add(call_ids_of(payload))
-                elif record_type == _COMPACTED:
-                    view.reset()
-                    for position, message in enumerate(payload.get("replacement_history", ())):
-                        validate_message(message, index, view, f"compacted.replacement_history[{position}]")
-                        view.add(call_ids_of(message))
-                try:
-                    line = encode_line(seq, ts, record_type, payload)
-                except TypeError as exc:
-                    raise RecordValidationError(index, str(record_type), f"cannot be stored: {exc}") from exc
-                if len(line) > limit:
-                    raise RecordValidationError(
-                        index,
-                        str(record_type),
-                        f"record is {len(line)} bytes, over the limit of {limit} bytes; it is"
-                        " rejected, never truncated",
-                    )
-                lines.append(line)
-                seq += 1
-            seqs.append(seq - 1)
-        return lines, seqs, view
 
     # -- stop -----------------------------------------------------------------------
 
     async def stop(
         self, session_id: str, kind: StopKind, reason: str, error: dict[str, str] | None = None
     ) -> StopResult:
-        """Drain, rebuild the whole file, append checkpoint and stop, fsync (SPEC §2.6).
+        """Drain, rebuild the whole file, append checkpoint and stop, make durable (SPEC §2.6).
 
         ``reason`` is at most 16 KiB characters, the error's message too. Raises
         InvalidArgumentError (an oversized reason), SessionNotFoundError,
@@ -460,11 +476,11 @@ class SessionLedger:
             raise InvalidArgumentError(
                 "error", f"message and category are at most {STOP_TEXT_MAX_CHARS} characters"
             )
-        state = await self._open(session_id)
-        self._check_appendable(state)
+        state = await self.open_session(session_id)
+        state.check_appendable()
         state.busy = "Stop"
         try:
-            found = await self._exclusive_rebuild(state, True)
+            found = await self.rebuild_exclusive(state, True)
             refuse_damage(found.damage, state.path.name, "stop")
             checkpoint_seq = state.next_seq
             message_digest = found.digest
@@ -481,12 +497,11 @@ class SessionLedger:
             stop["checkpoint_seq"] = checkpoint_seq
             lines = encode_line(checkpoint_seq, ts, RecordType.AGENT_CHECKPOINT, checkpoint)
             lines += encode_line(checkpoint_seq + 1, ts, RecordType.STOP, stop)
-            state.next_seq += 2
             # Stopped from the moment the lines are queued: a caller cancelled while they
             # are written must not leave the session open behind its stop record. A failed
-            # write drops this in-memory view (the committer's on_failure), so it cannot lie.
-            durable = state.committer.submit(lines, 2)
-            state.stopped_kind = str(kind)
+            # write drops this in-memory view (the log's on_failure), so it cannot lie.
+            durable = state.queue(lines, 2)
+            state.entry.stopped_kind = str(kind)
         finally:
             state.busy = ""
         await durable
@@ -500,22 +515,35 @@ class SessionLedger:
         )
         return StopResult(checkpoint_seq, checkpoint_seq + 1, message_digest, found.message_count)
 
-    async def _exclusive_rebuild(self, state: OpenSession, with_digest: bool) -> RebuiltFacts:
-        """Drain the session's queue, then read and rebuild its whole file on an I/O thread (SPEC §2.7).
+    async def rebuild_exclusive(self, state: OpenSession, with_digest: bool) -> RebuiltFacts:
+        """Drain the session's queue, then rebuild its whole file on an I/O thread (SPEC §2.7).
 
-        Raises SessionStateError when a write failed while draining, OSError when
-        the file cannot be read.
+        Call with ``state.busy`` set. Raises SessionStateError when a write failed
+        while draining, OSError when the file cannot be read.
         """
-        await state.committer.drain()
+        await state.log.drain()
         if self._sessions.get(state.session_id) is not state:
             raise SessionStateError(
                 "a write failed while draining; nothing was done, retry",
                 subject=f"session/{state.session_id}",
                 precondition="storage healthy",
             )
-        return await asyncio.get_running_loop().run_in_executor(
-            self._executor, _rebuild_file, state.path, with_digest
-        )
+        return await self.run_io(file_facts, state.path, with_digest)
+
+    async def drained_path(self, session_id: str) -> Path:
+        """The path of a session's file, after draining its queue when it is open.
+
+        Raises FileNameError, SessionNotFoundError (unknown id, from memory).
+        """
+        state = self._sessions.get(session_id)
+        if state is not None:
+            await state.log.drain()
+            return state.path
+        entry = self.index.get(session_id)
+        if entry is None:
+            validate_session_id(session_id)
+            raise SessionNotFoundError(session_id)
+        return self.root.sessions_dir / entry.name
 
     async def resume(self, session_id: str, force: bool = False) -> ResumeResult:
         """Re-open a session for appending (SPEC §2.8); see :func:`writer_service.branching.resume_session`."""
@@ -527,45 +555,94 @@ class SessionLedger:
         return await fork_session(self, source_id, at_seq, before_user_message)
 
     async def close(self) -> None:
-        """Drain every session's queue, close files and the I/O threads."""
+        """Drain every session's queue, save their states, close files and the I/O threads."""
         for state in list(self._sessions.values()):
-            await state.committer.drain()
-            state.committer.close()
+            await state.log.drain()
+        retiring = [
+            self._executor.submit(
+                _retire,
+                self.root.root,
+                state,
+                self._snapshot(state, state.log.size) if state.saved_offset != state.log.size else None,
+            )
+            for state in self._sessions.values()
+            if self._sessions.get(state.session_id) is state
+        ]
+        for done in retiring:
+            done.result()
         self._sessions.clear()
         self._executor.shutdown(wait=True)
 
 
-class _CallView:
-    """The tool call ids an output may answer while one request is validated.
+def _retire(root: Path, state: OpenSession, snapshot: SessionState | None) -> None:
+    """Save a closed session's state (when it changed since the last save) and close its file (I/O thread)."""
+    try:
+        if snapshot is not None:
+            save_state(root, state.session_id, state.path, snapshot)
+    finally:
+        state.log.close()
 
-    Starts from the session's current view without copying it; a compaction in
-    the request resets it. :meth:`committed` is the view after the request.
+
+def _load(root: Path, path: Path, session_id: str, entry: IndexEntry, quick: bool = False) -> _Loaded | None:
+    """Open a session file for appending and recover the writer's view of it (I/O thread).
+
+    From its saved state and the lines after it when the state matches the file;
+    otherwise from the whole file once (bounded memory), saving a state for next
+    time. An entry that is not fresh is re-read from the tail (after a tail repair).
+    With ``quick`` (the event loop's try) only a matching state with at most
+    :data:`SAVE_ON_CLOSE_BYTES` after it is used; otherwise None, having read
+    nothing more. Raises SessionNotFoundError (the file is gone),
+    CorruptSessionError (no session_meta), StorageWriteError (unreadable).
     """
-
-    __slots__ = ("added", "base", "reset_done")
-
-    def __init__(self, base: set[str]) -> None:
-        self.base = base
-        self.added: set[str] = set()
-        self.reset_done = False
-
-    def __contains__(self, item: object) -> bool:
-        return item in self.added or (not self.reset_done and item in self.base)
-
-    def add(self, call_ids: list[str]) -> None:
-        self.added.update(call_ids)
-
-    def reset(self) -> None:
-        self.reset_done = True
-        self.added = set()
-
-    def committed(self) -> set[str]:
-        if self.reset_done:
-            return set(self.added)
-        self.base.update(self.added)
-        return self.base
-
-
-def _rebuild_file(path: Path, with_digest: bool) -> RebuiltFacts:
-    """Read ``path`` whole and return its rebuilt facts (I/O thread); raises OSError when unreadable."""
-    return rebuilt_facts(path.read_bytes(), with_digest)
+    try:
+        if not entry.fresh:
+            repair_torn_tail(path)
+            entry = read_entry(path)
+        fd = os.open(path, os.O_RDWR | os.O_APPEND)
+    except FileNotFoundError as exc:  # moved aside by repair, or removed outside the ledger
+        raise SessionNotFoundError(session_id) from exc
+    except OSError as exc:
+        raise storage_error(exc, "read", f"opening {path.name}") from exc
+    try:
+        size = os.fstat(fd).st_size
+        saved = load_state(root, session_id, fd)
+        if quick and (saved is None or size - saved.offset > SAVE_ON_CLOSE_BYTES):
+            os.close(fd)
+            return None
+        if saved is not None:
+            view = CallView(set(saved.calls))
+            last_seq = saved.last_seq
+            for raw in lines_after(fd, saved.offset, size):
+                try:
+                    record = orjson.loads(raw)
+                    record_type = _RECORD_TYPES.get(record["type"])
+                    payload = record["payload"]
+                    seq = record["seq"]
+                except (orjson.JSONDecodeError, KeyError, TypeError):
+                    continue  # damage is the reader's to report; the view is not changed by it
+                if record_type is not None and isinstance(payload, dict):
+                    apply_record(view, record_type, payload, 0, validate=False)
+                if type(seq) is int:
+                    last_seq = seq
+            calls, meta, saved_offset = view.committed(), saved.meta, saved.offset
+        else:
+            with collector_paused():
+                found = index_rebuild(path)
+                if found.session_meta is None:
+                    raise CorruptSessionError(
+                        f"session file {path.name} does not start with a session_meta record; it cannot"
+                        " be appended to (see rollout verify)"
+                    )
+                calls, meta, last_seq = found.call_ids, found.session_meta, found.last_seq
+                saved_offset = found.committed_bytes
+                del found
+            save_state(root, session_id, path, SessionState(saved_offset, last_seq, list(calls), meta))
+        if not entry.fresh or entry.next_seq != last_seq + 1:
+            entry = IndexEntry(entry.name, last_seq + 1, entry.stopped_kind)
+        return _Loaded(fd, size, calls, meta, entry, saved_offset)
+    except OSError as exc:
+        os.close(fd)
+        raise storage_error(exc, "read", f"opening {path.name}") from exc
+    except BaseException:
+        os.close(fd)
+        raise

@@ -88,16 +88,20 @@ class RolloutWriterServicer:
 
     def Append(self, request, context):
         """Appends a batch of records to one session, all or nothing. Answers only
-        after the records are written (and fsynced in the default durability mode).
+        after the records are written (and made durable in the default durability
+        mode: one durability round may sync many sessions' files together).
         INVALID_ARGUMENT: a record failed validation; the BadRequest detail names
         the record index and field; nothing of the request is written.
-        NOT_FOUND: unknown session.
+        NOT_FOUND: unknown session (answered from the writer's index, without
+        touching the disk).
         FAILED_PRECONDITION: the session is stopped (call Resume), or
         expected_next_seq does not match (PreconditionFailure carries the actual value).
         ABORTED: a Stop or Resume of the session is in progress; retry when it ends.
         DATA_LOSS: the session file does not start with its session_meta.
-        RESOURCE_EXHAUSTED: the writer's queue is full; retry with backoff.
-        UNAVAILABLE: the write or fsync failed; nothing of the batch was kept.
+        RESOURCE_EXHAUSTED: the writer's queue is full; retry with backoff; or the
+        disk is full (ErrorInfo reason ENOSPC).
+        UNAVAILABLE: the write or sync failed; nothing of the request was kept.
+        A failed durability round fails every request of every session in it.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -13,12 +13,13 @@ import orjson
 
 import reader_service.replay
 import writer_service.branching
+import writer_service.file_facts
 from reader_service.replay import DigestStatus, replay_file
 from rollout.v1 import records_pb2, writer_pb2
 from shared.errors import SessionStateError
 from shared.stop_kinds import StopKind
 from shared.wire import append_payloads
-from writer_service.committer import SessionCommitter
+from writer_service.committer import SessionLog
 from writer_service.sessions import SessionLedger, SessionSpec, WriterConfig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -26,6 +27,7 @@ REPO = Path(__file__).resolve().parents[2]
 # their modules, so the modules themselves are taken from importlib.
 digest_module = importlib.import_module("shared.digest")
 rebuild_module = importlib.import_module("shared.rebuild")
+rebuild_index_module = importlib.import_module("shared.rebuild_index")
 
 
 def message(role: str, text: str) -> writer_pb2.AppendRecord:
@@ -39,16 +41,16 @@ def records_of(path: Path) -> list[dict]:
 def test_checkpoint_sees_records_still_queued_when_stop_arrives(data_dir, monkeypatch) -> None:
     """Stop drains the queue first, so its checkpoint covers records queued behind a slow flush."""
     release = threading.Event()
-    original_write = SessionCommitter._write
+    original_write = SessionLog.write_batch
     blocked_once = []
 
-    def slow_write(self: SessionCommitter, data: bytes) -> None:
+    def slow_write(self: SessionLog, data: bytes, sync: bool) -> None:
         if not blocked_once:
             blocked_once.append(True)
             assert release.wait(10)
-        original_write(self, data)
+        original_write(self, data, sync)
 
-    monkeypatch.setattr(SessionCommitter, "_write", slow_write)
+    monkeypatch.setattr(SessionLog, "write_batch", slow_write)
 
     async def scenario() -> tuple[Path, int]:
         ledger = SessionLedger(WriterConfig(data_dir=data_dir))
@@ -67,7 +69,7 @@ def test_checkpoint_sees_records_still_queued_when_stop_arrives(data_dir, monkey
                 assert asyncio.get_running_loop().time() < deadline, "the first flush never started"
                 await asyncio.sleep(0.002)
             appends += [append(i) for i in range(1, 5)]
-            while state.committer.queued_records != 4:  # four requests queue behind it
+            while state.log.queued_records != 4:  # four requests queue behind it
                 assert asyncio.get_running_loop().time() < deadline, "the appends never queued"
                 await asyncio.sleep(0.002)
             stop = asyncio.ensure_future(ledger.stop(sid, StopKind.PAUSED, "pause"))
@@ -120,11 +122,12 @@ def test_no_checkpoint_is_written_except_on_stop(data_dir) -> None:
 
 def test_writer_checkpoint_and_reader_share_one_rebuild_and_one_digest() -> None:
     """The writer's checkpoint and the reader call the very same shared rebuild and digest functions."""
-    assert writer_service.branching.digest is digest_module.digest
-    # The reader feeds shared.digest's own builder (the one digest() is made of), so that each
-    # message is serialized once for both its digest and its token estimate.
+    # Both feed shared.digest's own builder (the one digest() is made of) from the shared
+    # bounded-memory rebuild (the same rules as rebuild(), subclassed, not copied).
+    assert writer_service.file_facts.DigestBuilder is digest_module.DigestBuilder
     assert reader_service.replay.DigestBuilder is digest_module.DigestBuilder
-    assert writer_service.branching.rebuild is rebuild_module.rebuild
+    assert writer_service.file_facts.index_rebuild is rebuild_index_module.index_rebuild
+    assert reader_service.replay.index_rebuild is rebuild_index_module.index_rebuild
     assert reader_service.replay.rebuild is rebuild_module.rebuild
     hashing = [
         path.relative_to(REPO).as_posix()
@@ -172,18 +175,19 @@ def test_stop_resume_and_fork_rebuild_on_an_io_thread_under_the_collector_pause(
     fork point) never runs on the event loop, where it would hold up every other session's
     appends; the rebuild and digest run with the collector paused."""
     seen: list[tuple[str, str, bool]] = []
-    real_rebuild, real_digest = writer_service.branching.rebuild, writer_service.branching.digest
+    real_rebuild = writer_service.file_facts.index_rebuild
 
-    def spying_rebuild(data: bytes, **options: int) -> rebuild_module.Rebuild:
+    def spying_rebuild(path: Path, **options: Any) -> rebuild_module.Rebuild:
         seen.append(("rebuild", threading.current_thread().name, gc.isenabled()))
-        return real_rebuild(data, **options)
+        return real_rebuild(path, **options)
 
-    def spying_digest(messages: list) -> str:
-        seen.append(("digest", threading.current_thread().name, gc.isenabled()))
-        return real_digest(messages)
+    class SpyingDigest(digest_module.DigestBuilder):
+        def result(self) -> str:
+            seen.append(("digest", threading.current_thread().name, gc.isenabled()))
+            return super().result()
 
-    monkeypatch.setattr(writer_service.branching, "rebuild", spying_rebuild)
-    monkeypatch.setattr(writer_service.branching, "digest", spying_digest)
+    monkeypatch.setattr(writer_service.file_facts, "index_rebuild", spying_rebuild)
+    monkeypatch.setattr(writer_service.file_facts, "DigestBuilder", SpyingDigest)
     for name in ("find_fork_point", "check_fork_keeps_pairs"):
         real = getattr(writer_service.branching, name)
 
@@ -225,15 +229,15 @@ def hold_writes_containing(marker: bytes, monkeypatch) -> tuple[threading.Event,
     """Make the writes of batches holding ``marker`` wait: returns (writing, release) events,
     set once such a write has begun, and to be set to let it go on."""
     writing, release = threading.Event(), threading.Event()
-    original_write = SessionCommitter._write
+    original_write = SessionLog.write_batch
 
-    def held_write(self: SessionCommitter, data: bytes) -> None:
+    def held_write(self: SessionLog, data: bytes, sync: bool) -> None:
         if marker in data:
             writing.set()
             assert release.wait(10)
-        original_write(self, data)
+        original_write(self, data, sync)
 
-    monkeypatch.setattr(SessionCommitter, "_write", held_write)
+    monkeypatch.setattr(SessionLog, "write_batch", held_write)
     return writing, release
 
 
@@ -255,7 +259,7 @@ def test_a_stop_cancelled_while_its_lines_are_written_leaves_the_session_stopped
                 await asyncio.sleep(0.01)
             stopping.cancel()
             release.set()
-            await ledger._sessions[sid].committer.drain()
+            await ledger._sessions[sid].log.drain()
             try:
                 await ledger.append(sid, [append_payloads(message("user", "after"), 0)])
             except SessionStateError as exc:
@@ -308,14 +312,14 @@ def test_a_stop_after_a_cancelled_append_still_waits_for_that_append_to_be_writt
 def test_a_refused_resume_reads_no_file(data_dir, monkeypatch) -> None:
     """Resume decides eligibility (default-deny, SPEC §2.8) from the session's stop kind before any
     whole-file rebuild: a refusal costs no read of the file and writes nothing."""
-    rebuilds: list[int] = []
-    real_rebuild = writer_service.branching.rebuild
+    rebuilds: list[Path] = []
+    real_rebuild = writer_service.file_facts.index_rebuild
 
-    def counting_rebuild(data: bytes, **options: int) -> rebuild_module.Rebuild:
-        rebuilds.append(len(data))
-        return real_rebuild(data, **options)
+    def counting_rebuild(path: Path, **options: Any) -> rebuild_module.Rebuild:
+        rebuilds.append(path)
+        return real_rebuild(path, **options)
 
-    monkeypatch.setattr(writer_service.branching, "rebuild", counting_rebuild)
+    monkeypatch.setattr(writer_service.file_facts, "index_rebuild", counting_rebuild)
 
     async def scenario() -> tuple[Path, str]:
         ledger = SessionLedger(WriterConfig(data_dir=data_dir))

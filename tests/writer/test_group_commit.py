@@ -105,7 +105,7 @@ def test_requests_arriving_during_a_flush_form_batches_of_at_most_32(
         await until(lambda: disk.batches == [1])  # the first batch is now held in its fsync
         queued = [asyncio.ensure_future(ledger.append(sid, [user(f"q{i}")])) for i in range(40)]
         state = ledger._sessions[sid]
-        await until(lambda: state.committer.queued_records == 40)
+        await until(lambda: state.log.queued_records == 40)
         disk.release.set()
         results = await asyncio.gather(first, *queued)
         assert [seqs for seqs, _ in results] == [[n] for n in range(1, 42)]
@@ -251,14 +251,19 @@ def test_sync_call_fdatasync_always_writes_then_fdatasyncs(data_dir, monkeypatch
 
 def test_the_start_up_log_names_how_batches_are_made_durable(monkeypatch) -> None:
     """The writer's start-up line says which durable write it uses: single call, two calls, or none."""
-    from writer_service.committer import Durability, SyncCall, durable_write_method
+    from writer_service.committer import Durability, RoundSync, SyncCall, durable_write_method
 
     monkeypatch.setattr(committer, "_dsync_writes", True)
     assert durable_write_method(CommitConfig()).startswith("one pwritev2(RWF_DSYNC) call per batch")
-    assert durable_write_method(CommitConfig(sync_call=SyncCall.FDATASYNC)) == "write + fdatasync per batch"
+    assert durable_write_method(CommitConfig(sync_call=SyncCall.FDATASYNC)).startswith(
+        "write + fdatasync per batch"
+    )
     assert durable_write_method(CommitConfig(durability=Durability.UNSAFE_NO_FSYNC)).startswith("write only")
+    assert "one syncfs() for a round of several" in durable_write_method(CommitConfig())
+    per_file = durable_write_method(CommitConfig(round_sync=RoundSync.PER_FILE))
+    assert "syncfs" not in per_file
     monkeypatch.setattr(committer, "_dsync_writes", False)  # the kernel refused the flag
-    assert durable_write_method(CommitConfig()) == "write + fdatasync per batch"
+    assert durable_write_method(CommitConfig()).startswith("write + fdatasync per batch")
 
 
 def test_the_single_call_really_asks_the_kernel_for_a_data_sync(data_dir, monkeypatch) -> None:
@@ -296,7 +301,7 @@ def test_a_linger_never_exceeds_the_batch_max_wait(data_dir, monkeypatch) -> Non
 
     async def scenario(ledger, sid) -> None:
         await ledger.append(sid, [user("opens the session")])
-        condition = ledger._sessions[sid].committer._more
+        condition = ledger.committer._more
         real_wait = condition.wait
 
         def recording_wait(timeout: float | None = None) -> bool:

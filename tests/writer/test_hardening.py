@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from pathlib import Path
 from types import SimpleNamespace
 
 import grpc
@@ -161,19 +162,17 @@ def test_outputs_follow_the_compacted_view(writer, reader) -> None:
 
 def test_replacement_history_is_validated_like_appended_messages() -> None:
     """A bad role or an orphan output inside a replacement history refuses the request, naming the entry."""
-    from writer_service.sessions import _CallView
+    from writer_service.open_session import CallView, OpenSession
+    from writer_service.session_index import IndexEntry
 
     compacted = records_pb2.Compacted(summary="s")
     compacted.replacement_history.messages.add(role="tool", tool_call_id="nobody", text="x")
     payloads = append_payloads(writer_pb2.AppendRecord(compacted=compacted), 0)
-    ledger_encode = SessionLedger._encode
-
-    state = SimpleNamespace(next_seq=1, call_ids=set())
-    ledger = SimpleNamespace(config=WriterConfig(data_dir="."))
+    state = OpenSession("s", IndexEntry("n", 1, None), Path("n"), SimpleNamespace(), set(), {})
     with pytest.raises(RecordValidationError) as caught:
-        ledger_encode(ledger, state, [payloads])
+        state.encode([payloads], WriterConfig(data_dir=".").max_record_bytes)
     assert caught.value.field == "compacted.replacement_history[0].tool_call_id"
-    assert "nobody" not in _CallView(set())
+    assert "nobody" not in CallView(set())
 
 
 def test_undeclared_stop_kind_and_oversized_fields_are_invalid_argument(writer) -> None:

@@ -189,15 +189,16 @@ def test_no_request_behind_a_failed_batch_lands_or_is_acknowledged_before_the_fa
         try:
             sid, _ = await ledger.create_session(SessionSpec())
             await ledger.append(sid, [user("opened")])  # the session is open: enqueue never waits
-            session_committer = ledger._sessions[sid].committer
+            session_log = ledger._sessions[sid].log
+            group = ledger.committer
             # From here on the loop's thread is held between steps: no acknowledgement runs.
             *_, future_a = await ledger.enqueue(sid, [user("A")])
             track("A", future_a)
-            assert _hold_loop_until(lambda: calls() == 2 and session_committer._durable, 10)
+            assert _hold_loop_until(lambda: calls() == 2 and group._durable, 10)
             disk.fail_call = 3
             *_, future_b = await ledger.enqueue(sid, [user("B")])
             track("B", future_b)
-            assert _hold_loop_until(lambda: session_committer._failing, 10)
+            assert _hold_loop_until(lambda: session_log.failing, 10)
             *_, future_c = await ledger.enqueue(sid, [user("C")])
             track("C", future_c)
             _hold_loop_until(lambda: calls() > 3, 0.3)  # give a wrong write of C every chance

@@ -1,0 +1,66 @@
+"""``rollout loadtest``: simulated agents against a live writer; figures as JSON; nothing outside its sessions."""
+
+from __future__ import annotations
+
+import orjson
+
+from rollout.v1 import records_pb2, writer_pb2
+from shared.rebuild import rebuild
+from tests.conftest import run_rollout
+
+
+def test_loadtest_reports_figures_and_writes_only_its_own_stopped_sessions(
+    writer, writer_process, data_dir
+) -> None:
+    """A 1 s run with 3 agents prints throughput, ack percentiles and no errors as JSON; every session it
+    created is a loadtest session (children carry delegation coordinates) and is stopped; a session
+    that existed before is untouched."""
+    bystander = writer.CreateSession(writer_pb2.CreateSessionRequest(tenant="people")).session_id
+    writer.Append(
+        writer_pb2.AppendRequest(
+            session_id=bystander,
+            records=[writer_pb2.AppendRecord(message=records_pb2.ChatMessage(role="user", text="hi"))],
+        )
+    )
+    (bystander_path,) = (data_dir / "sessions").glob(f"*{bystander}*.jsonl")
+    before = bystander_path.read_bytes()
+    result = run_rollout(
+        "loadtest",
+        "--writer",
+        writer_process.address,
+        "--sessions",
+        "3",
+        "--duration",
+        "1",
+        "--records-per-append",
+        "3",
+        "--delegate-every",
+        "1",
+        "--json",
+    )
+    assert result.returncode == 0, result.stderr
+    figures = orjson.loads(result.stdout)
+    assert figures["errors"] == {}
+    assert figures["appends"] > 10
+    assert figures["records"] >= figures["appends"]
+    assert (
+        0
+        < figures["ack_ms"]["p50"]
+        <= figures["ack_ms"]["p95"]
+        <= figures["ack_ms"]["p99"]
+        <= figures["ack_ms"]["max"]
+    )
+    assert bystander_path.read_bytes() == before
+    created = [path for path in (data_dir / "sessions").glob("*.jsonl") if path != bystander_path]
+    assert len(created) == figures["sessions_created"]
+    children = 0
+    for path in created:
+        records = [orjson.loads(line) for line in path.read_bytes().splitlines()]
+        meta = records[0]["payload"]
+        assert meta["tenant"] == "loadtest"
+        if meta.get("parent_session_id"):
+            children += 1
+            assert meta["delegation_id"]
+        assert records[-1]["type"] == "stop", path.name
+        assert rebuild(path.read_bytes()).damage is None
+    assert children > 0

@@ -1,0 +1,187 @@
+"""The state the writer keeps for a session it has open, and the validation of its records.
+
+An :class:`OpenSession` is a session whose file descriptor the writer holds: its
+:class:`~writer_service.committer.SessionLog` (the queue into the durability
+rounds), the tool call ids an output may answer (the session's current view, as
+the shared rebuild pairs them: a compaction resets it), its ``session_meta``, and
+whether a Stop or Resume is running. Its next seq and stop state live in its
+:class:`~writer_service.session_index.IndexEntry`, which outlives the open state.
+
+:func:`apply_record` is the one place a record type decides what it does to the
+call view: a closed ``match`` over :class:`shared.records.RecordType` ending in
+``assert_never``, used both to validate a request (SPEC §2.3) and to replay the
+lines after a saved state when a session is reopened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, assert_never
+
+from shared.errors import RecordValidationError, SessionBusyError, SessionStateError
+from shared.records import RecordType, encode_line, now_timestamp, validate_message
+from writer_service.committer import SessionLog
+from writer_service.session_index import IndexEntry
+
+#: One request's records as the wire gives them: per request record, the payloads it becomes.
+RequestRecords = list[list[tuple[RecordType, dict[str, Any]]]]
+
+
+class CallView:
+    """The tool call ids an output may answer while one request is validated.
+
+    Starts from the session's current view without copying it; a compaction in
+    the request resets it. :meth:`committed` is the view after the request.
+    """
+
+    __slots__ = ("added", "base", "reset_done")
+
+    def __init__(self, base: set[str]) -> None:
+        self.base = base
+        self.added: set[str] = set()
+        self.reset_done = False
+
+    def __contains__(self, item: object) -> bool:
+        return item in self.added or (not self.reset_done and item in self.base)
+
+    def add(self, call_ids: Iterable[str]) -> None:
+        self.added.update(call_ids)
+
+    def reset(self) -> None:
+        self.reset_done = True
+        self.added = set()
+
+    def committed(self) -> set[str]:
+        if self.reset_done:
+            return set(self.added)
+        self.base.update(self.added)
+        return self.base
+
+
+def _call_ids(message: Any) -> list[str]:
+    """The tool call ids a message payload requests, tolerating damaged shapes (file replay)."""
+    calls = message.get("tool_calls") if isinstance(message, dict) else None
+    if not isinstance(calls, list):
+        return []
+    return [call["id"] for call in calls if isinstance(call, dict) and isinstance(call.get("id"), str)]
+
+
+def apply_record(
+    view: CallView, record_type: RecordType, payload: dict[str, Any], index: int, validate: bool
+) -> None:
+    """Apply one record to the call view; with ``validate``, refuse it first if it is invalid.
+
+    Raises RecordValidationError (naming ``index`` and the field) when ``validate``
+    is set and the record may not be appended: a message that fails
+    :func:`shared.records.validate_message`, a replacement history entry likewise,
+    or a type only CreateSession and Stop write. Source: SPEC §2.3, §3 (the view).
+    """
+    match record_type:
+        case RecordType.MESSAGE:
+            if validate:
+                validate_message(payload, index, view)
+            if "tool_calls" in payload:
+                view.add(_call_ids(payload))
+        case RecordType.COMPACTED:
+            view.reset()
+            history = payload.get("replacement_history", ())
+            for position, message in enumerate(history if isinstance(history, list) else ()):
+                if validate:
+                    validate_message(message, index, view, f"compacted.replacement_history[{position}]")
+                view.add(_call_ids(message))
+        case RecordType.REASONING | RecordType.TURN_CONTEXT | RecordType.EVENT:
+            pass
+        case RecordType.SESSION_META | RecordType.AGENT_CHECKPOINT | RecordType.STOP:
+            if validate:
+                raise RecordValidationError(
+                    index, str(record_type), "is written by CreateSession or Stop only, never appended"
+                )
+        case _:
+            assert_never(record_type)
+
+
+@dataclass(slots=True, eq=False)
+class OpenSession:
+    """A session the writer holds open; see the module docstring."""
+
+    session_id: str
+    entry: IndexEntry
+    path: Path
+    log: SessionLog
+    calls: set[str]
+    meta: dict[str, Any]
+    #: "Stop" or "Resume" while one is in progress (appends meanwhile are refused: ABORTED, retryable).
+    busy: str = ""
+    #: The file offset the session's saved state covers (writer_service.session_state).
+    saved_offset: int = 0
+
+    @property
+    def next_seq(self) -> int:
+        return self.entry.next_seq
+
+    @property
+    def stopped_kind(self) -> str | None:
+        """The stop kind when stopped ("" for a legacy stop without one), None when open."""
+        return self.entry.stopped_kind
+
+    def refuse_if_busy(self) -> None:
+        """Refuse (SessionBusyError: ABORTED, retryable) while a Stop or Resume of the session runs."""
+        if self.busy:
+            raise SessionBusyError(f"a {self.busy} of this session is in progress; retry when it ends")
+
+    def check_appendable(self) -> None:
+        """Refuse a stopped session (SessionStateError) or a busy one (SessionBusyError)."""
+        if self.entry.stopped_kind is not None:
+            raise SessionStateError(
+                f"session is stopped ({self.entry.stopped_kind or 'no stop kind'}); call Resume",
+                subject=f"session/{self.session_id}",
+                precondition="session is open",
+            )
+        self.refuse_if_busy()
+
+    def encode(
+        self, records: RequestRecords, max_record_bytes: int
+    ) -> tuple[list[bytes], list[int], CallView]:
+        """Validate and encode one request (no state change): (lines, seq per record, call view after).
+
+        Tool outputs must answer a call of the session's current view or one
+        earlier in the request. Raises RecordValidationError naming the record
+        index and field: an invalid record, or a line over ``max_record_bytes``
+        (rejected, never truncated).
+        """
+        ts = now_timestamp()
+        seq = self.entry.next_seq
+        view = CallView(self.calls)
+        lines: list[bytes] = []
+        seqs: list[int] = []
+        for index, payloads in enumerate(records):
+            for record_type, payload in payloads:
+                apply_record(view, record_type, payload, index, validate=True)
+                try:
+                    line = encode_line(seq, ts, record_type, payload)
+                except TypeError as exc:
+                    raise RecordValidationError(index, str(record_type), f"cannot be stored: {exc}") from exc
+                if len(line) > max_record_bytes:
+                    raise RecordValidationError(
+                        index,
+                        str(record_type),
+                        f"record is {len(line)} bytes, over the limit of {max_record_bytes} bytes; it is"
+                        " rejected, never truncated",
+                    )
+                lines.append(line)
+                seq += 1
+            seqs.append(seq - 1)
+        return lines, seqs, view
+
+    def queue(self, lines: bytes, count: int, calls: set[str] | None = None) -> asyncio.Future[None]:
+        """Take ``count`` seqs and queue the encoded lines; the future resolves once they are durable.
+
+        ``calls`` is the call view after these lines (unchanged when None).
+        """
+        self.entry.next_seq += count
+        if calls is not None:
+            self.calls = calls
+        return self.log.submit(lines, count)
