@@ -135,7 +135,9 @@ def run_service(address: str, payloads: list[dict[str, Any]], batch: int) -> tup
     """CreateSession, then one pipelined AppendStream of every batch; returns (result, session id)."""
     with grpc.insecure_channel(address) as channel:
         stub = writer_pb2_grpc.RolloutWriterStub(channel)  # type: ignore[no-untyped-call]
-        session_id = stub.CreateSession(writer_pb2.CreateSessionRequest(agent_name="bench")).session_id
+        session_id = stub.CreateSession(
+            writer_pb2.CreateSessionRequest(agent_name="bench", role=writer_pb2.SESSION_ROLE_ROOT)
+        ).session_id
         requests = make_requests(session_id, payloads, batch)
         first_send: list[float] = []
 

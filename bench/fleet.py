@@ -170,7 +170,9 @@ def create_sessions(channel: grpc.Channel, count: int, noop: bool) -> list[str]:
         return [str(uuid.uuid4()) for _ in range(count)]
     stub = _stub(channel)
     return [
-        stub.CreateSession(writer_pb2.CreateSessionRequest(agent_name="fleet")).session_id
+        stub.CreateSession(
+            writer_pb2.CreateSessionRequest(agent_name="fleet", role=writer_pb2.SESSION_ROLE_ROOT)
+        ).session_id
         for _ in range(count)
     ]
 

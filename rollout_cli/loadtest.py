@@ -144,7 +144,7 @@ class _Agent:
             if error:
                 self.report.errors[error] += 1
 
-    def _create(self, **fields: str) -> str:
+    def _create(self, **fields: Any) -> str:
         session_id: str = self.stub.CreateSession(
             writer_pb2.CreateSessionRequest(tenant=TENANT, **fields)
         ).session_id
@@ -202,7 +202,7 @@ class _Agent:
 
     def run(self, stop: threading.Event) -> None:
         try:
-            session_id = self._create(agent_name="loadtest-parent")
+            session_id = self._create(agent_name="loadtest-parent", role=writer_pb2.SESSION_ROLE_ROOT)
         except grpc.RpcError as exc:
             self._count(error=exc.code().name)
             return

@@ -56,8 +56,9 @@ degraded, never dropped and never a crash.
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Container, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
@@ -110,18 +111,64 @@ def format_timestamp(moment: datetime) -> str:
     return f"{moment.year:04d}-" + moment.strftime("%m-%dT%H:%M:%S.%fZ")
 
 
-def parse_timestamp(text: str) -> datetime:
-    """Parse an RFC 3339 timestamp (``Z`` or an offset) into an aware UTC datetime.
+#: RFC 3339 ``date-time`` (section 5.6), nothing else: no ISO week or ordinal dates, no basic
+#: form, no missing offset. ``T``/``Z`` may be lowercase and ``T`` a space, as the RFC allows.
+_RFC3339 = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d{1,9})?(?:([Zz])|([+-])(\d{2}):(\d{2}))"
+)
 
-    Raises ValueError when ``text`` is not a timestamp.
-    """
-    moment = datetime.fromisoformat(text.replace("Z", "+00:00") if text.endswith("Z") else text)
-    if moment.tzinfo is None:
-        raise ValueError(f"timestamp {clip(text)!r} has no UTC offset")
+
+def _parse_rfc3339(text: str) -> tuple[datetime, bool]:
+    """(the instant as an aware UTC datetime, whether it is a leap second); ValueError with a reason."""
+    if not isinstance(text, str):
+        raise ValueError(f"a timestamp must be text, not {type(text).__name__}")
+    match = _RFC3339.fullmatch(text)
+    if match is None:
+        raise ValueError(
+            f"{clip(text)!r} is not an RFC 3339 date-time (YYYY-MM-DDTHH:MM:SS[.fraction] then Z or ±HH:MM)"
+        )
+    year, month, day, hour, minute, second = (int(match[index]) for index in range(1, 7))
+    fraction = (match[7] or ".0")[1:]
+    microsecond = int(fraction[:6].ljust(6, "0"))
+    leap = second == 60
     try:
-        return moment.astimezone(UTC)
-    except OverflowError as exc:  # 0001-01-01T00:00+01:00 is before the first representable UTC instant
-        raise ValueError(f"timestamp {clip(text)!r} is out of range") from exc
+        offset = timedelta(0)
+        if match[8] is None:
+            hours, minutes = int(match[10]), int(match[11])
+            if hours > 23 or minutes > 59:
+                raise ValueError(f"offset {match[9]}{match[10]}:{match[11]} is out of range")
+            offset = timedelta(hours=hours, minutes=minutes) * (1 if match[9] == "+" else -1)
+        local = datetime(year, month, day, hour, minute, 59 if leap else second, microsecond, UTC)
+        moment = local - offset
+    except (ValueError, OverflowError) as exc:
+        raise ValueError(f"{clip(text)!r} is not a valid date-time: {exc}") from exc
+    if leap and (moment.hour, moment.minute) != (23, 59):
+        raise ValueError(f"{clip(text)!r}: a leap second can only be the last second of a UTC day")
+    return moment, leap
+
+
+def parse_timestamp(text: str) -> datetime:
+    """Parse an RFC 3339 date-time (``Z`` or an offset) into an aware UTC datetime.
+
+    A leap second (``…T23:59:60Z``) reads as the last microsecond before it
+    (``datetime`` has no second 60; :func:`normalize_timestamp` keeps it).
+    Raises ValueError naming what is wrong: not RFC 3339 (ISO week dates, the
+    basic form and a missing offset are refused), or out of range.
+    """
+    moment, leap = _parse_rfc3339(text)
+    return moment.replace(microsecond=999_999) if leap else moment
+
+
+def normalize_timestamp(text: str) -> str:
+    """An RFC 3339 date-time in the ledger's ``ts`` form: UTC, ``Z``, microseconds.
+
+    ``2026-11-30T11:15:30.5+01:00`` -> ``2026-11-30T10:15:30.500000Z``; a leap second
+    stays second 60. Digits past the microsecond are cut. Raises ValueError as
+    :func:`parse_timestamp` does.
+    """
+    moment, leap = _parse_rfc3339(text)
+    formatted = format_timestamp(moment)
+    return formatted[:17] + "60" + formatted[19:] if leap else formatted
 
 
 def clip(value: object, limit: int = 100) -> str:

@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, assert_never
 
+from shared.session_meta import is_child
+
 
 class StopKind(enum.StrEnum):
     """Why a run stopped; stored as the string value in ``stop`` and ``agent_checkpoint``."""
@@ -103,13 +105,14 @@ def classify_resume(
 def classify_session(raw_stop_kind: str | None, meta: Mapping[str, Any]) -> ResumeEligibility:
     """Classify a stopped session from its stop kind and its ``session_meta`` payload.
 
-    The one place that decides who is a child: a session naming an agent or any
-    delegation field. The writer's Resume and the reader's stop facts both call
+    Who is a child is decided by :func:`shared.session_meta.is_child` (the
+    ``role`` said at creation; in older files, a session naming an agent or any
+    delegation field). The writer's Resume and the reader's stop facts both call
     this, so a session is never resumable on one side and refused on the other.
     """
     return classify_resume(
         raw_stop_kind,
-        is_child=bool(meta.get("agent_name") or meta.get("delegation_id") or meta.get("parent_session_id")),
+        is_child=is_child(meta),
         delegation_id=str(meta.get("delegation_id", "")),
         parent_session_id=str(meta.get("parent_session_id", "")),
     )

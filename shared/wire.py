@@ -14,6 +14,7 @@ are doubles: an integral number within ±2**53 is stored as a JSON integer, so
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -21,9 +22,10 @@ import orjson
 from google.protobuf import struct_pb2
 
 from rollout.v1 import records_pb2, writer_pb2
-from shared.errors import RecordValidationError
+from shared.errors import InvalidArgumentError, RecordValidationError
 from shared.rebuild import CheckpointRecord, DegradedEntry
-from shared.records import RecordType, attached_reasoning, reasoning_blocks_of
+from shared.records import RecordType, attached_reasoning, normalize_timestamp, reasoning_blocks_of
+from shared.session_meta import SessionRole, SessionSpec
 from shared.stop_kinds import StopKind
 
 _INTEGRAL_LIMIT = 2**53
@@ -309,3 +311,45 @@ def stop_kind_from_proto(value: int) -> StopKind:
     if value not in records_pb2.StopKind.values():
         raise RecordValidationError(0, "stop_kind", f"{value} is not a declared StopKind value")
     return StopKind(records_pb2.StopKind.Name(value).removeprefix("STOP_KIND_").lower())
+
+
+_ROLES_FROM_PROTO = {
+    writer_pb2.SESSION_ROLE_UNSPECIFIED: None,
+    writer_pb2.SESSION_ROLE_ROOT: SessionRole.ROOT,
+    writer_pb2.SESSION_ROLE_CHILD: SessionRole.CHILD,
+    writer_pb2.SESSION_ROLE_CHILD_WITHOUT_COORDINATES: SessionRole.CHILD_WITHOUT_COORDINATES,
+}
+_ROLES_TO_PROTO = {role: value for value, role in _ROLES_FROM_PROTO.items()}
+_SPEC_FIELDS = tuple(field.name for field in dataclasses.fields(SessionSpec) if field.name != "role")
+
+
+def session_spec(request: writer_pb2.CreateSessionRequest) -> SessionSpec:
+    """The SessionSpec a CreateSessionRequest asks for (every field of shared.session_meta.SessionSpec).
+
+    Raises InvalidArgumentError (field ``role``) for an undeclared role number.
+    """
+    if request.role not in _ROLES_FROM_PROTO:
+        raise InvalidArgumentError("role", f"{request.role} is not a declared SessionRole value")
+    return SessionSpec(
+        role=_ROLES_FROM_PROTO[request.role], **{name: getattr(request, name) for name in _SPEC_FIELDS}
+    )
+
+
+def create_request(spec: SessionSpec) -> writer_pb2.CreateSessionRequest:
+    """The CreateSessionRequest of a SessionSpec (the mirror of :func:`session_spec`)."""
+    return writer_pb2.CreateSessionRequest(
+        role=_ROLES_TO_PROTO[spec.role], **{name: getattr(spec, name) for name in _SPEC_FIELDS}
+    )
+
+
+def record_time(value: str, index: int) -> str:
+    """An AppendRecord's ``ts`` in the ledger's form ("" stays "": the writer's clock).
+
+    Raises RecordValidationError (field ``ts``) when it is not RFC 3339.
+    """
+    if not value:
+        return ""
+    try:
+        return normalize_timestamp(value)
+    except ValueError as exc:
+        raise RecordValidationError(index, "ts", str(exc)) from exc

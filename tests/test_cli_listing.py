@@ -19,7 +19,9 @@ def test_the_next_page_command_keeps_the_filters_and_page_size(writer, reader_pr
     three paused ones, one per page, and never a completed one (the token holds a position only)."""
     paused = set()
     for number in range(5):
-        session_id = writer.CreateSession(writer_pb2.CreateSessionRequest(agent_name=f"a{number}")).session_id
+        session_id = writer.CreateSession(
+            writer_pb2.CreateSessionRequest(agent_name=f"a{number}", role=writer_pb2.SESSION_ROLE_ROOT)
+        ).session_id
         kind = records_pb2.STOP_KIND_PAUSED if number % 2 == 0 else records_pb2.STOP_KIND_COMPLETED
         writer.Stop(writer_pb2.StopRequest(session_id=session_id, stop_kind=kind, reason="test"))
         if kind == records_pb2.STOP_KIND_PAUSED:

@@ -39,11 +39,16 @@ class RememberedAppend:
     durable: asyncio.Future[None]
 
 
-def fingerprint(records: Sequence[Sequence[tuple[str, dict[str, Any]]]]) -> bytes:
-    """A 16-byte fingerprint of a request's record payloads (encoded one record at a time)."""
+def fingerprint(
+    records: Sequence[Sequence[tuple[str, dict[str, Any]]]], times: Sequence[str] | None = None
+) -> bytes:
+    """A 16-byte fingerprint of a request's record payloads and source times (one record at a time)."""
     hasher = hashlib.blake2b(digest_size=16)
-    for payloads in records:
+    for index, payloads in enumerate(records):
         hasher.update(b"\x1e")
+        if times is not None and times[index]:
+            hasher.update(times[index].encode())
+        hasher.update(b"\x1f")
         for record_type, payload in payloads:
             hasher.update(record_type.encode())
             hasher.update(orjson.dumps(payload))

@@ -28,6 +28,8 @@ from writer_service.session_index import IndexEntry
 
 #: One request's records as the wire gives them: per request record, the payloads it becomes.
 RequestRecords = list[list[tuple[RecordType, dict[str, Any]]]]
+#: Per request record, its source time in the ledger's ``ts`` form ("" or None: the writer's clock).
+RecordTimes = list[str] | None
 
 
 class CallView:
@@ -143,38 +145,10 @@ class OpenSession:
         self.refuse_if_busy()
 
     def encode(
-        self, records: RequestRecords, max_record_bytes: int
+        self, records: RequestRecords, max_record_bytes: int, times: RecordTimes = None
     ) -> tuple[list[bytes], list[int], CallView]:
-        """Validate and encode one request (no state change): (lines, seq per record, call view after).
-
-        Tool outputs must answer a call of the session's current view or one
-        earlier in the request. Raises RecordValidationError naming the record
-        index and field: an invalid record, or a line over ``max_record_bytes``
-        (rejected, never truncated).
-        """
-        ts = now_timestamp()
-        seq = self.entry.next_seq
-        view = CallView(self.calls)
-        lines: list[bytes] = []
-        seqs: list[int] = []
-        for index, payloads in enumerate(records):
-            for record_type, payload in payloads:
-                apply_record(view, record_type, payload, index, validate=True)
-                try:
-                    line = encode_line(seq, ts, record_type, payload)
-                except TypeError as exc:
-                    raise RecordValidationError(index, str(record_type), f"cannot be stored: {exc}") from exc
-                if len(line) > max_record_bytes:
-                    raise RecordValidationError(
-                        index,
-                        str(record_type),
-                        f"record is {len(line)} bytes, over the limit of {max_record_bytes} bytes; it is"
-                        " rejected, never truncated",
-                    )
-                lines.append(line)
-                seq += 1
-            seqs.append(seq - 1)
-        return lines, seqs, view
+        """Validate and encode one request against this session (no state change); see :func:`encode_records`."""
+        return encode_records(records, self.entry.next_seq, self.calls, max_record_bytes, times)
 
     def queue(self, lines: bytes, count: int, calls: set[str] | None = None) -> asyncio.Future[None]:
         """Take ``count`` seqs and queue the encoded lines; the future resolves once they are durable.
@@ -185,3 +159,42 @@ class OpenSession:
         if calls is not None:
             self.calls = calls
         return self.log.submit(lines, count)
+
+
+def encode_records(
+    records: RequestRecords, next_seq: int, calls: set[str], max_record_bytes: int, times: RecordTimes = None
+) -> tuple[list[bytes], list[int], CallView]:
+    """Validate and encode one request: (lines, seq per request record, call view after).
+
+    ``next_seq`` is the seq the first line gets and ``calls`` the session's current
+    call view (not changed). ``times`` holds, per request record, its source time
+    in the ledger's form ("" for the writer's clock); None: the writer's clock for
+    all. Tool outputs must answer a call of the current view or one earlier in
+    the request. Raises RecordValidationError naming the record index and field:
+    an invalid record, or a line over ``max_record_bytes`` (rejected, never
+    truncated). Source: SPEC §2.3.
+    """
+    now = now_timestamp()
+    seq = next_seq
+    view = CallView(calls)
+    lines: list[bytes] = []
+    seqs: list[int] = []
+    for index, payloads in enumerate(records):
+        ts = (times[index] or now) if times is not None else now
+        for record_type, payload in payloads:
+            apply_record(view, record_type, payload, index, validate=True)
+            try:
+                line = encode_line(seq, ts, record_type, payload)
+            except TypeError as exc:
+                raise RecordValidationError(index, str(record_type), f"cannot be stored: {exc}") from exc
+            if len(line) > max_record_bytes:
+                raise RecordValidationError(
+                    index,
+                    str(record_type),
+                    f"record is {len(line)} bytes, over the limit of {max_record_bytes} bytes; it is"
+                    " rejected, never truncated",
+                )
+            lines.append(line)
+            seq += 1
+        seqs.append(seq - 1)
+    return lines, seqs, view

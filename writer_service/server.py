@@ -14,7 +14,6 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
 
 import grpc
 import grpc.aio
@@ -24,14 +23,17 @@ from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
 from rollout.v1 import writer_pb2, writer_pb2_grpc
-from shared.errors import RecordValidationError
+from shared.errors import InvalidArgumentError, RecordValidationError
 from shared.layout import DataRoot
-from shared.records import RecordType
+from shared.records import normalize_timestamp
 from shared.status import add_servicer, bind, check_decoded, status_mapping
-from shared.wire import append_payloads, stop_kind_from_proto
+from shared.stop_kinds import StopKind
+from shared.wire import append_payloads, record_time, session_spec, stop_kind_from_proto
 from writer_service.committer import durable_write_method
+from writer_service.importing import SessionImport
+from writer_service.open_session import RecordTimes, RequestRecords
 from writer_service.session_index import build_index
-from writer_service.sessions import SessionLedger, SessionSpec, WriterConfig
+from writer_service.sessions import SessionLedger, WriterConfig
 
 log = logging.getLogger(__name__)
 
@@ -53,18 +55,21 @@ PROTO_TO_LINE_BOUND = 6
 
 
 def request_payloads(
-    request: writer_pb2.AppendRequest, max_record_bytes: int
-) -> list[list[tuple[RecordType, dict[str, Any]]]]:
-    """The payloads of every record of an AppendRequest (RecordValidationError on bad ones).
+    request: writer_pb2.AppendRequest | writer_pb2.ImportRecords, max_record_bytes: int
+) -> tuple[RequestRecords, RecordTimes]:
+    """The payloads and source times of every record of a request (RecordValidationError on bad ones).
 
-    A record whose protobuf encoding alone proves its line over ``max_record_bytes``
-    (more than :data:`PROTO_TO_LINE_BOUND` times it) is refused before any Python
-    copy of it is made: a rejected large request costs no more memory than gRPC's own.
+    Times are None when no record carries one (the writer's clock for all), else
+    one per record in the ledger's ``ts`` form ("" where absent). A record whose
+    protobuf encoding alone proves its line over ``max_record_bytes`` (more than
+    :data:`PROTO_TO_LINE_BOUND` times it) is refused before any Python copy of it
+    is made: a rejected large request costs no more memory than gRPC's own.
     """
     if not request.records:
         raise RecordValidationError(0, "records", "an Append needs at least one record")
     ceiling = PROTO_TO_LINE_BOUND * max_record_bytes
     payloads = []
+    times: list[str] | None = None
     for index, record in enumerate(request.records):
         encoded = record.ByteSize()
         if encoded > ceiling:
@@ -75,7 +80,11 @@ def request_payloads(
                 " bytes; it is rejected, never truncated",
             )
         payloads.append(append_payloads(record, index))
-    return payloads
+        if record.ts:
+            if times is None:
+                times = [""] * len(request.records)
+            times[index] = record_time(record.ts, index)
+    return payloads, times
 
 
 _Accepted = tuple[writer_pb2.AppendResponse, asyncio.Future[None]]
@@ -91,18 +100,7 @@ class RolloutWriterServicer(writer_pb2_grpc.RolloutWriterServicer):
         self, request: writer_pb2.CreateSessionRequest, context: grpc.aio.ServicerContext
     ) -> writer_pb2.CreateSessionResponse:
         async with status_mapping(context, "CreateSession"):
-            spec = SessionSpec(
-                session_id=request.session_id,
-                agent_name=request.agent_name,
-                parent_session_id=request.parent_session_id,
-                delegation_id=request.delegation_id,
-                tenant=request.tenant,
-                model=request.model,
-                cwd=request.cwd,
-                originator=request.originator,
-                client_version=request.client_version,
-                created_at=request.created_at,
-            )
+            spec = session_spec(request)
             session_id, created_at = await self.ledger.create_session(spec)
             return writer_pb2.CreateSessionResponse(session_id=session_id, created_at=created_at, next_seq=1)
         raise AssertionError("unreachable: status_mapping aborts")
@@ -112,11 +110,9 @@ class RolloutWriterServicer(writer_pb2_grpc.RolloutWriterServicer):
     ) -> tuple[writer_pb2.AppendResponse, asyncio.Future[None]]:
         self.ledger.check_known(request.session_id)  # before any record is decoded
         expected = request.expected_next_seq if request.HasField("expected_next_seq") else None
+        payloads, times = request_payloads(request, self.ledger.config.max_record_bytes)
         seqs, next_seq, durable = await self.ledger.enqueue(
-            request.session_id,
-            request_payloads(request, self.ledger.config.max_record_bytes),
-            expected,
-            request.request_id,
+            request.session_id, payloads, expected, request.request_id, times
         )
         response = writer_pb2.AppendResponse(session_id=request.session_id, seqs=seqs, next_seq=next_seq)
         return response, durable
@@ -177,12 +173,8 @@ class RolloutWriterServicer(writer_pb2_grpc.RolloutWriterServicer):
         self, request: writer_pb2.StopRequest, context: grpc.aio.ServicerContext
     ) -> writer_pb2.StopResponse:
         async with status_mapping(context, "Stop"):
-            error = None
-            if request.HasField("error"):
-                error = {"message": request.error.message, "category": request.error.category}
-            result = await self.ledger.stop(
-                request.session_id, stop_kind_from_proto(request.stop_kind), request.reason, error
-            )
+            kind, error, ts = _stop_fields(request)
+            result = await self.ledger.stop(request.session_id, kind, request.reason, error, ts)
             return writer_pb2.StopResponse(
                 checkpoint_seq=result.checkpoint_seq,
                 stop_seq=result.stop_seq,
@@ -221,6 +213,64 @@ class RolloutWriterServicer(writer_pb2_grpc.RolloutWriterServicer):
                 next_seq=result.next_seq,
             )
         raise AssertionError("unreachable: status_mapping aborts")
+
+    async def ImportSessions(
+        self,
+        request_iterator: AsyncIterator[writer_pb2.ImportSessionsRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> writer_pb2.ImportSessionsResponse:
+        """Whole sessions, all or nothing (writer_service.importing)."""
+        session_import = SessionImport(self.ledger)
+        async with status_mapping(context, "ImportSessions"):
+            try:
+                async for request in request_iterator:
+                    check_decoded(request)
+                    part = request.WhichOneof("part")
+                    if part == "create":
+                        await session_import.create(session_spec(request.create))
+                    elif part == "records":
+                        try:
+                            payloads, times = request_payloads(
+                                request.records, self.ledger.config.max_record_bytes
+                            )
+                        except RecordValidationError as exc:
+                            raise session_import.refusal(exc) from exc
+                        await session_import.append(payloads, times)
+                    elif part == "stop":
+                        kind, error, ts = _stop_fields(request.stop)
+                        await session_import.stop(kind, request.stop.reason, error, ts)
+                    else:
+                        raise InvalidArgumentError("part", "is empty: set create, records or stop")
+                results = await session_import.commit()
+            finally:
+                await session_import.abort()
+            return writer_pb2.ImportSessionsResponse(
+                sessions=[
+                    writer_pb2.ImportedSessionResult(
+                        session_id=result.session_id,
+                        already_present=result.already_present,
+                        records=result.records,
+                        message_count=result.message_count,
+                        digest=result.digest,
+                    )
+                    for result in results
+                ]
+            )
+        raise AssertionError("unreachable: status_mapping aborts")
+
+
+def _stop_fields(request: writer_pb2.StopRequest) -> tuple[StopKind, dict[str, str] | None, str]:
+    """(stop kind, error or None, time in the ledger's form or "") of a StopRequest."""
+    error = None
+    if request.HasField("error"):
+        error = {"message": request.error.message, "category": request.error.category}
+    ts = ""
+    if request.ts:
+        try:
+            ts = normalize_timestamp(request.ts)
+        except ValueError as exc:
+            raise InvalidArgumentError("ts", str(exc)) from exc
+    return stop_kind_from_proto(request.stop_kind), error, ts
 
 
 def _health_observer(health: HealthServicer) -> Callable[[bool], None]:

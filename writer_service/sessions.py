@@ -29,7 +29,7 @@ import asyncio
 import logging
 import os
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -52,13 +52,14 @@ from shared.naming import build_file_name, new_session_id, validate_agent_name, 
 from shared.rebuild import collector_paused
 from shared.rebuild_index import index_rebuild
 from shared.records import RecordType, encode_line, format_timestamp, now_timestamp, parse_timestamp
+from shared.session_meta import TEXT_FIELDS, SessionSpec, resolve_role, session_meta_payload
 from shared.stop_kinds import StopKind
 from writer_service.branching import ForkResult, ResumeResult, fork_session, resume_session
 from writer_service.committer import CommitConfig, GroupCommitter, SessionLog, StorageHealth
 from writer_service.file_facts import RebuiltFacts, file_facts, refuse_damage
 from writer_service.files import create_file, create_marker
 from writer_service.idempotency import RememberedAppend, RequestMemory, fingerprint
-from writer_service.open_session import CallView, OpenSession, RequestRecords, apply_record
+from writer_service.open_session import CallView, OpenSession, RecordTimes, RequestRecords, apply_record
 from writer_service.recovery import repair_torn_tail
 from writer_service.session_index import IndexEntry, SessionIndex, build_index, read_entry
 from writer_service.session_state import (
@@ -98,22 +99,6 @@ class WriterConfig:
     io_threads: int = 4
     #: Session files kept open; idle ones beyond it are closed, least recently used first.
     max_open_sessions: int = 256
-
-
-@dataclass(frozen=True, slots=True)
-class SessionSpec:
-    """What CreateSession asks for (strings; empty means absent)."""
-
-    session_id: str = ""
-    agent_name: str = ""
-    parent_session_id: str = ""
-    delegation_id: str = ""
-    tenant: str = ""
-    model: str = ""
-    cwd: str = ""
-    originator: str = ""
-    client_version: str = ""
-    created_at: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,48 +159,55 @@ class SessionLedger:
         """Write a new session's ``session_meta`` (seq 0), durable before returning.
 
         Returns (session_id, created_at). Raises FileNameError for a bad id or
-        agent name, InvalidArgumentError for a bad created_at or an oversized
-        field, SessionExistsError for a taken id, StorageWriteError when the file
-        cannot be written.
+        agent name, InvalidArgumentError for a bad created_at, an oversized field,
+        a role that its delegation fields contradict (shared.session_meta.resolve_role)
+        or a parent that is not in the ledger, SessionExistsError for a taken id,
+        StorageWriteError when the file cannot be written.
+        """
+        session_id, name, meta = self.prepare_session(spec)
+        self._creating.add(session_id)
+        try:
+            line = encode_line(0, now_timestamp(), RecordType.SESSION_META, meta)
+            await self.publish(session_id, name, line, meta, next_seq=1, calls=set())
+            return session_id, str(meta["created_at"])
+        finally:
+            self._creating.discard(session_id)
+
+    def prepare_session(
+        self, spec: SessionSpec, staged: Container[str] = ()
+    ) -> tuple[str, str, dict[str, Any]]:
+        """Check a new session (see :meth:`create_session`): (session id, file name, session_meta payload).
+
+        ``staged`` holds ids created earlier in the same import (a child may name one
+        as its parent). Writes nothing.
         """
         session_id = validate_session_id(spec.session_id) if spec.session_id else new_session_id()
         validate_agent_name(spec.agent_name)
+        role = resolve_role(spec)
         if spec.parent_session_id:
             validate_session_id(spec.parent_session_id)
+            if self.index.get(spec.parent_session_id) is None and spec.parent_session_id not in staged:
+                raise InvalidArgumentError(
+                    "parent_session_id", f"names no session in the ledger ({spec.parent_session_id})"
+                )
         if len(spec.delegation_id.encode()) > DELEGATION_ID_MAX_BYTES:
             raise InvalidArgumentError(
                 "delegation_id", f"is longer than {DELEGATION_ID_MAX_BYTES} UTF-8 bytes"
             )
-        for name in ("tenant", "model", "cwd", "originator", "client_version"):
-            if len(getattr(spec, name)) > META_FIELD_MAX_CHARS:
-                raise InvalidArgumentError(name, f"is longer than {META_FIELD_MAX_CHARS} characters")
+        for key in TEXT_FIELDS:
+            if len(getattr(spec, key)) > META_FIELD_MAX_CHARS:
+                raise InvalidArgumentError(key, f"is longer than {META_FIELD_MAX_CHARS} characters")
         if spec.created_at:
             try:
                 created = parse_timestamp(spec.created_at)
             except ValueError as exc:
-                raise InvalidArgumentError("created_at", f"is not an RFC 3339 timestamp: {exc}") from exc
+                raise InvalidArgumentError("created_at", str(exc)) from exc
         else:
             created = datetime.now(UTC)
         if self.index.get(session_id) is not None or session_id in self._creating:
             raise SessionExistsError(session_id)
-        self._creating.add(session_id)
-        try:
-            created_at = format_timestamp(created)
-            meta: dict[str, Any] = {"session_id": session_id}
-            for key in ("agent_name", "parent_session_id", "delegation_id"):
-                if getattr(spec, key):
-                    meta[key] = getattr(spec, key)
-            meta["tenant"] = spec.tenant or "default"
-            for key in ("model", "cwd", "originator", "client_version"):
-                if getattr(spec, key):
-                    meta[key] = getattr(spec, key)
-            meta["created_at"] = created_at
-            line = encode_line(0, now_timestamp(), RecordType.SESSION_META, meta)
-            name = build_file_name(created, session_id, spec.agent_name)
-            await self.publish(session_id, name, line, meta, next_seq=1, calls=set())
-            return session_id, created_at
-        finally:
-            self._creating.discard(session_id)
+        meta = session_meta_payload(spec, session_id, role, format_timestamp(created))
+        return session_id, build_file_name(created, session_id, spec.agent_name), meta
 
     async def publish(
         self,
@@ -330,6 +322,19 @@ class SessionLedger:
             state.entry.fresh = False
             state.log.close()
 
+    def reserve(self, session_id: str) -> None:
+        """Hold ``session_id`` for a session being created elsewhere (an import): creating it is refused."""
+        self._creating.add(session_id)
+
+    def release(self, session_id: str) -> None:
+        """Give up a :meth:`reserve` (the import failed)."""
+        self._creating.discard(session_id)
+
+    def adopt(self, session_id: str, entry: IndexEntry) -> None:
+        """Index a session whose file an import has just made visible (ends its :meth:`reserve`)."""
+        self.index.add(session_id, entry)
+        self._creating.discard(session_id)
+
     def check_known(self, session_id: str) -> None:
         """Raise SessionNotFoundError unless the index holds ``session_id`` (FileNameError for a
         malformed id): the cheap refusal a servicer makes before decoding a request's records."""
@@ -394,7 +399,11 @@ class SessionLedger:
     # -- appends --------------------------------------------------------------------
 
     async def append(
-        self, session_id: str, records: RequestRecords, expected_next_seq: int | None = None
+        self,
+        session_id: str,
+        records: RequestRecords,
+        expected_next_seq: int | None = None,
+        times: RecordTimes = None,
     ) -> tuple[list[int], int]:
         """Append one request's records, all or nothing; returns (seq per record, next seq).
 
@@ -404,7 +413,7 @@ class SessionLedger:
         RecordValidationError (index and field named, nothing written),
         QueueFullError, StorageWriteError.
         """
-        seqs, next_seq, durable = await self.enqueue(session_id, records, expected_next_seq)
+        seqs, next_seq, durable = await self.enqueue(session_id, records, expected_next_seq, times=times)
         await durable
         return seqs, next_seq
 
@@ -414,6 +423,7 @@ class SessionLedger:
         records: RequestRecords,
         expected_next_seq: int | None = None,
         request_id: str = "",
+        times: RecordTimes = None,
     ) -> tuple[list[int], int, asyncio.Future[None]]:
         """Validate, assign seqs and queue; returns (seqs, next seq, durable future).
 
@@ -421,7 +431,7 @@ class SessionLedger:
         the request holds its place in the session's order; await the future for
         durability (it raises StorageWriteError on a failed round). A ``request_id``
         seen before (writer_service.idempotency) returns the first answer and
-        queues nothing.
+        queues nothing. ``times``: per record, a source time (see OpenSession.encode).
         """
         state = self._sessions.get(session_id)
         if state is None:
@@ -430,7 +440,7 @@ class SessionLedger:
             self._sessions.move_to_end(session_id)
         print_ = b""
         if request_id:
-            print_ = fingerprint(records)
+            print_ = fingerprint(records, times)
             remembered = self._requests.recall(session_id, request_id, print_)
             if remembered is not None:
                 return remembered.seqs, remembered.next_seq, remembered.durable
@@ -441,7 +451,7 @@ class SessionLedger:
                 subject=f"session/{session_id}",
                 precondition=f"next_seq={state.next_seq}",
             )
-        lines, seqs, view = state.encode(records, self.config.max_record_bytes)
+        lines, seqs, view = state.encode(records, self.config.max_record_bytes, times)
         count = len(lines)
         if state.log.queued_records + count > self.config.max_queued_records:
             raise QueueFullError(
@@ -460,11 +470,17 @@ class SessionLedger:
     # -- stop -----------------------------------------------------------------------
 
     async def stop(
-        self, session_id: str, kind: StopKind, reason: str, error: dict[str, str] | None = None
+        self,
+        session_id: str,
+        kind: StopKind,
+        reason: str,
+        error: dict[str, str] | None = None,
+        ts: str = "",
     ) -> StopResult:
         """Drain, rebuild the whole file, append checkpoint and stop, make durable (SPEC §2.6).
 
-        ``reason`` is at most 16 KiB characters, the error's message too. Raises
+        ``reason`` is at most 16 KiB characters, the error's message too; ``ts`` the
+        time of both records in the ledger's form ("" for now). Raises
         InvalidArgumentError (an oversized reason), SessionNotFoundError,
         SessionStateError (already stopped), SessionBusyError (a Stop or Resume in
         progress), CorruptSessionError (the file is damaged: no checkpoint is
@@ -484,7 +500,7 @@ class SessionLedger:
             refuse_damage(found.damage, state.path.name, "stop")
             checkpoint_seq = state.next_seq
             message_digest = found.digest
-            ts = now_timestamp()
+            ts = ts or now_timestamp()
             checkpoint = {
                 "digest": message_digest,
                 "message_count": found.message_count,

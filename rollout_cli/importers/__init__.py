@@ -30,7 +30,6 @@ The contract every importer keeps:
 
 from __future__ import annotations
 
-import enum
 import uuid
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -41,21 +40,12 @@ from typing import Protocol
 from rollout.v1 import writer_pb2
 from shared.errors import FileNameError
 from shared.naming import validate_session_id
-from shared.records import format_timestamp, parse_timestamp
+from shared.records import normalize_timestamp
+from shared.session_meta import SessionRole
 from shared.stop_kinds import StopKind
 
 #: The namespace of the UUIDv5 ids derived for sources whose own id is not a lowercase UUID.
 IMPORT_NAMESPACE = uuid.UUID("6f1c2d3e-6a55-4b8e-9d0f-2f1e6c4b7a90")
-
-
-class SessionRole(enum.StrEnum):
-    """Where an imported session sits in a delegation tree."""
-
-    ROOT = "root"
-    #: A sub-agent run whose delegating tool call was found: both coordinates set.
-    CHILD = "child"
-    #: A sub-agent run whose delegating call was not found: a child, never a root, never resumable.
-    CHILD_WITHOUT_COORDINATES = "child_without_coordinates"
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +141,7 @@ def source_time(value: object) -> str:
     if not isinstance(value, str) or not value:
         return ""
     try:
-        return format_timestamp(parse_timestamp(value))
+        return normalize_timestamp(value)
     except ValueError:
         return ""
 

@@ -63,7 +63,6 @@ from rollout.v1 import records_pb2, writer_pb2
 from rollout_cli.importers import (
     ImportedFile,
     ImportedSession,
-    SessionRole,
     SourceRecord,
     derived_session_id,
     jsonl_files,
@@ -72,6 +71,7 @@ from rollout_cli.importers import (
 )
 from shared.errors import FileNameError
 from shared.naming import validate_agent_name
+from shared.session_meta import SessionRole
 from shared.stop_kinds import StopKind
 from shared.wire import python_to_list, python_to_struct
 

@@ -262,7 +262,7 @@ def convert_codex(lines: Iterable[bytes], source: Path = Path("<codex>")) -> Imp
     converter = _Converter(source)
     imported = ImportedFile(source)
     first = True
-    content_hash = hashlib.sha256()
+    content_hash = hashlib.blake2b(digest_size=16)
     for raw in lines:
         converter.line += 1
         content_hash.update(raw)
@@ -288,7 +288,7 @@ def convert_codex(lines: Iterable[bytes], source: Path = Path("<codex>")) -> Imp
             converter.bare(line, first)
         first = False
     # A file with no session id is named by its content: importing it again finds the same session.
-    imported.sessions.append(converter.finish("sha256:" + content_hash.hexdigest()))
+    imported.sessions.append(converter.finish("content:" + content_hash.hexdigest()))
     return imported
 
 

@@ -97,7 +97,7 @@ def import_one(
         return FileReport(path, "failed", detail=f"cannot read it: {exc.strerror or exc}")
     if not imported.recognized:
         return FileReport(
-            path, "not_a_source", detail=f"not a {importer.name} session file; nothing imported"
+            path, "not_a_source", detail=f"not a {importer.label} (no line parsed as one); nothing imported"
         )
     report = FileReport(path, "imported")
     for session in imported.sessions:

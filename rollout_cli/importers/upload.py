@@ -24,19 +24,15 @@ from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
 from rollout.v1 import writer_pb2, writer_pb2_grpc
-from rollout_cli.importers import ImportedFile, ImportedSession, SessionRole
-from shared.wire import stop_kind_to_proto
+from rollout_cli.importers import ImportedFile, ImportedSession
+from shared.session_meta import SessionSpec
+from shared.wire import create_request, stop_kind_to_proto
 
-#: Records per ImportSession message (~1 KB each typically; a big record travels alone when needed).
+#: Most records in one ImportSessions message, and about the most bytes (a larger record travels alone).
 RECORDS_PER_MESSAGE = 256
+MESSAGE_BYTES = 4 * 1024 * 1024
 
 _RECORD_FIELD = re.compile(r"sessions\[(\d+)\]\.records\[(\d+)\]")
-
-_ROLES = {
-    SessionRole.ROOT: writer_pb2.SESSION_ROLE_ROOT,
-    SessionRole.CHILD: writer_pb2.SESSION_ROLE_CHILD,
-    SessionRole.CHILD_WITHOUT_COORDINATES: writer_pb2.SESSION_ROLE_CHILD_WITHOUT_COORDINATES,
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,25 +72,21 @@ def _requests(
     imported: ImportedFile, tenant: str, on_records: Callable[[int], None] | None
 ) -> Iterator[writer_pb2.ImportSessionsRequest]:
     for session in imported.sessions:
-        parent_id = session.parent.session_id if session.parent is not None else ""
-        yield writer_pb2.ImportSessionsRequest(
-            create=writer_pb2.CreateSessionRequest(
-                session_id=session.session_id,
-                created_at=session.created_at,
-                agent_name=session.agent_name,
-                parent_session_id=parent_id,
-                delegation_id=session.delegation_id,
-                role=_ROLES[session.role],
-                tenant=tenant,
-                model=session.model,
-                cwd=session.cwd,
-                originator=session.originator,
-                client_version=session.client_version,
-            )
+        spec = SessionSpec(
+            session_id=session.session_id,
+            agent_name=session.agent_name,
+            parent_session_id=session.parent.session_id if session.parent is not None else "",
+            delegation_id=session.delegation_id,
+            role=session.role,
+            tenant=tenant,
+            model=session.model,
+            cwd=session.cwd,
+            originator=session.originator,
+            client_version=session.client_version,
+            created_at=session.created_at,
         )
-        records = session.records
-        for start in range(0, len(records), RECORDS_PER_MESSAGE):
-            batch = [source_record.record for source_record in records[start : start + RECORDS_PER_MESSAGE]]
+        yield writer_pb2.ImportSessionsRequest(create=create_request(spec))
+        for batch in _batches(session):
             yield writer_pb2.ImportSessionsRequest(records=writer_pb2.ImportRecords(records=batch))
             if on_records is not None:
                 on_records(len(batch))
@@ -105,6 +97,22 @@ def _requests(
                 ts=session.stop_time,
             )
         )
+
+
+def _batches(session: ImportedSession) -> Iterator[list[writer_pb2.AppendRecord]]:
+    """The session's records in messages of at most RECORDS_PER_MESSAGE records and about
+    MESSAGE_BYTES bytes (a larger record travels alone)."""
+    batch: list[writer_pb2.AppendRecord] = []
+    size = 0
+    for source_record in session.records:
+        record_size = source_record.record.ByteSize()
+        if batch and (len(batch) == RECORDS_PER_MESSAGE or size + record_size > MESSAGE_BYTES):
+            yield batch
+            batch, size = [], 0
+        batch.append(source_record.record)
+        size += record_size
+    if batch:
+        yield batch
 
 
 def _refused_line(imported: ImportedFile, error: grpc.RpcError) -> int:

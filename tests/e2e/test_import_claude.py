@@ -186,8 +186,8 @@ def test_a_run_without_its_task_call_is_a_child_without_coordinates(imported) ->
     [child] = reports["claude-code-subagent.jsonl"]["sessions"]
     assert child["role"] == "child_without_coordinates"
     facts = reader.GetStopFacts(reader_pb2.StopFactsRequest(session_id=child["session_id"]))
-    assert not facts.eligibility.replayable
-    assert "no delegation coordinates" in facts.eligibility.reason
+    assert not facts.resume.replayable
+    assert "no delegation coordinates" in facts.resume.reason
 
 
 def test_imported_record_times_are_the_sources(imported, data_dir) -> None:

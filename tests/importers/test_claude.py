@@ -9,9 +9,10 @@ import orjson
 import pytest
 
 from rollout.v1 import records_pb2
-from rollout_cli.importers import ImportedSession, SessionRole
+from rollout_cli.importers import ImportedSession
 from rollout_cli.importers.claude import convert_claude
 from shared.records import parse_timestamp
+from shared.session_meta import SessionRole
 from shared.stop_kinds import StopKind
 from tests.conftest import CORPUS
 

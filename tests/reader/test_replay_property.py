@@ -20,10 +20,11 @@ from hypothesis import strategies as st
 from reader_service.replay import DigestStatus, replay_file, stream_replay
 from rollout.v1 import records_pb2, writer_pb2
 from shared.digest import canonical_message
+from shared.session_meta import SessionSpec
 from shared.stop_kinds import StopKind
 from shared.wire import append_payloads
 from writer_service.committer import CommitConfig, Durability
-from writer_service.sessions import SessionLedger, SessionSpec, WriterConfig
+from writer_service.sessions import SessionLedger, WriterConfig
 
 TEXT = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12)
 # A small pool of ids, so that reused ids and superseding outputs are common.

@@ -102,8 +102,9 @@ def test_oversized_record_is_rejected_not_truncated(data_dir) -> None:
     import asyncio
 
     from shared.errors import RecordValidationError
+    from shared.session_meta import SessionSpec
     from shared.wire import append_payloads
-    from writer_service.sessions import SessionLedger, SessionSpec, WriterConfig
+    from writer_service.sessions import SessionLedger, WriterConfig
 
     async def scenario() -> None:
         ledger = SessionLedger(WriterConfig(data_dir=data_dir, max_record_bytes=1024))

@@ -17,10 +17,11 @@ import writer_service.file_facts
 from reader_service.replay import DigestStatus, replay_file
 from rollout.v1 import records_pb2, writer_pb2
 from shared.errors import SessionStateError
+from shared.session_meta import SessionSpec
 from shared.stop_kinds import StopKind
 from shared.wire import append_payloads
 from writer_service.committer import SessionLog
-from writer_service.sessions import SessionLedger, SessionSpec, WriterConfig
+from writer_service.sessions import SessionLedger, WriterConfig
 
 REPO = Path(__file__).resolve().parents[2]
 # shared/__init__.py re-exports the functions digest and rebuild under the names of

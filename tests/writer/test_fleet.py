@@ -19,13 +19,14 @@ from rollout.v1 import records_pb2, writer_pb2
 from shared.errors import RecordValidationError, SessionNotFoundError, StorageWriteError
 from shared.naming import build_file_name, new_session_id
 from shared.records import APPENDABLE_TYPES, RecordType, encode_line
+from shared.session_meta import SessionSpec
 from shared.stop_kinds import StopKind
 from shared.wire import append_payloads
 from writer_service.committer import SessionLog
 from writer_service.idempotency import RequestMemory
 from writer_service.open_session import CallView, apply_record
 from writer_service.session_index import build_index
-from writer_service.sessions import SessionLedger, SessionSpec, WriterConfig
+from writer_service.sessions import SessionLedger, WriterConfig
 
 TS = "2026-11-30T10:00:00.000000Z"
 

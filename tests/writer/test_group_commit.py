@@ -12,9 +12,10 @@ import pytest
 
 import writer_service.committer as committer
 from rollout.v1 import records_pb2, writer_pb2
+from shared.session_meta import SessionSpec
 from shared.wire import append_payloads
 from writer_service.committer import CommitConfig
-from writer_service.sessions import SessionLedger, SessionSpec, WriterConfig
+from writer_service.sessions import SessionLedger, WriterConfig
 
 
 def user(text: str) -> list:

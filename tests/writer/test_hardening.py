@@ -14,11 +14,12 @@ import pytest
 from rollout.v1 import reader_pb2, records_pb2, writer_pb2, writer_pb2_grpc
 from shared.errors import CorruptSessionError, RecordValidationError, SessionNotFoundError
 from shared.records import encode_line
+from shared.session_meta import SessionSpec
 from shared.stop_kinds import StopKind
 from shared.wire import append_payloads
 from tests.conftest import run_rollout, start_service
 from writer_service.files import create_file
-from writer_service.sessions import SessionLedger, SessionSpec, WriterConfig
+from writer_service.sessions import SessionLedger, WriterConfig
 
 TS = "2026-11-30T10:00:00.000000Z"
 

@@ -122,7 +122,9 @@ def test_fork_keeps_timestamps_excludes_later_records_and_leaves_the_source_unto
     writer, reader, data_dir
 ) -> None:
     """A fork copies the source's records up to the point byte for byte; the source's bytes never change."""
-    sid = writer.CreateSession(writer_pb2.CreateSessionRequest(agent_name="planner")).session_id
+    sid = writer.CreateSession(
+        writer_pb2.CreateSessionRequest(agent_name="planner", role=writer_pb2.SESSION_ROLE_ROOT)
+    ).session_id
     append(writer, sid, msg("system", "be brief"), msg("user", "first"), msg("assistant", "one"))
     append(writer, sid, msg("user", "second"), msg("assistant", "two"))
     source_hash = hashlib.sha256(file_of(data_dir, sid).read_bytes()).hexdigest()

@@ -16,11 +16,12 @@ import writer_service.committer as committer
 from rollout.v1 import records_pb2, writer_pb2
 from shared.errors import StorageWriteError
 from shared.rebuild import rebuild
+from shared.session_meta import SessionSpec
 from shared.status import _status_of
 from shared.stop_kinds import StopKind
 from shared.wire import append_payloads
 from writer_service import metrics
-from writer_service.sessions import SessionLedger, SessionSpec, WriterConfig
+from writer_service.sessions import SessionLedger, WriterConfig
 
 
 def user(text: str) -> list:

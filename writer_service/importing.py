@@ -1,0 +1,320 @@
+"""ImportSessions: whole sessions recorded elsewhere, written all or nothing (writer.proto).
+
+A :class:`SessionImport` is one ImportSessions stream. Each session of the stream
+is checked as CreateSession checks it (:meth:`SessionLedger.prepare_session`; a
+child may name a parent staged earlier in the same stream), its records as Append
+checks them (:func:`writer_service.open_session.encode_records`: every validation
+of SPEC §2.3, source times allowed), and its lines are written to a hidden staging
+file beside the session files (``.<name>.tmp-<random>``, the shape start-up removes:
+:func:`writer_service.files.remove_stale_temporaries`). The stop closes a session
+as Stop does (SPEC §2.6): the staging file is rebuilt whole with the shared rules,
+the checkpoint digests it, checkpoint and stop are appended, the file is fsynced.
+
+Only when the stream has ended cleanly are the sessions made visible, parents
+first: each child's delegation marker, then a hard link of each staging file under
+its real name (``link`` never overwrites), one fsync of the folder, and the index
+entries. A refusal, a cancelled stream or a crash before that point leaves no
+session behind (staging files are removed; a crash leaves only hidden files that
+the next start removes). A session whose id the ledger already holds is skipped:
+its records are read and dropped, and the answer says ``already_present``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from shared.errors import (
+    InvalidArgumentError,
+    LedgerError,
+    RecordValidationError,
+    SessionExistsError,
+    storage_error,
+)
+from shared.records import RecordType, encode_line, now_timestamp
+from shared.session_meta import SessionSpec
+from shared.stop_kinds import StopKind
+from writer_service.file_facts import file_facts, refuse_damage
+from writer_service.files import TEMPORARY_MARK, fsync_dir, write_all
+from writer_service.open_session import RecordTimes, RequestRecords, encode_records
+from writer_service.session_index import IndexEntry
+from writer_service.sessions import STOP_TEXT_MAX_CHARS, SessionLedger
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class StagedSession:
+    """One session of an import: where its lines go, and what it became."""
+
+    position: int
+    session_id: str
+    name: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+    staging: Path | None = None
+    fd: int = -1
+    next_seq: int = 0
+    calls: set[str] = field(default_factory=set)
+    #: AppendRecords received so far (a refusal names the record by this count).
+    received: int = 0
+    #: The ledger already held this id: its records are dropped.
+    already_present: bool = False
+    stopped_kind: str = ""
+    message_count: int = 0
+    digest: str = ""
+    closed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ImportedResult:
+    """What one session of the stream became (the answer's ImportedSessionResult)."""
+
+    session_id: str
+    already_present: bool
+    records: int
+    message_count: int
+    digest: str
+
+
+class SessionImport:
+    """One ImportSessions stream over a ledger; see the module docstring.
+
+    Call :meth:`create`, :meth:`append` and :meth:`stop` in stream order, then
+    :meth:`commit`; call :meth:`abort` (always safe) when the stream fails. Each
+    step raises InvalidArgumentError whose field starts with ``sessions[k]``, so a
+    client can name the session, record and field it sent.
+    """
+
+    def __init__(self, ledger: SessionLedger) -> None:
+        self._ledger = ledger
+        self._sessions: list[StagedSession] = []
+        self._ids: set[str] = set()
+        self._finished = False
+
+    @property
+    def _open(self) -> StagedSession | None:
+        last = self._sessions[-1] if self._sessions else None
+        return last if last is not None and not last.closed else None
+
+    def _where(self, position: int) -> str:
+        return f"sessions[{position}]"
+
+    async def create(self, spec: SessionSpec) -> None:
+        """Open the next session (the previous one must be stopped)."""
+        position = len(self._sessions)
+        if self._open is not None:
+            raise InvalidArgumentError(
+                f"{self._where(position - 1)}.stop", "a session's stop must come before the next create"
+            )
+        if not spec.session_id:
+            raise InvalidArgumentError(
+                f"{self._where(position)}.session_id", "is required: an import keeps ids stable"
+            )
+        if spec.session_id in self._ids:
+            raise SessionExistsError(spec.session_id)
+        staged_ids = {staged.session_id for staged in self._sessions if not staged.already_present}
+        try:
+            session_id, name, meta = self._ledger.prepare_session(spec, staged=staged_ids)
+        except SessionExistsError:
+            self._ids.add(spec.session_id)
+            self._sessions.append(StagedSession(position, spec.session_id, already_present=True))
+            return
+        except InvalidArgumentError as exc:
+            raise InvalidArgumentError(f"{self._where(position)}.{exc.field}", exc.description) from exc
+        staged = StagedSession(position, session_id, name, meta, next_seq=1)
+        self._ids.add(session_id)
+        self._ledger.reserve(session_id)
+        self._sessions.append(staged)
+        line = encode_line(0, now_timestamp(), RecordType.SESSION_META, meta)
+        staged.staging, staged.fd = await self._ledger.run_io(
+            _open_staging, self._ledger.root.sessions_dir, name
+        )
+        await self._ledger.run_io(_write_staged, staged.fd, line)
+
+    async def append(self, records: RequestRecords, times: RecordTimes) -> None:
+        """Validate and stage records of the open session (nothing of a refused message is kept)."""
+        staged = self._open
+        if staged is None:
+            raise InvalidArgumentError(
+                f"{self._where(len(self._sessions))}.create", "records came before their session's create"
+            )
+        if staged.already_present:
+            return
+        try:
+            lines, _, view = encode_records(
+                records, staged.next_seq, staged.calls, self._ledger.config.max_record_bytes, times
+            )
+        except RecordValidationError as exc:
+            raise self.refusal(exc) from exc
+        staged.calls = view.committed()
+        staged.next_seq += len(lines)
+        staged.received += len(records)
+        await self._ledger.run_io(_write_staged, staged.fd, b"".join(lines))
+
+    def refusal(self, error: RecordValidationError) -> InvalidArgumentError:
+        """A record refused in the open session's current message, named over the whole stream:
+        field ``sessions[k].records[i].<field>``, ``i`` counted over all of the session's records."""
+        staged = self._sessions[-1] if self._sessions else None
+        position = staged.position if staged is not None else 0
+        index = (staged.received if staged is not None else 0) + error.index
+        session_id = staged.session_id if staged is not None else ""
+        return InvalidArgumentError(
+            f"{self._where(position)}.records[{index}].{error.field}",
+            f"(record {index} of session {session_id}) {error.description}",
+        )
+
+    async def stop(self, kind: StopKind, reason: str, error: dict[str, str] | None, ts: str) -> None:
+        """Close the open session as Stop does: rebuild the staged file, checkpoint, stop, fsync."""
+        staged = self._open
+        if staged is None:
+            raise InvalidArgumentError(
+                f"{self._where(len(self._sessions))}.create", "a stop came before its session's create"
+            )
+        staged.closed = True
+        if staged.already_present:
+            return
+        where = self._where(staged.position)
+        if len(reason) > STOP_TEXT_MAX_CHARS:
+            raise InvalidArgumentError(f"{where}.reason", f"is longer than {STOP_TEXT_MAX_CHARS} characters")
+        assert staged.staging is not None
+        found = await self._ledger.run_io(file_facts, staged.staging, True)
+        refuse_damage(found.damage, staged.name, "import")
+        checkpoint_seq = staged.next_seq
+        ts = ts or now_timestamp()
+        checkpoint = {
+            "digest": found.digest,
+            "message_count": found.message_count,
+            "covers_seq": checkpoint_seq - 1,
+            "stop_kind": str(kind),
+        }
+        stop: dict[str, Any] = {"stop_kind": str(kind), "reason": reason}
+        if error:
+            stop["error"] = error
+        stop["checkpoint_seq"] = checkpoint_seq
+        lines = encode_line(checkpoint_seq, ts, RecordType.AGENT_CHECKPOINT, checkpoint)
+        lines += encode_line(checkpoint_seq + 1, ts, RecordType.STOP, stop)
+        await self._ledger.run_io(_finish_staging, staged.fd, lines)
+        staged.next_seq += 2
+        staged.stopped_kind = str(kind)
+        staged.message_count = found.message_count
+        staged.digest = found.digest
+
+    async def commit(self) -> list[ImportedResult]:
+        """Make every staged session visible, parents first; see the module docstring.
+
+        Raises InvalidArgumentError when the stream ended inside a session,
+        SessionExistsError when an id was taken meanwhile, StorageWriteError.
+        """
+        if self._open is not None:
+            raise InvalidArgumentError(
+                f"{self._where(len(self._sessions) - 1)}.stop", "the stream ended before this session's stop"
+            )
+        staged = [session for session in self._sessions if not session.already_present]
+        await self._ledger.run_io(self._publish, staged)
+        self._finished = True
+        self.close_files()
+        for session in staged:
+            self._ledger.adopt(
+                session.session_id, IndexEntry(session.name, session.next_seq, session.stopped_kind)
+            )
+        log.info("imported %d sessions (%d already present)", len(staged), len(self._sessions) - len(staged))
+        return [
+            ImportedResult(
+                s.session_id,
+                s.already_present,
+                0 if s.already_present else s.next_seq,
+                s.message_count,
+                s.digest,
+            )
+            for s in self._sessions
+        ]
+
+    def _publish(self, staged: list[StagedSession]) -> None:
+        """Markers, then links under the real names, then one folder fsync (I/O thread)."""
+        root = self._ledger.root
+        linked: list[Path] = []
+        try:
+            for session in staged:
+                parent = session.meta.get("parent_session_id")
+                if parent:
+                    marker = root.delegation_marker(
+                        str(parent), str(session.meta.get("delegation_id", "")), session.session_id
+                    )
+                    marker.parent.mkdir(parents=True, exist_ok=True)
+                    marker.touch()
+                    fsync_dir(marker.parent)
+            for session in staged:
+                assert session.staging is not None
+                target = root.sessions_dir / session.name
+                try:
+                    os.link(session.staging, target)
+                except FileExistsError as exc:
+                    raise SessionExistsError(session.session_id) from exc
+                linked.append(target)
+            fsync_dir(root.sessions_dir)
+        except OSError as exc:
+            for target in linked:
+                target.unlink(missing_ok=True)
+            raise storage_error(exc, "link", "publishing imported sessions") from exc
+        except LedgerError:
+            for target in linked:
+                target.unlink(missing_ok=True)
+            raise
+        finally:
+            for session in staged:
+                assert session.staging is not None
+                session.staging.unlink(missing_ok=True)
+
+    async def abort(self) -> None:
+        """Remove every staging file of an import that did not commit (safe to call twice)."""
+        for session in self._sessions:
+            if not session.already_present:
+                self._ledger.release(session.session_id)
+        if self._finished:
+            return
+        self._finished = True
+        await self._ledger.run_io(_remove_staging, [s for s in self._sessions if s.staging is not None])
+
+    def close_files(self) -> None:
+        for session in self._sessions:
+            if session.fd >= 0:
+                os.close(session.fd)
+                session.fd = -1
+
+
+def _write_staged(fd: int, data: bytes) -> None:
+    """Append ``data`` to a staging file (I/O thread); StorageWriteError names the errno."""
+    try:
+        write_all(fd, data)
+    except OSError as exc:
+        raise storage_error(exc, "write", "staging an imported session") from exc
+
+
+def _open_staging(folder: Path, name: str) -> tuple[Path, int]:
+    """Create a hidden staging file for session file ``name`` (I/O thread)."""
+    path = folder / f".{name}{TEMPORARY_MARK}{os.urandom(4).hex()}"
+    try:
+        return path, os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+    except OSError as exc:
+        raise storage_error(exc, "write", f"staging imported session {name}") from exc
+
+
+def _finish_staging(fd: int, lines: bytes) -> None:
+    """Append the checkpoint and stop lines and fsync the staging file (I/O thread)."""
+    try:
+        write_all(fd, lines)
+        os.fsync(fd)
+    except OSError as exc:
+        raise storage_error(exc, "fsync", "finishing an imported session") from exc
+
+
+def _remove_staging(sessions: list[StagedSession]) -> None:
+    for session in sessions:
+        if session.fd >= 0:
+            os.close(session.fd)
+            session.fd = -1
+        if session.staging is not None:
+            session.staging.unlink(missing_ok=True)
