@@ -8,6 +8,7 @@ its first call and belongs to that call's event loop.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -96,7 +97,9 @@ def _root_role(agent_name: str, root: bool | None) -> writer_pb2.SessionRole:
 
 
 class AsyncRolloutClient:
-    """A client of one writer and one reader (``host:port`` each).
+    """A client of one writer and one reader (``host:port`` each; by default the
+    ``ROLLOUT_WRITER`` / ``ROLLOUT_READER`` environment variables, as for the ``rollout``
+    command, else 127.0.0.1:50051 and 127.0.0.1:50052).
 
     ``token``: a bearer token sent on every call; ``tls_ca``: the CA file (PEM) of the
     services' TLS certificates (see :mod:`rollout_client._channels`). ``retry``: the backoff
@@ -107,13 +110,15 @@ class AsyncRolloutClient:
 
     def __init__(
         self,
-        writer: str = DEFAULT_WRITER,
-        reader: str = DEFAULT_READER,
+        writer: str | None = None,
+        reader: str | None = None,
         *,
         token: str | None = None,
         tls_ca: str | Path | None = None,
         retry: RetryPolicy | None = None,
     ) -> None:
+        writer = writer or os.environ.get("ROLLOUT_WRITER") or DEFAULT_WRITER
+        reader = reader or os.environ.get("ROLLOUT_READER") or DEFAULT_READER
         self.writer_address = writer
         self.reader_address = reader
         self.retry = retry or RetryPolicy()

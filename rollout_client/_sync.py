@@ -18,8 +18,6 @@ from types import TracebackType
 from typing import Any, Self, TypeVar
 
 from rollout_client._aio import (
-    DEFAULT_READER,
-    DEFAULT_WRITER,
     AsyncReplayStream,
     AsyncRolloutClient,
     AsyncSession,
@@ -84,8 +82,8 @@ class RolloutClient:
 
     def __init__(
         self,
-        writer: str = DEFAULT_WRITER,
-        reader: str = DEFAULT_READER,
+        writer: str | None = None,
+        reader: str | None = None,
         *,
         token: str | None = None,
         tls_ca: str | Path | None = None,
