@@ -11,6 +11,23 @@ import pytest
 from rollout_client import ConversationMemory, assistant, tool_call, user
 
 
+def _append_from_eight_threads(memory: ConversationMemory) -> list[str]:
+    """8 threads each add_user "<thread>:<index>" for index 0..499, all at once; the texts kept."""
+    start = threading.Barrier(8)
+
+    def work(thread: int) -> None:
+        start.wait()
+        for index in range(500):
+            memory.add_user(f"{thread}:{index}")
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return [message["content"] for message in memory.snapshot()]
+
+
 def test_reads_are_deep_copies() -> None:
     """Changing what snapshot() or last_message() returned never changes the memory."""
     memory = ConversationMemory()
@@ -57,20 +74,7 @@ def test_no_attribute_reaches_the_list() -> None:
 
 def test_concurrent_appends_from_eight_threads_are_all_kept() -> None:
     """8 threads x 500 appends: 4,000 messages, each once, each thread's in its own order."""
-    memory = ConversationMemory()
-    start = threading.Barrier(8)
-
-    def work(thread: int) -> None:
-        start.wait()
-        for index in range(500):
-            memory.add_user(f"{thread}:{index}")
-
-    threads = [threading.Thread(target=work, args=(n,)) for n in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    texts = [message["content"] for message in memory.snapshot()]
+    texts = _append_from_eight_threads(ConversationMemory())
     assert len(texts) == len(set(texts)) == 4000
     for thread in range(8):
         mine = [int(text.split(":")[1]) for text in texts if text.startswith(f"{thread}:")]
@@ -178,20 +182,7 @@ def test_every_method_takes_the_lock(call) -> None:
 
 def test_concurrent_appends_with_max_size_keep_exactly_max_size() -> None:
     """8 threads appending past max_size leave exactly max_size messages, each thread's in order."""
-    memory = ConversationMemory(max_size=100)
-    start = threading.Barrier(8)
-
-    def work(thread: int) -> None:
-        start.wait()
-        for index in range(500):
-            memory.add_user(f"{thread}:{index}")
-
-    threads = [threading.Thread(target=work, args=(n,)) for n in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    texts = [message["content"] for message in memory.snapshot()]
+    texts = _append_from_eight_threads(ConversationMemory(max_size=100))
     assert len(texts) == 100
     for thread in range(8):
         mine = [int(text.split(":")[1]) for text in texts if text.startswith(f"{thread}:")]
