@@ -24,9 +24,7 @@ coroutines. SPEC §6 (Interfaces) names this package; the README has a walkthrou
 from rollout_client._aio import (
     DEFAULT_READER,
     DEFAULT_WRITER,
-    AsyncReplayStream,
     AsyncRolloutClient,
-    AsyncSession,
 )
 from rollout_client._appends import RetryPolicy
 from rollout_client._delegation import DelegationScope, current_delegation, delegation
@@ -79,6 +77,7 @@ from rollout_client._results import (
     TooLarge,
     VerifyReport,
 )
+from rollout_client._session import AsyncReplayStream, AsyncSession
 from rollout_client._sync import ReplayStream, RolloutClient, Session
 
 __all__ = [

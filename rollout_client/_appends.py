@@ -44,7 +44,9 @@ the writer refuses without writing and names the actual next seq.
 
 from __future__ import annotations
 
+import asyncio
 import random
+import time
 import uuid
 from dataclasses import dataclass, field
 
@@ -82,6 +84,29 @@ class RetryPolicy:
         """Seconds to wait before attempt ``attempt + 1`` (``attempt`` counts from 1)."""
         base = min(self.max_backoff, self.initial_backoff * self.multiplier ** (attempt - 1))
         return float(base * random.uniform(0.8, 1.2))
+
+
+class Attempts:
+    """Attempt counting and backoff within one call's deadline (a :class:`RetryPolicy`)."""
+
+    def __init__(self, policy: RetryPolicy) -> None:
+        self.policy = policy
+        self.started = time.monotonic()
+        self.count = 0
+
+    def timeout(self) -> float:
+        """Seconds the next attempt may take (at least 10 ms)."""
+        self.count += 1
+        remaining = self.policy.deadline - (time.monotonic() - self.started)
+        return max(0.01, min(self.policy.attempt_timeout, remaining))
+
+    async def wait(self) -> bool:
+        """Sleep the backoff; False (without sleeping) when the deadline would pass."""
+        delay = self.policy.backoff(self.count)
+        if time.monotonic() - self.started + delay >= self.policy.deadline:
+            return False
+        await asyncio.sleep(delay)
+        return True
 
 
 @dataclass

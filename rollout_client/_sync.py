@@ -17,11 +17,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
-from rollout_client._aio import (
-    AsyncReplayStream,
-    AsyncRolloutClient,
-    AsyncSession,
-)
+from rollout_client._aio import AsyncRolloutClient
 from rollout_client._appends import RetryPolicy
 from rollout_client._records import Record
 from rollout_client._results import (
@@ -35,6 +31,7 @@ from rollout_client._results import (
     StopResult,
     VerifyReport,
 )
+from rollout_client._session import AsyncReplayStream, AsyncSession
 
 T = TypeVar("T")
 

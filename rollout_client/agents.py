@@ -50,8 +50,9 @@ from typing import Any, TypeVar, cast
 from agents.items import TResponseInputItem
 from agents.memory import SessionSettings
 
-from rollout_client._aio import AsyncRolloutClient, AsyncSession
+from rollout_client._aio import AsyncRolloutClient
 from rollout_client._records import Compaction, tool_call
+from rollout_client._session import AsyncSession
 from rollout_client._sync import RolloutClient
 from shared.records import reasoning_blocks_of
 
