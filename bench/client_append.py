@@ -42,6 +42,14 @@ from rollout_client import AsyncRolloutClient, RolloutClient, user
 TEXT = "x" * 1000
 
 
+def _request(session_id: str, next_seq: int) -> writer_pb2.AppendRequest:
+    """One user message with a fresh request id and the expected next seq (built inside the timing, as the SDK builds its own)."""
+    record = writer_pb2.AppendRecord(message=records_pb2.ChatMessage(role="user", text=TEXT))
+    return writer_pb2.AppendRequest(
+        session_id=session_id, records=[record], expected_next_seq=next_seq, request_id=uuid.uuid4().hex
+    )
+
+
 def _raw(address: str, appends: int) -> list[float]:
     with grpc.insecure_channel(address) as channel:
         stub = writer_pb2_grpc.RolloutWriterStub(channel)
@@ -49,16 +57,8 @@ def _raw(address: str, appends: int) -> list[float]:
         next_seq = session.next_seq
         latencies = []
         for _ in range(appends):
-            record = writer_pb2.AppendRecord(message=records_pb2.ChatMessage(role="user", text=TEXT))
             started = time.perf_counter()
-            response = stub.Append(
-                writer_pb2.AppendRequest(
-                    session_id=session.session_id,
-                    records=[record],
-                    expected_next_seq=next_seq,
-                    request_id=uuid.uuid4().hex,
-                )
-            )
+            response = stub.Append(_request(session.session_id, next_seq))
             latencies.append(time.perf_counter() - started)
             next_seq = response.next_seq
     return latencies
@@ -72,16 +72,8 @@ def _raw_async(address: str, appends: int) -> list[float]:
             next_seq = session.next_seq
             latencies = []
             for _ in range(appends):
-                record = writer_pb2.AppendRecord(message=records_pb2.ChatMessage(role="user", text=TEXT))
                 started = time.perf_counter()
-                response = await stub.Append(
-                    writer_pb2.AppendRequest(
-                        session_id=session.session_id,
-                        records=[record],
-                        expected_next_seq=next_seq,
-                        request_id=uuid.uuid4().hex,
-                    )
-                )
+                response = await stub.Append(_request(session.session_id, next_seq))
                 latencies.append(time.perf_counter() - started)
                 next_seq = response.next_seq
             return latencies
