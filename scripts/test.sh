@@ -10,5 +10,5 @@ fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[dev]"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-.venv/bin/mypy shared writer_service reader_service rollout_cli
+.venv/bin/mypy shared writer_service reader_service rollout_cli rollout_client
 .venv/bin/python -m pytest -n 2 "$@"

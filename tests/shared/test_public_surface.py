@@ -11,7 +11,7 @@ import pytest
 import shared
 
 REPO = Path(__file__).resolve().parents[2]
-CONSUMERS = ("writer_service", "reader_service", "rollout_cli")
+CONSUMERS = ("writer_service", "reader_service", "rollout_cli", "rollout_client")
 
 
 def _imports_from_shared():
@@ -65,5 +65,5 @@ def test_consumers_import_something_from_shared():
 
 @pytest.mark.parametrize(("module", "name", "where"), IMPORTS, ids=[f"{m}.{n}" for m, n, _ in IMPORTS])
 def test_names_the_services_import_from_shared_exist(module, name, where):
-    """Each name writer_service, reader_service and rollout_cli import from shared.* exists there."""
+    """Each name writer_service, reader_service, rollout_cli and rollout_client import from shared.* exists there."""
     assert hasattr(importlib.import_module(module), name), f"{where}: {module}.{name} is missing"

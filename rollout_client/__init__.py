@@ -1,0 +1,139 @@
+"""rollout_client: how agents use the rollout ledger from Python.
+
+Sessions as objects over the writer and reader services; messages in and out as
+plain dicts in the ledger's chat shape (never protobuf); appends exactly once
+without the caller's help; delegation coordinates carried by context; typed
+errors with the google.rpc details; a :class:`ConversationMemory` whose list is
+reached only through methods; and (``rollout_client.agents``, with the
+``agents`` extra) an OpenAI Agents SDK session over the ledger::
+
+    from rollout_client import RolloutClient, delegation, user, assistant, tool_call
+
+    with RolloutClient("127.0.0.1:50051", "127.0.0.1:50052") as client:
+        parent = client.create_session("director", root=True)
+        parent.append(user("fix the bug"), assistant(tool_calls=[tool_call("call_1", "coder")]))
+        with delegation(parent=parent, tool_call_id="call_1"):
+            child = client.create_session("coder")   # records parent and delegation id
+        child.append(user("fix the bug"))
+        child.stop("completed")
+
+:class:`RolloutClient` blocks; :class:`AsyncRolloutClient` has the same calls as
+coroutines. SPEC §6 (Interfaces) names this package; the README has a walkthrough.
+"""
+
+from rollout_client._aio import (
+    DEFAULT_READER,
+    DEFAULT_WRITER,
+    AsyncRolloutClient,
+)
+from rollout_client._appends import RetryPolicy
+from rollout_client._delegation import DelegationScope, current_delegation, delegation
+from rollout_client._errors import (
+    AbortedError,
+    AlreadyExistsError,
+    AppendOutcomeUnknownError,
+    DataLossError,
+    DeadlineExceededError,
+    ErrorInfo,
+    FailedPreconditionError,
+    FieldViolation,
+    InternalError,
+    InvalidArgumentError,
+    NotFoundError,
+    PermissionDeniedError,
+    PreconditionViolation,
+    ResourceExhaustedError,
+    RolloutError,
+    RootNotDeclaredError,
+    SessionStoppedError,
+    UnauthenticatedError,
+    UnavailableError,
+)
+from rollout_client._memory import ConversationMemory
+from rollout_client._records import (
+    Compaction,
+    Event,
+    Record,
+    TurnContext,
+    assistant,
+    developer,
+    system,
+    tool_call,
+    tool_result,
+    user,
+)
+from rollout_client._results import (
+    AppendResult,
+    Checkpoint,
+    DegradedEntry,
+    Delegation,
+    Replay,
+    ReplaySummary,
+    ResumeResult,
+    SessionPage,
+    SessionSummary,
+    StopFacts,
+    StopResult,
+    TooLarge,
+    VerifyReport,
+)
+from rollout_client._session import AsyncReplayStream, AsyncSession
+from rollout_client._sync import ReplayStream, RolloutClient, Session
+
+__all__ = [
+    "DEFAULT_READER",
+    "DEFAULT_WRITER",
+    "AbortedError",
+    "AlreadyExistsError",
+    "AppendOutcomeUnknownError",
+    "AppendResult",
+    "AsyncReplayStream",
+    "AsyncRolloutClient",
+    "AsyncSession",
+    "Checkpoint",
+    "Compaction",
+    "ConversationMemory",
+    "DataLossError",
+    "DeadlineExceededError",
+    "DegradedEntry",
+    "Delegation",
+    "DelegationScope",
+    "ErrorInfo",
+    "Event",
+    "FailedPreconditionError",
+    "FieldViolation",
+    "InternalError",
+    "InvalidArgumentError",
+    "NotFoundError",
+    "PermissionDeniedError",
+    "PreconditionViolation",
+    "Record",
+    "Replay",
+    "ReplayStream",
+    "ReplaySummary",
+    "ResourceExhaustedError",
+    "ResumeResult",
+    "RetryPolicy",
+    "RolloutClient",
+    "RolloutError",
+    "RootNotDeclaredError",
+    "Session",
+    "SessionPage",
+    "SessionStoppedError",
+    "SessionSummary",
+    "StopFacts",
+    "StopResult",
+    "TooLarge",
+    "TurnContext",
+    "UnauthenticatedError",
+    "UnavailableError",
+    "VerifyReport",
+    "assistant",
+    "current_delegation",
+    "delegation",
+    "developer",
+    "system",
+    "tool_call",
+    "tool_result",
+    "user",
+]

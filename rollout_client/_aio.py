@@ -1,0 +1,289 @@
+"""The asyncio client: :class:`AsyncRolloutClient` (its sessions are in :mod:`rollout_client._session`).
+
+This is the one implementation of every call; the blocking :class:`rollout_client.RolloutClient`
+runs it on an event loop of its own. An ``AsyncRolloutClient`` opens its channels on
+its first call and belongs to that call's event loop.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import grpc
+
+from rollout.v1 import reader_pb2, reader_pb2_grpc, writer_pb2, writer_pb2_grpc
+from rollout_client._appends import REFUSED_UNWRITTEN, RETRYABLE, Attempts, PendingAppend, RetryPolicy
+from rollout_client._channels import channel_credentials, open_channel
+from rollout_client._delegation import current_delegation
+from rollout_client._errors import (
+    AlreadyExistsError,
+    FailedPreconditionError,
+    InternalError,
+    RootNotDeclaredError,
+    error_from_rpc,
+)
+from rollout_client._records import Event, append_record
+from rollout_client._results import Delegation, SessionPage
+from rollout_client._session import AsyncSession
+from shared.naming import new_session_id
+
+DEFAULT_WRITER = "127.0.0.1:50051"
+DEFAULT_READER = "127.0.0.1:50052"
+
+#: Reads: idempotent, retried on every retryable status.
+_READ_RETRY = RETRYABLE
+_PROBE = append_record(Event("rollout_client.next_seq_probe"), 0)
+
+
+def _root_role(agent_name: str, root: bool | None) -> writer_pb2.SessionRole:
+    """The SessionRole of a session created outside any delegation (SPEC §5, seed rule 13)."""
+    if root is True:
+        return writer_pb2.SESSION_ROLE_ROOT
+    if root is False:
+        return writer_pb2.SESSION_ROLE_CHILD_WITHOUT_COORDINATES
+    if agent_name:
+        raise RootNotDeclaredError(
+            f"create_session({agent_name!r}) outside any delegation: pass root=True for a top-level"
+            " agent session, or create it inside rollout_client.delegation(parent=..., tool_call_id=...)"
+            " so that it records its parent (empty coordinates are never taken for a root)"
+        )
+    return writer_pb2.SESSION_ROLE_UNSPECIFIED
+
+
+class AsyncRolloutClient:
+    """A client of one writer and one reader (``host:port`` each; by default the
+    ``ROLLOUT_WRITER`` / ``ROLLOUT_READER`` environment variables, as for the ``rollout``
+    command, else 127.0.0.1:50051 and 127.0.0.1:50052).
+
+    ``token``: a bearer token sent on every call; ``tls_ca``: the CA file (PEM) of the
+    services' TLS certificates (see :mod:`rollout_client._channels`). ``retry``: the backoff
+    and deadline of retried calls. Use as ``async with AsyncRolloutClient(...) as client:``
+    or call :meth:`close`. Raises ValueError for a token to a non-loopback address without
+    ``tls_ca``.
+    """
+
+    def __init__(
+        self,
+        writer: str | None = None,
+        reader: str | None = None,
+        *,
+        token: str | None = None,
+        tls_ca: str | Path | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        writer = writer or os.environ.get("ROLLOUT_WRITER") or DEFAULT_WRITER
+        reader = reader or os.environ.get("ROLLOUT_READER") or DEFAULT_READER
+        self.writer_address = writer
+        self.reader_address = reader
+        self.retry = retry or RetryPolicy()
+        self._credentials = (
+            channel_credentials(writer, token, tls_ca),
+            channel_credentials(reader, token, tls_ca),
+        )
+        self._channels: list[grpc.aio.Channel] = []
+        self._writer: writer_pb2_grpc.RolloutWriterStub | None = None
+        self._reader: reader_pb2_grpc.RolloutReaderStub | None = None
+
+    # -- channels and calls ---------------------------------------------------------
+
+    @property
+    def writer_stub(self) -> writer_pb2_grpc.RolloutWriterStub:
+        if self._writer is None:
+            channel = open_channel(self.writer_address, self._credentials[0])
+            self._channels.append(channel)
+            self._writer = writer_pb2_grpc.RolloutWriterStub(channel)  # type: ignore[no-untyped-call]
+        return self._writer
+
+    @property
+    def reader_stub(self) -> reader_pb2_grpc.RolloutReaderStub:
+        if self._reader is None:
+            channel = open_channel(self.reader_address, self._credentials[1])
+            self._channels.append(channel)
+            self._reader = reader_pb2_grpc.RolloutReaderStub(channel)  # type: ignore[no-untyped-call]
+        return self._reader
+
+    async def call(
+        self,
+        method: Callable[..., Awaitable[Any]],
+        request: Any,
+        retry_on: frozenset[grpc.StatusCode] = _READ_RETRY,
+    ) -> Any:
+        """One unary call, retried with backoff on ``retry_on`` statuses within the policy's
+        deadline; a failure raises its typed :class:`RolloutError`."""
+        attempts = Attempts(self.retry)
+        while True:
+            try:
+                return await method(request, timeout=attempts.timeout())
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() not in retry_on or not await attempts.wait():
+                    raise error_from_rpc(exc) from exc
+
+    async def append(self, pending: PendingAppend) -> writer_pb2.AppendResponse:
+        """Send one Append until it is settled exactly once (rules in :mod:`rollout_client._appends`)."""
+        attempts = Attempts(self.retry)
+        while True:
+            try:
+                response: writer_pb2.AppendResponse = await self.writer_stub.Append(
+                    pending.request(), timeout=attempts.timeout()
+                )
+                return response
+            except grpc.aio.AioRpcError as exc:
+                error = error_from_rpc(exc)
+            if isinstance(error, FailedPreconditionError) and error.next_seq is not None:
+                landed = pending.after_mismatch(error)
+                if landed is not None:
+                    return landed
+                continue  # the writer answered: send again at the settled seq at once
+            if error.code in RETRYABLE and error.code is not None:
+                pending.after_transport_failure(error.code)
+                if await attempts.wait():
+                    continue
+            if pending.maybe_landed:
+                raise pending.outcome_unknown(error) from error
+            raise error
+
+    async def next_seq(self, session_id: str) -> int:
+        """The session's next seq, asked of the writer with ``expected_next_seq=0`` (never a
+        valid next seq: seq 0 is the session_meta), so nothing is written.
+        Raises SessionStoppedError for a stopped session, NotFoundError for an unknown one."""
+        probe = writer_pb2.AppendRequest(session_id=session_id, records=[_PROBE], expected_next_seq=0)
+        try:
+            await self.call(self.writer_stub.Append, probe)
+        except FailedPreconditionError as error:
+            if error.next_seq is not None:
+                return error.next_seq
+            raise
+        raise InternalError(f"the writer accepted a probe for session {session_id} at seq 0")
+
+    async def close(self) -> None:
+        """Close both channels (calls in flight are cancelled)."""
+        channels, self._channels = self._channels, []
+        self._writer = self._reader = None
+        for channel in channels:
+            await channel.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    # -- sessions ----------------------------------------------------------------------
+
+    async def create_session(
+        self,
+        agent_name: str | None = None,
+        *,
+        root: bool | None = None,
+        tenant: str = "",
+        model: str = "",
+        cwd: str = "",
+        originator: str = "",
+        client_version: str = "",
+        session_id: str | None = None,
+    ) -> AsyncSession:
+        """Create a session (its session_meta is durable when this returns).
+
+        Inside ``rollout_client.delegation(parent=..., tool_call_id=...)`` the session is a
+        CHILD carrying both coordinates (unless ``root=True``). Outside: ``root=True`` makes a
+        ROOT; ``root=False`` a child without coordinates; naming an agent without either raises
+        :class:`RootNotDeclaredError` (never silently a root). The session id is made here
+        (UUIDv7) unless given, so a retry after a lost answer cannot create a second session.
+        Raises InvalidArgumentError (bad agent name or field), AlreadyExistsError (a given id
+        already in the ledger), UnavailableError.
+        """
+        scope = current_delegation()
+        request = writer_pb2.CreateSessionRequest(
+            session_id=session_id or new_session_id(),
+            agent_name=agent_name or "",
+            tenant=tenant,
+            model=model,
+            cwd=cwd,
+            originator=originator,
+            client_version=client_version,
+        )
+        if scope is not None and root is not True:
+            request.parent_session_id = scope.parent_session_id
+            request.delegation_id = scope.tool_call_id
+            request.role = writer_pb2.SESSION_ROLE_CHILD
+        else:
+            request.role = _root_role(request.agent_name, root)
+        attempts = Attempts(self.retry)
+        maybe_created = False
+        while True:
+            try:
+                response = await self.writer_stub.CreateSession(request, timeout=attempts.timeout())
+                return AsyncSession(self, response.session_id, next_seq=response.next_seq)
+            except grpc.aio.AioRpcError as exc:
+                error = error_from_rpc(exc)
+            if isinstance(error, AlreadyExistsError) and maybe_created:
+                return AsyncSession(self, request.session_id)  # the lost answer's session
+            if error.code in RETRYABLE:
+                maybe_created = maybe_created or error.code not in REFUSED_UNWRITTEN
+                if await attempts.wait():
+                    continue
+            raise error
+
+    def session(self, session_id: str) -> AsyncSession:
+        """The existing session ``session_id`` (no call is made; a wrong id fails on first use)."""
+        return AsyncSession(self, session_id)
+
+    async def list_sessions(
+        self,
+        *,
+        page_size: int = 0,
+        tenant: str = "",
+        agent_name: str = "",
+        parent_session_id: str = "",
+        created_after: str = "",
+        created_before: str = "",
+        stop_state: str = "",
+        max_scan: int = 0,
+        page_token: str = "",
+    ) -> AsyncGenerator[SessionPage, None]:
+        """Pages of sessions, newest first, one ListSessions call per page, until the last page.
+        Filters as in reader.proto (``stop_state``: ``unknown``, ``stopped``, ``replayable``,
+        ``not_replayable`` or a stop kind). Raises InvalidArgumentError for a bad filter or token."""
+        while True:
+            request = reader_pb2.ListSessionsRequest(
+                page_size=page_size,
+                page_token=page_token,
+                tenant=tenant,
+                agent_name=agent_name,
+                parent_session_id=parent_session_id,
+                created_after=created_after,
+                created_before=created_before,
+                stop_state=stop_state,
+                max_scan=max_scan,
+            )
+            page = SessionPage.from_proto(await self.call(self.reader_stub.ListSessions, request))
+            yield page
+            if not page.next_page_token:
+                return
+            page_token = page.next_page_token
+
+    async def find_children(
+        self, parent_session_id: str, delegation_id: str | None = None
+    ) -> list[Delegation]:
+        """The child sessions of ``parent_session_id`` (oldest first), only those started by
+        ``delegation_id`` (a tool call id) when given. Raises NotFoundError, InvalidArgumentError."""
+        request = reader_pb2.FindDelegationsRequest(
+            parent_session_id=parent_session_id, delegation_id=delegation_id or ""
+        )
+        response = await self.call(self.reader_stub.FindDelegations, request)
+        return [Delegation.from_proto(link) for link in response.delegations]
+
+    async def find_parent(self, child_session_id: str) -> Delegation:
+        """The delegation that started ``child_session_id``: its ``parent_session_id`` and
+        ``delegation_id`` (both empty for a session without coordinates: never a root by
+        default). Raises NotFoundError, InvalidArgumentError."""
+        request = reader_pb2.FindDelegationsRequest(child_session_id=child_session_id)
+        response = await self.call(self.reader_stub.FindDelegations, request)
+        (link,) = response.delegations
+        return Delegation.from_proto(link)

@@ -1,0 +1,66 @@
+"""gRPC channels to the writer and the reader, with the optional TLS roots and bearer token.
+
+* ``tls_ca``: a PEM file of the CA that signed the services' certificates; the channel
+  is TLS (``grpc.ssl_channel_credentials``).
+* ``token``: sent on every call as ``authorization: Bearer <token>`` metadata
+  (``grpc.access_token_call_credentials``). gRPC sends call credentials only over a
+  secure channel; without ``tls_ca`` the token is allowed to loopback addresses only
+  (``grpc.local_channel_credentials``), so it never crosses a network in clear text.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+
+import grpc
+
+#: Largest reply accepted (the reader's own limit: a bigger unary replay is refused there).
+MAX_RECEIVE_BYTES = 256 * 1024 * 1024
+#: Largest request sent (the writer's request limit).
+MAX_SEND_BYTES = 64 * 1024 * 1024
+CHANNEL_OPTIONS = (
+    ("grpc.max_receive_message_length", MAX_RECEIVE_BYTES),
+    ("grpc.max_send_message_length", MAX_SEND_BYTES),
+)
+
+
+def _is_loopback(address: str) -> bool:
+    host = address.rsplit(":", 1)[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def channel_credentials(
+    address: str, token: str | None, tls_ca: str | Path | None
+) -> grpc.ChannelCredentials | None:
+    """The credentials of a channel to ``address`` (None: plaintext, no token).
+
+    Raises ValueError for a token to a non-loopback address without ``tls_ca``, and
+    OSError when ``tls_ca`` cannot be read.
+    """
+    if tls_ca is not None:
+        transport = grpc.ssl_channel_credentials(root_certificates=Path(tls_ca).read_bytes())
+    elif token is not None:
+        if not _is_loopback(address):
+            raise ValueError(
+                f"a token to {address} would travel in clear text; pass tls_ca= (the CA file of the"
+                " services' certificates), or reach the service over a loopback address"
+            )
+        transport = grpc.local_channel_credentials(grpc.LocalConnectionType.LOCAL_TCP)
+    else:
+        return None
+    if token is None:
+        return transport
+    return grpc.composite_channel_credentials(transport, grpc.access_token_call_credentials(token))
+
+
+def open_channel(address: str, credentials: grpc.ChannelCredentials | None) -> grpc.aio.Channel:
+    """An asyncio channel to ``address`` bound to the running event loop."""
+    if credentials is None:
+        return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+    return grpc.aio.secure_channel(address, credentials, options=CHANNEL_OPTIONS)

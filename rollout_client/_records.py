@@ -1,0 +1,212 @@
+"""Records in and out: plain dicts in the ledger's chat shape, never protobuf.
+
+A message is a dict in the OpenAI chat shape the ledger stores (SPEC §1; the
+payload of a ``message`` record, documented in ``shared/records.py``)::
+
+    {"role": "assistant", "content": "On it.",
+     "tool_calls": [{"id": "call_1", "type": "function",
+                     "function": {"name": "grep", "arguments": "{\\"q\\": \\"x\\"}"}}],
+     "reasoning": {"content": "look first", "encrypted": "..."}}
+
+``reasoning`` is one block object, or a list of block objects when an assistant
+turn has several (each becomes its own ``reasoning`` record, in order, written
+just before the message; replay gives them back the same way). The other records
+are typed: :class:`Event`, :class:`Compaction`, :class:`TurnContext`. The
+helpers :func:`user`, :func:`assistant`, :func:`tool_call`, :func:`tool_result`,
+:func:`system` and :func:`developer` build message dicts.
+
+Opaque objects (content parts, event bodies, turn contexts) travel as
+``google.protobuf.Struct``: numbers are doubles, so an integer beyond ±2**53
+loses precision and ``1.0`` comes back as ``1``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rollout.v1 import records_pb2, writer_pb2
+from shared.records import attached_reasoning
+from shared.wire import append_payloads, message_from_payload, python_to_struct, split_reasoning
+
+#: Keys a message dict may carry (``synthetic`` is written by the writer only: it refuses it).
+MESSAGE_KEYS = frozenset(
+    {
+        "role",
+        "content",
+        "name",
+        "tool_calls",
+        "tool_call_id",
+        "is_anchored",
+        "truncation_marker",
+        "reasoning",
+        "synthetic",
+        "is_error",
+    }
+)
+_TOOL_CALL_KEYS = frozenset({"id", "type", "function"})
+_FUNCTION_KEYS = frozenset({"name", "arguments"})
+_REASONING_KEYS = frozenset({"content", "signature", "encrypted"})
+
+
+@dataclass(frozen=True)
+class Event:
+    """An ``event`` record: not part of the message sequence (tool_start, token_count, ui, ...).
+    ``body`` is an opaque JSON object."""
+
+    kind: str
+    body: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Compaction:
+    """A ``compacted`` record (SPEC §3): the model's view was replaced. Without
+    ``replacement_history`` replay resets to one user message holding ``summary``; with it
+    (even empty) replay resets to exactly those messages (message dicts)."""
+
+    summary: str
+    replacement_history: Sequence[Mapping[str, Any]] | None = None
+
+
+@dataclass(frozen=True)
+class TurnContext:
+    """A ``turn_context`` record: an opaque object (model, cwd, policies, ...)."""
+
+    context: Mapping[str, Any]
+
+
+#: Anything :meth:`Session.append` takes: a message dict or one of the typed records.
+Record = Mapping[str, Any] | Event | Compaction | TurnContext
+
+
+def system(content: str) -> dict[str, Any]:
+    """A system message dict."""
+    return {"role": "system", "content": content}
+
+
+def developer(content: str) -> dict[str, Any]:
+    """A developer message dict."""
+    return {"role": "developer", "content": content}
+
+
+def user(content: str | list[Any], *, name: str | None = None) -> dict[str, Any]:
+    """A user message dict; ``content`` is text or a list of content parts (kept as given)."""
+    message: dict[str, Any] = {"role": "user", "content": content}
+    if name is not None:
+        message["name"] = name
+    return message
+
+
+def tool_call(call_id: str, name: str, arguments: str = "{}", *, type: str = "function") -> dict[str, Any]:
+    """One tool call of an assistant message; ``arguments`` is kept byte for byte (usually JSON).
+    ``type`` is ``function`` or ``custom`` (free-form input such as a patch)."""
+    return {"id": call_id, "type": type, "function": {"name": name, "arguments": arguments}}
+
+
+def assistant(
+    content: str | list[Any] | None = None,
+    *,
+    tool_calls: Sequence[Mapping[str, Any]] = (),
+    reasoning: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """An assistant message dict: text or parts, tool calls (see :func:`tool_call`) and
+    reasoning (one block ``{"content", "signature"?, "encrypted"?}`` or a list of blocks)."""
+    message: dict[str, Any] = {"role": "assistant"}
+    if content is not None:
+        message["content"] = content
+    if tool_calls:
+        message["tool_calls"] = [dict(call) for call in tool_calls]
+    if reasoning is not None:
+        message["reasoning"] = (
+            dict(reasoning) if isinstance(reasoning, Mapping) else [dict(b) for b in reasoning]
+        )
+    return message
+
+
+def tool_result(call_id: str, content: str | list[Any], *, is_error: bool = False) -> dict[str, Any]:
+    """A tool message answering ``call_id``; ``is_error`` marks an output the tool reported as failed."""
+    message: dict[str, Any] = {"role": "tool", "tool_call_id": call_id, "content": content}
+    if is_error:
+        message["is_error"] = True
+    return message
+
+
+def _check_keys(where: str, value: object, allowed: frozenset[str]) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{where} must be a dict, not {type(value).__name__}")
+    unknown = sorted(str(key) for key in value if key not in allowed)
+    if unknown:
+        raise ValueError(
+            f"{where} has keys the ledger does not store: {unknown} (allowed: {sorted(allowed)})"
+        )
+    return value
+
+
+def check_message(message: object, where: str) -> Mapping[str, Any]:
+    """Refuse, before anything is sent, a message dict the conversion would change silently:
+    unknown keys (they would be dropped), a role or content of the wrong type, malformed
+    tool calls or reasoning blocks. Raises TypeError or ValueError naming ``where``."""
+    checked = _check_keys(where, message, MESSAGE_KEYS)
+    if not isinstance(checked.get("role"), str):
+        raise TypeError(f"{where}.role must be a string such as 'user' or 'assistant'")
+    content = checked.get("content")
+    if content is not None and not isinstance(content, str | list):
+        raise TypeError(f"{where}.content must be text or a list of parts, not {type(content).__name__}")
+    for position, call in enumerate(checked.get("tool_calls") or ()):
+        call = _check_keys(f"{where}.tool_calls[{position}]", call, _TOOL_CALL_KEYS)
+        _check_keys(f"{where}.tool_calls[{position}].function", call.get("function", {}), _FUNCTION_KEYS)
+    reasoning = checked.get("reasoning")
+    blocks = [reasoning] if isinstance(reasoning, Mapping) else reasoning or []
+    if not isinstance(blocks, list):
+        raise TypeError(f"{where}.reasoning must be one block (a dict) or a list of blocks")
+    for position, block in enumerate(blocks):
+        _check_keys(f"{where}.reasoning[{position}]", block, _REASONING_KEYS)
+    return checked
+
+
+def message_to_proto(message: Mapping[str, Any], where: str = "message") -> records_pb2.ChatMessage:
+    """A message dict as ``rollout.v1.ChatMessage`` (checked by :func:`check_message` first)."""
+    return message_from_payload(dict(check_message(message, where)))
+
+
+def append_record(record: Record, index: int) -> writer_pb2.AppendRecord:
+    """One :data:`Record` as an ``AppendRecord``. Raises TypeError / ValueError naming ``records[index]``."""
+    where = f"records[{index}]"
+    if isinstance(record, Event):
+        if not record.kind:
+            raise ValueError(f"{where}: an event needs a kind")
+        return writer_pb2.AppendRecord(
+            event=records_pb2.Event(kind=record.kind, body=python_to_struct(dict(record.body)))
+        )
+    if isinstance(record, Compaction):
+        compacted = records_pb2.Compacted(summary=record.summary)
+        if record.replacement_history is not None:
+            compacted.replacement_history.SetInParent()  # present even when empty: reset to nothing
+            for position, message in enumerate(record.replacement_history):
+                compacted.replacement_history.messages.append(
+                    message_to_proto(message, f"{where}.replacement_history[{position}]")
+                )
+        return writer_pb2.AppendRecord(compacted=compacted)
+    if isinstance(record, TurnContext):
+        return writer_pb2.AppendRecord(turn_context=python_to_struct(dict(record.context)))
+    return writer_pb2.AppendRecord(message=message_to_proto(record, where))
+
+
+def lines_per_record(records: Sequence[writer_pb2.AppendRecord]) -> list[int]:
+    """How many lines (seqs) each record becomes, counted as the writer counts them
+    (``shared.wire.append_payloads``: a message with N reasoning blocks is N + 1 lines).
+
+    Raises :class:`shared.errors.RecordValidationError` for a record the writer would refuse
+    for its shape (reasoning on a non-assistant message, both reasoning fields, NaN).
+    """
+    return [len(append_payloads(record, index)) for index, record in enumerate(records)]
+
+
+def message_to_dict(message: records_pb2.ChatMessage) -> dict[str, Any]:
+    """A replayed ``ChatMessage`` as the ledger's message dict, reasoning attached
+    (one block as an object, several as a list)."""
+    blocks, payload = split_reasoning(message)
+    if blocks:
+        payload["reasoning"] = attached_reasoning(blocks)
+    return payload

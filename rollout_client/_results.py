@@ -1,0 +1,318 @@
+"""What the ledger answers, as plain frozen dataclasses (reader.proto / writer.proto responses).
+
+Digest statuses are the strings ``verified``, ``mismatch`` and ``no_checkpoint``
+(SPEC §5); stop kinds the raw strings the ledger stores (``paused``, ...).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rollout.v1 import reader_pb2, records_pb2, writer_pb2
+from rollout_client._records import message_to_dict
+
+_DIGEST_STATUS: dict[int, str] = {
+    reader_pb2.DIGEST_STATUS_VERIFIED: "verified",
+    reader_pb2.DIGEST_STATUS_MISMATCH: "mismatch",
+    reader_pb2.DIGEST_STATUS_NO_CHECKPOINT: "no_checkpoint",
+}
+
+
+def digest_status_name(value: int) -> str:
+    """``verified`` / ``mismatch`` / ``no_checkpoint`` ("" when unspecified)."""
+    return _DIGEST_STATUS.get(value, "")
+
+
+@dataclass(frozen=True)
+class DegradedEntry:
+    """A place where replay is not an exact restoration: ``kind`` (e.g. ``compacted_rebuild``),
+    1-based ``line`` and byte ``offset`` in the session file (0 when not tied to a line)."""
+
+    kind: str
+    line: int
+    offset: int
+    detail: str
+
+    @classmethod
+    def from_proto(cls, entry: records_pb2.DegradedEntry) -> DegradedEntry:
+        return cls(entry.kind, entry.line, entry.offset, entry.detail)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """An ``agent_checkpoint``: digest, message count, the last seq it covers, its own seq."""
+
+    digest: str
+    message_count: int
+    covers_seq: int
+    stop_kind: str
+    seq: int
+
+    @classmethod
+    def from_proto(cls, checkpoint: records_pb2.AgentCheckpoint) -> Checkpoint:
+        return cls(
+            checkpoint.digest,
+            checkpoint.message_count,
+            checkpoint.covers_seq,
+            checkpoint.stop_kind,
+            checkpoint.seq,
+        )
+
+
+def _checkpoint(message: Any, name: str) -> Checkpoint | None:
+    return Checkpoint.from_proto(getattr(message, name)) if message.HasField(name) else None
+
+
+@dataclass(frozen=True)
+class TooLarge:
+    """The replay is over the caller's budget (REPLAY_TOO_LARGE); the messages are still there."""
+
+    estimated_tokens: int
+    token_budget: int
+
+
+@dataclass(frozen=True)
+class ReplaySummary:
+    """Everything of a replay but its messages: degraded ledger, superseded outputs, last
+    checkpoint, digest status and recomputed digest, token estimate (``ceil(bytes / 4)`` per
+    message), ``too_large`` when over the budget, and the message count."""
+
+    degraded: tuple[DegradedEntry, ...]
+    superseded_outputs: int
+    last_checkpoint: Checkpoint | None
+    digest_status: str
+    computed_digest: str
+    estimated_tokens: int
+    too_large: TooLarge | None
+    message_count: int
+
+    @property
+    def is_degraded(self) -> bool:
+        """True when the replay lists any place it is not an exact restoration."""
+        return bool(self.degraded)
+
+    @classmethod
+    def from_proto(cls, summary: Any, message_count: int) -> ReplaySummary:
+        """From a ReplayResponse or a ReplaySummary (the last StreamReplay chunk)."""
+        too_large = summary.too_large if summary.HasField("too_large") else None
+        return cls(
+            degraded=tuple(DegradedEntry.from_proto(entry) for entry in summary.degraded),
+            superseded_outputs=summary.superseded_outputs,
+            last_checkpoint=_checkpoint(summary, "last_checkpoint"),
+            digest_status=digest_status_name(summary.digest_status),
+            computed_digest=summary.computed_digest,
+            estimated_tokens=summary.estimated_tokens,
+            too_large=TooLarge(too_large.estimated_tokens, too_large.token_budget) if too_large else None,
+            message_count=message_count,
+        )
+
+
+@dataclass(frozen=True)
+class Replay:
+    """The exact rebuilt message sequence of a session (message dicts, reasoning attached)
+    and its :class:`ReplaySummary` (SPEC §5 Replay)."""
+
+    session_id: str
+    messages: list[dict[str, Any]]
+    summary: ReplaySummary
+
+    @property
+    def degraded(self) -> tuple[DegradedEntry, ...]:
+        return self.summary.degraded
+
+    @property
+    def digest_status(self) -> str:
+        return self.summary.digest_status
+
+    @property
+    def too_large(self) -> TooLarge | None:
+        return self.summary.too_large
+
+    @classmethod
+    def from_proto(cls, response: reader_pb2.ReplayResponse) -> Replay:
+        messages = [message_to_dict(message) for message in response.messages]
+        return cls(response.session_id, messages, ReplaySummary.from_proto(response, len(messages)))
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    """Seq of each appended record (a message's own seq, after its reasoning blocks) and the
+    session's next seq."""
+
+    seqs: tuple[int, ...]
+    next_seq: int
+
+    @classmethod
+    def from_proto(cls, response: writer_pb2.AppendResponse) -> AppendResult:
+        return cls(tuple(response.seqs), response.next_seq)
+
+
+@dataclass(frozen=True)
+class StopResult:
+    """What Stop wrote: checkpoint and stop record seqs, the digest, the message count."""
+
+    checkpoint_seq: int
+    stop_seq: int
+    digest: str
+    message_count: int
+
+    @classmethod
+    def from_proto(cls, response: writer_pb2.StopResponse) -> StopResult:
+        return cls(response.checkpoint_seq, response.stop_seq, response.digest, response.message_count)
+
+
+@dataclass(frozen=True)
+class ResumeResult:
+    """Tool call ids closed with a synthetic output, the stop kind the session had ("" when it
+    was open) and the next seq."""
+
+    closed_call_ids: tuple[str, ...]
+    previous_stop_kind: str
+    next_seq: int
+
+    @classmethod
+    def from_proto(cls, response: writer_pb2.ResumeResponse) -> ResumeResult:
+        return cls(tuple(response.closed_call_ids), response.previous_stop_kind, response.next_seq)
+
+
+@dataclass(frozen=True)
+class StopFacts:
+    """Why and where a session stopped, from the file's tail (SPEC §5 Stop facts).
+    ``found=False`` means unknown (running, or killed before any Stop), never "cannot continue".
+    ``replayable`` and ``resume_reason`` are the default-deny resume eligibility."""
+
+    session_id: str
+    found: bool
+    stop_kind: str
+    reason: str
+    error: dict[str, str] | None
+    checkpoint: Checkpoint | None
+    has_stop_record: bool
+    stop_seq: int
+    replayable: bool
+    resume_reason: str
+
+    @classmethod
+    def from_proto(cls, facts: reader_pb2.StopFacts) -> StopFacts:
+        error = (
+            {"message": facts.error.message, "category": facts.error.category}
+            if facts.HasField("error")
+            else None
+        )
+        return cls(
+            session_id=facts.session_id,
+            found=facts.found,
+            stop_kind=facts.stop_kind,
+            reason=facts.reason,
+            error=error,
+            checkpoint=_checkpoint(facts, "checkpoint"),
+            has_stop_record=facts.has_stop_record,
+            stop_seq=facts.stop_seq,
+            replayable=facts.resume.replayable,
+            resume_reason=facts.resume.reason,
+        )
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """A full integrity check (SPEC §5 Verify): ``ok`` unless the file is damaged or the last
+    checkpoint does not verify; findings are sentences a person can read."""
+
+    session_id: str
+    ok: bool
+    records: int
+    last_seq: int
+    committed_bytes: int
+    message_count: int
+    last_checkpoint: Checkpoint | None
+    digest_status: str
+    computed_digest: str
+    degraded: tuple[DegradedEntry, ...]
+    findings: tuple[str, ...]
+
+    @classmethod
+    def from_proto(cls, report: reader_pb2.VerifyReport) -> VerifyReport:
+        return cls(
+            session_id=report.session_id,
+            ok=report.ok,
+            records=report.records,
+            last_seq=report.last_seq,
+            committed_bytes=report.committed_bytes,
+            message_count=report.message_count,
+            last_checkpoint=_checkpoint(report, "last_checkpoint"),
+            digest_status=digest_status_name(report.digest_status),
+            computed_digest=report.computed_digest,
+            degraded=tuple(DegradedEntry.from_proto(entry) for entry in report.degraded),
+            findings=tuple(report.findings),
+        )
+
+
+@dataclass(frozen=True)
+class SessionSummary:
+    """One listed session: id, agent, creation time, tenant, delegation coordinates, stop facts."""
+
+    session_id: str
+    agent_name: str
+    created_at: str
+    tenant: str
+    parent_session_id: str
+    delegation_id: str
+    stop_facts: StopFacts
+
+    @classmethod
+    def from_proto(cls, summary: reader_pb2.SessionSummary) -> SessionSummary:
+        return cls(
+            summary.session_id,
+            summary.agent_name,
+            summary.created_at,
+            summary.tenant,
+            summary.parent_session_id,
+            summary.delegation_id,
+            StopFacts.from_proto(summary.stop_facts),
+        )
+
+
+@dataclass(frozen=True)
+class SessionPage:
+    """One page of a listing (newest first): its sessions, how many the reader examined,
+    whether the scan cap ended it early, and the token of the next page ("" on the last)."""
+
+    sessions: tuple[SessionSummary, ...]
+    scanned: int
+    scan_capped: bool
+    next_page_token: str
+
+    @classmethod
+    def from_proto(cls, response: reader_pb2.ListSessionsResponse) -> SessionPage:
+        return cls(
+            tuple(SessionSummary.from_proto(s) for s in response.sessions),
+            response.scanned,
+            response.scan_capped,
+            response.next_page_token,
+        )
+
+
+@dataclass(frozen=True)
+class Delegation:
+    """A delegation link: parent session, the parent's tool call id, the child session, the
+    child's agent name, creation time and stop facts. An empty ``parent_session_id`` means
+    "no coordinates" (a child whose parent is not known), never a root."""
+
+    parent_session_id: str
+    delegation_id: str
+    child_session_id: str
+    agent_name: str
+    created_at: str
+    stop_facts: StopFacts
+
+    @classmethod
+    def from_proto(cls, link: reader_pb2.Delegation) -> Delegation:
+        return cls(
+            link.parent_session_id,
+            link.delegation_id,
+            link.child_session_id,
+            link.agent_name,
+            link.created_at,
+            StopFacts.from_proto(link.stop_facts),
+        )

@@ -1,0 +1,214 @@
+"""Sessions of the asyncio client: :class:`AsyncSession` (append, replay, stop, resume, fork,
+stop facts, verify) and :class:`AsyncReplayStream`. Obtained from
+:class:`rollout_client.AsyncRolloutClient` (``create_session``, ``session``); the blocking
+:class:`rollout_client.Session` runs these same calls on its client's loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from rollout.v1 import reader_pb2, records_pb2, writer_pb2
+from rollout_client._appends import REFUSED_UNWRITTEN, RETRYABLE, Attempts, PendingAppend
+from rollout_client._errors import (
+    AppendOutcomeUnknownError,
+    FieldViolation,
+    InvalidArgumentError,
+    SessionStoppedError,
+    error_from_rpc,
+)
+from rollout_client._records import Record, append_record, lines_per_record, message_to_dict
+from rollout_client._results import (
+    AppendResult,
+    Replay,
+    ReplaySummary,
+    ResumeResult,
+    StopFacts,
+    StopResult,
+    VerifyReport,
+)
+from shared.errors import RecordValidationError
+from shared.wire import stop_kind_to_proto
+
+if TYPE_CHECKING:
+    from rollout_client._aio import AsyncRolloutClient
+
+
+class AsyncReplayStream:
+    """``async for message in session.stream_replay():`` message dicts in order, from chunks of
+    ~1 MiB; :attr:`summary` is set once the last chunk has arrived."""
+
+    def __init__(self, client: AsyncRolloutClient, request: reader_pb2.ReplayRequest) -> None:
+        self._client = client
+        self._request = request
+        self.summary: ReplaySummary | None = None
+
+    async def chunks(self) -> AsyncGenerator[list[dict[str, Any]], None]:
+        """The messages chunk by chunk, as the reader sends them."""
+        try:
+            async for chunk in self._client.reader_stub.StreamReplay(self._request):
+                if chunk.HasField("summary"):
+                    self.summary = ReplaySummary.from_proto(chunk.summary, chunk.summary.message_count)
+                yield [message_to_dict(message) for message in chunk.messages]
+        except grpc.aio.AioRpcError as exc:
+            raise error_from_rpc(exc) from exc
+
+    async def __aiter__(self) -> AsyncIterator[dict[str, Any]]:
+        async for messages in self.chunks():
+            for message in messages:
+                yield message
+
+
+class AsyncSession:
+    """One session of the ledger: append, replay, stop, resume, fork, stop facts, verify.
+
+    Appends of one Session object run one at a time, in call order (an agent's turns);
+    use several sessions, not several tasks on one, for parallel writers.
+    """
+
+    def __init__(self, client: AsyncRolloutClient, session_id: str, *, next_seq: int | None = None) -> None:
+        self.client = client
+        self.id = session_id
+        self._next_seq = next_seq
+        self._append_lock = asyncio.Lock()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.id}>"
+
+    @property
+    def next_seq(self) -> int | None:
+        """The seq this Session expects its next record to get (None until it has learnt it)."""
+        return self._next_seq
+
+    async def append(self, *records: Record) -> AppendResult:
+        """Append message dicts and typed records (:class:`Event`, :class:`Compaction`,
+        :class:`TurnContext`) as one atomic request, exactly once (see
+        :mod:`rollout_client._appends`: request id + expected next seq, retries with backoff,
+        a retry after a writer restart recognized as landed).
+
+        Raises ValueError / TypeError for a record of the wrong shape (nothing sent),
+        InvalidArgumentError (field violations name ``records[i].<field>``), NotFoundError,
+        SessionStoppedError (call resume()), AppendOutcomeUnknownError, and the other statuses
+        of writer.proto Append once retries are exhausted.
+        """
+        if not records:
+            raise ValueError("append() needs at least one record")
+        protos = [append_record(record, index) for index, record in enumerate(records)]
+        try:
+            lines = lines_per_record(protos)
+        except RecordValidationError as exc:
+            violation = FieldViolation(f"records[{exc.index}].{exc.field}", exc.description)
+            raise InvalidArgumentError(str(exc), field_violations=(violation,)) from exc
+        async with self._append_lock:
+            if self._next_seq is None:
+                self._next_seq = await self.client.next_seq(self.id)
+            pending = PendingAppend(self.id, protos, lines, self._next_seq)
+            try:
+                response = await self.client.append(pending)
+            except AppendOutcomeUnknownError:
+                self._next_seq = None  # learn it again before the next append
+                raise
+            self._next_seq = response.next_seq
+            return AppendResult.from_proto(response)
+
+    def _replay_request(self, token_budget: int | None, max_messages: int | None) -> reader_pb2.ReplayRequest:
+        return reader_pb2.ReplayRequest(
+            session_id=self.id, token_budget=token_budget or 0, max_messages=max_messages or 0
+        )
+
+    async def replay(self, token_budget: int | None = None, max_messages: int | None = None) -> Replay:
+        """The exact rebuilt message sequence (system, reasoning, full tool outputs), degraded
+        ledger, digest status (``verified`` / ``mismatch`` / ``no_checkpoint``) and
+        ``too_large`` when over ``token_budget`` (estimated tokens; messages still returned).
+        Raises NotFoundError; ResourceExhaustedError when over the reader's 256 MiB reply limit
+        (use :meth:`stream_replay`)."""
+        response = await self.client.call(
+            self.client.reader_stub.GetReplay, self._replay_request(token_budget, max_messages)
+        )
+        return Replay.from_proto(response)
+
+    def stream_replay(self, token_budget: int | None = None) -> AsyncReplayStream:
+        """The same replay streamed in ~1 MiB chunks (no size limit); see :class:`AsyncReplayStream`."""
+        return AsyncReplayStream(self.client, self._replay_request(token_budget, None))
+
+    async def stop(self, kind: str, reason: str = "", *, error: dict[str, str] | None = None) -> StopResult:
+        """End the run with stop kind ``kind`` (``completed``, ``paused``, ``cancelled``, ``failed``,
+        ``budget_exceeded``, ``interrupted``): the writer checkpoints the whole file and writes
+        the stop record. ``error``: ``{"message", "category"}``. A retry after a lost answer that
+        finds the session stopped with this kind and reason takes that stop as its own.
+        Raises ValueError for an unknown kind, SessionStoppedError (already stopped),
+        DataLossError (damaged file), NotFoundError."""
+        request = writer_pb2.StopRequest(
+            session_id=self.id, stop_kind=stop_kind_to_proto(kind), reason=reason
+        )
+        if error is not None:
+            request.error.CopyFrom(
+                records_pb2.StopError(message=error.get("message", ""), category=error.get("category", ""))
+            )
+        attempts = Attempts(self.client.retry)
+        maybe_stopped = False
+        while True:
+            try:
+                response = await self.client.writer_stub.Stop(request, timeout=attempts.timeout())
+                return StopResult.from_proto(response)
+            except grpc.aio.AioRpcError as exc:
+                failure = error_from_rpc(exc)
+            if isinstance(failure, SessionStoppedError) and maybe_stopped:
+                facts = await self.stop_facts()
+                if facts.checkpoint and facts.stop_kind == kind and facts.reason == reason:
+                    checkpoint = facts.checkpoint
+                    return StopResult(
+                        checkpoint.seq, facts.stop_seq, checkpoint.digest, checkpoint.message_count
+                    )
+            if failure.code in RETRYABLE:
+                maybe_stopped = maybe_stopped or failure.code not in REFUSED_UNWRITTEN
+                if await attempts.wait():
+                    continue
+            raise failure
+
+    async def resume(self, force: bool = False) -> ResumeResult:
+        """Re-open the session for appending: tool calls left without an output get a synthetic
+        one, then a ``resumed`` event. Only ``paused`` / ``cancelled`` (and legacy) stops resume
+        without ``force`` (default-deny). Resuming twice adds nothing twice, so it is retried.
+        Raises FailedPreconditionError (not replayable as-is; the message says why), NotFoundError."""
+        response = await self.client.call(
+            self.client.writer_stub.Resume, writer_pb2.ResumeRequest(session_id=self.id, force=force)
+        )
+        async with self._append_lock:
+            self._next_seq = response.next_seq
+        return ResumeResult.from_proto(response)
+
+    async def fork(
+        self, *, at_seq: int | None = None, before_user_message: int | None = None
+    ) -> AsyncSession:
+        """A new session holding this one's records up to ``at_seq`` (inclusive), or everything
+        before the Nth user message (1-based). Not retried after a lost answer (it would fork
+        twice). Raises ValueError unless exactly one point is given; FailedPreconditionError for
+        a point between a tool call and its output; InvalidArgumentError, NotFoundError, DataLossError."""
+        if (at_seq is None) == (before_user_message is None):
+            raise ValueError("fork() needs exactly one of at_seq= or before_user_message=")
+        request = writer_pb2.ForkRequest(session_id=self.id)
+        if at_seq is not None:
+            request.at_seq = at_seq
+        else:
+            request.before_user_message = before_user_message or 0
+        response = await self.client.call(self.client.writer_stub.Fork, request, REFUSED_UNWRITTEN)
+        return AsyncSession(self.client, response.session_id, next_seq=response.next_seq)
+
+    async def stop_facts(self) -> StopFacts:
+        """Why and where the session stopped, read from its tail (``found=False``: unknown)."""
+        facts = await self.client.call(
+            self.client.reader_stub.GetStopFacts, reader_pb2.StopFactsRequest(session_id=self.id)
+        )
+        return StopFacts.from_proto(facts)
+
+    async def verify(self) -> VerifyReport:
+        """Full integrity check: every line, seq continuity, the last checkpoint's digest."""
+        report = await self.client.call(
+            self.client.reader_stub.VerifySession, reader_pb2.VerifyRequest(session_id=self.id)
+        )
+        return VerifyReport.from_proto(report)

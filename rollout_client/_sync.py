@@ -1,0 +1,264 @@
+"""The blocking client: :class:`RolloutClient` and :class:`Session`, the same calls as
+:class:`rollout_client.AsyncRolloutClient` without ``await``.
+
+A RolloutClient runs the asyncio implementation on an event loop of its own (one
+daemon thread per client). Each call is handed to that loop in a copy of the
+caller's context, so ``rollout_client.delegation(...)`` blocks work in blocking code
+as they do in asyncio code. A RolloutClient may be shared by many threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import AsyncGenerator, Coroutine, Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+from rollout_client._aio import AsyncRolloutClient
+from rollout_client._appends import RetryPolicy
+from rollout_client._records import Record
+from rollout_client._results import (
+    AppendResult,
+    Delegation,
+    Replay,
+    ReplaySummary,
+    ResumeResult,
+    SessionPage,
+    StopFacts,
+    StopResult,
+    VerifyReport,
+)
+from rollout_client._session import AsyncReplayStream, AsyncSession
+
+T = TypeVar("T")
+
+
+async def _next(items: AsyncGenerator[T, None]) -> T:
+    return await anext(items)
+
+
+class _EventLoopThread:
+    """An event loop running in a daemon thread; :meth:`run` blocks the caller until done."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="rollout-client", daemon=True)
+        self.thread.start()
+
+    def submit(self, coroutine: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Start ``coroutine`` on the loop in a copy of the caller's context (the loop's
+        ``call_soon_threadsafe`` copies the calling thread's context for the new task)."""
+        if threading.current_thread() is self.thread:
+            coroutine.close()
+            raise RuntimeError("a blocking RolloutClient call cannot run on the client's own event loop")
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop)
+
+    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        future = self.submit(coroutine)
+        try:
+            return future.result()
+        except BaseException:
+            future.cancel()
+            raise
+
+    def stop(self) -> None:
+        if self.loop.is_closed():
+            return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join()
+        self.loop.close()
+
+
+class RolloutClient:
+    """A blocking client of one writer and one reader; see :class:`AsyncRolloutClient` for the
+    arguments, the errors and the meaning of each call. Use as a context manager or call
+    :meth:`close`."""
+
+    def __init__(
+        self,
+        writer: str | None = None,
+        reader: str | None = None,
+        *,
+        token: str | None = None,
+        tls_ca: str | Path | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        self.core = AsyncRolloutClient(writer, reader, token=token, tls_ca=tls_ca, retry=retry)
+        self._loop = _EventLoopThread()
+
+    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run a coroutine of :attr:`core` on the client's loop and wait for its result."""
+        return self._loop.run(coroutine)
+
+    def submit(self, coroutine: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Start a coroutine of :attr:`core` on the client's loop; await it from another event
+        loop with ``asyncio.wrap_future`` (what keeps that loop free while the call runs)."""
+        return self._loop.submit(coroutine)
+
+    def close(self) -> None:
+        """Close the channels and stop the client's thread."""
+        if not self._loop.loop.is_closed():
+            self.run(self.core.close())
+            self._loop.stop()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def create_session(
+        self,
+        agent_name: str | None = None,
+        *,
+        root: bool | None = None,
+        tenant: str = "",
+        model: str = "",
+        cwd: str = "",
+        originator: str = "",
+        client_version: str = "",
+        session_id: str | None = None,
+    ) -> Session:
+        """See :meth:`AsyncRolloutClient.create_session` (delegation taken from the caller's context)."""
+        core = self.run(
+            self.core.create_session(
+                agent_name,
+                root=root,
+                tenant=tenant,
+                model=model,
+                cwd=cwd,
+                originator=originator,
+                client_version=client_version,
+                session_id=session_id,
+            )
+        )
+        return Session(self, core)
+
+    def session(self, session_id: str) -> Session:
+        """The existing session ``session_id`` (no call is made)."""
+        return Session(self, self.core.session(session_id))
+
+    def list_sessions(
+        self,
+        *,
+        page_size: int = 0,
+        tenant: str = "",
+        agent_name: str = "",
+        parent_session_id: str = "",
+        created_after: str = "",
+        created_before: str = "",
+        stop_state: str = "",
+        max_scan: int = 0,
+        page_token: str = "",
+    ) -> Iterator[SessionPage]:
+        """See :meth:`AsyncRolloutClient.list_sessions`: pages, one call each, fetched as iterated."""
+        pages = self.core.list_sessions(
+            page_size=page_size,
+            tenant=tenant,
+            agent_name=agent_name,
+            parent_session_id=parent_session_id,
+            created_after=created_after,
+            created_before=created_before,
+            stop_state=stop_state,
+            max_scan=max_scan,
+            page_token=page_token,
+        )
+        try:
+            while True:
+                try:
+                    yield self.run(_next(pages))
+                except StopAsyncIteration:
+                    return
+        finally:
+            self.run(pages.aclose())
+
+    def find_children(self, parent_session_id: str, delegation_id: str | None = None) -> list[Delegation]:
+        """See :meth:`AsyncRolloutClient.find_children`."""
+        return self.run(self.core.find_children(parent_session_id, delegation_id))
+
+    def find_parent(self, child_session_id: str) -> Delegation:
+        """See :meth:`AsyncRolloutClient.find_parent`."""
+        return self.run(self.core.find_parent(child_session_id))
+
+
+class ReplayStream:
+    """``for message in session.stream_replay():`` message dicts in order (fetched a ~1 MiB
+    chunk at a time); :attr:`summary` is set once the last chunk has arrived."""
+
+    def __init__(self, client: RolloutClient, stream: AsyncReplayStream) -> None:
+        self._client = client
+        self._stream = stream
+
+    @property
+    def summary(self) -> ReplaySummary | None:
+        return self._stream.summary
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        chunks = self._stream.chunks()
+        try:
+            while True:
+                try:
+                    yield from self._client.run(_next(chunks))
+                except StopAsyncIteration:
+                    return
+        finally:
+            self._client.run(chunks.aclose())
+
+
+class Session:
+    """One session of the ledger (blocking); see :class:`AsyncSession` for each call."""
+
+    def __init__(self, client: RolloutClient, core: AsyncSession) -> None:
+        self.client = client
+        self.core = core
+
+    def __repr__(self) -> str:
+        return f"<Session {self.id}>"
+
+    @property
+    def id(self) -> str:
+        return self.core.id
+
+    @property
+    def next_seq(self) -> int | None:
+        return self.core.next_seq
+
+    def append(self, *records: Record) -> AppendResult:
+        """See :meth:`AsyncSession.append` (exactly once)."""
+        return self.client.run(self.core.append(*records))
+
+    def replay(self, token_budget: int | None = None, max_messages: int | None = None) -> Replay:
+        """See :meth:`AsyncSession.replay`."""
+        return self.client.run(self.core.replay(token_budget, max_messages))
+
+    def stream_replay(self, token_budget: int | None = None) -> ReplayStream:
+        """See :meth:`AsyncSession.stream_replay`."""
+        return ReplayStream(self.client, self.core.stream_replay(token_budget))
+
+    def stop(self, kind: str, reason: str = "", *, error: dict[str, str] | None = None) -> StopResult:
+        """See :meth:`AsyncSession.stop`."""
+        return self.client.run(self.core.stop(kind, reason, error=error))
+
+    def resume(self, force: bool = False) -> ResumeResult:
+        """See :meth:`AsyncSession.resume`."""
+        return self.client.run(self.core.resume(force))
+
+    def fork(self, *, at_seq: int | None = None, before_user_message: int | None = None) -> Session:
+        """See :meth:`AsyncSession.fork`."""
+        return Session(
+            self.client,
+            self.client.run(self.core.fork(at_seq=at_seq, before_user_message=before_user_message)),
+        )
+
+    def stop_facts(self) -> StopFacts:
+        """See :meth:`AsyncSession.stop_facts`."""
+        return self.client.run(self.core.stop_facts())
+
+    def verify(self) -> VerifyReport:
+        """See :meth:`AsyncSession.verify`."""
+        return self.client.run(self.core.verify())

@@ -1,0 +1,366 @@
+"""LedgerSession: the OpenAI Agents SDK Session protocol over the ledger, side by side with the
+SDK's own SQLiteSession (a real agents.Runner, a scripted agents.Model, no network)."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+from agents import (
+    Agent,
+    Model,
+    ModelResponse,
+    Runner,
+    SQLiteSession,
+    Usage,
+    function_tool,
+    set_tracing_disabled,
+)
+from agents.memory import SessionSettings
+from openai.types.responses import (
+    ResponseFunctionToolCall,
+    ResponseOutputMessage,
+    ResponseOutputText,
+    ResponseReasoningItem,
+)
+from openai.types.responses.response_reasoning_item import Summary
+
+from rollout_client import AsyncRolloutClient, RolloutClient
+from rollout_client.agents import ITEM_PART, LedgerSession, item_to_message, messages_to_items
+from tests.client.conftest import TEST_RETRY
+from tests.conftest import REPO
+
+set_tracing_disabled(True)
+
+
+def _message(text: str, item_id: str) -> ResponseOutputMessage:
+    return ResponseOutputMessage(
+        id=item_id,
+        type="message",
+        role="assistant",
+        status="completed",
+        content=[ResponseOutputText(type="output_text", text=text, annotations=[])],
+    )
+
+
+def _script() -> list[list[Any]]:
+    """Turn 1: reasoning + a tool call, then an answer; turn 2: an answer."""
+    return [
+        [
+            ResponseReasoningItem(
+                id="rs_1", type="reasoning", summary=[Summary(type="summary_text", text="look it up")]
+            ),
+            ResponseFunctionToolCall(
+                type="function_call",
+                call_id="call_1",
+                name="lookup",
+                arguments='{"city":"Oslo"}',
+                id="fc_1",
+                status="completed",
+            ),
+        ],
+        [_message("It is 4 degrees in Oslo.", "msg_1")],
+        [_message("You asked about Oslo.", "msg_2")],
+    ]
+
+
+class ScriptedModel(Model):
+    """Answers each call with the next scripted output and keeps a copy of every input it got."""
+
+    def __init__(self) -> None:
+        self.outputs = _script()
+        self.inputs: list[Any] = []
+
+    async def get_response(
+        self, system_instructions, input, model_settings, tools, output_schema, handoffs, tracing, **_
+    ):
+        self.inputs.append(copy.deepcopy(input))
+        return ModelResponse(output=self.outputs.pop(0), usage=Usage(), response_id=None)
+
+    def stream_response(self, *args, **kwargs):
+        raise NotImplementedError("the tests run Runner.run, not streaming")
+
+
+@function_tool
+def lookup(city: str) -> str:
+    """The weather of a city."""
+    return f"4 degrees in {city}"
+
+
+async def _two_turns(session) -> ScriptedModel:
+    model = ScriptedModel()
+    agent = Agent(name="weather", instructions="Answer briefly.", model=model, tools=[lookup])
+    await Runner.run(agent, "What is the weather in Oslo?", session=session)
+    await Runner.run(agent, "What did I ask?", session=session)
+    return model
+
+
+async def _side_by_side(ledger: LedgerSession, sqlite: SQLiteSession) -> None:
+    ledger_model = await _two_turns(ledger)
+    sqlite_model = await _two_turns(sqlite)
+    assert ledger_model.inputs == sqlite_model.inputs
+    second_turn = ledger_model.inputs[2]
+    assert {"content": "What is the weather in Oslo?", "role": "user"} in second_turn
+    assert any(item.get("type") == "function_call_output" for item in second_turn)
+    assert second_turn[-1] == {"content": "What did I ask?", "role": "user"}
+
+    everything = await sqlite.get_items()
+    assert len(everything) == 7
+    assert await ledger.get_items() == everything
+    for limit in (0, 1, 3, 7, 50, -1):
+        assert await ledger.get_items(limit) == await sqlite.get_items(limit), limit
+    assert await ledger.pop_item() == await sqlite.pop_item()
+    assert await ledger.get_items() == await sqlite.get_items()
+    popped = [await ledger.pop_item() for _ in range(2)]
+    assert popped == [await sqlite.pop_item() for _ in range(2)]
+    assert await ledger.get_items(2) == await sqlite.get_items(2)
+    await ledger.clear_session()
+    await sqlite.clear_session()
+    assert await ledger.get_items() == await sqlite.get_items() == []
+    assert await ledger.pop_item() is await sqlite.pop_item() is None
+    again = [{"role": "user", "content": "start over"}]
+    await ledger.add_items(copy.deepcopy(again))
+    await sqlite.add_items(copy.deepcopy(again))
+    assert await ledger.get_items() == await sqlite.get_items() == again
+
+
+def test_runner_turns_and_every_call_match_sqlite_session_with_a_blocking_client(client, tmp_path) -> None:
+    """Two Runner turns, get_items/limit/pop_item/clear_session answer as SQLiteSession's (blocking client)."""
+    session = client.create_session()
+    ledger = LedgerSession(session.id, client=client)
+    asyncio.run(_side_by_side(ledger, SQLiteSession("side-by-side", tmp_path / "agents.db")))
+
+
+def test_runner_turns_and_every_call_match_sqlite_session_with_an_async_client(
+    writer_process, reader_process, tmp_path
+) -> None:
+    """The same side-by-side run through an AsyncRolloutClient on the runner's own loop."""
+
+    async def run() -> None:
+        async with AsyncRolloutClient(
+            writer_process.address, reader_process.address, retry=TEST_RETRY
+        ) as aclient:
+            session = await aclient.create_session()
+            await _side_by_side(
+                LedgerSession(session.id, client=aclient), SQLiteSession("s", tmp_path / "a.db")
+            )
+
+    asyncio.run(run())
+
+
+def test_a_blocking_client_never_blocks_the_event_loop(client) -> None:
+    """While a LedgerSession call over a blocking client waits, other tasks of the loop keep running."""
+    session = client.create_session()
+    ledger = LedgerSession(session.id, client=client)
+    original = session.core.client.call
+
+    async def slow_call(*args, **kwargs):
+        await asyncio.sleep(0.3)
+        return await original(*args, **kwargs)
+
+    session.core.client.call = slow_call  # the replay behind get_items now takes >= 0.3 s
+
+    async def run() -> int:
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.01)
+                ticks += 1
+
+        task = asyncio.create_task(ticker())
+        await ledger.get_items()
+        task.cancel()
+        return ticks
+
+    assert asyncio.run(run()) >= 10
+
+
+def test_pop_and_clear_are_appended_records_that_replay_reflects(client) -> None:
+    """pop_item and clear_session append compactions: the file keeps every record, replay shows the new view."""
+    session = client.create_session()
+    ledger = LedgerSession(session.id, client=client)
+    items = [
+        {"role": "user", "content": "one"},
+        {"type": "message", "role": "assistant", "id": "msg_9", "status": "completed", "content": []},
+        {"role": "user", "content": "two"},
+    ]
+
+    async def run() -> None:
+        await ledger.add_items(copy.deepcopy(items))
+        assert await ledger.pop_item() == items[-1]
+
+    asyncio.run(run())
+    replay = session.replay()
+    assert messages_to_items(replay.messages) == items[:2]
+    assert [entry.kind for entry in replay.degraded].count("compacted_rebuild") == 1
+    before = session.verify().records
+    asyncio.run(ledger.clear_session())
+    assert session.replay().messages == []
+    assert session.verify().records == before + 1  # append-only: one compaction more, nothing removed
+
+
+def test_a_new_adapter_in_another_process_sees_the_same_history(
+    client, writer_process, reader_process
+) -> None:
+    """A LedgerSession opened on the same id by another process reads the same items."""
+    session = client.create_session()
+    items = [
+        {"role": "user", "content": "hello"},
+        {
+            "type": "function_call",
+            "call_id": "c1",
+            "name": "f",
+            "arguments": "{}",
+            "id": "fc_1",
+            "status": "completed",
+        },
+        {"type": "function_call_output", "call_id": "c1", "output": "done"},
+    ]
+    asyncio.run(LedgerSession(session.id, client=client).add_items(copy.deepcopy(items)))
+    program = (
+        "import asyncio, json, sys\n"
+        "from rollout_client import RolloutClient\n"
+        "from rollout_client.agents import LedgerSession\n"
+        "with RolloutClient(sys.argv[1], sys.argv[2]) as client:\n"
+        "    print(json.dumps(asyncio.run(LedgerSession(sys.argv[3], client=client).get_items())))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", program, writer_process.address, reader_process.address, session.id],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == items
+
+
+def test_session_settings_limit_is_the_default_limit(client) -> None:
+    """get_items() without a limit uses session_settings.limit, as SQLiteSession does."""
+    session = client.create_session()
+    ledger = LedgerSession(session.id, client=client, session_settings=SessionSettings(limit=1))
+    items = [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]
+    asyncio.run(ledger.add_items(items))
+    assert asyncio.run(ledger.get_items()) == [items[1]]
+    assert asyncio.run(ledger.get_items(2)) == items
+
+
+@pytest.mark.parametrize(
+    ("item", "native"),
+    [
+        ({"role": "user", "content": "hi"}, {"role": "user", "content": "hi"}),
+        (
+            {"role": "developer", "content": [{"type": "input_text", "text": "x"}]},
+            {"role": "developer", "content": [{"type": "input_text", "text": "x"}]},
+        ),
+        (
+            {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
+            {
+                "role": "assistant",
+                "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+            },
+        ),
+        (
+            {"type": "function_call_output", "call_id": "c", "output": "ok"},
+            {"role": "tool", "tool_call_id": "c", "content": "ok"},
+        ),
+        ({"type": "message", "role": "user", "content": "hi"}, None),
+        (
+            {
+                "type": "function_call",
+                "call_id": "c",
+                "name": "f",
+                "arguments": "{}",
+                "id": "fc",
+                "status": "completed",
+            },
+            None,
+        ),
+        ({"type": "custom_tool_call", "call_id": "c", "name": "patch", "input": "*** diff"}, None),
+        ({"type": "reasoning", "id": "rs", "summary": [], "encrypted_content": "opaque"}, None),
+        ({"type": "web_search_call", "id": "ws", "status": "completed"}, None),
+        (
+            {
+                "role": "user",
+                "content": [{"type": ITEM_PART, "item": {"role": "user", "content": "looks carried"}}],
+            },
+            None,
+        ),
+    ],
+)
+def test_every_item_round_trips_exactly_native_when_the_chat_shape_holds_it(item, native) -> None:
+    """An item is stored natively only when that gives it back exactly; otherwise it is carried whole."""
+    message = item_to_message(item)
+    if native is not None:
+        assert message == native
+    else:
+        assert message["content"] == [{"type": ITEM_PART, "item": item}]
+    assert messages_to_items([message]) == [item]
+
+
+def test_carried_calls_and_outputs_keep_the_ledger_pairing() -> None:
+    """A carried function call still carries tool_calls and its carried output tool_call_id."""
+    call = item_to_message(
+        {"type": "function_call", "call_id": "c9", "name": "f", "arguments": "{}", "id": "fc"}
+    )
+    output = item_to_message(
+        {"type": "function_call_output", "call_id": "c9", "output": [{"type": "input_text"}]}
+    )
+    assert call["role"] == "assistant"
+    assert call["tool_calls"][0]["id"] == "c9"
+    assert (output["role"], output["tool_call_id"]) == ("tool", "c9")
+    assert item_to_message({"type": "computer_call_output", "call_id": "x", "output": {}})["role"] == "user"
+
+
+def test_messages_written_without_the_adapter_read_as_items() -> None:
+    """Chat messages from other writers become role/content, call, output and reasoning items."""
+    messages = [
+        {"role": "user", "content": "go"},
+        {
+            "role": "assistant",
+            "content": "calling",
+            "reasoning": {"content": "plan", "encrypted": "e"},
+            "tool_calls": [
+                {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}},
+                {"id": "b", "type": "custom", "function": {"name": "p", "arguments": "diff"}},
+            ],
+        },
+        {"role": "tool", "tool_call_id": "a", "content": "fa", "synthetic": True},
+        {"role": "tool", "tool_call_id": "b", "content": "fb"},
+    ]
+    assert messages_to_items(messages) == [
+        {"role": "user", "content": "go"},
+        {
+            "type": "reasoning",
+            "summary": [{"type": "summary_text", "text": "plan"}],
+            "encrypted_content": "e",
+        },
+        {"role": "assistant", "content": "calling"},
+        {"type": "function_call", "call_id": "a", "name": "f", "arguments": "{}"},
+        {"type": "custom_tool_call", "call_id": "b", "name": "p", "input": "diff"},
+        {"type": "function_call_output", "call_id": "a", "output": "fa"},
+        {"type": "custom_tool_call_output", "call_id": "b", "output": "fb"},
+    ]
+
+
+def test_an_unknown_session_id_is_a_typed_error(client) -> None:
+    """get_items on an id the ledger does not hold raises NotFoundError."""
+    from rollout_client import NotFoundError
+
+    ledger = LedgerSession("01900000-0000-7000-8000-000000000000", client=client)
+    with pytest.raises(NotFoundError):
+        asyncio.run(ledger.get_items())
+
+
+def test_the_blocking_client_type_is_accepted_as_is() -> None:
+    """LedgerSession takes either client kind (RolloutClient needs no event loop of the caller's)."""
+    with RolloutClient("127.0.0.1:1", "127.0.0.1:1") as blocking:
+        assert LedgerSession("x", client=blocking).session_id == "x"
