@@ -28,6 +28,7 @@ import grpc
 
 from rollout.v1 import reader_pb2, reader_pb2_grpc, records_pb2, writer_pb2, writer_pb2_grpc
 from rollout_cli.loadtest import LoadtestConfig
+from shared.records import DEFAULT_MAX_RECORD_BYTES
 from shared.status import BindError
 from shared.stop_kinds import StopKind
 from shared.wire import stop_kind_to_proto
@@ -38,7 +39,7 @@ DEFAULT_WRITER = "127.0.0.1:50051"
 DEFAULT_READER = "127.0.0.1:50052"
 CLIENT_OPTIONS = [
     ("grpc.max_receive_message_length", 256 * 1024 * 1024),
-    ("grpc.max_send_message_length", 64 * 1024 * 1024),
+    ("grpc.max_send_message_length", 256 * 1024 * 1024),
 ]
 
 
@@ -158,10 +159,11 @@ async def _serve_until_signal(start: Any, label: str) -> None:
 @metrics_port_option
 @click.option(
     "--max-record-bytes",
-    type=click.IntRange(1024),
-    default=3 * 1024 * 1024,
+    type=click.IntRange(1024, 1024 * 1024 * 1024),
+    default=DEFAULT_MAX_RECORD_BYTES,
     show_default=True,
-    help="Largest stored line; larger records are refused, never truncated.",
+    help="Largest stored line (bytes); larger records are refused, never truncated. Clients replaying"
+    " such records need a gRPC receive limit above it.",
 )
 def serve_writer(
     data_dir: Path,

@@ -8,13 +8,16 @@ written by orjson, no BOM. Every line has exactly these keys, in this order::
 * ``seq`` starts at 0 (the ``session_meta`` line) and grows by one per record;
   the writer assigns it and never reuses one. A gap or repeat is corruption.
 * ``ts`` is UTC, RFC 3339 with microseconds, assigned by the writer (a fork keeps
-  the source's timestamps).
+  the source's timestamps); an importer may give a record its source's time
+  (``AppendRecord.ts``, a documented addition), so ``ts`` may go backwards where
+  the source's clock did: the seq is the order.
 * ``type`` is a :class:`RecordType`; ``payload`` its object:
 
   ==================  ==========================================================
   session_meta        session_id, agent_name?, parent_session_id?, delegation_id?,
-                      tenant, model?, cwd?, originator?, client_version?,
+                      role?, tenant, model?, cwd?, originator?, client_version?,
                       forked_from? {session_id, seq, digest}, created_at
+                      (see shared.session_meta)
   message             role, content? (string or list of parts), name?,
                       tool_calls? [{id, type, function: {name, arguments}}],
                       tool_call_id?, is_anchored?, truncation_marker?,
@@ -37,6 +40,8 @@ Documented additions to the SPEC §1 table (readers must accept them):
   collide with ``kind``;
 * a ``message`` may carry ``"synthetic": true``: a tool output the writer wrote on
   Resume for a call left without one (not part of the digest);
+* ``session_meta.role`` says whether the session is a ``root``, a ``child`` or a
+  ``child_without_coordinates`` (files without it keep the older reading);
 * a tool ``message`` may carry ``"is_error": true``: the tool reported a failure
   (an Anthropic ``tool_result`` with ``is_error``); not part of the digest;
 * an ``event`` of kind ``resumed`` / ``forked`` records a Resume / Fork;
@@ -66,6 +71,10 @@ import orjson
 from shared.errors import RecordValidationError
 
 LINE_FORMAT_VERSION = 1
+
+#: The default largest stored line (bytes): real tool outputs (logs, base64 images) reach tens
+#: of MB. A larger record is refused, never truncated; ``--max-record-bytes`` changes it.
+DEFAULT_MAX_RECORD_BYTES = 64 * 1024 * 1024
 
 #: Roles a ``message`` record may carry.
 MESSAGE_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})

@@ -41,8 +41,20 @@ SERVICE = writer_pb2.DESCRIPTOR.services_by_name["RolloutWriter"]
 SERVICE_NAME = SERVICE.full_name
 #: Requests of one AppendStream read ahead of their acknowledgements.
 STREAM_READ_AHEAD = 64
-#: Largest request accepted (bytes); single records are further capped by WriterConfig.
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+#: Replies are small (seqs, ids); this caps them all the same.
+MAX_REPLY_BYTES = 4 * 1024 * 1024
+
+
+def request_limit(max_record_bytes: int) -> int:
+    """The largest request gRPC lets in (bytes): twice the record limit plus 4 MiB.
+
+    Roomy enough that a record over the limit reaches the writer's own check and is
+    refused with INVALID_ARGUMENT naming the limit (an 80 MB record under the 64 MiB
+    default, say); a request beyond it is refused by gRPC itself (RESOURCE_EXHAUSTED,
+    "larger than max") before any of it is held. Capped at 2 GiB - 1, gRPC's own ceiling.
+    """
+    return min(2 * max_record_bytes + 4 * 1024 * 1024, 2**31 - 1)
+
 
 
 class DataRootLockedError(RuntimeError):
@@ -334,8 +346,8 @@ async def start_writer(config: WriterConfig, address: str = "127.0.0.1:0") -> Ru
         ledger = SessionLedger(config, index)
         server = grpc.aio.server(
             options=[
-                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_receive_message_length", request_limit(config.max_record_bytes)),
+                ("grpc.max_send_message_length", MAX_REPLY_BYTES),
                 # A port another server holds must fail to bind, not be silently shared.
                 ("grpc.so_reuseport", 0),
             ]

@@ -51,7 +51,7 @@ from shared.layout import DELEGATION_ID_MAX_BYTES, DataRoot
 from shared.naming import build_file_name, new_session_id, validate_agent_name, validate_session_id
 from shared.rebuild import collector_paused
 from shared.rebuild_index import index_rebuild
-from shared.records import RecordType, encode_line, format_timestamp, now_timestamp, parse_timestamp
+from shared.records import DEFAULT_MAX_RECORD_BYTES, RecordType, encode_line, format_timestamp, now_timestamp, parse_timestamp
 from shared.session_meta import TEXT_FIELDS, SessionSpec, resolve_role, session_meta_payload
 from shared.stop_kinds import StopKind
 from writer_service.branching import ForkResult, ResumeResult, fork_session, resume_session
@@ -93,8 +93,8 @@ class WriterConfig:
 
     data_dir: Path
     commit: CommitConfig = field(default_factory=CommitConfig)
-    #: Below gRPC's default 4 MiB message size, so that any record replays to a default client.
-    max_record_bytes: int = 3 * 1024 * 1024
+    #: Largest stored line (bytes); the writer's gRPC request limit follows it (see server.request_limit).
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
     max_queued_records: int = 100_000
     io_threads: int = 4
     #: Session files kept open; idle ones beyond it are closed, least recently used first.

@@ -78,7 +78,10 @@ class RolloutWriterServicer:
         """Creates a session and writes its session_meta record (seq 0), fsynced,
         with the file's directory fsynced, before answering.
         INVALID_ARGUMENT: bad session id, agent name or timestamp, a field over its
-        limit (delegation_id 128 UTF-8 bytes, other strings 4096 characters).
+        limit (delegation_id 128 UTF-8 bytes, other strings 4096 characters), a
+        role its delegation fields contradict or an agent name with no role and
+        no coordinates (see SessionRole; the field named is the one missing), a
+        parent_session_id that names no session in the ledger.
         ALREADY_EXISTS: the given session_id is already in the ledger.
         UNAVAILABLE: the write or fsync failed; nothing was kept.
         """

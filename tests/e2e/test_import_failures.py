@@ -1,0 +1,68 @@
+"""An import that fails midway names the file and the line, and leaves nothing behind."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import grpc
+
+from rollout.v1 import reader_pb2, reader_pb2_grpc
+from tests.conftest import CORPUS, run_rollout, start_service
+
+
+def test_a_refused_record_names_file_and_line_and_nothing_of_the_file_is_kept(data_dir, tmp_path) -> None:
+    """A tool output over the writer's limit at line N: exit 1, "file:N" on stderr, no session, the next file goes in."""
+    source = CORPUS / "codex" / "real-2026-02-desktop-small-redacted.jsonl"
+    lines = source.read_text(encoding="utf-8").splitlines()
+    call_line = next(
+        number
+        for number, raw in enumerate(lines, 1)
+        if json.loads(raw).get("payload", {}).get("type") in ("function_call", "custom_tool_call")
+    )
+    call = json.loads(lines[call_line - 1])["payload"]
+    big_output = {
+        "timestamp": json.loads(lines[call_line - 1])["timestamp"],
+        "type": "response_item",
+        "payload": {"type": "function_call_output", "call_id": call["call_id"], "output": "z" * 100_000},
+    }
+    lines.insert(call_line, json.dumps(big_output))
+    broken = tmp_path / "rollout-broken.jsonl"
+    broken.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    good = CORPUS / "codex" / "real-2026-06-exec-redacted.jsonl"
+
+    writer = start_service("writer", data_dir, "--max-record-bytes", "65536")
+    reader = start_service("reader", data_dir)
+    try:
+        result = run_rollout(
+            "import", "codex", "--writer", writer.address, str(broken), str(good), timeout=120
+        )
+        assert result.returncode == 1, result.stdout
+        assert f"{broken}:{call_line + 1}: INVALID_ARGUMENT" in result.stderr
+        assert "over the limit of 65536 bytes" in result.stderr
+        assert "1 imported, 0 skipped (already in the ledger), 1 failed" in result.stdout
+        with grpc.insecure_channel(reader.address) as channel:
+            listed = reader_pb2_grpc.RolloutReaderStub(channel).ListSessions(reader_pb2.ListSessionsRequest())
+        [only] = listed.sessions
+        assert (
+            json.loads(good.read_text(encoding="utf-8").splitlines()[0])["payload"]["id"] == only.session_id
+        )
+        assert sorted(p.name for p in (data_dir / "sessions").iterdir() if p.name.startswith(".")) == []
+    finally:
+        writer.stop()
+        reader.stop()
+
+
+def test_a_folder_is_walked_and_each_file_reported(writer_process, tmp_path: Path) -> None:
+    """Importing a folder finds the session files under it (sub-folders too) and reports each once."""
+    folder = tmp_path / "sessions" / "2026" / "06" / "05"
+    folder.mkdir(parents=True)
+    for path in sorted((CORPUS / "codex").glob("*.jsonl"))[:2]:
+        (folder / path.name).write_bytes(path.read_bytes())
+    result = run_rollout(
+        "import", "codex", "--json", "--writer", writer_process.address, str(tmp_path), timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    reports = [json.loads(line) for line in result.stdout.splitlines()]
+    assert sorted(Path(report["file"]).name for report in reports) == sorted(p.name for p in folder.iterdir())
+    assert {report["status"] for report in reports} == {"imported"}
