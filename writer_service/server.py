@@ -56,7 +56,6 @@ def request_limit(max_record_bytes: int) -> int:
     return min(2 * max_record_bytes + 4 * 1024 * 1024, 2**31 - 1)
 
 
-
 class DataRootLockedError(RuntimeError):
     """Another writer process holds the data root."""
 

@@ -51,7 +51,14 @@ from shared.layout import DELEGATION_ID_MAX_BYTES, DataRoot
 from shared.naming import build_file_name, new_session_id, validate_agent_name, validate_session_id
 from shared.rebuild import collector_paused
 from shared.rebuild_index import index_rebuild
-from shared.records import DEFAULT_MAX_RECORD_BYTES, RecordType, encode_line, format_timestamp, now_timestamp, parse_timestamp
+from shared.records import (
+    DEFAULT_MAX_RECORD_BYTES,
+    RecordType,
+    encode_line,
+    format_timestamp,
+    now_timestamp,
+    parse_timestamp,
+)
 from shared.session_meta import TEXT_FIELDS, SessionSpec, resolve_role, session_meta_payload
 from shared.stop_kinds import StopKind
 from writer_service.branching import ForkResult, ResumeResult, fork_session, resume_session
