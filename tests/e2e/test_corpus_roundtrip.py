@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from rollout.v1 import reader_pb2
+from shared.records import parse_timestamp
 from tests.conftest import CORPUS, run_rollout
 
 CODEX_FILES = sorted((CORPUS / "codex").glob("*.jsonl"))
@@ -179,6 +180,20 @@ def test_a_turn_with_several_reasoning_items_replays_every_one(writer_process, r
     assert replayed_messages(response) == expected
     assert response.digest_status == reader_pb2.DIGEST_STATUS_VERIFIED
     assert not [entry for entry in response.degraded if entry.kind == "dangling_reasoning"]
+
+
+@pytest.mark.parametrize("path", CODEX_FILES, ids=lambda p: p.name)
+def test_imported_record_times_are_the_sources(imported, data_dir, path: Path) -> None:
+    """Every stored record carries the time of a source line, from the first line's time to the last's."""
+    source_times = {
+        parse_timestamp(line["timestamp"])
+        for line in map(json.loads, path.read_text(encoding="utf-8").splitlines())
+        if "timestamp" in line
+    }
+    [session_file] = (data_dir / "sessions").glob(f"*{source_session_id(path)}*.jsonl")
+    stored = {parse_timestamp(json.loads(raw)["ts"]) for raw in session_file.read_text().splitlines()[1:]}
+    assert stored <= source_times
+    assert (min(stored), max(stored)) == (min(source_times), max(source_times))
 
 
 def test_listing_shows_every_session_newest_first_in_pages_of_two(imported) -> None:
