@@ -1,11 +1,15 @@
-"""Conversions between the rollout.v1 protobuf messages and record payloads.
+"""Conversions from the rollout.v1 protobuf messages to record payloads, and the stop-kind values.
 
-Both directions live here so that the writer (proto -> payload) and the reader
-(payload -> proto) cannot drift. The reasoning duality of SPEC §2.5 is one half
-here (:func:`split_reasoning`: an assistant message carrying N reasoning blocks
-becomes N ``reasoning`` payloads then the ``message`` payload) and the other half
-in :func:`shared.rebuild.rebuild` (re-attach them all, in order, to the next
-assistant message; :func:`attached_reasoning` is the shape both sides use).
+The writer's half of the wire: an AppendRecord becomes the payloads written to
+the file (:func:`append_payloads`). The reasoning duality of SPEC §2.5 is one
+half here (:func:`split_reasoning`: an assistant message carrying N reasoning
+blocks becomes N ``reasoning`` payloads then the ``message`` payload) and the
+other half in :func:`shared.rebuild.rebuild` (re-attach them all, in order, to
+the next assistant message; :func:`attached_reasoning` is the shape both sides
+use); the reader turns rebuilt payloads back into messages in
+:mod:`reader_service.wire`, and tests/shared/test_wire.py pins the round trip.
+The stop-kind <-> ``rollout.v1.StopKind`` mapping is used by both services and
+the command line.
 
 Opaque objects travel as ``google.protobuf.Struct`` / ``ListValue``, whose numbers
 are doubles: an integral number within ±2**53 is stored as a JSON integer, so
@@ -17,13 +21,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import orjson
 from google.protobuf import struct_pb2
 
 from rollout.v1 import records_pb2, writer_pb2
 from shared.errors import RecordValidationError
-from shared.rebuild import CheckpointRecord, DegradedEntry
-from shared.records import RecordType, attached_reasoning, reasoning_blocks_of
+from shared.records import RecordType, attached_reasoning
 from shared.stop_kinds import StopKind
 
 _INTEGRAL_LIMIT = 2**53
@@ -160,60 +162,6 @@ def split_reasoning(message: records_pb2.ChatMessage) -> tuple[list[dict[str, An
     return _message_fields(message)
 
 
-def _set_reasoning(target: records_pb2.Reasoning, block: dict[str, Any]) -> None:
-    target.content = str(block.get("content", ""))
-    if "signature" in block:
-        target.signature = str(block["signature"])
-    if "encrypted" in block:
-        target.encrypted = str(block["encrypted"])
-
-
-def message_from_payload(payload: dict[str, Any]) -> records_pb2.ChatMessage:
-    """A rebuilt message payload (reasoning attached) as a ChatMessage."""
-    message = records_pb2.ChatMessage(role=str(payload.get("role", "")))
-    content = payload.get("content")
-    if isinstance(content, str):
-        message.text = content
-    elif isinstance(content, list):
-        message.parts.SetInParent()  # an empty list is still "parts", not "no content"
-        try:
-            message.parts.extend(content)
-        except (TypeError, ValueError):  # a value a Struct cannot hold, from another writer
-            message.parts.Clear()
-            message.text = orjson.dumps(content).decode()
-    elif content is not None:
-        message.text = str(content)
-    if "name" in payload:
-        message.name = str(payload["name"])
-    calls = payload.get("tool_calls")
-    for call in calls if isinstance(calls, list) else ():
-        if isinstance(call, dict):
-            function = call.get("function")
-            function = function if isinstance(function, dict) else {}
-            message.tool_calls.add(
-                id=str(call.get("id", "")),
-                type=str(call.get("type", "function")),
-                function=records_pb2.FunctionCall(
-                    name=str(function.get("name", "")), arguments=str(function.get("arguments", ""))
-                ),
-            )
-    if "tool_call_id" in payload:
-        message.tool_call_id = str(payload["tool_call_id"])
-    if payload.get("is_anchored"):
-        message.is_anchored = True
-    if "truncation_marker" in payload:
-        message.truncation_marker = str(payload["truncation_marker"])
-    if payload.get("synthetic"):
-        message.synthetic = True
-    blocks = reasoning_blocks_of(payload)
-    if len(blocks) == 1:
-        _set_reasoning(message.reasoning, blocks[0])
-    else:
-        for block in blocks:
-            _set_reasoning(message.reasoning_blocks.add(), block)
-    return message
-
-
 def append_payloads(record: writer_pb2.AppendRecord, index: int) -> list[tuple[RecordType, dict[str, Any]]]:
     """The record payloads one AppendRecord becomes, in file order.
 
@@ -272,22 +220,6 @@ def _append_payloads(record: writer_pb2.AppendRecord, index: int) -> list[tuple[
             raise RecordValidationError(index, "event.kind", "is empty")
         return [(_EVENT, {"kind": record.event.kind, "body": struct_to_python(record.event.body)})]
     raise RecordValidationError(index, "record", f"has an unknown kind {kind!r}")
-
-
-def degraded_to_proto(entry: DegradedEntry) -> records_pb2.DegradedEntry:
-    return records_pb2.DegradedEntry(
-        kind=str(entry.kind), line=entry.line, offset=entry.offset, detail=entry.detail
-    )
-
-
-def checkpoint_to_proto(checkpoint: CheckpointRecord) -> records_pb2.AgentCheckpoint:
-    return records_pb2.AgentCheckpoint(
-        digest=checkpoint.digest,
-        message_count=checkpoint.message_count,
-        covers_seq=checkpoint.covers_seq,
-        stop_kind=checkpoint.stop_kind,
-        seq=checkpoint.seq,
-    )
 
 
 def stop_kind_to_proto(kind: str) -> records_pb2.StopKind:

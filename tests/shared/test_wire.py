@@ -7,12 +7,13 @@ from google.protobuf import struct_pb2
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from reader_service.wire import message_from_payload
 from rollout.v1 import records_pb2, writer_pb2
 from shared.errors import RecordValidationError
 from shared.rebuild import rebuild
 from shared.records import RecordType, encode_line
 from shared.stop_kinds import StopKind
-from shared.wire import append_payloads, message_from_payload, stop_kind_from_proto, stop_kind_to_proto
+from shared.wire import append_payloads, stop_kind_from_proto, stop_kind_to_proto
 
 TS = "2026-11-30T10:15:30.123456Z"
 META = {"session_id": "01a22c15-89a6-7d3d-b5b7-165622bd350c", "tenant": "default", "created_at": TS}
