@@ -203,13 +203,43 @@ def serve_writer(
 @cli.command("serve-reader")
 @data_dir_option
 @click.option("--address", default=DEFAULT_READER, show_default=True, help="host:port to bind (port 0: any).")
-def serve_reader(data_dir: Path, address: str) -> None:
+@click.option(
+    "--max-reply-bytes",
+    type=click.IntRange(1024),
+    default=256 * 1024 * 1024,
+    show_default=True,
+    help="Largest unary reply; a GetReplay or GetMemoryView of a larger session is refused"
+    " (RESOURCE_EXHAUSTED) before it is read: stream it.",
+)
+@click.option(
+    "--replay-cache-mb",
+    type=click.IntRange(0),
+    default=256,
+    show_default=True,
+    help="Memory for rendered replays of recently read sessions (MiB; 0: none).",
+)
+@click.option(
+    "--read-budget-mb",
+    type=click.IntRange(1),
+    default=512,
+    show_default=True,
+    help="Memory heavy reads in flight may hold together (MiB); more wait their turn.",
+)
+def serve_reader(
+    data_dir: Path, address: str, max_reply_bytes: int, replay_cache_mb: int, read_budget_mb: int
+) -> None:
     """Run a reader service (any number may serve one data root)."""
     from reader_service.server import ReaderConfig, start_reader
 
     data_dir.mkdir(parents=True, exist_ok=True)
+    config = ReaderConfig(
+        data_dir=data_dir,
+        max_reply_bytes=max_reply_bytes,
+        replay_cache_bytes=replay_cache_mb * 1024 * 1024,
+        read_budget_bytes=read_budget_mb * 1024 * 1024,
+    )
     try:
-        asyncio.run(_serve_until_signal(start_reader(ReaderConfig(data_dir=data_dir), address), "reader"))
+        asyncio.run(_serve_until_signal(start_reader(config, address), "reader"))
     except BindError as exc:
         raise click.ClickException(str(exc)) from exc
 
