@@ -14,12 +14,14 @@ import ctypes
 import logging
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
 import textwrap
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,7 @@ import grpc
 
 from rollout.v1 import reader_pb2, reader_pb2_grpc, records_pb2, writer_pb2, writer_pb2_grpc
 from rollout_cli.codex_import import convert_codex
+from shared.records import parse_timestamp
 from shared.status import BindError
 from shared.stop_kinds import StopKind
 from shared.wire import stop_kind_to_proto
@@ -505,7 +508,8 @@ def list_command(
     created_after: str,
     created_before: str,
 ) -> None:
-    """List sessions, newest first, with their stop state and whether they may be resumed."""
+    """List sessions, newest first: when each last changed, its stop state, whether it may be
+    resumed, its message records and its first prompt (`rollout stop-facts ID` says why)."""
     page = _call(
         "reader",
         reader,
@@ -521,19 +525,67 @@ def list_command(
             created_before=created_before,
         ),
     )
-    click.echo(f"{'CREATED':27} {'SESSION':36} {'AGENT':14} {'STATE':16} RESUME")
-    for summary in page.sessions:
-        facts = summary.stop_facts
-        state = (facts.stop_kind or "legacy") if facts.found else "unknown"
-        resume = "yes" if facts.resume.replayable else "no"
-        click.echo(
-            f"{summary.created_at:27} {summary.session_id:36} {summary.agent_name or '-':14}"
-            f" {state:16} {resume}: {facts.resume.reason}"
-        )
+    _print_sessions(page.sessions, datetime.now(UTC))
     if page.scan_capped:
         click.echo(f"(this page stopped after examining {page.scanned} sessions; more may match)")
     if page.next_page_token:
         click.echo(f"more: {_next_page_command(page.next_page_token)}")
+
+
+def relative_time(moment: str, now: datetime) -> str:
+    """How long before ``now`` an RFC 3339 time was, as a session picker says it ("3 min ago")."""
+    try:
+        then = parse_timestamp(moment)
+    except ValueError:
+        return moment or "-"
+    seconds = (now - then).total_seconds()
+    if seconds < 0:
+        return then.strftime("%Y-%m-%d %H:%M")
+    for limit, unit, size in (
+        (60, "s", 1),
+        (3600, "min", 60),
+        (86400, "h", 3600),
+        (30 * 86400, "days", 86400),
+    ):
+        if seconds < limit:
+            count = int(seconds // size)
+            return "just now" if unit == "s" and count < 10 else f"{count} {unit} ago"
+    return then.strftime("%Y-%m-%d")
+
+
+def _print_sessions(sessions: Any, now: datetime) -> None:
+    """One row per session, like a session picker: when it last changed, its state and first prompt.
+
+    The session id is never shortened; the preview is cut to what the terminal's width
+    leaves (160 columns when the output is not a terminal).
+    """
+    from rich.console import Console  # here: the other commands start without loading it
+    from rich.table import Table
+
+    header = ("UPDATED", "SESSION", "AGENT", "STATE", "RESUME", "MSGS")
+    rows = []
+    for summary in sessions:
+        facts = summary.stop_facts
+        rows.append(
+            (
+                relative_time(summary.updated_at or summary.created_at, now),
+                summary.session_id,
+                summary.agent_name or "-",
+                (facts.stop_kind or "legacy") if facts.found else "unknown",
+                "yes" if facts.resume.replayable else "no",
+                str(summary.message_count),
+                summary.preview or "-",
+            )
+        )
+    width = shutil.get_terminal_size((160, 24)).columns
+    used = sum(max(len(row[column]) for row in [header, *rows]) + 2 for column in range(len(header)))
+    table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
+    for name in header:
+        table.add_column(name, no_wrap=True, justify="right" if name == "MSGS" else "left")
+    table.add_column("PREVIEW", no_wrap=True, overflow="ellipsis", max_width=max(width - used, 12))
+    for row in rows:
+        table.add_row(*row)
+    Console(width=max(width, used + 12), highlight=False, soft_wrap=False).print(table)
 
 
 def _next_page_command(token: str) -> str:
