@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -50,6 +51,9 @@ log = logging.getLogger(__name__)
 SERVICE = reader_pb2.DESCRIPTOR.services_by_name["RolloutReader"]
 SERVICE_NAME = SERVICE.full_name
 MiB = 1024 * 1024
+#: How long a thread may hold the GIL while others wait (seconds; CPython's default is 0.005). A
+#: heavy read's Python loop then hands it to a cheap call's thread, or to the event loop, sooner.
+SWITCH_INTERVAL_S = 0.001
 T = TypeVar("T")
 
 
@@ -261,6 +265,7 @@ async def start_reader(config: ReaderConfig, address: str = "127.0.0.1:0") -> Ru
         server,
     )
     port = bind(server, address, "reader")
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     servicer.index.start_warming()
     await server.start()
     await health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)

@@ -21,6 +21,7 @@ repeated replay by joining them.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Generator, Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -269,20 +270,20 @@ def replay_reply_from_stream(
 ) -> bytes:
     """A ReplayResponse rendered from :func:`reader_service.replay.stream_replay`'s chunks.
 
-    Holds at most ``max_reply_bytes`` of rendered messages (plus one chunk) before
-    the final join: raises ReplyTooLargeError (RESOURCE_EXHAUSTED) as soon as the
-    entries exceed it, pointing to StreamReplay; the generator is closed either way.
+    Each message's entry is written into one growing buffer as soon as it is
+    rendered (never kept besides it), so the reply is held about once while it is
+    built. Raises ReplyTooLargeError (RESOURCE_EXHAUSTED) as soon as the messages
+    exceed ``max_reply_bytes``, pointing to StreamReplay; the generator is closed
+    either way.
     """
-    entries: list[bytes] = []
-    size = 0
+    reply = io.BytesIO()
+    reply.write(reader_pb2.ReplayResponse(session_id=session_id).SerializeToString())
     facts: ReplayFacts | None = None
     try:
         for _, payloads, last in chunks:
             for payload in payloads:
-                entry = message_entry(payload)
-                size += len(entry)
-                entries.append(entry)
-            if size > max_reply_bytes:
+                reply.write(message_entry(payload))
+            if reply.tell() > max_reply_bytes:
                 raise ReplyTooLargeError(
                     f"the replay of {session_id} holds more than {max_reply_bytes} bytes of messages,"
                     " over the unary reply limit; use StreamReplay"
@@ -292,7 +293,9 @@ def replay_reply_from_stream(
         chunks.close()
     if facts is None:
         raise RuntimeError("stream_replay ended without its summary")
-    return replay_reply(session_id, entries, facts, token_budget)
+    tail = reader_pb2.ReplayResponse(**_summary_fields(facts, token_budget))
+    reply.write(tail.SerializeToString(deterministic=True))
+    return reply.getvalue()
 
 
 def verify_report(
