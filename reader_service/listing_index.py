@@ -212,6 +212,8 @@ class ListingIndex:
         self._names: dict[str, SessionFileName] = {}
         self._by_key: dict[SortKey, str] = {}
         self._heads: dict[str, dict[str, Any]] = {}
+        #: Listed sessions whose head is not indexed yet.
+        self._headless: set[str] = set()
         self._activity: dict[str, Activity] = {}
         self._postings: dict[tuple[str, str], _Postings] = {}
         self._counting: queue.SimpleQueue[str] = queue.SimpleQueue()
@@ -238,12 +240,14 @@ class ListingIndex:
             for name in current.keys() - self._names.keys():
                 parsed = current[name]
                 self._names[name] = parsed
+                self._headless.add(name)
                 self._by_key[parsed.sort_key] = name
                 self._posting("agent", parsed.agent_name).add(parsed.sort_key)
             self._synced = entries
 
     def _forget(self, name: str) -> None:
         parsed = self._names.pop(name)
+        self._headless.discard(name)
         self._by_key.pop(parsed.sort_key, None)
         self._posting("agent", parsed.agent_name).remove(parsed.sort_key)
         meta = self._heads.pop(name, None)
@@ -290,6 +294,7 @@ class ListingIndex:
             parsed = self._names.get(name)
             if parsed is not None and name not in self._heads:
                 self._heads[name] = meta
+                self._headless.discard(name)
                 self._posting("tenant", str(meta.get("tenant", ""))).add(parsed.sort_key)
                 self._posting("parent", str(meta.get("parent_session_id", ""))).add(parsed.sort_key)
         return meta
@@ -297,7 +302,9 @@ class ListingIndex:
     def ensure_heads(self) -> int:
         """Read the head of every listed session not yet indexed; returns how many were read."""
         with self._lock:
-            missing = [name for name in self._names if name not in self._heads]
+            if not self._headless:
+                return 0
+            missing = list(self._headless)
         for name in missing:
             self._read_head(name)
         return len(missing)
