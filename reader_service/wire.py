@@ -176,6 +176,12 @@ def message_from_payload(payload: Mapping[str, Any]) -> records_pb2.ChatMessage:
     return message
 
 
+def _has_parts(payload: Mapping[str, Any]) -> bool:
+    """Whether a message holds content parts, whose Struct maps need deterministic (sorted) output
+    for equal payloads to give equal bytes; every other field serializes the same either way."""
+    return isinstance(payload.get("content"), list)
+
+
 def message_entry(payload: Mapping[str, Any]) -> bytes:
     """One message as its serialized entry of field 2 (``messages``) of a reply: tag, length, bytes.
 
@@ -185,7 +191,7 @@ def message_entry(payload: Mapping[str, Any]) -> bytes:
     """
     holder = reader_pb2.ReplayResponse()
     fill_message(holder.messages.add(), payload)
-    entry: bytes = holder.SerializeToString(deterministic=True)
+    entry: bytes = holder.SerializeToString(deterministic=_has_parts(payload))
     return entry
 
 
@@ -193,7 +199,7 @@ def chunk_entry(payload: Mapping[str, Any]) -> bytes:
     """One message as its serialized entry of field 3 (``messages``) of a ReplayChunk or MemoryViewChunk."""
     holder = reader_pb2.ReplayChunk()
     fill_message(holder.messages.add(), payload)
-    entry: bytes = holder.SerializeToString(deterministic=True)
+    entry: bytes = holder.SerializeToString(deterministic=_has_parts(payload))
     return entry
 
 
