@@ -128,11 +128,6 @@ class Activity:
         """The ``ts`` of the last complete record ("" when none was found in the tail)."""
         return self.stop_facts.last_record_ts
 
-    @property
-    def committed_bytes(self) -> int:
-        """The file's size when read (bytes)."""
-        return self.size
-
     def current(self, stat: os.stat_result) -> bool:
         return (self.inode, self.size, self.mtime_ns) == (stat.st_ino, stat.st_size, stat.st_mtime_ns)
 

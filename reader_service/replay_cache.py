@@ -230,9 +230,10 @@ class _Entry:
 class ReplayCache:
     """Rendered replays of recently read session files, within a memory budget (thread-safe).
 
-    ``budget_bytes`` bounds what all entries are charged together (0 disables the
-    cache: every replay is built and dropped); files over ``max_file_bytes``
-    (default: a quarter of the budget) are never cached.
+    ``budget_bytes`` bounds what all entries are charged together; files over
+    ``max_file_bytes`` (default: a quarter of the budget) are never cached, and an
+    entry charged more than half the budget is not kept. A budget of 0 turns the
+    cache off: :meth:`rendered` answers None for every file.
     """
 
     def __init__(self, budget_bytes: int, max_file_bytes: int | None = None) -> None:
