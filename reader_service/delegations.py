@@ -13,10 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from reader_service.listing import read_session_meta
+from reader_service.listing_index import ListingIndex
 from reader_service.stop_facts import StopFactsResult, read_stop_facts
 from shared.errors import SessionNotFoundError
-from shared.layout import DataRoot
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,9 +31,9 @@ class DelegationLink:
     stop_facts: StopFactsResult
 
 
-def _link(root: DataRoot, child_session_id: str, tail_window: int) -> DelegationLink:
-    parsed, path = root.locate(child_session_id)
-    meta = read_session_meta(path)
+def _link(index: ListingIndex, child_session_id: str) -> DelegationLink:
+    parsed, path = index.root.locate(child_session_id)
+    meta = index.meta(path.name)
     return DelegationLink(
         parent_session_id=str(meta.get("parent_session_id", "")),
         delegation_id=str(meta.get("delegation_id", "")),
@@ -42,31 +41,29 @@ def _link(root: DataRoot, child_session_id: str, tail_window: int) -> Delegation
         agent_name=parsed.agent_name,
         created_at=str(meta.get("created_at", "")),
         meta=meta,
-        stop_facts=read_stop_facts(path, tail_window),
+        stop_facts=read_stop_facts(path, index.tail_window),
     )
 
 
-def find_children(
-    root: DataRoot, parent_session_id: str, delegation_id: str, tail_window: int
-) -> list[DelegationLink]:
+def find_children(index: ListingIndex, parent_session_id: str, delegation_id: str) -> list[DelegationLink]:
     """The child sessions a parent delegated to (optionally one delegation), oldest first.
 
     Raises FileNameError for a malformed id and SessionNotFoundError for an unknown parent.
     Markers whose child file does not exist (a crash between the two) are skipped.
     """
-    root.locate(parent_session_id)
+    index.root.locate(parent_session_id)
     links = []
-    for _, child in root.delegations_of(parent_session_id, delegation_id):
+    for _, child in index.root.delegations_of(parent_session_id, delegation_id):
         try:
-            links.append(_link(root, child, tail_window))
+            links.append(_link(index, child))
         except (SessionNotFoundError, FileNotFoundError):
             continue
     return sorted(links, key=lambda link: (link.created_at, link.child_session_id))
 
 
-def find_parent(root: DataRoot, child_session_id: str, tail_window: int) -> DelegationLink:
+def find_parent(index: ListingIndex, child_session_id: str) -> DelegationLink:
     """The coordinates of a child session (empty fields: none recorded).
 
     Raises FileNameError for a malformed id and SessionNotFoundError for an unknown session.
     """
-    return _link(root, child_session_id, tail_window)
+    return _link(index, child_session_id)

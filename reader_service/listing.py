@@ -4,8 +4,14 @@ Order: creation time (from the file name, to the second) descending, then
 session id descending; stable while sessions are being created, because the
 cursor names the last (time, id) returned rather than a position: sessions
 created after the walk started sort before the cursor and never shift a page.
-Each listed session costs one read of its head (the ``session_meta`` line, for
-tenant and delegation fields) and one tail read (stop facts); no session is
+
+Which sessions exist comes from the sessions folder at every call; what each one
+holds comes from the listing index (:mod:`reader_service.listing_index`), which
+reads a session's head once and its tail again only when the file changed. A
+tenant, parent or agent filter walks the index's list of the sessions holding
+that value (the shortest, when several are given), so it costs what matches, not
+the number of sessions; before such a walk every session not yet in the index
+has its head read, so a missing or stale index never hides one. No session is
 ever rebuilt. Sessions without stop facts are listed as unknown, never hidden.
 """
 
@@ -15,16 +21,16 @@ import base64
 import binascii
 import bisect
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import orjson
 
-from reader_service.stop_facts import DEFAULT_TAIL_WINDOW, StopFactsResult, eligibility_of, read_stop_facts
+from reader_service.listing_index import Activity, ListingIndex, SortKey
+from reader_service.stop_facts import StopFactsResult, eligibility_of
 from shared.errors import InvalidArgumentError
-from shared.layout import DataRoot
 from shared.naming import SessionFileName, validate_session_id
 from shared.stop_kinds import StopKind
 
@@ -32,7 +38,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 1000
-HEAD_WINDOW = 64 * 1024
 
 
 STOP_STATES = ("", "unknown", "stopped", "replayable", "not_replayable", *(kind.value for kind in StopKind))
@@ -100,39 +105,20 @@ class ListingPage:
 
 @dataclass(frozen=True, slots=True)
 class SessionListing:
-    """One listed session: its name parts, its session_meta and its stop facts."""
+    """One listed session: its name parts, its session_meta and its activity (stop facts included)."""
 
     name: SessionFileName
     meta: dict[str, Any]
-    stop_facts: StopFactsResult
+    activity: Activity
+
+    @property
+    def stop_facts(self) -> StopFactsResult:
+        return self.activity.stop_facts
 
 
-def read_session_meta(path: Path) -> dict[str, Any]:
-    """The payload of a session's first line (empty dict if it is not a session_meta)."""
-    with path.open("rb") as handle:
-        head = handle.read(HEAD_WINDOW)
-        while b"\n" not in head:
-            more = handle.read(HEAD_WINDOW)
-            if not more:
-                return {}
-            head += more
-    try:
-        record = orjson.loads(head[: head.index(b"\n")])
-    except orjson.JSONDecodeError:
-        return {}
-    if (
-        isinstance(record, dict)
-        and record.get("type") == "session_meta"
-        and isinstance(record.get("payload"), dict)
-    ):
-        payload: dict[str, Any] = record["payload"]
-        return payload
-    return {}
-
-
-def encode_cursor(name: SessionFileName) -> str:
-    """The opaque page token after ``name``."""
-    raw = orjson.dumps({"t": name.created_at.isoformat(), "id": name.session_id})
+def encode_cursor(key: SortKey) -> str:
+    """The opaque page token after the session of sort key ``key`` (created at, session id)."""
+    raw = orjson.dumps({"t": key[0].isoformat(), "id": key[1]})
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
@@ -149,19 +135,51 @@ def decode_cursor(token: str) -> tuple[datetime, str]:
     return moment, session_id
 
 
+def _walk(
+    index: ListingIndex, filters: SessionFilters, cursor: SortKey | None
+) -> Iterator[tuple[SortKey, str]]:
+    """Candidate sessions newest first, strictly before ``cursor``: (sort key, file name).
+
+    With a tenant, parent or agent filter, the index's shortest list among them;
+    otherwise every session. The created range bounds the walk.
+    """
+    keys, _ = index.entries()
+    postings = []
+    if filters.tenant or filters.parent_session_id:
+        index.ensure_heads()
+    for kind, value in (
+        ("tenant", filters.tenant),
+        ("parent", filters.parent_session_id),
+        ("agent", filters.agent_name),
+    ):
+        if value:
+            postings.append(index.matching(kind, value))
+    walked = min(postings, key=len) if postings else keys
+    end = bisect.bisect_left(walked, cursor) if cursor is not None else len(walked)
+    if filters.created_before is not None:
+        end = min(end, bisect.bisect_right(walked, (filters.created_before, "\uffff")))
+    floor = filters.created_after.replace(microsecond=0) if filters.created_after else None
+    for position in range(end - 1, -1, -1):
+        key = walked[position]
+        if floor is not None and key[0] < floor:
+            return
+        name = index.name_of(key)
+        if name is not None:
+            yield key, name
+
+
 def list_sessions(
-    root: DataRoot,
+    index: ListingIndex,
     page_size: int = DEFAULT_PAGE_SIZE,
     page_token: str = "",
     filters: SessionFilters | None = None,
-    tail_window: int = DEFAULT_TAIL_WINDOW,
     max_scan: int = DEFAULT_MAX_SCAN,
 ) -> ListingPage:
     """One page of sessions, newest first.
 
-    At most ``max_scan`` sessions that pass the name filters are examined (head
-    and tail reads); when that ends the page early it says so (``scan_capped``)
-    and its token continues after the last one examined. Raises
+    At most ``max_scan`` sessions that pass the name and head filters are examined
+    (their activity looked at); when that ends the page early it says so
+    (``scan_capped``) and its token continues after the last one examined. Raises
     InvalidArgumentError for a malformed token, a page size outside 0..1000 (0
     means 50) or a negative scan cap.
     """
@@ -172,33 +190,34 @@ def list_sessions(
     size = page_size or DEFAULT_PAGE_SIZE
     cap = max_scan or DEFAULT_MAX_SCAN
     filters = filters or SessionFilters()
-    keys, entries = root.ordered()
-    # Newest first: walk the oldest-first order backwards from the cursor's place.
-    end = bisect.bisect_left(keys, decode_cursor(page_token)) if page_token else len(entries)
-    names = entries[end - 1 :: -1] if end else []
+    cursor = decode_cursor(page_token) if page_token else None
     page: list[SessionListing] = []
     scanned = 0
-    for position, (parsed, file_name) in enumerate(names):
-        if not filters.matches_name(parsed):
+    last_examined: SortKey | None = None
+    candidates = _walk(index, filters, cursor)
+    for key, name in candidates:
+        parsed = index.parsed_name(name)
+        if parsed is None or not filters.matches_name(parsed):
+            continue
+        meta = index.meta(name)
+        if not filters.matches_meta(meta):
             continue
         if scanned == cap:
-            return ListingPage(page, encode_cursor(names[position - 1][0]), scanned, True)
+            token = encode_cursor(last_examined) if last_examined is not None else page_token
+            return ListingPage(page, token, scanned, True)
         scanned += 1
-        path = root.sessions_dir / file_name
+        last_examined = key
         try:
-            meta = read_session_meta(path)
-            if not filters.matches_meta(meta):
-                continue
-            facts = read_stop_facts(path, tail_window)
+            activity = index.activity(name)
         except FileNotFoundError:
             continue
         except (OSError, ValueError) as exc:  # one unreadable file must not hide the others
-            log.warning("listing %s as unknown: %s", file_name, exc)
-            facts = StopFactsResult(found=False)
-        if not filters.matches_stop(facts, meta):
+            log.warning("listing %s as unknown: %s", name, exc)
+            activity = Activity(0, 0, 0, StopFactsResult(found=False))
+        if not filters.matches_stop(activity.stop_facts, meta):
             continue
-        page.append(SessionListing(parsed, meta, facts))
+        page.append(SessionListing(parsed, meta, activity))
         if len(page) == size:
-            more = position + 1 < len(names)
-            return ListingPage(page, encode_cursor(parsed) if more else "", scanned, False)
+            more = next(candidates, None) is not None
+            return ListingPage(page, encode_cursor(key) if more else "", scanned, False)
     return ListingPage(page, "", scanned, False)

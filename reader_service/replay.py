@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import enum
 from collections import deque
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,54 +41,66 @@ def checkpoint_status(checkpoint: CheckpointRecord, computed: str, message_count
 
 
 @dataclass(frozen=True, slots=True)
-class ReplayResult:
-    """A rebuilt session plus its verification and budget outcome (tokens estimated)."""
+class ReplayFacts:
+    """What a replay reports besides its messages (SPEC §5 Replay).
+
+    ``rebuilt`` holds the degraded ledger, the superseded outputs and the last
+    checkpoint (its ``messages`` are payloads, handles or rendered entries, by the
+    path that built it); ``computed_digest`` is the digest the status was decided
+    on; ``estimated_tokens`` covers the returned messages (canonical bytes / 4,
+    rounded up, per message); ``message_count`` is how many were returned.
+    """
 
     rebuilt: Rebuild
     digest_status: DigestStatus
     computed_digest: str
     estimated_tokens: int
-    token_budget: int
+    message_count: int
 
-    @property
-    def too_large(self) -> bool:
-        """REPLAY_TOO_LARGE: the estimate exceeds a non-zero budget."""
-        return bool(self.token_budget) and self.estimated_tokens > self.token_budget
+    def too_large(self, token_budget: int) -> bool:
+        """REPLAY_TOO_LARGE: the estimate exceeds a non-zero budget (tokens)."""
+        return bool(token_budget) and self.estimated_tokens > token_budget
 
 
-def _separate_verification(
-    rebuilt: Rebuild, payload_of: Callable[[Any], Mapping[str, Any]]
-) -> tuple[DigestStatus, str] | None:
+#: The digest of a list of items of a rebuilt sequence (payloads, handles or rendered entries).
+DigestOf = Callable[[list[Any]], str]
+#: The payloads of a list of such items, in order (read back when they are handles).
+PayloadsOf = Callable[[list[Any]], Iterable[Mapping[str, Any]]]
+
+
+def digest_of_payloads(payloads: Iterable[Mapping[str, Any]], count: int) -> str:
+    """The digest of ``count`` payloads fed one at a time (bounded memory)."""
+    builder = DigestBuilder(count)
+    for payload in payloads:
+        builder.add(payload)
+    return builder.result()
+
+
+def checkpoint_verification(rebuilt: Rebuild, digest_of: DigestOf) -> tuple[DigestStatus, str] | None:
     """Verify the last checkpoint by its own pass when it covers another sequence than the one
     returned (a message cap, or outputs superseded after it); None when the returned pass can.
-
-    ``payload_of`` turns an item of ``checkpoint_messages`` into its payload (a handle of
-    shared.rebuild_index is read back from the file; a payload is itself).
     """
     checkpoint, covered = rebuilt.last_checkpoint, rebuilt.checkpoint_messages
     if checkpoint is None or covered is None or covered == rebuilt.messages:
         return None
-    builder = DigestBuilder(len(covered))
-    for item in covered:
-        builder.add(payload_of(item))
-    computed = builder.result()
+    computed = digest_of(covered)
     return checkpoint_status(checkpoint, computed, len(covered)), computed
 
 
-def _digest_status(
+def digest_status_of(
     rebuilt: Rebuild,
     separate: tuple[DigestStatus, str] | None,
     returned_digest: str,
     returned_count: int,
-    payload_of: Callable[[Any], Mapping[str, Any]],
+    payloads_of: PayloadsOf,
 ) -> tuple[DigestStatus, str]:
     """(status, digest) of a replay whose returned messages digest to ``returned_digest``.
 
-    No checkpoint adds the ``no_checkpoint`` degraded entry. A mismatch is
-    looked at once more under the reading of versions that attached only the
-    last of several reasoning blocks (:func:`shared.digest.single_reasoning_digest`):
-    a checkpoint those versions wrote over a sound file verifies, with a
-    ``single_reasoning_checkpoint`` note saying so.
+    ``separate`` is :func:`checkpoint_verification`'s answer. No checkpoint adds the
+    ``no_checkpoint`` degraded entry. A mismatch is looked at once more under the
+    reading of versions that attached only the last of several reasoning blocks
+    (:func:`shared.digest.single_reasoning_digest`): a checkpoint those versions
+    wrote over a sound file verifies, with a ``single_reasoning_checkpoint`` note.
     """
     if separate is not None:
         status, computed = separate
@@ -102,17 +114,17 @@ def _digest_status(
             )
             return DigestStatus.NO_CHECKPOINT, returned_digest
         status, computed = checkpoint_status(checkpoint, returned_digest, returned_count), returned_digest
-    if status is DigestStatus.MISMATCH and _single_reasoning_verifies(rebuilt, payload_of):
+    if status is DigestStatus.MISMATCH and _single_reasoning_verifies(rebuilt, payloads_of):
         return DigestStatus.VERIFIED, computed
     return status, computed
 
 
-def _single_reasoning_verifies(rebuilt: Rebuild, payload_of: Callable[[Any], Mapping[str, Any]]) -> bool:
+def _single_reasoning_verifies(rebuilt: Rebuild, payloads_of: PayloadsOf) -> bool:
     """True (and a note added) when the last checkpoint matches the single-reasoning reading."""
     checkpoint, covered = rebuilt.last_checkpoint, rebuilt.checkpoint_messages
     if checkpoint is None or covered is None or checkpoint.message_count != len(covered):
         return False
-    legacy = single_reasoning_digest((payload_of(item) for item in covered), len(covered))
+    legacy = single_reasoning_digest(payloads_of(covered), len(covered))
     if legacy != checkpoint.digest:
         return False
     rebuilt.degraded.append(
@@ -127,53 +139,39 @@ def _single_reasoning_verifies(rebuilt: Rebuild, payload_of: Callable[[Any], Map
     return True
 
 
-def replay_bytes(data: bytes, token_budget: int = 0, max_messages: int = 0) -> ReplayResult:
-    """Replay from the bytes of one session file (see module doc).
+def _same(items: list[Any]) -> list[Any]:
+    return items
+
+
+def replay_bytes(data: bytes, max_messages: int = 0) -> ReplayFacts:
+    """Replay from the bytes of one session file, in memory (see module doc).
 
     Each returned message is serialized to its canonical form once: the same bytes
     feed the digest and the token estimate.
     """
     rebuilt = rebuild(data, max_messages=max_messages)
-    separate = _separate_verification(rebuilt, lambda payload: payload)
+    separate = checkpoint_verification(rebuilt, lambda items: digest_of_payloads(items, len(items)))
     builder = DigestBuilder(len(rebuilt.messages))
     tokens = sum((builder.add(message) + 3) // 4 for message in rebuilt.messages)
-    status, computed = _digest_status(
-        rebuilt, separate, builder.result(), len(rebuilt.messages), lambda payload: payload
-    )
-    return ReplayResult(rebuilt, status, computed, tokens, token_budget)
+    status, computed = digest_status_of(rebuilt, separate, builder.result(), len(rebuilt.messages), _same)
+    return ReplayFacts(rebuilt, status, computed, tokens, len(rebuilt.messages))
 
 
-def replay_file(path: Path, token_budget: int = 0, max_messages: int = 0) -> ReplayResult:
-    """Replay one session file, read once. Raises OSError when it cannot be read."""
-    return replay_bytes(path.read_bytes(), token_budget, max_messages)
+def replay_file(path: Path, max_messages: int = 0) -> ReplayFacts:
+    """Replay one session file, read once, in memory. Raises OSError when it cannot be read."""
+    return replay_bytes(path.read_bytes(), max_messages)
 
 
 #: Canonical bytes of messages gathered into one StreamReplay chunk (~ its size on the wire).
 STREAM_CHUNK_BYTES = 1024 * 1024
 
 
-@dataclass(frozen=True, slots=True)
-class ReplaySummaryFacts:
-    """What the last StreamReplay chunk (and VerifySession) report about a whole session."""
-
-    rebuilt: Rebuild
-    digest_status: DigestStatus
-    computed_digest: str
-    estimated_tokens: int
-    token_budget: int
-    message_count: int
-
-    @property
-    def too_large(self) -> bool:
-        return bool(self.token_budget) and self.estimated_tokens > self.token_budget
-
-
 def stream_replay(
-    path: Path, token_budget: int = 0, max_messages: int = 0, chunk_bytes: int = STREAM_CHUNK_BYTES
-) -> Generator[tuple[int, list[dict[str, Any]], ReplaySummaryFacts | None], None, None]:
-    """Replay in bounded memory: yields (first index, payloads, None) chunks, then a summary.
+    path: Path, max_messages: int = 0, chunk_bytes: int = STREAM_CHUNK_BYTES
+) -> Generator[tuple[int, list[dict[str, Any]], ReplayFacts | None], None, None]:
+    """Replay in bounded memory: yields (first index, payloads, None) chunks, then the facts.
 
-    The last item is ``(message_count, [], summary)``. The file is indexed once
+    The last item is ``(message_count, [], facts)``. The file is indexed once
     (shared.rebuild_index), then the messages are read back by offset chunk by
     chunk; the checkpoint digest is computed on the way when it covers the
     returned sequence, otherwise by one more pass before streaming. Raises
@@ -182,7 +180,13 @@ def stream_replay(
     rebuilt = index_rebuild(path, max_messages=max_messages)
     handles = rebuilt.messages
     with MessageSource(path) as source:
-        separate = _separate_verification(rebuilt, source.message)
+
+        def payloads_of(items: list[Any]) -> Iterable[dict[str, Any]]:
+            return map(source.message, items)
+
+        separate = checkpoint_verification(
+            rebuilt, lambda items: digest_of_payloads(payloads_of(items), len(items))
+        )
         builder = DigestBuilder(len(handles))
         tokens = 0
         chunk: list[dict[str, Any]] = []
@@ -199,19 +203,19 @@ def stream_replay(
                 first, chunk, size = position + 1, [], 0
         if chunk:
             yield first, chunk, None
-        status, computed = _digest_status(rebuilt, separate, builder.result(), len(handles), source.message)
-    yield len(handles), [], ReplaySummaryFacts(rebuilt, status, computed, tokens, token_budget, len(handles))
+        status, computed = digest_status_of(rebuilt, separate, builder.result(), len(handles), payloads_of)
+    yield len(handles), [], ReplayFacts(rebuilt, status, computed, tokens, len(handles))
 
 
-def verify_session(path: Path) -> ReplaySummaryFacts:
+def verify_session(path: Path) -> ReplayFacts:
     """Full integrity check in bounded memory (every line parsed, seqs, last checkpoint digest)."""
-    ((_, _, summary),) = deque(stream_replay(path), maxlen=1)  # chunks are dropped as they come
-    if summary is None:
-        raise RuntimeError("stream_replay ended without its summary")
-    return summary
+    ((_, _, facts),) = deque(stream_replay(path), maxlen=1)  # chunks are dropped as they come
+    if facts is None:
+        raise RuntimeError("stream_replay ended without its facts")
+    return facts
 
 
-def verify_findings(summary: ReplaySummaryFacts) -> tuple[bool, list[str]]:
+def verify_findings(summary: ReplayFacts) -> tuple[bool, list[str]]:
     """(ok, sentences) for a person: ok when nothing is damaged and the checkpoint does not mismatch."""
     rebuilt = summary.rebuilt
     findings = [

@@ -1,17 +1,24 @@
 """The RolloutReader gRPC servicer and its server (grpc.aio); it never writes.
 
-File reads and rebuilds run in a thread pool so that health checks stay
-responsive; errors become statuses in :func:`shared.status.status_mapping`.
+Translation only: each RPC checks and converts its request
+(:mod:`reader_service.wire`), calls the reading code on an I/O thread, and
+returns the converted answer; errors become statuses in
+:func:`shared.status.status_mapping`. Heavy reads (replays, memory views,
+verification) first wait for admission within the read budget
+(:mod:`reader_service.admission`) and run on a pool of their own, so cheap
+reads (stop facts, listing pages, delegations) keep their latency while big
+replays run. Replies already serialized (bytes) are sent as they are.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+import os
+import sys
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -21,240 +28,161 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
+from reader_service import replies, wire
+from reader_service.admission import ReadBudget, bounded_read_cost, unary_reply_cost
 from reader_service.delegations import find_children, find_parent
-from reader_service.listing import SessionFilters, list_sessions, read_session_meta
-from reader_service.memory_view import DEFAULT_MAX_REASONING_CHARS, DEFAULT_MAX_TOOL_OUTPUT_CHARS, memory_view
-from reader_service.replay import (
-    DigestStatus,
-    ReplaySummaryFacts,
-    replay_file,
-    stream_replay,
-    verify_findings,
-    verify_session,
+from reader_service.listing import list_sessions
+from reader_service.listing_index import ListingIndex
+from reader_service.memory_view import (
+    DEFAULT_MAX_REASONING_CHARS,
+    DEFAULT_MAX_TOOL_OUTPUT_CHARS,
+    MemoryViewer,
 )
-from reader_service.stop_facts import DEFAULT_TAIL_WINDOW, StopFactsResult, eligibility_of, read_stop_facts
+from reader_service.replay import STREAM_CHUNK_BYTES, verify_findings, verify_session
+from reader_service.replay_cache import ReplayCache
+from reader_service.stop_facts import DEFAULT_TAIL_WINDOW, StopFactsResult, read_stop_facts
 from rollout.v1 import reader_pb2, reader_pb2_grpc
-from shared.errors import InvalidArgumentError, ReplyTooLargeError
+from shared.errors import InvalidArgumentError
 from shared.layout import DataRoot
-from shared.rebuild import collector_paused, rebuild
-from shared.records import parse_timestamp
 from shared.status import add_servicer, bind, status_mapping
-from shared.wire import checkpoint_to_proto, degraded_to_proto, message_from_payload
 
 log = logging.getLogger(__name__)
 
 SERVICE = reader_pb2.DESCRIPTOR.services_by_name["RolloutReader"]
 SERVICE_NAME = SERVICE.full_name
-MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+MiB = 1024 * 1024
+#: How long a thread may hold the GIL while others wait (seconds; CPython's default is 0.005). A
+#: heavy read's Python loop then hands it to a cheap call's thread, or to the event loop, sooner.
+SWITCH_INTERVAL_S = 0.001
 T = TypeVar("T")
-
-_DIGEST_STATUS = {
-    DigestStatus.VERIFIED: reader_pb2.DIGEST_STATUS_VERIFIED,
-    DigestStatus.MISMATCH: reader_pb2.DIGEST_STATUS_MISMATCH,
-    DigestStatus.NO_CHECKPOINT: reader_pb2.DIGEST_STATUS_NO_CHECKPOINT,
-}
 
 
 @dataclass(frozen=True, slots=True)
 class ReaderConfig:
-    """Reader settings; ``tail_window`` in bytes."""
+    """Reader settings. Sizes in bytes.
+
+    ``max_reply_bytes``: the largest unary reply (and gRPC send limit);
+    ``replay_cache_bytes``: what the replay cache may hold (0: off);
+    ``read_budget_bytes``: what heavy reads in flight may hold together;
+    ``io_threads`` serve cheap reads, ``heavy_threads`` heavy ones.
+    """
 
     data_dir: Path
     tail_window: int = DEFAULT_TAIL_WINDOW
     io_threads: int = 4
+    heavy_threads: int = 2
+    max_reply_bytes: int = 256 * MiB
+    replay_cache_bytes: int = 256 * MiB
+    read_budget_bytes: int = 512 * MiB
 
 
-def stop_facts_to_proto(
-    session_id: str, facts: StopFactsResult, meta: dict[str, Any]
-) -> reader_pb2.StopFacts:
-    """StopFacts with its resume eligibility (default-deny, shared.stop_kinds)."""
-    message = reader_pb2.StopFacts(
-        session_id=session_id,
-        found=facts.found,
-        stop_kind=facts.stop_kind,
-        reason=facts.reason,
-        has_stop_record=facts.has_stop_record,
-        stop_seq=facts.stop_seq,
-        tail_bytes_read=facts.tail_bytes_read,
-    )
-    if facts.error:
-        message.error.message = str(facts.error.get("message", ""))
-        message.error.category = str(facts.error.get("category", ""))
-    if facts.checkpoint is not None:
-        message.checkpoint.CopyFrom(checkpoint_to_proto(facts.checkpoint))
-    eligibility = eligibility_of(facts, meta)
-    message.resume.replayable = eligibility.replayable
-    message.resume.reason = eligibility.reason
-    return message
-
-
-def _timestamp_filter(field: str, text: str) -> datetime | None:
-    if not text:
-        return None
-    try:
-        return parse_timestamp(text)
-    except ValueError as exc:
-        raise InvalidArgumentError(field, f"is not an RFC 3339 timestamp: {text!r}") from exc
-
-
-def _check_replay_request(request: reader_pb2.ReplayRequest) -> None:
-    if request.token_budget < 0:
-        raise InvalidArgumentError("token_budget", f"must be >= 0, got {request.token_budget}")
-    if request.max_messages < 0:
-        raise InvalidArgumentError("max_messages", f"must be >= 0, got {request.max_messages}")
-
-
-def _chunk(
-    session_id: str, first: int, payloads: list[dict[str, Any]], summary: ReplaySummaryFacts | None
-) -> reader_pb2.ReplayChunk:
-    """One StreamReplay message (the summary only on the last)."""
-    chunk = reader_pb2.ReplayChunk(
-        session_id=session_id, first_index=first, messages=[message_from_payload(p) for p in payloads]
-    )
-    if summary is not None:
-        rebuilt = summary.rebuilt
-        chunk.summary.degraded.extend(degraded_to_proto(entry) for entry in rebuilt.degraded)
-        chunk.summary.superseded_outputs = rebuilt.superseded_outputs
-        chunk.summary.digest_status = _DIGEST_STATUS[summary.digest_status]
-        chunk.summary.computed_digest = summary.computed_digest
-        chunk.summary.estimated_tokens = summary.estimated_tokens
-        chunk.summary.message_count = summary.message_count
-        if rebuilt.last_checkpoint is not None:
-            chunk.summary.last_checkpoint.CopyFrom(checkpoint_to_proto(rebuilt.last_checkpoint))
-        if summary.too_large:
-            chunk.summary.too_large.estimated_tokens = summary.estimated_tokens
-            chunk.summary.too_large.token_budget = summary.token_budget
-    return chunk
-
-
-def _replay_response(
-    session_id: str, path: Path, request: reader_pb2.ReplayRequest
-) -> reader_pb2.ReplayResponse:
-    """Read, rebuild and answer one GetReplay (I/O thread); raises OSError when the file cannot be read.
-
-    The rebuild is made, turned into the reply and released under one
-    shared.rebuild.collector_paused(), so the collector never walks its payloads.
-    """
-    with collector_paused():
-        result = replay_file(path, request.token_budget, request.max_messages)
-        rebuilt = result.rebuilt
-        response = reader_pb2.ReplayResponse(
-            session_id=session_id,
-            messages=[message_from_payload(message) for message in rebuilt.messages],
-            degraded=[degraded_to_proto(entry) for entry in rebuilt.degraded],
-            superseded_outputs=rebuilt.superseded_outputs,
-            digest_status=_DIGEST_STATUS[result.digest_status],
-            computed_digest=result.computed_digest,
-            estimated_tokens=result.estimated_tokens,
-        )
-        if rebuilt.last_checkpoint is not None:
-            response.last_checkpoint.CopyFrom(checkpoint_to_proto(rebuilt.last_checkpoint))
-        if result.too_large:
-            response.too_large.estimated_tokens = result.estimated_tokens
-            response.too_large.token_budget = result.token_budget
-        del result, rebuilt
-    return response
-
-
-def _memory_view_response(
-    session_id: str, path: Path, request: reader_pb2.MemoryViewRequest
-) -> reader_pb2.MemoryViewResponse:
-    """Read, rebuild and answer one GetMemoryView (I/O thread), like :func:`_replay_response`.
-
-    The view needs the messages only: no digest, no token estimate.
-    """
-    with collector_paused():
-        rebuilt = rebuild(path.read_bytes())
-        view = memory_view(
-            rebuilt.messages,
-            request.max_tool_output_chars or DEFAULT_MAX_TOOL_OUTPUT_CHARS,
-            request.max_reasoning_chars or DEFAULT_MAX_REASONING_CHARS,
-        )
-        response = reader_pb2.MemoryViewResponse(
-            session_id=session_id,
-            messages=[message_from_payload(message) for message in view.messages],
-            dropped_system_messages=view.dropped_system_messages,
-            truncated_tool_outputs=view.truncated_tool_outputs,
-            shortened_reasoning=view.shortened_reasoning,
-        )
-        del rebuilt, view
-    return response
+def _stop_facts_and_meta(index: ListingIndex, path: Path) -> tuple[StopFactsResult, dict[str, Any]]:
+    return read_stop_facts(path, index.tail_window), index.meta(path.name)
 
 
 class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
-    """gRPC front of replay, stop facts and listing."""
+    """gRPC front of replay, stop facts, listing and delegations."""
 
     def __init__(self, config: ReaderConfig) -> None:
         self.config = config
         self.root = DataRoot(config.data_dir)
-        self._executor = ThreadPoolExecutor(config.io_threads, thread_name_prefix="rollout-read")
+        self.index = ListingIndex(self.root, config.tail_window)
+        self.replays = ReplayCache(config.replay_cache_bytes)
+        self.budget = ReadBudget(config.read_budget_bytes)
+        self._cheap = ThreadPoolExecutor(config.io_threads, thread_name_prefix="rollout-read")
+        self._heavy = ThreadPoolExecutor(config.heavy_threads, thread_name_prefix="rollout-heavy-read")
 
-    async def _run(self, function: Callable[..., T], *args: Any) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, function, *args)
+    async def _cheap_run(self, function: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._cheap, function, *args)
 
-    async def GetReplay(
-        self, request: reader_pb2.ReplayRequest, context: grpc.aio.ServicerContext
-    ) -> reader_pb2.ReplayResponse:
+    async def _heavy_run(self, function: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._heavy, function, *args)
+
+    async def _admit(self, context: grpc.aio.ServicerContext, cost: int) -> None:
+        """Wait for ``cost`` bytes of the read budget, held until the RPC is done (reply sent)."""
+        charge = await self.budget.acquire(cost)
+        context.add_done_callback(lambda _: self.budget.release(charge))
+
+    async def _stream(self, chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
+        """Each serialized chunk, made on a heavy I/O thread; the generator is closed there too."""
+        try:
+            while (chunk := await self._heavy_run(next, chunks, None)) is not None:
+                yield chunk
+        finally:
+            await self._heavy_run(getattr(chunks, "close", lambda: None))
+
+    async def GetReplay(self, request: reader_pb2.ReplayRequest, context: grpc.aio.ServicerContext) -> bytes:
         async with status_mapping(context, "GetReplay"):
-            _check_replay_request(request)
-            _, path = self.root.locate(request.session_id)
-            response = await self._run(_replay_response, request.session_id, path, request)
-            size = response.ByteSize()
-            if size > MAX_MESSAGE_BYTES:
-                raise ReplyTooLargeError(
-                    f"the replay of {request.session_id} is {size} bytes, over the {MAX_MESSAGE_BYTES}-byte"
-                    " reply limit; use StreamReplay"
-                )
-            return response
+            wire.check_replay_request(request)
+            session_id, limit = request.session_id, self.config.max_reply_bytes
+            _, path = self.root.locate(session_id)
+            size = os.stat(path).st_size
+            if not request.max_messages:
+                replies.check_unary_size("GetReplay", "StreamReplay", session_id, size, limit)
+            await self._admit(context, unary_reply_cost(size, limit))
+            return await self._heavy_run(
+                replies.replay_reply,
+                self.replays,
+                session_id,
+                path,
+                request.token_budget,
+                request.max_messages,
+                limit,
+            )
         raise AssertionError("unreachable: status_mapping aborts")
 
     async def StreamReplay(
         self, request: reader_pb2.ReplayRequest, context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[reader_pb2.ReplayChunk]:
+    ) -> AsyncIterator[bytes]:
         async with status_mapping(context, "StreamReplay"):
-            _check_replay_request(request)
+            wire.check_replay_request(request)
             _, path = self.root.locate(request.session_id)
-            chunks = stream_replay(path, request.token_budget, request.max_messages)
-            try:
-                while (item := await self._run(next, chunks, None)) is not None:
-                    first, payloads, summary = item
-                    yield await self._run(_chunk, request.session_id, first, payloads, summary)
-            finally:
-                await self._run(chunks.close)
+            await self._admit(context, bounded_read_cost(os.stat(path).st_size, STREAM_CHUNK_BYTES))
+            chunks = replies.replay_chunks(
+                request.session_id, path, request.token_budget, request.max_messages
+            )
+            async for chunk in self._stream(chunks):
+                yield chunk
+
+    def _viewer(self, request: reader_pb2.MemoryViewRequest) -> MemoryViewer:
+        wire.check_memory_view_request(request)
+        return MemoryViewer(
+            request.max_tool_output_chars or DEFAULT_MAX_TOOL_OUTPUT_CHARS,
+            request.max_reasoning_chars or DEFAULT_MAX_REASONING_CHARS,
+        )
 
     async def GetMemoryView(
         self, request: reader_pb2.MemoryViewRequest, context: grpc.aio.ServicerContext
-    ) -> reader_pb2.MemoryViewResponse:
+    ) -> bytes:
         async with status_mapping(context, "GetMemoryView"):
-            if request.max_tool_output_chars < 0 or request.max_reasoning_chars < 0:
-                raise InvalidArgumentError("max_tool_output_chars", "limits must be >= 0")
-            _, path = self.root.locate(request.session_id)
-            return await self._run(_memory_view_response, request.session_id, path, request)
+            viewer = self._viewer(request)
+            session_id, limit = request.session_id, self.config.max_reply_bytes
+            _, path = self.root.locate(session_id)
+            size = os.stat(path).st_size
+            replies.check_unary_size("GetMemoryView", "StreamMemoryView", session_id, size, limit)
+            await self._admit(context, unary_reply_cost(size, limit))
+            return await self._heavy_run(replies.memory_view_reply, session_id, path, viewer, limit)
         raise AssertionError("unreachable: status_mapping aborts")
+
+    async def StreamMemoryView(
+        self, request: reader_pb2.MemoryViewRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[bytes]:
+        async with status_mapping(context, "StreamMemoryView"):
+            viewer = self._viewer(request)
+            _, path = self.root.locate(request.session_id)
+            await self._admit(context, bounded_read_cost(os.stat(path).st_size, replies.CHUNK_BYTES))
+            async for chunk in self._stream(replies.memory_view_chunks(request.session_id, path, viewer)):
+                yield chunk
 
     async def VerifySession(
         self, request: reader_pb2.VerifyRequest, context: grpc.aio.ServicerContext
     ) -> reader_pb2.VerifyReport:
         async with status_mapping(context, "VerifySession"):
             _, path = self.root.locate(request.session_id)
-            summary = await self._run(verify_session, path)
-            ok, findings = verify_findings(summary)
-            rebuilt = summary.rebuilt
-            report = reader_pb2.VerifyReport(
-                session_id=request.session_id,
-                ok=ok,
-                records=rebuilt.records,
-                last_seq=rebuilt.last_seq,
-                committed_bytes=rebuilt.committed_bytes,
-                message_count=summary.message_count,
-                digest_status=_DIGEST_STATUS[summary.digest_status],
-                computed_digest=summary.computed_digest,
-                degraded=[degraded_to_proto(entry) for entry in rebuilt.degraded],
-                findings=findings,
-            )
-            if rebuilt.last_checkpoint is not None:
-                report.last_checkpoint.CopyFrom(checkpoint_to_proto(rebuilt.last_checkpoint))
-            return report
+            await self._admit(context, bounded_read_cost(os.stat(path).st_size, STREAM_CHUNK_BYTES))
+            facts = await self._heavy_run(verify_session, path)
+            ok, findings = verify_findings(facts)
+            return wire.verify_report(request.session_id, facts, ok, findings)
         raise AssertionError("unreachable: status_mapping aborts")
 
     async def GetStopFacts(
@@ -262,47 +190,19 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
     ) -> reader_pb2.StopFacts:
         async with status_mapping(context, "GetStopFacts"):
             _, path = self.root.locate(request.session_id)
-            facts = await self._run(read_stop_facts, path, self.config.tail_window)
-            meta = await self._run(read_session_meta, path)
-            return stop_facts_to_proto(request.session_id, facts, meta)
+            facts, meta = await self._cheap_run(_stop_facts_and_meta, self.index, path)
+            return wire.stop_facts_to_proto(request.session_id, facts, meta)
         raise AssertionError("unreachable: status_mapping aborts")
 
     async def ListSessions(
         self, request: reader_pb2.ListSessionsRequest, context: grpc.aio.ServicerContext
     ) -> reader_pb2.ListSessionsResponse:
         async with status_mapping(context, "ListSessions"):
-            filters = SessionFilters(
-                tenant=request.tenant,
-                agent_name=request.agent_name,
-                parent_session_id=request.parent_session_id,
-                created_after=_timestamp_filter("created_after", request.created_after),
-                created_before=_timestamp_filter("created_before", request.created_before),
-                stop_state=request.stop_state,
+            filters = wire.listing_filters(request)
+            page = await self._cheap_run(
+                list_sessions, self.index, request.page_size, request.page_token, filters, request.max_scan
             )
-            page = await self._run(
-                list_sessions,
-                self.root,
-                request.page_size,
-                request.page_token,
-                filters,
-                self.config.tail_window,
-                request.max_scan,
-            )
-            response = reader_pb2.ListSessionsResponse(
-                next_page_token=page.next_page_token, scanned=page.scanned, scan_capped=page.scan_capped
-            )
-            for listing in page.sessions:
-                meta = listing.meta
-                response.sessions.add(
-                    session_id=listing.name.session_id,
-                    agent_name=listing.name.agent_name,
-                    created_at=str(meta.get("created_at", listing.name.created_at.isoformat())),
-                    tenant=str(meta.get("tenant", "")),
-                    parent_session_id=str(meta.get("parent_session_id", "")),
-                    delegation_id=str(meta.get("delegation_id", "")),
-                    stop_facts=stop_facts_to_proto(listing.name.session_id, listing.stop_facts, meta),
-                )
-            return response
+            return wire.listing_page(page)
         raise AssertionError("unreachable: status_mapping aborts")
 
     async def FindDelegations(
@@ -317,32 +217,19 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
                     "delegation_id", "narrows a lookup from a parent; a child has exactly one parent"
                 )
             if direction == "parent_session_id":
-                found = await self._run(
-                    find_children,
-                    self.root,
-                    request.parent_session_id,
-                    request.delegation_id,
-                    self.config.tail_window,
+                found = await self._cheap_run(
+                    find_children, self.index, request.parent_session_id, request.delegation_id
                 )
             else:
-                found = [
-                    await self._run(find_parent, self.root, request.child_session_id, self.config.tail_window)
-                ]
-            response = reader_pb2.FindDelegationsResponse()
-            for link in found:
-                response.delegations.add(
-                    parent_session_id=link.parent_session_id,
-                    delegation_id=link.delegation_id,
-                    child_session_id=link.child_session_id,
-                    agent_name=link.agent_name,
-                    created_at=link.created_at,
-                    stop_facts=stop_facts_to_proto(link.child_session_id, link.stop_facts, link.meta),
-                )
-            return response
+                found = [await self._cheap_run(find_parent, self.index, request.child_session_id)]
+            return reader_pb2.FindDelegationsResponse(
+                delegations=[wire.delegation_to_proto(link) for link in found]
+            )
         raise AssertionError("unreachable: status_mapping aborts")
 
     def close(self) -> None:
-        self._executor.shutdown(wait=False)
+        self._cheap.shutdown(wait=False)
+        self._heavy.shutdown(wait=False)
 
 
 @dataclass
@@ -362,8 +249,9 @@ async def start_reader(config: ReaderConfig, address: str = "127.0.0.1:0") -> Ru
     """Start serving on ``address``; RuntimeError when it cannot be bound."""
     server = grpc.aio.server(
         options=[
-            ("grpc.max_receive_message_length", 4 * 1024 * 1024),
-            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_receive_message_length", 4 * MiB),
+            # A reply over max_reply_bytes is refused with a documented status before gRPC sees it.
+            ("grpc.max_send_message_length", config.max_reply_bytes + MiB),
             # A port another server holds must fail to bind, not be silently shared.
             ("grpc.so_reuseport", 0),
         ]
@@ -377,6 +265,8 @@ async def start_reader(config: ReaderConfig, address: str = "127.0.0.1:0") -> Ru
         server,
     )
     port = bind(server, address, "reader")
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
+    servicer.index.start_warming()
     await server.start()
     await health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
     await health.set("", health_pb2.HealthCheckResponse.SERVING)

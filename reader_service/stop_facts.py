@@ -29,7 +29,11 @@ from shared.tail import read_tail
 
 @dataclass(frozen=True, slots=True)
 class StopFactsResult:
-    """What the tail says; ``tail_bytes_read`` is the cost of finding out (bytes)."""
+    """What the tail says; ``tail_bytes_read`` is the cost of finding out (bytes).
+
+    ``last_record_ts`` is the ``ts`` of the last complete record (when the session last
+    changed; empty when the tail holds none).
+    """
 
     found: bool
     stop_kind: str = ""
@@ -39,6 +43,7 @@ class StopFactsResult:
     has_stop_record: bool = False
     stop_seq: int = -1
     tail_bytes_read: int = 0
+    last_record_ts: str = ""
 
 
 def _int(value: Any) -> int:
@@ -73,6 +78,8 @@ def read_stop_facts(path: Path, tail_window: int = DEFAULT_TAIL_WINDOW) -> StopF
     if not records:
         return StopFactsResult(found=False, tail_bytes_read=total_read)
     last = records[0]
+    last_ts = last.get("ts")
+    last_ts = last_ts if isinstance(last_ts, str) else ""
     record_type = last.get("type")
     if record_type == RecordType.STOP:
         payload = last["payload"]
@@ -89,6 +96,7 @@ def read_stop_facts(path: Path, tail_window: int = DEFAULT_TAIL_WINDOW) -> StopF
             has_stop_record=True,
             stop_seq=_int(last.get("seq")),
             tail_bytes_read=total_read,
+            last_record_ts=last_ts,
         )
     if record_type == RecordType.AGENT_CHECKPOINT:
         checkpoint = _checkpoint_of(last)
@@ -99,8 +107,9 @@ def read_stop_facts(path: Path, tail_window: int = DEFAULT_TAIL_WINDOW) -> StopF
             checkpoint=checkpoint,
             has_stop_record=False,
             tail_bytes_read=total_read,
+            last_record_ts=last_ts,
         )
-    return StopFactsResult(found=False, tail_bytes_read=total_read)
+    return StopFactsResult(found=False, tail_bytes_read=total_read, last_record_ts=last_ts)
 
 
 UNKNOWN_ELIGIBILITY = ResumeEligibility(

@@ -14,12 +14,14 @@ import ctypes
 import logging
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
 import textwrap
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +30,7 @@ import grpc
 
 from rollout.v1 import reader_pb2, reader_pb2_grpc, records_pb2, writer_pb2, writer_pb2_grpc
 from rollout_cli.loadtest import LoadtestConfig
-from shared.records import DEFAULT_MAX_RECORD_BYTES
+from shared.records import DEFAULT_MAX_RECORD_BYTES, parse_timestamp
 from shared.status import BindError
 from shared.stop_kinds import StopKind
 from shared.wire import stop_kind_to_proto
@@ -216,13 +218,43 @@ def serve_writer(
 @cli.command("serve-reader")
 @data_dir_option
 @click.option("--address", default=DEFAULT_READER, show_default=True, help="host:port to bind (port 0: any).")
-def serve_reader(data_dir: Path, address: str) -> None:
+@click.option(
+    "--max-reply-bytes",
+    type=click.IntRange(1024),
+    default=256 * 1024 * 1024,
+    show_default=True,
+    help="Largest unary reply; a GetReplay or GetMemoryView of a larger session is refused"
+    " (RESOURCE_EXHAUSTED) before it is read: stream it.",
+)
+@click.option(
+    "--replay-cache-mb",
+    type=click.IntRange(0),
+    default=256,
+    show_default=True,
+    help="Memory for rendered replays of recently read sessions (MiB; 0: none).",
+)
+@click.option(
+    "--read-budget-mb",
+    type=click.IntRange(1),
+    default=512,
+    show_default=True,
+    help="Memory heavy reads in flight may hold together (MiB); more wait their turn.",
+)
+def serve_reader(
+    data_dir: Path, address: str, max_reply_bytes: int, replay_cache_mb: int, read_budget_mb: int
+) -> None:
     """Run a reader service (any number may serve one data root)."""
     from reader_service.server import ReaderConfig, start_reader
 
     data_dir.mkdir(parents=True, exist_ok=True)
+    config = ReaderConfig(
+        data_dir=data_dir,
+        max_reply_bytes=max_reply_bytes,
+        replay_cache_bytes=replay_cache_mb * 1024 * 1024,
+        read_budget_bytes=read_budget_mb * 1024 * 1024,
+    )
     try:
-        asyncio.run(_serve_until_signal(start_reader(ReaderConfig(data_dir=data_dir), address), "reader"))
+        asyncio.run(_serve_until_signal(start_reader(config, address), "reader"))
     except BindError as exc:
         raise click.ClickException(str(exc)) from exc
 
@@ -441,7 +473,8 @@ def list_command(
     created_after: str,
     created_before: str,
 ) -> None:
-    """List sessions, newest first, with their stop state and whether they may be resumed."""
+    """List sessions, newest first: when each last changed, its stop state, whether it may be
+    resumed, its message records and its first prompt (`rollout stop-facts ID` says why)."""
     page = _call(
         "reader",
         reader,
@@ -457,19 +490,67 @@ def list_command(
             created_before=created_before,
         ),
     )
-    click.echo(f"{'CREATED':27} {'SESSION':36} {'AGENT':14} {'STATE':16} RESUME")
-    for summary in page.sessions:
-        facts = summary.stop_facts
-        state = (facts.stop_kind or "legacy") if facts.found else "unknown"
-        resume = "yes" if facts.resume.replayable else "no"
-        click.echo(
-            f"{summary.created_at:27} {summary.session_id:36} {summary.agent_name or '-':14}"
-            f" {state:16} {resume}: {facts.resume.reason}"
-        )
+    _print_sessions(page.sessions, datetime.now(UTC))
     if page.scan_capped:
         click.echo(f"(this page stopped after examining {page.scanned} sessions; more may match)")
     if page.next_page_token:
         click.echo(f"more: {_next_page_command(page.next_page_token)}")
+
+
+def relative_time(moment: str, now: datetime) -> str:
+    """How long before ``now`` an RFC 3339 time was, as a session picker says it ("3 min ago")."""
+    try:
+        then = parse_timestamp(moment)
+    except ValueError:
+        return moment or "-"
+    seconds = (now - then).total_seconds()
+    if seconds < 0:
+        return then.strftime("%Y-%m-%d %H:%M")
+    for limit, unit, size in (
+        (60, "s", 1),
+        (3600, "min", 60),
+        (86400, "h", 3600),
+        (30 * 86400, "days", 86400),
+    ):
+        if seconds < limit:
+            count = int(seconds // size)
+            return "just now" if unit == "s" and count < 10 else f"{count} {unit} ago"
+    return then.strftime("%Y-%m-%d")
+
+
+def _print_sessions(sessions: Any, now: datetime) -> None:
+    """One row per session, like a session picker: when it last changed, its state and first prompt.
+
+    The session id is never shortened; the preview is cut to what the terminal's width
+    leaves (160 columns when the output is not a terminal).
+    """
+    from rich.console import Console  # here: the other commands start without loading it
+    from rich.table import Table
+
+    header = ("UPDATED", "SESSION", "AGENT", "STATE", "RESUME", "MSGS")
+    rows = []
+    for summary in sessions:
+        facts = summary.stop_facts
+        rows.append(
+            (
+                relative_time(summary.updated_at or summary.created_at, now),
+                summary.session_id,
+                summary.agent_name or "-",
+                (facts.stop_kind or "legacy") if facts.found else "unknown",
+                "yes" if facts.resume.replayable else "no",
+                str(summary.message_count),
+                summary.preview or "-",
+            )
+        )
+    width = shutil.get_terminal_size((160, 24)).columns
+    used = sum(max(len(row[column]) for row in [header, *rows]) + 2 for column in range(len(header)))
+    table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
+    for name in header:
+        table.add_column(name, no_wrap=True, justify="right" if name == "MSGS" else "left")
+    table.add_column("PREVIEW", no_wrap=True, overflow="ellipsis", max_width=max(width - used, 12))
+    for row in rows:
+        table.add_row(*row)
+    Console(width=max(width, used + 12), highlight=False, soft_wrap=False).print(table)
 
 
 def _next_page_command(token: str) -> str:

@@ -43,6 +43,30 @@ def canonical_message(message: Mapping[str, Any]) -> bytes:
     )
 
 
+def framed_canonical(message: Mapping[str, Any]) -> bytes:
+    """One message's part of the hashed stream: len(canonical) (8 bytes, big endian) + canonical."""
+    item = canonical_message(message)
+    return len(item).to_bytes(8, "big") + item
+
+
+def digest_of_framed(framed: Iterable[bytes], count: int) -> str:
+    """The digest of ``count`` messages given as :func:`framed_canonical` bytes, in order.
+
+    Lets a reader that keeps each message's framed bytes (the replay cache) digest a
+    sequence again without re-encoding it. Raises ValueError if ``framed`` does not
+    hold exactly ``count`` items.
+    """
+    hasher = hashlib.sha256(_DOMAIN_TAG)
+    hasher.update(count.to_bytes(8, "big"))
+    added = 0
+    for item in framed:
+        hasher.update(item)
+        added += 1
+    if added != count:
+        raise ValueError(f"digest framed for {count} messages but {added} were given")
+    return DIGEST_PREFIX + hasher.hexdigest()
+
+
 class DigestBuilder:
     """The digest of a sequence fed one message at a time (bounded memory).
 

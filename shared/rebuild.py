@@ -27,6 +27,8 @@ never used here.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import enum
 import gc
 import threading
@@ -243,8 +245,17 @@ class _Pairing:
         self.output_index = -1
 
 
-class _Rebuilder:
-    """The mutable state of one rebuild pass; see :func:`rebuild`."""
+class Rebuilder:
+    """The mutable state of one rebuild pass: the rules of :func:`rebuild`, applied line by line.
+
+    What the sequence holds is chosen by three hooks that subclasses override
+    (:meth:`keep`, :meth:`attach`, :meth:`keep_summary`): payloads here, offsets in
+    :mod:`shared.rebuild_index`, rendered replies in the reader's replay cache. The
+    rules themselves are never overridden. A pass may be fed by several :meth:`run`
+    calls (line numbers and offsets continue), and :meth:`finished_copy` answers
+    what :meth:`finish` would without ending the pass, so bytes appended to the
+    file later extend it: the result is the same as one pass over the whole file.
+    """
 
     #: The sequence holds the payloads themselves (so :meth:`keep` need not be called).
     keeps_payloads = True
@@ -417,6 +428,28 @@ class _Rebuilder:
             del self.messages[max_messages:]
         return result
 
+    def finished_copy(self, tail: bytes, line_no: int, offset: int, max_messages: int) -> Rebuild:
+        """What :func:`rebuild` returns for the lines run so far followed by ``tail``, the bytes
+        after the last newline (uncommitted), leaving this pass open for more :meth:`run` calls.
+
+        ``line_no`` and ``offset`` are what the last :meth:`run` returned. Costs one copy of
+        the sequence and the degraded list (O(messages)); the kept items are shared, not
+        copied, and the copy's pairings are this pass's (:meth:`finish` only reads them).
+        """
+        twin = copy.copy(self)
+        result = self.result
+        twin.result = dataclasses.replace(
+            result,
+            messages=list(result.messages),
+            degraded=list(result.degraded),
+            call_ids=set(),
+            unanswered_call_ids=[],
+        )
+        twin.messages = twin.result.messages
+        twin.pending_reasoning = list(self.pending_reasoning)
+        twin.uncommitted(tail, line_no, offset)
+        return twin.finish(max_messages)
+
     def run(self, lines: Iterable[bytes], line_no: int = 0, offset: int = 0) -> tuple[int, int]:
         """Apply complete lines (without their ``\\n``); returns (last line number, end offset)."""
         result = self.result
@@ -507,7 +540,7 @@ def rebuild(data: bytes, *, max_messages: int = 0) -> Rebuild:
     than a moment holds that pause itself until the result is released (every
     service caller does), or the collector walks all of it once afterwards.
     """
-    state = _Rebuilder()
+    state = Rebuilder()
     with collector_paused():
         committed = data.rfind(b"\n") + 1
         line_no = offset = 0

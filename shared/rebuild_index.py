@@ -25,13 +25,13 @@ from typing import Any, BinaryIO
 
 import orjson
 
-from shared.rebuild import Rebuild, _Rebuilder
+from shared.rebuild import Rebuild, Rebuilder
 
 CHUNK_BYTES = 4 * 1024 * 1024
 MessageHandle = int | tuple[int, int, int | tuple[int, ...]]
 
 
-class _IndexRebuilder(_Rebuilder):
+class _IndexRebuilder(Rebuilder):
     """The shared rebuilder, keeping handles instead of payloads."""
 
     keeps_payloads = False

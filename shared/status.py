@@ -219,11 +219,23 @@ def _wrap(method: Callable[..., Any], client_streaming: bool, server_streaming: 
     return unary_unary
 
 
+def _serializer(message_class: Any) -> Callable[[Any], bytes]:
+    """Serialize a response message; a response a handler already serialized (bytes) is sent as is."""
+    serialize = message_class.SerializeToString
+
+    def serialized(response: Any) -> bytes:
+        return response if type(response) is bytes else serialize(response)
+
+    return serialized
+
+
 def add_servicer(server: grpc.aio.Server, service: ServiceDescriptor, servicer: object) -> None:
     """Register ``servicer``'s methods for ``service`` with decoding errors answered as
     INVALID_ARGUMENT (the generated ``add_*_to_server`` would answer INTERNAL).
 
-    Client-streaming methods must call :func:`check_decoded` on each request.
+    A handler may return (or yield) its response already serialized, as bytes of
+    the method's response type; it is sent as is. Client-streaming methods must
+    call :func:`check_decoded` on each request.
     """
     handlers: dict[str, grpc.RpcMethodHandler] = {}
     for method in service.methods:
@@ -238,7 +250,7 @@ def add_servicer(server: grpc.aio.Server, service: ServiceDescriptor, servicer: 
         handlers[method.name] = factory(
             _wrap(getattr(servicer, method.name), method.client_streaming, method.server_streaming),
             request_deserializer=_tolerant_deserializer(request_class),
-            response_serializer=response_class.SerializeToString,
+            response_serializer=_serializer(response_class),
         )
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service.full_name, handlers),))
 

@@ -1,11 +1,15 @@
-"""Conversions between the rollout.v1 protobuf messages and record payloads.
+"""Conversions from the rollout.v1 protobuf messages to record payloads, and the stop-kind values.
 
-Both directions live here so that the writer (proto -> payload) and the reader
-(payload -> proto) cannot drift. The reasoning duality of SPEC §2.5 is one half
-here (:func:`split_reasoning`: an assistant message carrying N reasoning blocks
-becomes N ``reasoning`` payloads then the ``message`` payload) and the other half
-in :func:`shared.rebuild.rebuild` (re-attach them all, in order, to the next
-assistant message; :func:`attached_reasoning` is the shape both sides use).
+The writer's half of the wire: an AppendRecord becomes the payloads written to
+the file (:func:`append_payloads`). The reasoning duality of SPEC §2.5 is one
+half here (:func:`split_reasoning`: an assistant message carrying N reasoning
+blocks becomes N ``reasoning`` payloads then the ``message`` payload) and the
+other half in :func:`shared.rebuild.rebuild` (re-attach them all, in order, to
+the next assistant message; :func:`attached_reasoning` is the shape both sides
+use); the reader turns rebuilt payloads back into messages in
+:mod:`reader_service.wire`, and tests/shared/test_wire.py pins the round trip.
+The stop-kind <-> ``rollout.v1.StopKind`` mapping is used by both services and
+the command line.
 
 Opaque objects travel as ``google.protobuf.Struct`` / ``ListValue``, whose numbers
 are doubles: an integral number within ±2**53 is stored as a JSON integer, so
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -23,8 +28,7 @@ from google.protobuf import struct_pb2
 
 from rollout.v1 import records_pb2, writer_pb2
 from shared.errors import InvalidArgumentError, RecordValidationError
-from shared.rebuild import CheckpointRecord, DegradedEntry
-from shared.records import RecordType, attached_reasoning, normalize_timestamp, reasoning_blocks_of
+from shared.records import RecordType, attached_reasoning, normalize_timestamp
 from shared.session_meta import SessionRole, SessionSpec
 from shared.stop_kinds import StopKind
 
@@ -162,59 +166,92 @@ def split_reasoning(message: records_pb2.ChatMessage) -> tuple[list[dict[str, An
     return _message_fields(message)
 
 
-def _set_reasoning(target: records_pb2.Reasoning, block: dict[str, Any]) -> None:
-    target.content = str(block.get("content", ""))
+_ChatMessage = records_pb2.ChatMessage
+
+
+def _text(value: Any) -> str:
+    return value if type(value) is str else str(value)
+
+
+def _set_reasoning(target: records_pb2.Reasoning, block: Mapping[str, Any]) -> None:
+    target.content = _text(block.get("content", ""))
     if "signature" in block:
-        target.signature = str(block["signature"])
+        target.signature = _text(block["signature"])
     if "encrypted" in block:
-        target.encrypted = str(block["encrypted"])
+        target.encrypted = _text(block["encrypted"])
 
 
-def message_from_payload(payload: dict[str, Any]) -> records_pb2.ChatMessage:
-    """A rebuilt message payload (reasoning attached) as a ChatMessage."""
-    message = records_pb2.ChatMessage(role=str(payload.get("role", "")))
-    content = payload.get("content")
-    if isinstance(content, str):
-        message.text = content
-    elif isinstance(content, list):
-        message.parts.SetInParent()  # an empty list is still "parts", not "no content"
-        try:
-            message.parts.extend(content)
-        except (TypeError, ValueError):  # a value a Struct cannot hold, from another writer
-            message.parts.Clear()
-            message.text = orjson.dumps(content).decode()
-    elif content is not None:
-        message.text = str(content)
-    if "name" in payload:
-        message.name = str(payload["name"])
-    calls = payload.get("tool_calls")
-    for call in calls if isinstance(calls, list) else ():
-        if isinstance(call, dict):
-            function = call.get("function")
-            function = function if isinstance(function, dict) else {}
-            message.tool_calls.add(
-                id=str(call.get("id", "")),
-                type=str(call.get("type", "function")),
-                function=records_pb2.FunctionCall(
-                    name=str(function.get("name", "")), arguments=str(function.get("arguments", ""))
-                ),
-            )
-    if "tool_call_id" in payload:
-        message.tool_call_id = str(payload["tool_call_id"])
-    if payload.get("is_anchored"):
-        message.is_anchored = True
-    if "truncation_marker" in payload:
-        message.truncation_marker = str(payload["truncation_marker"])
-    if payload.get("synthetic"):
-        message.synthetic = True
-    if payload.get("is_error"):
-        message.is_error = True
-    blocks = reasoning_blocks_of(payload)
-    if len(blocks) == 1:
-        _set_reasoning(message.reasoning, blocks[0])
-    else:
-        for block in blocks:
-            _set_reasoning(message.reasoning_blocks.add(), block)
+def _set_parts(message: records_pb2.ChatMessage, content: list[Any]) -> None:
+    message.parts.SetInParent()  # an empty list is still "parts", not "no content"
+    try:
+        message.parts.extend(content)
+    except (TypeError, ValueError):  # a value a Struct cannot hold, from another writer
+        message.parts.Clear()
+        message.text = orjson.dumps(content).decode()
+
+
+def _add_tool_call(message: records_pb2.ChatMessage, call: Mapping[str, Any]) -> None:
+    added = message.tool_calls.add()
+    added.id = _text(call.get("id", ""))
+    added.type = _text(call.get("type", "function"))
+    function = call.get("function")
+    function = function if isinstance(function, dict) else {}
+    added.function.SetInParent()
+    added.function.name = _text(function.get("name", ""))
+    added.function.arguments = _text(function.get("arguments", ""))
+
+
+def fill_message(message: records_pb2.ChatMessage, payload: Mapping[str, Any]) -> None:
+    """Set ``message`` (empty) from a rebuilt message payload, reasoning attached.
+
+    One pass over the payload's keys (the hot path of every replay). Values of an
+    unexpected type (another writer's) are kept as text; content parts a Struct
+    cannot hold become the JSON text of the list.
+    """
+    for key, value in payload.items():
+        if key == "content":
+            if isinstance(value, str):
+                message.text = value
+            elif isinstance(value, list):
+                _set_parts(message, value)
+            elif value is not None:
+                message.text = str(value)
+        elif key == "role":
+            message.role = _text(value)
+        elif key == "tool_calls":
+            if isinstance(value, list):
+                for call in value:
+                    if isinstance(call, dict):
+                        _add_tool_call(message, call)
+        elif key == "tool_call_id":
+            message.tool_call_id = _text(value)
+        elif key == "reasoning":
+            if isinstance(value, dict):
+                _set_reasoning(message.reasoning, value)
+            elif isinstance(value, list):
+                blocks = [block for block in value if isinstance(block, dict)]
+                if len(blocks) == 1:
+                    _set_reasoning(message.reasoning, blocks[0])
+                else:
+                    for block in blocks:
+                        _set_reasoning(message.reasoning_blocks.add(), block)
+        elif key == "name":
+            message.name = _text(value)
+        elif key == "truncation_marker":
+            message.truncation_marker = _text(value)
+        elif key == "is_anchored":
+            if value:
+                message.is_anchored = True
+        elif key == "synthetic" and value:
+            message.synthetic = True
+        elif key == "is_error" and value:
+            message.is_error = True
+
+
+def message_from_payload(payload: Mapping[str, Any]) -> records_pb2.ChatMessage:
+    """A rebuilt message payload (reasoning attached) as a ChatMessage (see :func:`fill_message`)."""
+    message = _ChatMessage()
+    fill_message(message, payload)
     return message
 
 
@@ -276,22 +313,6 @@ def _append_payloads(record: writer_pb2.AppendRecord, index: int) -> list[tuple[
             raise RecordValidationError(index, "event.kind", "is empty")
         return [(_EVENT, {"kind": record.event.kind, "body": struct_to_python(record.event.body)})]
     raise RecordValidationError(index, "record", f"has an unknown kind {kind!r}")
-
-
-def degraded_to_proto(entry: DegradedEntry) -> records_pb2.DegradedEntry:
-    return records_pb2.DegradedEntry(
-        kind=str(entry.kind), line=entry.line, offset=entry.offset, detail=entry.detail
-    )
-
-
-def checkpoint_to_proto(checkpoint: CheckpointRecord) -> records_pb2.AgentCheckpoint:
-    return records_pb2.AgentCheckpoint(
-        digest=checkpoint.digest,
-        message_count=checkpoint.message_count,
-        covers_seq=checkpoint.covers_seq,
-        stop_kind=checkpoint.stop_kind,
-        seq=checkpoint.seq,
-    )
 
 
 def stop_kind_to_proto(kind: str) -> records_pb2.StopKind:

@@ -115,6 +115,30 @@ class MemoryViewResponse(_message.Message):
     shortened_reasoning: int
     def __init__(self, session_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_records_pb2.ChatMessage, _Mapping]]] = ..., dropped_system_messages: _Optional[int] = ..., truncated_tool_outputs: _Optional[int] = ..., shortened_reasoning: _Optional[int] = ...) -> None: ...
 
+class MemoryViewSummary(_message.Message):
+    __slots__ = ("dropped_system_messages", "truncated_tool_outputs", "shortened_reasoning", "message_count")
+    DROPPED_SYSTEM_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_TOOL_OUTPUTS_FIELD_NUMBER: _ClassVar[int]
+    SHORTENED_REASONING_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    dropped_system_messages: int
+    truncated_tool_outputs: int
+    shortened_reasoning: int
+    message_count: int
+    def __init__(self, dropped_system_messages: _Optional[int] = ..., truncated_tool_outputs: _Optional[int] = ..., shortened_reasoning: _Optional[int] = ..., message_count: _Optional[int] = ...) -> None: ...
+
+class MemoryViewChunk(_message.Message):
+    __slots__ = ("session_id", "first_index", "messages", "summary")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    FIRST_INDEX_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    first_index: int
+    messages: _containers.RepeatedCompositeFieldContainer[_records_pb2.ChatMessage]
+    summary: MemoryViewSummary
+    def __init__(self, session_id: _Optional[str] = ..., first_index: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[_records_pb2.ChatMessage, _Mapping]]] = ..., summary: _Optional[_Union[MemoryViewSummary, _Mapping]] = ...) -> None: ...
+
 class VerifyRequest(_message.Message):
     __slots__ = ("session_id",)
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
@@ -208,7 +232,7 @@ class ListSessionsRequest(_message.Message):
     def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., tenant: _Optional[str] = ..., agent_name: _Optional[str] = ..., parent_session_id: _Optional[str] = ..., created_after: _Optional[str] = ..., created_before: _Optional[str] = ..., stop_state: _Optional[str] = ..., max_scan: _Optional[int] = ...) -> None: ...
 
 class SessionSummary(_message.Message):
-    __slots__ = ("session_id", "agent_name", "created_at", "tenant", "parent_session_id", "delegation_id", "stop_facts")
+    __slots__ = ("session_id", "agent_name", "created_at", "tenant", "parent_session_id", "delegation_id", "stop_facts", "preview", "updated_at", "message_count", "cwd", "model", "size_bytes")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     AGENT_NAME_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
@@ -216,6 +240,12 @@ class SessionSummary(_message.Message):
     PARENT_SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     DELEGATION_ID_FIELD_NUMBER: _ClassVar[int]
     STOP_FACTS_FIELD_NUMBER: _ClassVar[int]
+    PREVIEW_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    CWD_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     agent_name: str
     created_at: str
@@ -223,7 +253,13 @@ class SessionSummary(_message.Message):
     parent_session_id: str
     delegation_id: str
     stop_facts: StopFacts
-    def __init__(self, session_id: _Optional[str] = ..., agent_name: _Optional[str] = ..., created_at: _Optional[str] = ..., tenant: _Optional[str] = ..., parent_session_id: _Optional[str] = ..., delegation_id: _Optional[str] = ..., stop_facts: _Optional[_Union[StopFacts, _Mapping]] = ...) -> None: ...
+    preview: str
+    updated_at: str
+    message_count: int
+    cwd: str
+    model: str
+    size_bytes: int
+    def __init__(self, session_id: _Optional[str] = ..., agent_name: _Optional[str] = ..., created_at: _Optional[str] = ..., tenant: _Optional[str] = ..., parent_session_id: _Optional[str] = ..., delegation_id: _Optional[str] = ..., stop_facts: _Optional[_Union[StopFacts, _Mapping]] = ..., preview: _Optional[str] = ..., updated_at: _Optional[str] = ..., message_count: _Optional[int] = ..., cwd: _Optional[str] = ..., model: _Optional[str] = ..., size_bytes: _Optional[int] = ...) -> None: ...
 
 class ListSessionsResponse(_message.Message):
     __slots__ = ("sessions", "next_page_token", "scanned", "scan_capped")

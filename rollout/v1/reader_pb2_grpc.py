@@ -49,6 +49,11 @@ class RolloutReaderStub:
                 request_serializer=rollout_dot_v1_dot_reader__pb2.MemoryViewRequest.SerializeToString,
                 response_deserializer=rollout_dot_v1_dot_reader__pb2.MemoryViewResponse.FromString,
                 _registered_method=True)
+        self.StreamMemoryView = channel.unary_stream(
+                '/rollout.v1.RolloutReader/StreamMemoryView',
+                request_serializer=rollout_dot_v1_dot_reader__pb2.MemoryViewRequest.SerializeToString,
+                response_deserializer=rollout_dot_v1_dot_reader__pb2.MemoryViewChunk.FromString,
+                _registered_method=True)
         self.VerifySession = channel.unary_unary(
                 '/rollout.v1.RolloutReader/VerifySession',
                 request_serializer=rollout_dot_v1_dot_reader__pb2.VerifyRequest.SerializeToString,
@@ -77,12 +82,18 @@ class RolloutReaderServicer:
     def GetReplay(self, request, context):
         """The exact rebuilt message sequence of a session (system messages,
         reasoning and full tool outputs included) with its degraded ledger and
-        checkpoint verification, from one read of the file.
+        checkpoint verification. A session replayed again, unchanged or grown, is
+        answered from the reader's rendered copy extended by the new records only;
+        the answer is byte for byte the one a fresh rebuild gives.
         Over token_budget the answer is still OK and carries both `too_large`
         and the rebuilt messages.
         INVALID_ARGUMENT: negative budget or cap. NOT_FOUND: unknown session.
-        RESOURCE_EXHAUSTED: the reply would exceed the reader's message size
-        limit (256 MiB); use StreamReplay.
+        RESOURCE_EXHAUSTED: the answer cannot fit in one reply (the reader's
+        unary reply limit, 256 MiB by default, `serve-reader --max-reply-bytes`):
+        a session file larger than the limit is refused before it is read
+        (unless max_messages is set); with max_messages, the call is refused
+        as soon as the messages rendered exceed the limit. Use StreamReplay.
+        UNAVAILABLE: the session file cannot be read (ErrorInfo names the errno).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -102,8 +113,21 @@ class RolloutReaderServicer:
     def GetMemoryView(self, request, context):
         """The lossy model-facing view: system messages dropped, reasoning shortened,
         long tool outputs truncated at a code-point boundary with a marker naming
-        the original length. Never used by replay.
+        the original length. Never used by replay. Built in bounded memory.
         INVALID_ARGUMENT: negative limits. NOT_FOUND: unknown session.
+        RESOURCE_EXHAUSTED: a session file larger than the unary reply limit is
+        refused before it is read, and a view whose messages exceed the limit
+        is refused as soon as they do; use StreamMemoryView.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StreamMemoryView(self, request, context):
+        """The same view as GetMemoryView, streamed in chunks of ~1 MiB of messages
+        (a chunk holds at least one message); the last chunk carries the
+        counters. Any session size; server memory grows with the number of
+        messages (offsets only). Same status codes, without RESOURCE_EXHAUSTED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -129,9 +153,14 @@ class RolloutReaderServicer:
 
     def ListSessions(self, request, context):
         """Sessions newest first (created time, then session id), paged by an opaque
-        cursor. Reads file names and heads/tails only; never rebuilds a session.
-        Sessions whose stop facts are unknown are listed, never filtered out
-        (unless stop_state asks for a stopped state).
+        cursor, each with a preview of its first user message and when it last
+        changed (a session picker's view). Which sessions exist is read from the
+        sessions folder at every call; what each holds comes from the reader's
+        listing index (heads read once, tails again when the file changed), so a
+        page costs its sessions and a tenant, agent or parent filter costs what
+        matches it. Never rebuilds a session. Sessions whose stop facts are
+        unknown are listed, never filtered out (unless stop_state asks for a
+        stopped state).
         INVALID_ARGUMENT: a malformed page_token, filter or page_size out of range.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -165,6 +194,11 @@ def add_RolloutReaderServicer_to_server(servicer, server):
                     servicer.GetMemoryView,
                     request_deserializer=rollout_dot_v1_dot_reader__pb2.MemoryViewRequest.FromString,
                     response_serializer=rollout_dot_v1_dot_reader__pb2.MemoryViewResponse.SerializeToString,
+            ),
+            'StreamMemoryView': grpc.unary_stream_rpc_method_handler(
+                    servicer.StreamMemoryView,
+                    request_deserializer=rollout_dot_v1_dot_reader__pb2.MemoryViewRequest.FromString,
+                    response_serializer=rollout_dot_v1_dot_reader__pb2.MemoryViewChunk.SerializeToString,
             ),
             'VerifySession': grpc.unary_unary_rpc_method_handler(
                     servicer.VerifySession,
@@ -268,6 +302,33 @@ class RolloutReader:
             '/rollout.v1.RolloutReader/GetMemoryView',
             rollout_dot_v1_dot_reader__pb2.MemoryViewRequest.SerializeToString,
             rollout_dot_v1_dot_reader__pb2.MemoryViewResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StreamMemoryView(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/rollout.v1.RolloutReader/StreamMemoryView',
+            rollout_dot_v1_dot_reader__pb2.MemoryViewRequest.SerializeToString,
+            rollout_dot_v1_dot_reader__pb2.MemoryViewChunk.FromString,
             options,
             channel_credentials,
             insecure,

@@ -10,6 +10,7 @@ import grpc
 import pytest
 
 from reader_service.listing import SessionFilters, list_sessions
+from reader_service.listing_index import ListingIndex
 from rollout.v1 import reader_pb2, records_pb2, writer_pb2
 from shared.layout import DataRoot
 from shared.naming import build_file_name
@@ -96,7 +97,7 @@ def test_ten_thousand_sessions_in_pages_of_100_each_exactly_once_while_sessions_
 def test_unknown_sessions_are_listed_and_filters_apply(data_dir) -> None:
     """Sessions without stop facts are listed as unknown; tenant, range and stop-state filters narrow."""
     ids = make_sessions(data_dir, 30, stopped_every=3)
-    root = DataRoot(data_dir)
+    root = ListingIndex(DataRoot(data_dir))
     everything = list_sessions(root, page_size=100)
     assert len(everything.sessions) == 30
     assert sum(not s.stop_facts.found for s in everything.sessions) == 20
@@ -118,7 +119,7 @@ def test_unknown_sessions_are_listed_and_filters_apply(data_dir) -> None:
 def test_scan_cap_ends_a_page_early_and_says_so(data_dir) -> None:
     """With a scan cap, a sparse filter returns a short page, scan_capped, and a token that continues."""
     ids = make_sessions(data_dir, 50, stopped_every=10)
-    root = DataRoot(data_dir)
+    root = ListingIndex(DataRoot(data_dir))
     filters = SessionFilters(stop_state="paused")
     page = list_sessions(root, page_size=10, filters=filters, max_scan=15)
     assert page.scan_capped
@@ -171,6 +172,6 @@ def test_listing_never_rebuilds_a_session(data_dir, monkeypatch) -> None:
     monkeypatch.setattr(importlib.import_module("shared.rebuild"), "rebuild", forbidden)
     monkeypatch.setattr(importlib.import_module("shared.rebuild_index"), "index_rebuild", forbidden)
     make_sessions(data_dir, 12, stopped_every=4)
-    page = list_sessions(DataRoot(data_dir), page_size=5)
+    page = list_sessions(ListingIndex(DataRoot(data_dir)), page_size=5)
     assert len(page.sessions) == 5
     assert page.next_page_token

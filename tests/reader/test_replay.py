@@ -9,9 +9,11 @@ import orjson
 
 import reader_service.memory_view
 import reader_service.replay
-import reader_service.server
+import reader_service.replay_cache
+from reader_service import wire
 from reader_service.memory_view import memory_view
 from reader_service.replay import DigestStatus, replay_file, stream_replay, verify_findings, verify_session
+from reader_service.replay_cache import ReplayCache
 from rollout.v1 import reader_pb2, records_pb2, writer_pb2
 from shared.digest import canonical_message
 from shared.rebuild import DegradedKind, rebuild
@@ -423,25 +425,21 @@ def test_the_last_checkpoint_is_verified_against_the_sequence_as_it_stood_then(w
         assert summary.computed_digest == stopped.digest
 
 
-def test_get_replay_and_memory_view_build_their_reply_under_the_collector_pause(
-    tmp_path, monkeypatch
-) -> None:
-    """GetReplay and GetMemoryView turn the rebuilt payloads into their reply with the collector
-    paused (it would otherwise walk every payload once more), and resume it afterwards."""
+def test_a_replay_renders_its_messages_under_the_collector_pause(tmp_path, monkeypatch) -> None:
+    """The replay cache parses and renders a file's messages with the collector paused (it would
+    otherwise walk every payload once more), and resumes it afterwards."""
     path = write(tmp_path, lines(msg("system", "be brief"), msg("user", "hi")))
     seen: list[bool] = []
-    real = reader_service.server.message_from_payload
+    real = reader_service.replay_cache.message_entry
 
-    def spying_message_from_payload(payload: dict) -> records_pb2.ChatMessage:
+    def spying_message_entry(payload: dict) -> bytes:
         seen.append(gc.isenabled())
         return real(payload)
 
-    monkeypatch.setattr(reader_service.server, "message_from_payload", spying_message_from_payload)
-    replay = reader_service.server._replay_response("s", path, reader_pb2.ReplayRequest(session_id="s"))
-    view = reader_service.server._memory_view_response(
-        "s", path, reader_pb2.MemoryViewRequest(session_id="s")
-    )
-    assert [m.text for m in replay.messages] == ["be brief", "hi"]
-    assert [m.text for m in view.messages] == ["hi"]
-    assert seen == [False, False, False]
+    monkeypatch.setattr(reader_service.replay_cache, "message_entry", spying_message_entry)
+    rendered = ReplayCache(1 << 20).rendered(path)
+    assert rendered is not None
+    reply = reader_pb2.ReplayResponse.FromString(wire.replay_reply("s", rendered.entries, rendered.facts, 0))
+    assert [m.text for m in reply.messages] == ["be brief", "hi"]
+    assert seen == [False, False]
     assert gc.isenabled()

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from reader_service.server import stop_facts_to_proto
 from reader_service.stop_facts import read_stop_facts
+from reader_service.wire import stop_facts_to_proto
 from rollout.v1 import reader_pb2
 from shared.naming import build_file_name, new_session_id
 from shared.records import encode_line

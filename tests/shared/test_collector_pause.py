@@ -112,13 +112,13 @@ def test_a_short_pause_leaves_reference_cycles_to_the_collector_afterwards() -> 
 def test_rebuild_parses_under_the_pause(monkeypatch) -> None:
     """rebuild() holds the pause while it parses (checked from inside its pass)."""
     seen: list[bool] = []
-    finish = rebuild_module._Rebuilder.finish
+    finish = rebuild_module.Rebuilder.finish
 
-    def spying_finish(self: rebuild_module._Rebuilder, max_messages: int) -> rebuild_module.Rebuild:
+    def spying_finish(self: rebuild_module.Rebuilder, max_messages: int) -> rebuild_module.Rebuild:
         seen.append(gc.isenabled())
         return finish(self, max_messages)
 
-    monkeypatch.setattr(rebuild_module._Rebuilder, "finish", spying_finish)
+    monkeypatch.setattr(rebuild_module.Rebuilder, "finish", spying_finish)
     meta = {"session_id": "01a22c15-89a6-7d3d-b5b7-165622bd350c", "tenant": "t", "created_at": TS}
     found = rebuild(encode_line(0, TS, "session_meta", meta))
     assert found.records == 1

@@ -421,6 +421,35 @@ def test_rebuild_never_raises_on_non_list_tool_calls(calls):
 # shared/__init__ binds the name ``rebuild`` to the function, hiding the module.
 rebuild_module = importlib.import_module("shared.rebuild")
 
+
+def records_of(kinds):
+    """One record per kind (None for "damage", a line the caller fills with bad bytes)."""
+    records = []
+    for number, kind in enumerate(kinds):
+        if kind == "user":
+            records.append(message("user", f"u{number}"))
+        elif kind == "call":
+            records.append(assistant_calling(f"c{number % 3}"))
+        elif kind == "output":
+            records.append(message("tool", f"o{number}", tool_call_id=f"c{number % 3}"))
+        elif kind == "reasoning":
+            records.append(("reasoning", {"content": f"r{number}"}))
+        elif kind == "assistant":
+            records.append(message("assistant", f"a{number}"))
+        elif kind == "compact":
+            history = [{"role": "user", "content": "kept"}] if number % 2 else None
+            payload = (
+                {"summary": "s"} if history is None else {"summary": "s", "replacement_history": history}
+            )
+            records.append(("compacted", payload))
+        elif kind == "checkpoint":
+            digest = "sha256:v1:" + "0" * 64
+            records.append(("agent_checkpoint", {"digest": digest, "message_count": 1, "covers_seq": number}))
+        else:
+            records.append(None)
+    return records
+
+
 _damage = st.sampled_from([b"", b"{trunc", b"\x00\x00\x00", b"[1]", b"\xff", b"\x00" * 3 + b"{}"])
 
 
@@ -436,20 +465,7 @@ _damage = st.sampled_from([b"", b"{trunc", b"\x00\x00\x00", b"[1]", b"\xff", b"\
 def test_rebuild_is_the_same_whatever_size_its_slices_of_the_file(kinds, damage, tail, split):
     """rebuild() splits a file into lines a slice at a time (SPLIT_BYTES, cut after a newline): any
     slice size gives the same result (line numbers, offsets, pairing, degraded entries) as one slice."""
-    records = []
-    for number, kind in enumerate(kinds):
-        if kind == "user":
-            records.append(message("user", f"u{number}"))
-        elif kind == "call":
-            records.append(assistant_calling(f"c{number % 3}"))
-        elif kind == "output":
-            records.append(message("tool", f"o{number}", tool_call_id=f"c{number % 3}"))
-        elif kind == "reasoning":
-            records.append(("reasoning", {"content": f"r{number}"}))
-        elif kind == "assistant":
-            records.append(message("assistant", f"a{number}"))
-        else:
-            records.append(None)
+    records = records_of(kinds)
     lines = session_lines(*[record for record in records if record is not None])
     body = [lines[0]]
     good = iter(lines[1:])
@@ -464,3 +480,33 @@ def test_rebuild_is_the_same_whatever_size_its_slices_of_the_file(kinds, damage,
         sliced = rebuild(data)
     assert sliced == whole
     assert sliced.committed_bytes == data.rfind(b"\n") + 1
+
+
+@settings(deadline=None, max_examples=150)
+@given(
+    kinds=st.lists(
+        st.sampled_from(
+            ["user", "call", "output", "damage", "reasoning", "assistant", "compact", "checkpoint"]
+        ),
+        max_size=16,
+    ),
+    cuts=st.lists(st.integers(0, 16), max_size=4),
+    cap=st.sampled_from([0, 1, 3]),
+)
+def test_a_pass_answers_between_runs_as_a_rebuild_of_the_bytes_so_far(kinds, cuts, cap):
+    """A pass fed in pieces answers, after each piece, what rebuild() gives for the bytes so far (plus
+    an uncommitted tail), and asking never changes what it answers later (finished_copy leaves it open)."""
+    records = records_of(kinds)
+    lines = session_lines(*[record for record in records if record is not None])
+    good = iter(lines[1:])
+    body = [lines[0]] + [b"\x00{trunc\n" if record is None else next(good) for record in records]
+    tail = b'{"v":1,"se'
+    state = rebuild_module.Rebuilder()
+    line_no = offset = 0
+    for cut in [*sorted(set(cuts)), len(body)]:
+        piece = body[line_no:cut] if cut > line_no else []
+        line_no, offset = state.run([line[:-1] for line in piece], line_no, offset)
+        for pending in (b"", tail):
+            assert state.finished_copy(pending, line_no, offset, cap) == rebuild(
+                b"".join(body[:line_no]) + pending, max_messages=cap
+            )

@@ -1,0 +1,408 @@
+"""The listing index: a small summary per session, kept current as sessions change (SPEC §5).
+
+Derived data only: everything here is rebuilt from the files (a new reader
+starts empty and warms up in the background), it is never the source of truth,
+and a stale or missing entry never hides a session. Which sessions exist always
+comes from the sessions folder itself (:meth:`shared.layout.DataRoot.ordered`),
+at every listing; the index only saves the reads behind each one.
+
+Per session file it keeps:
+
+* the head: the ``session_meta`` payload (tenant, parent, delegation id, cwd,
+  model, ...). It never changes once written, so it is read once; a first line
+  not yet complete is not kept (read again next time). Postings list the
+  sessions of each tenant, parent and agent name in listing order, so a
+  selective filter costs what matches it, not the number of sessions;
+* the activity: the stop facts (a tail read), the time of the last record, the
+  number of ``message`` records and a preview (the first user message that is
+  not injected context, such as ``<environment_context>``). It is valid for the
+  file's inode, size and modification time it was read at, and is refreshed
+  when those change: the tail again, and only the bytes appended since the last
+  count. A first count of more than :data:`SYNC_COUNT_BYTES` is left to the
+  background worker (the count lags until it is done; ``counted_bytes`` says how
+  far it got).
+
+Records are counted from their envelope alone (``{"v":..,"seq":..,"ts":..,
+"type":"message",``, the line shape of SPEC §1; simple fields added before
+``type`` are allowed), so counting runs at the speed of a regular expression.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import logging
+import os
+import queue
+import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from reader_service.stop_facts import DEFAULT_TAIL_WINDOW, StopFactsResult, read_stop_facts
+from shared.layout import DataRoot
+from shared.naming import SessionFileName
+
+log = logging.getLogger(__name__)
+
+#: Bytes read from a file's start for its session_meta line (grown only for a longer line).
+HEAD_WINDOW = 64 * 1024
+#: Bytes read at a time while counting records.
+COUNT_READ_BYTES = 4 * 1024 * 1024
+#: New bytes a listing call counts itself; more are left to the background worker.
+SYNC_COUNT_BYTES = 8 * 1024 * 1024
+#: Characters of the first user message kept as the preview.
+PREVIEW_CHARS = 200
+
+_MESSAGE_LINE = re.compile(rb'^\{"v":\d+,(?:"\w+":(?:-?\d+|"[^"\\\n]*"),)*?"type":"message",', re.MULTILINE)
+#: Text a client injects as a user message that the user did not type (Codex, Claude Code).
+_INJECTED = re.compile(r"\s*<[A-Za-z_][\w-]*>|\s*# AGENTS\.md instructions")
+_BLANKS = re.compile(r"\s+")
+
+SortKey = tuple[datetime, str]
+
+
+def read_session_meta(path: Path) -> dict[str, Any] | None:
+    """The payload of a session's first line: {} if it is not a session_meta, None if the line
+    is not complete yet (no newline). Raises OSError when the file cannot be read."""
+    with path.open("rb") as handle:
+        head = handle.read(HEAD_WINDOW)
+        while b"\n" not in head:
+            more = handle.read(HEAD_WINDOW)
+            if not more:
+                return None
+            head += more
+    try:
+        record = orjson.loads(head[: head.index(b"\n")])
+    except orjson.JSONDecodeError:
+        return {}
+    if (
+        isinstance(record, dict)
+        and record.get("type") == "session_meta"
+        and isinstance(record.get("payload"), dict)
+    ):
+        payload: dict[str, Any] = record["payload"]
+        return payload
+    return {}
+
+
+def preview_of(payload: Any) -> str:
+    """The preview of a ``message`` payload: the text of a user message that is not injected
+    context, blanks collapsed, cut to :data:`PREVIEW_CHARS`; "" for anything else."""
+    if not isinstance(payload, dict) or payload.get("role") != "user":
+        return ""
+    content = payload.get("content")
+    if isinstance(content, str):
+        text = content
+    elif isinstance(content, list):
+        text = " ".join(
+            part["text"] for part in content if isinstance(part, dict) and isinstance(part.get("text"), str)
+        )
+    else:
+        return ""
+    if not text.strip() or _INJECTED.match(text):
+        return ""
+    collapsed = _BLANKS.sub(" ", text).strip()
+    return collapsed if len(collapsed) <= PREVIEW_CHARS else collapsed[: PREVIEW_CHARS - 1] + "…"
+
+
+@dataclass(frozen=True, slots=True)
+class Activity:
+    """What changes as a session grows, as read at one (inode, size, modification time)."""
+
+    inode: int
+    size: int
+    mtime_ns: int
+    stop_facts: StopFactsResult
+    counted_bytes: int = 0
+    message_count: int = 0
+    preview: str = ""
+
+    @property
+    def updated_at(self) -> str:
+        """The ``ts`` of the last complete record ("" when none was found in the tail)."""
+        return self.stop_facts.last_record_ts
+
+    def current(self, stat: os.stat_result) -> bool:
+        return (self.inode, self.size, self.mtime_ns) == (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+
+
+@dataclass(frozen=True, slots=True)
+class Count:
+    """A count of ``message`` records up to ``counted_bytes`` (a line boundary); ``done`` is False
+    when it stopped at its read limit before the end of the file."""
+
+    counted_bytes: int
+    message_count: int
+    preview: str
+    done: bool
+
+
+def count_messages(path: Path, start: Count, limit: int | None = None) -> Count:
+    """Continue ``start`` over the bytes after it, reading at most ``limit`` bytes (all when None).
+
+    Raises OSError when the file cannot be read.
+    """
+    position, count, preview = start.counted_bytes, start.message_count, start.preview
+    with path.open("rb") as handle:
+        handle.seek(position)
+        pending = b""
+        while True:
+            if limit is not None and limit <= 0:
+                return Count(position, count, preview, False)
+            chunk = handle.read(COUNT_READ_BYTES if limit is None else min(COUNT_READ_BYTES, limit))
+            if not chunk:
+                return Count(position, count, preview, True)
+            if limit is not None:
+                limit -= len(chunk)
+            data = pending + chunk if pending else chunk
+            cut = data.rfind(b"\n") + 1
+            if not cut:
+                pending = data
+                continue
+            complete = data[:cut]
+            for match in _MESSAGE_LINE.finditer(complete):
+                count += 1
+                if not preview:
+                    end = complete.index(b"\n", match.start())
+                    with contextlib.suppress(orjson.JSONDecodeError, AttributeError):
+                        preview = preview_of(orjson.loads(complete[match.start() : end]).get("payload"))
+            position += cut
+            pending = data[cut:]
+
+
+@dataclass(slots=True)
+class _Postings:
+    """Sort keys of the sessions holding one value (a tenant, a parent, an agent name), ascending."""
+
+    keys: list[SortKey] = field(default_factory=list)
+
+    def add(self, key: SortKey) -> None:
+        if not self.keys or key > self.keys[-1]:
+            self.keys.append(key)  # a new session is usually the newest
+        else:
+            position = bisect.bisect_left(self.keys, key)
+            if position == len(self.keys) or self.keys[position] != key:
+                self.keys.insert(position, key)
+
+    def remove(self, key: SortKey) -> None:
+        position = bisect.bisect_left(self.keys, key)
+        if position < len(self.keys) and self.keys[position] == key:
+            del self.keys[position]
+
+
+class ListingIndex:
+    """Summaries of the sessions under one data root (thread-safe; see the module doc)."""
+
+    def __init__(self, root: DataRoot, tail_window: int = DEFAULT_TAIL_WINDOW) -> None:
+        self.root = root
+        self.tail_window = tail_window
+        self._lock = threading.Lock()
+        self._synced: list[tuple[SessionFileName, str]] | None = None
+        self._names: dict[str, SessionFileName] = {}
+        self._by_key: dict[SortKey, str] = {}
+        self._heads: dict[str, dict[str, Any]] = {}
+        #: Listed sessions whose head is not indexed yet.
+        self._headless: set[str] = set()
+        self._activity: dict[str, Activity] = {}
+        self._postings: dict[tuple[str, str], _Postings] = {}
+        self._counting: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self._queued: set[str] = set()
+        self._worker: threading.Thread | None = None
+        self.warm = threading.Event()
+
+    # -- which sessions exist ---------------------------------------------------------------
+
+    def entries(self) -> tuple[list[SortKey], list[tuple[SessionFileName, str]]]:
+        """Every session, oldest first, with its sort keys (from the folder, never from the index)."""
+        keys, entries = self.root.ordered()
+        if entries is not self._synced:
+            self._sync(entries)
+        return keys, entries
+
+    def _sync(self, entries: list[tuple[SessionFileName, str]]) -> None:
+        current = {name: parsed for parsed, name in entries}
+        with self._lock:
+            if self._synced is entries:
+                return
+            for name in self._names.keys() - current.keys():
+                self._forget(name)
+            for name in current.keys() - self._names.keys():
+                parsed = current[name]
+                self._names[name] = parsed
+                self._headless.add(name)
+                self._by_key[parsed.sort_key] = name
+                self._posting("agent", parsed.agent_name).add(parsed.sort_key)
+            self._synced = entries
+
+    def _forget(self, name: str) -> None:
+        parsed = self._names.pop(name)
+        self._headless.discard(name)
+        self._by_key.pop(parsed.sort_key, None)
+        self._posting("agent", parsed.agent_name).remove(parsed.sort_key)
+        meta = self._heads.pop(name, None)
+        if meta is not None:
+            self._posting("tenant", str(meta.get("tenant", ""))).remove(parsed.sort_key)
+            self._posting("parent", str(meta.get("parent_session_id", ""))).remove(parsed.sort_key)
+        self._activity.pop(name, None)
+
+    def _posting(self, kind: str, value: str) -> _Postings:
+        posting = self._postings.get((kind, value))
+        if posting is None:
+            posting = self._postings[(kind, value)] = _Postings()
+        return posting
+
+    def name_of(self, key: SortKey) -> str | None:
+        with self._lock:
+            return self._by_key.get(key)
+
+    def parsed_name(self, name: str) -> SessionFileName | None:
+        with self._lock:
+            return self._names.get(name)
+
+    # -- heads ----------------------------------------------------------------------------------
+
+    def meta(self, name: str) -> dict[str, Any]:
+        """The session_meta payload of one session file ({} when it has none, or it is unreadable)."""
+        with self._lock:
+            meta = self._heads.get(name)
+        if meta is not None:
+            return meta
+        return self._read_head(name)
+
+    def _read_head(self, name: str) -> dict[str, Any]:
+        try:
+            meta = read_session_meta(self.root.sessions_dir / name)
+        except FileNotFoundError:
+            return {}
+        except OSError as exc:  # one unreadable file must not hide the others
+            log.warning("listing %s without its session_meta: %s", name, exc)
+            return {}
+        if meta is None:
+            return {}  # not complete yet: looked at again next time
+        with self._lock:
+            parsed = self._names.get(name)
+            if parsed is not None and name not in self._heads:
+                self._heads[name] = meta
+                self._headless.discard(name)
+                self._posting("tenant", str(meta.get("tenant", ""))).add(parsed.sort_key)
+                self._posting("parent", str(meta.get("parent_session_id", ""))).add(parsed.sort_key)
+        return meta
+
+    def ensure_heads(self) -> int:
+        """Read the head of every listed session not yet indexed; returns how many were read."""
+        with self._lock:
+            if not self._headless:
+                return 0
+            missing = list(self._headless)
+        for name in missing:
+            self._read_head(name)
+        return len(missing)
+
+    def matching(self, kind: str, value: str) -> list[SortKey]:
+        """Sort keys (ascending) of the sessions whose ``kind`` (tenant, parent, agent) is ``value``.
+
+        Tenant and parent postings are complete only after :meth:`ensure_heads`.
+        """
+        with self._lock:
+            posting = self._postings.get((kind, value))
+            return list(posting.keys) if posting is not None else []
+
+    # -- activity -------------------------------------------------------------------------------
+
+    def activity(self, name: str) -> Activity:
+        """The activity of one session file, refreshed if the file changed since it was read.
+
+        Raises FileNotFoundError when the file is gone; another OSError when it cannot be read.
+        """
+        path = self.root.sessions_dir / name
+        stat = os.stat(path)
+        with self._lock:
+            known = self._activity.get(name)
+        if known is not None and known.current(stat):
+            return known
+        fresh = self._refresh(name, path, stat, known, SYNC_COUNT_BYTES)
+        with self._lock:
+            if name in self._names:
+                self._activity[name] = fresh
+        return fresh
+
+    def _refresh(
+        self, name: str, path: Path, stat: os.stat_result, known: Activity | None, limit: int | None
+    ) -> Activity:
+        facts = read_stop_facts(path, self.tail_window)
+        start = Count(0, 0, "", False)
+        if known is not None and known.inode == stat.st_ino and known.counted_bytes <= stat.st_size:
+            start = Count(known.counted_bytes, known.message_count, known.preview, False)
+        counted = count_messages(path, start, limit)
+        if not counted.done:
+            self._count_later(name)
+        return Activity(
+            stat.st_ino,
+            stat.st_size,
+            stat.st_mtime_ns,
+            facts,
+            counted.counted_bytes,
+            counted.message_count,
+            counted.preview,
+        )
+
+    def _count_later(self, name: str) -> None:
+        with self._lock:
+            if name in self._queued:
+                return
+            self._queued.add(name)
+        self._counting.put(name)
+        self._start_worker()
+
+    # -- background work -------------------------------------------------------------------------
+
+    def start_warming(self) -> None:
+        """Index every session in the background (heads, then activity, newest first)."""
+        self._start_worker()
+
+    def _start_worker(self) -> None:
+        with self._lock:
+            if self._worker is not None:
+                return
+            self._worker = threading.Thread(target=self._work, name="rollout-listing-index", daemon=True)
+        self._worker.start()
+
+    def _work(self) -> None:
+        """Warm the index once, then count what listing calls left for later (never returns)."""
+        try:
+            _, entries = self.entries()
+            self.ensure_heads()
+            for _, name in reversed(entries):
+                self._quietly(self.activity, name)
+        finally:
+            self.warm.set()
+        while True:
+            name = self._counting.get()
+            with self._lock:
+                self._queued.discard(name)
+            self._quietly(self._count_whole, name)
+
+    def _count_whole(self, name: str) -> None:
+        path = self.root.sessions_dir / name
+        stat = os.stat(path)
+        with self._lock:
+            known = self._activity.get(name)
+        fresh = self._refresh(name, path, stat, known, None)
+        with self._lock:
+            if name in self._names:
+                self._activity[name] = fresh
+
+    @staticmethod
+    def _quietly(action: Callable[[str], object], name: str) -> None:
+        try:
+            action(name)
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError) as exc:
+            log.warning("listing index: %s: %s", name, exc)

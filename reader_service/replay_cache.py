@@ -1,0 +1,324 @@
+"""The replay cache: rendered replays kept per session file, extended as the file grows.
+
+SPEC §5 lets the reader keep derived state "keyed by file identity and committed
+length, always rebuildable from the files, never the source of truth, never
+serving a replaced or truncated file". An entry holds, for one session file:
+
+* its identity: device and inode, the committed length it has applied (bytes up
+  to its last newline), the size and modification time it last saw, and the
+  start of its last committed line (up to :data:`LINE_CHECK_BYTES` of it, which
+  hold that record's seq and time);
+* an open rebuild pass (:class:`shared.rebuild.Rebuilder`: the one rule set,
+  here with rendering hooks) whose sequence holds :class:`RenderedMessage` items:
+  each message's serialized reply entry (:func:`reader_service.wire.message_entry`)
+  and its framed canonical bytes (the digest's input). A message's payload is
+  dropped once it is rendered;
+* the facts of its last answer, for a repeated replay of an unchanged file.
+
+A replay opens the file once and looks at it (``fstat`` plus two small reads):
+
+* same device and inode, not shorter than the committed length, the same last
+  committed line, and not rewritten at the same size (size unchanged but another
+  modification time): the entry is used. Bytes after the committed length, and
+  only those, are read and run through the same pass, so a session that grew by
+  one record costs that record;
+* anything else (the file was replaced: another inode; truncated below the
+  committed length; its last committed line differs; rewritten in place): the
+  entry is dropped and the file is rebuilt from its first byte.
+
+Committed bytes are trusted not to change in place while the file grows: the
+writer only appends, and its start-up repair only cuts bytes after the last
+newline. The answer is byte for byte the one a rebuild from scratch gives (a
+property test drives random append, compaction and damage histories through both).
+
+Memory: each entry is charged its rendered bytes plus a per-message overhead;
+beyond ``budget_bytes`` the least recently used entries are dropped. Files over
+``max_file_bytes`` are not cached (:meth:`ReplayCache.rendered` answers None and
+the caller replays them in bounded memory).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from itertools import chain
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from reader_service.replay import ReplayFacts, checkpoint_verification, digest_status_of
+from reader_service.wire import message_entry
+from shared.digest import digest_of_framed, framed_canonical
+from shared.rebuild import Rebuilder, collector_paused
+
+#: Bytes read from a session file at a time (a longer line is carried over whole).
+READ_BYTES = 4 * 1024 * 1024
+#: Bytes of the last committed line compared to tell the same file from another (its seq and ts).
+LINE_CHECK_BYTES = 4096
+#: Bytes an entry is charged per message besides its rendered bytes (objects and list slots).
+MESSAGE_OVERHEAD_BYTES = 160
+
+
+class RenderedMessage:
+    """One message of a cached sequence: its reply entry and framed canonical bytes.
+
+    Made with the payload; :meth:`render` turns it into bytes once and drops it.
+    """
+
+    __slots__ = ("entry", "framed", "payload")
+
+    def __init__(self, payload: dict[str, Any]) -> None:
+        self.payload: dict[str, Any] | None = payload
+        self.entry = b""
+        self.framed = b""
+
+    def render(self) -> None:
+        payload = self.payload
+        if payload is not None:
+            self.entry = message_entry(payload)
+            self.framed = framed_canonical(payload)
+            self.payload = None
+
+    @property
+    def tokens(self) -> int:
+        """Estimated tokens: canonical bytes / 4, rounded up (as shared.digest counts them)."""
+        return (len(self.framed) - 8 + 3) // 4
+
+    @property
+    def charge(self) -> int:
+        """Bytes this message costs the cache."""
+        return len(self.entry) + len(self.framed) + MESSAGE_OVERHEAD_BYTES
+
+    def canonical_payload(self) -> dict[str, Any]:
+        """The digest's view of the message (its canonical fields), parsed back from the bytes."""
+        loaded: dict[str, Any] = orjson.loads(self.framed[8:])
+        return loaded
+
+
+class _RenderingRebuilder(Rebuilder):
+    """The shared rebuilder whose sequence holds RenderedMessage items."""
+
+    keeps_payloads = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        #: Items made since the last :meth:`render_fresh`.
+        self.fresh: list[RenderedMessage] = []
+
+    def keep(self, payload: dict[str, Any], offset: int, index: int) -> RenderedMessage:
+        item = RenderedMessage(payload)
+        self.fresh.append(item)
+        return item
+
+    def attach(self, kept: Any, reasoning: list[tuple[dict[str, Any], int, int]]) -> RenderedMessage:
+        item = RenderedMessage(super().attach(kept.payload, reasoning))
+        if self.fresh and self.fresh[-1] is kept:
+            self.fresh[-1] = item  # the bare message is never rendered
+        else:
+            self.fresh.append(item)
+        return item
+
+    def keep_summary(self, summary: str, offset: int) -> RenderedMessage:
+        item = RenderedMessage(super().keep_summary(summary, offset))
+        self.fresh.append(item)
+        return item
+
+    def render_fresh(self) -> None:
+        for item in self.fresh:
+            item.render()
+        self.fresh = []
+
+
+@dataclass(frozen=True, slots=True)
+class RenderedReplay:
+    """A replay ready to send: the reply entries of the returned messages, and the facts."""
+
+    entries: list[bytes]
+    facts: ReplayFacts
+
+
+def _digest_of(items: list[Any]) -> str:
+    return digest_of_framed((item.framed for item in items), len(items))
+
+
+def _payloads_of(items: list[Any]) -> Iterable[Mapping[str, Any]]:
+    return (item.canonical_payload() for item in items)
+
+
+class _Entry:
+    """One cached session file (see the module doc); used under its ``lock``."""
+
+    def __init__(self, device: int, inode: int) -> None:
+        self.lock = threading.Lock()
+        self.device = device
+        self.inode = inode
+        self.state = _RenderingRebuilder()
+        self.line_no = 0
+        self.committed = 0
+        self.last_line_start = 0
+        self.last_line = b""
+        self.seen_size = 0
+        self.seen_mtime_ns = 0
+        self.answer: tuple[tuple[int, int, int], RenderedReplay] | None = None
+
+    def matches(self, fd: int, stat: os.stat_result) -> bool:
+        """Whether the open file is the one this entry applied, unchanged in its committed bytes."""
+        if (stat.st_dev, stat.st_ino) != (self.device, self.inode) or stat.st_size < self.committed:
+            return False
+        if stat.st_size == self.seen_size and stat.st_mtime_ns != self.seen_mtime_ns:
+            return False  # rewritten in place at the same size
+        if not self.committed:
+            return True
+        end = os.pread(fd, 1, self.committed - 1)
+        return end == b"\n" and os.pread(fd, len(self.last_line), self.last_line_start) == self.last_line
+
+    def extend(self, fd: int, stat: os.stat_result) -> bytes:
+        """Run the complete lines after the committed length; returns the uncommitted tail."""
+        size = stat.st_size
+        position = self.committed
+        pending = b""
+        with collector_paused():
+            while position < size:
+                chunk = os.pread(fd, min(READ_BYTES, size - position), position)
+                if not chunk:
+                    break  # cut while being read: the tail is what was read
+                position += len(chunk)
+                data = pending + chunk if pending else chunk
+                cut = data.rfind(b"\n") + 1
+                if not cut:
+                    pending = data
+                    continue
+                lines = data[:cut].split(b"\n")
+                lines.pop()
+                start = self.committed
+                self.line_no, self.committed = self.state.run(lines, self.line_no, start)
+                last = lines[-1]
+                self.last_line_start = self.committed - len(last) - 1
+                self.last_line = (last + b"\n")[:LINE_CHECK_BYTES]
+                self.state.render_fresh()
+                pending = data[cut:]
+        self.seen_size, self.seen_mtime_ns = size, stat.st_mtime_ns
+        return pending
+
+    def replay(self, tail: bytes, max_messages: int) -> RenderedReplay:
+        """The rendered replay of the lines applied plus ``tail`` (uncommitted), capped at ``max_messages``."""
+        key = (self.committed, len(tail), max_messages)
+        if self.answer is not None and self.answer[0] == key:
+            return self.answer[1]
+        finished = self.state.finished_copy(tail, self.line_no, self.committed, max_messages)
+        messages: list[RenderedMessage] = finished.messages
+        separate = checkpoint_verification(finished, _digest_of)
+        returned = _digest_of(messages) if separate is None else ""
+        tokens = sum(item.tokens for item in messages)
+        status, computed = digest_status_of(finished, separate, returned, len(messages), _payloads_of)
+        facts = ReplayFacts(finished, status, computed, tokens, len(messages))
+        rendered = RenderedReplay([item.entry for item in messages], facts)
+        self.answer = (key, rendered)
+        return rendered
+
+    def charge(self) -> int:
+        """What this entry costs (bytes): every message it still holds, counted once."""
+        result = self.state.result
+        held = {id(item): item for item in chain(result.messages, result.checkpoint_messages or ())}
+        return sum(item.charge for item in held.values())
+
+
+class ReplayCache:
+    """Rendered replays of recently read session files, within a memory budget (thread-safe).
+
+    ``budget_bytes`` bounds what all entries are charged together; files over
+    ``max_file_bytes`` (default: a quarter of the budget) are never cached, and an
+    entry charged more than half the budget is not kept. A budget of 0 turns the
+    cache off: :meth:`rendered` answers None for every file.
+    """
+
+    def __init__(self, budget_bytes: int, max_file_bytes: int | None = None) -> None:
+        self.budget_bytes = budget_bytes
+        self.max_file_bytes = budget_bytes // 4 if max_file_bytes is None else max_file_bytes
+        self._entries: OrderedDict[str, _Entry] = OrderedDict()
+        self._lock = threading.Lock()
+        self._charges: dict[str, int] = {}
+        self._charged = 0
+        #: Answers by how they were made: from an unchanged entry, an extended one, or a new one.
+        self.counts = {"unchanged": 0, "extended": 0, "rebuilt": 0, "evicted": 0}
+
+    @property
+    def charged_bytes(self) -> int:
+        """What the entries held now are charged (bytes)."""
+        return self._charged
+
+    def rendered(self, path: Path, max_messages: int = 0) -> RenderedReplay | None:
+        """The rendered replay of the session file at ``path``, or None when it is over ``max_file_bytes``.
+
+        Raises OSError (FileNotFoundError when gone) naming the file when it cannot be read.
+        """
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            return self._rendered(str(path), fd, max_messages)
+        except OSError as exc:
+            if exc.filename is None:  # pread and fstat errors name no file
+                raise OSError(exc.errno, exc.strerror, os.fspath(path)) from exc
+            raise
+        finally:
+            os.close(fd)
+
+    def _rendered(self, key: str, fd: int, max_messages: int) -> RenderedReplay | None:
+        """:meth:`rendered` of the open file ``fd``; ``key`` names it in the cache."""
+        stat = os.fstat(fd)
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                self._entries.move_to_end(key)
+        if entry is not None:
+            with entry.lock:
+                if entry.matches(fd, stat):
+                    before = entry.committed
+                    tail = entry.extend(fd, stat)
+                    grown = entry.committed != before
+                    rendered = entry.replay(tail, max_messages)
+                    self._count("extended" if grown else "unchanged")
+                    if grown:
+                        self._settle(key, entry, entry.charge())
+                    return rendered
+            self._drop(key, entry)
+        if stat.st_size > self.max_file_bytes:
+            return None
+        entry = _Entry(stat.st_dev, stat.st_ino)
+        with entry.lock:
+            tail = entry.extend(fd, stat)
+            rendered = entry.replay(tail, max_messages)
+            self._count("rebuilt")
+            if self.budget_bytes:
+                self._settle(key, entry, entry.charge())
+            return rendered
+
+    def _count(self, kind: str) -> None:
+        with self._lock:
+            self.counts[kind] += 1
+
+    def _drop(self, key: str, entry: _Entry) -> None:
+        with self._lock:
+            if self._entries.get(key) is entry:
+                del self._entries[key]
+                self._charged -= self._charges.pop(key)
+
+    def _settle(self, key: str, entry: _Entry, charge: int) -> None:
+        """Keep ``entry`` under ``key``, charged ``charge`` bytes, dropping the least recently used
+        entries beyond the budget; an entry over half the budget alone is not kept."""
+        with self._lock:
+            if key in self._entries:
+                del self._entries[key]
+                self._charged -= self._charges.pop(key)
+            if charge > self.budget_bytes // 2:
+                return
+            self._entries[key] = entry
+            self._charges[key] = charge
+            self._charged += charge
+            while self._charged > self.budget_bytes and len(self._entries) > 1:
+                oldest, _ = self._entries.popitem(last=False)
+                self._charged -= self._charges.pop(oldest)
+                self.counts["evicted"] += 1

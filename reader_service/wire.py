@@ -1,0 +1,345 @@
+"""Every conversion between the reader's protobuf messages and its domain objects.
+
+Requests in: replay and memory-view limits, listing filters (INVALID_ARGUMENT on
+bad values). Replies out: messages, degraded entries, checkpoints, stop facts,
+replay summaries, verify reports, memory views, listings and delegations. The
+record payload -> ``ChatMessage`` direction is the reader half of the reasoning
+duality of SPEC §2.5 (the writer half, ``ChatMessage`` -> payloads, is
+:func:`shared.wire.append_payloads`): one reasoning block travels in
+``reasoning``, several in ``reasoning_blocks`` (:func:`shared.wire.fill_message`,
+shared with the Python client).
+
+Replay replies are assembled from bytes rather than built as one message: each
+returned message is rendered once into its serialized entry of the reply's
+``messages`` field (:func:`message_entry`), and a reply is the serialized header
+(field 1) + the entries (field 2) + the serialized summary fields (3-9). Protobuf
+writes known fields in field-number order and a repeated message field as one
+entry per element, so these bytes equal ``ReplayResponse.SerializeToString(
+deterministic=True)`` of the same reply (a test pins it), while the replay cache
+(:mod:`reader_service.replay_cache`) keeps the rendered entries and answers a
+repeated replay by joining them.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Generator, Iterable, Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from reader_service.listing import SessionFilters
+from reader_service.replay import DigestStatus, ReplayFacts
+from reader_service.stop_facts import StopFactsResult, eligibility_of
+from rollout.v1 import reader_pb2, records_pb2
+from shared.errors import InvalidArgumentError, ReplyTooLargeError
+from shared.rebuild import CheckpointRecord, DegradedEntry
+from shared.records import parse_timestamp
+from shared.wire import fill_message
+
+if TYPE_CHECKING:
+    from reader_service.delegations import DelegationLink
+    from reader_service.listing import ListingPage, SessionListing
+    from reader_service.memory_view import MemoryView
+
+DIGEST_STATUS = {
+    DigestStatus.VERIFIED: reader_pb2.DIGEST_STATUS_VERIFIED,
+    DigestStatus.MISMATCH: reader_pb2.DIGEST_STATUS_MISMATCH,
+    DigestStatus.NO_CHECKPOINT: reader_pb2.DIGEST_STATUS_NO_CHECKPOINT,
+}
+
+
+# -- requests ---------------------------------------------------------------------------------
+
+
+def check_replay_request(request: reader_pb2.ReplayRequest) -> None:
+    """INVALID_ARGUMENT (InvalidArgumentError) for a negative token budget or message cap."""
+    if request.token_budget < 0:
+        raise InvalidArgumentError("token_budget", f"must be >= 0, got {request.token_budget}")
+    if request.max_messages < 0:
+        raise InvalidArgumentError("max_messages", f"must be >= 0, got {request.max_messages}")
+
+
+def check_memory_view_request(request: reader_pb2.MemoryViewRequest) -> None:
+    """INVALID_ARGUMENT (InvalidArgumentError) for a negative character limit."""
+    for field in ("max_tool_output_chars", "max_reasoning_chars"):
+        if getattr(request, field) < 0:
+            raise InvalidArgumentError(field, f"must be >= 0, got {getattr(request, field)}")
+
+
+def _timestamp_filter(field: str, text: str) -> datetime | None:
+    if not text:
+        return None
+    try:
+        return parse_timestamp(text)
+    except ValueError as exc:
+        raise InvalidArgumentError(field, f"is not an RFC 3339 timestamp: {text!r}") from exc
+
+
+def listing_filters(request: reader_pb2.ListSessionsRequest) -> SessionFilters:
+    """The filters of a ListSessions request; InvalidArgumentError for a bad time, id or stop state."""
+    return SessionFilters(
+        tenant=request.tenant,
+        agent_name=request.agent_name,
+        parent_session_id=request.parent_session_id,
+        created_after=_timestamp_filter("created_after", request.created_after),
+        created_before=_timestamp_filter("created_before", request.created_before),
+        stop_state=request.stop_state,
+    )
+
+
+# -- messages ---------------------------------------------------------------------------------
+
+
+def _has_parts(payload: Mapping[str, Any]) -> bool:
+    """Whether a message holds content parts, whose Struct maps need deterministic (sorted) output
+    for equal payloads to give equal bytes; every other field serializes the same either way."""
+    return isinstance(payload.get("content"), list)
+
+
+def message_entry(payload: Mapping[str, Any]) -> bytes:
+    """One message as its serialized entry of field 2 (``messages``) of a reply: tag, length, bytes.
+
+    The same bytes serve ReplayResponse and MemoryViewResponse, whose ``messages``
+    are both field 2; :func:`chunk_entry` gives the ``messages`` entry (field 3) of
+    a stream chunk.
+    """
+    holder = reader_pb2.ReplayResponse()
+    fill_message(holder.messages.add(), payload)
+    entry: bytes = holder.SerializeToString(deterministic=_has_parts(payload))
+    return entry
+
+
+def chunk_entry(payload: Mapping[str, Any]) -> bytes:
+    """One message as its serialized entry of field 3 (``messages``) of a ReplayChunk or MemoryViewChunk."""
+    holder = reader_pb2.ReplayChunk()
+    fill_message(holder.messages.add(), payload)
+    entry: bytes = holder.SerializeToString(deterministic=_has_parts(payload))
+    return entry
+
+
+def degraded_to_proto(entry: DegradedEntry) -> records_pb2.DegradedEntry:
+    return records_pb2.DegradedEntry(
+        kind=str(entry.kind), line=entry.line, offset=entry.offset, detail=entry.detail
+    )
+
+
+def checkpoint_to_proto(checkpoint: CheckpointRecord) -> records_pb2.AgentCheckpoint:
+    return records_pb2.AgentCheckpoint(
+        digest=checkpoint.digest,
+        message_count=checkpoint.message_count,
+        covers_seq=checkpoint.covers_seq,
+        stop_kind=checkpoint.stop_kind,
+        seq=checkpoint.seq,
+    )
+
+
+# -- replay -----------------------------------------------------------------------------------
+
+
+def _summary_fields(facts: ReplayFacts, token_budget: int) -> dict[str, Any]:
+    """The fields ReplayResponse (3-9) and ReplaySummary share, by name."""
+    rebuilt = facts.rebuilt
+    fields: dict[str, Any] = {
+        "degraded": [degraded_to_proto(entry) for entry in rebuilt.degraded],
+        "superseded_outputs": rebuilt.superseded_outputs,
+        "digest_status": DIGEST_STATUS[facts.digest_status],
+        "computed_digest": facts.computed_digest,
+        "estimated_tokens": facts.estimated_tokens,
+    }
+    if rebuilt.last_checkpoint is not None:
+        fields["last_checkpoint"] = checkpoint_to_proto(rebuilt.last_checkpoint)
+    if facts.too_large(token_budget):
+        fields["too_large"] = reader_pb2.ReplayTooLarge(
+            estimated_tokens=facts.estimated_tokens, token_budget=token_budget
+        )
+    return fields
+
+
+def replay_reply(session_id: str, entries: Iterable[bytes], facts: ReplayFacts, token_budget: int) -> bytes:
+    """The serialized ReplayResponse: header, message entries (:func:`message_entry`), summary."""
+    head = reader_pb2.ReplayResponse(session_id=session_id).SerializeToString()
+    tail = reader_pb2.ReplayResponse(**_summary_fields(facts, token_budget)).SerializeToString(
+        deterministic=True
+    )
+    return b"".join((head, *entries, tail))
+
+
+def replay_summary(facts: ReplayFacts, token_budget: int) -> reader_pb2.ReplaySummary:
+    """The summary the last StreamReplay chunk carries."""
+    return reader_pb2.ReplaySummary(**_summary_fields(facts, token_budget), message_count=facts.message_count)
+
+
+def replay_chunk(
+    session_id: str, first: int, payloads: list[dict[str, Any]], facts: ReplayFacts | None, token_budget: int
+) -> bytes:
+    """One serialized ReplayChunk: its messages, and the summary when ``facts`` is given (the last)."""
+    head = reader_pb2.ReplayChunk(session_id=session_id, first_index=first).SerializeToString()
+    entries = [chunk_entry(payload) for payload in payloads]
+    tail = b""
+    if facts is not None:
+        summary = reader_pb2.ReplayChunk(summary=replay_summary(facts, token_budget))
+        tail = summary.SerializeToString(deterministic=True)
+    return b"".join((head, *entries, tail))
+
+
+def replay_reply_from_stream(
+    session_id: str,
+    chunks: Generator[tuple[int, list[dict[str, Any]], ReplayFacts | None], None, None],
+    token_budget: int,
+    max_reply_bytes: int,
+) -> bytes:
+    """A ReplayResponse rendered from :func:`reader_service.replay.stream_replay`'s chunks.
+
+    Each message's entry is written into one growing buffer as soon as it is
+    rendered (never kept besides it), so the reply is held about once while it is
+    built. Raises ReplyTooLargeError (RESOURCE_EXHAUSTED) as soon as the messages
+    exceed ``max_reply_bytes``, pointing to StreamReplay; the generator is closed
+    either way.
+    """
+    reply = io.BytesIO()
+    reply.write(reader_pb2.ReplayResponse(session_id=session_id).SerializeToString())
+    facts: ReplayFacts | None = None
+    try:
+        for _, payloads, last in chunks:
+            for payload in payloads:
+                reply.write(message_entry(payload))
+            if reply.tell() > max_reply_bytes:
+                raise ReplyTooLargeError(
+                    f"the replay of {session_id} holds more than {max_reply_bytes} bytes of messages,"
+                    " over the unary reply limit; use StreamReplay"
+                )
+            facts = last if last is not None else facts
+    finally:
+        chunks.close()
+    if facts is None:
+        raise RuntimeError("stream_replay ended without its summary")
+    tail = reader_pb2.ReplayResponse(**_summary_fields(facts, token_budget))
+    reply.write(tail.SerializeToString(deterministic=True))
+    return reply.getvalue()
+
+
+def verify_report(
+    session_id: str, facts: ReplayFacts, ok: bool, findings: list[str]
+) -> reader_pb2.VerifyReport:
+    """A VerifySession answer."""
+    rebuilt = facts.rebuilt
+    report = reader_pb2.VerifyReport(
+        session_id=session_id,
+        ok=ok,
+        records=rebuilt.records,
+        last_seq=rebuilt.last_seq,
+        committed_bytes=rebuilt.committed_bytes,
+        message_count=facts.message_count,
+        digest_status=DIGEST_STATUS[facts.digest_status],
+        computed_digest=facts.computed_digest,
+        degraded=[degraded_to_proto(entry) for entry in rebuilt.degraded],
+        findings=findings,
+    )
+    if rebuilt.last_checkpoint is not None:
+        report.last_checkpoint.CopyFrom(checkpoint_to_proto(rebuilt.last_checkpoint))
+    return report
+
+
+# -- memory view ------------------------------------------------------------------------------
+
+
+def memory_view_reply(session_id: str, entries: Iterable[bytes], view: MemoryView) -> bytes:
+    """The serialized MemoryViewResponse: header, message entries (field 2), counters."""
+    head = reader_pb2.MemoryViewResponse(session_id=session_id).SerializeToString()
+    tail = reader_pb2.MemoryViewResponse(
+        dropped_system_messages=view.dropped_system_messages,
+        truncated_tool_outputs=view.truncated_tool_outputs,
+        shortened_reasoning=view.shortened_reasoning,
+    ).SerializeToString()
+    return b"".join((head, *entries, tail))
+
+
+def memory_view_chunk(
+    session_id: str,
+    first: int,
+    messages: list[dict[str, Any]],
+    view: MemoryView | None,
+    message_count: int = 0,
+) -> bytes:
+    """One serialized MemoryViewChunk; the counters and the view's length only when ``view`` is given."""
+    head = reader_pb2.MemoryViewChunk(session_id=session_id, first_index=first).SerializeToString()
+    entries = [chunk_entry(message) for message in messages]
+    tail = b""
+    if view is not None:
+        summary = reader_pb2.MemoryViewSummary(
+            dropped_system_messages=view.dropped_system_messages,
+            truncated_tool_outputs=view.truncated_tool_outputs,
+            shortened_reasoning=view.shortened_reasoning,
+            message_count=message_count,
+        )
+        tail = reader_pb2.MemoryViewChunk(summary=summary).SerializeToString()
+    return b"".join((head, *entries, tail))
+
+
+# -- stop facts, listing, delegations ---------------------------------------------------------
+
+
+def stop_facts_to_proto(
+    session_id: str, facts: StopFactsResult, meta: Mapping[str, Any]
+) -> reader_pb2.StopFacts:
+    """StopFacts with its resume eligibility (default-deny, shared.stop_kinds)."""
+    message = reader_pb2.StopFacts(
+        session_id=session_id,
+        found=facts.found,
+        stop_kind=facts.stop_kind,
+        reason=facts.reason,
+        has_stop_record=facts.has_stop_record,
+        stop_seq=facts.stop_seq,
+        tail_bytes_read=facts.tail_bytes_read,
+    )
+    if facts.error:
+        message.error.message = str(facts.error.get("message", ""))
+        message.error.category = str(facts.error.get("category", ""))
+    if facts.checkpoint is not None:
+        message.checkpoint.CopyFrom(checkpoint_to_proto(facts.checkpoint))
+    eligibility = eligibility_of(facts, dict(meta))
+    message.resume.replayable = eligibility.replayable
+    message.resume.reason = eligibility.reason
+    return message
+
+
+def session_summary(listing: SessionListing) -> reader_pb2.SessionSummary:
+    """One ListSessions entry: the file name, the head, the activity and the stop facts."""
+    name, meta, activity = listing.name, listing.meta, listing.activity
+    return reader_pb2.SessionSummary(
+        session_id=name.session_id,
+        agent_name=name.agent_name,
+        created_at=str(meta.get("created_at", name.created_at.isoformat())),
+        tenant=str(meta.get("tenant", "")),
+        parent_session_id=str(meta.get("parent_session_id", "")),
+        delegation_id=str(meta.get("delegation_id", "")),
+        stop_facts=stop_facts_to_proto(name.session_id, listing.stop_facts, meta),
+        preview=activity.preview,
+        updated_at=activity.updated_at,
+        message_count=activity.message_count,
+        cwd=str(meta.get("cwd", "")),
+        model=str(meta.get("model", "")),
+        size_bytes=activity.size,
+    )
+
+
+def listing_page(page: ListingPage) -> reader_pb2.ListSessionsResponse:
+    """A ListSessions answer."""
+    return reader_pb2.ListSessionsResponse(
+        sessions=[session_summary(listing) for listing in page.sessions],
+        next_page_token=page.next_page_token,
+        scanned=page.scanned,
+        scan_capped=page.scan_capped,
+    )
+
+
+def delegation_to_proto(link: DelegationLink) -> reader_pb2.Delegation:
+    """One FindDelegations entry."""
+    return reader_pb2.Delegation(
+        parent_session_id=link.parent_session_id,
+        delegation_id=link.delegation_id,
+        child_session_id=link.child_session_id,
+        agent_name=link.agent_name,
+        created_at=link.created_at,
+        stop_facts=stop_facts_to_proto(link.child_session_id, link.stop_facts, link.meta),
+    )
