@@ -74,15 +74,16 @@ def _event(kind: str, body: dict[str, Any]) -> writer_pb2.AppendRecord:
     return writer_pb2.AppendRecord(event=records_pb2.Event(kind=kind, body=python_to_struct(body)))
 
 
-def _content_text(value: Any) -> tuple[str | None, list[Any] | None]:
-    """(text, parts) of a Codex content/output value."""
+def _with_content(message: records_pb2.ChatMessage, value: Any) -> records_pb2.ChatMessage:
+    """``message`` holding a Codex content/output value: a string as text, a list as parts (as
+    given), anything else as its JSON text, None as no content."""
     if isinstance(value, str):
-        return value, None
-    if isinstance(value, list):
-        return None, value
-    if value is None:
-        return None, None
-    return orjson.dumps(value).decode(), None
+        message.text = value
+    elif isinstance(value, list):
+        message.parts.CopyFrom(python_to_list(value))
+    elif value is not None:
+        message.text = orjson.dumps(value).decode()
+    return message
 
 
 class _Converter:
@@ -114,13 +115,7 @@ class _Converter:
         """The chat message of one response item, or None when it has no mapping."""
         kind = item.get("type")
         if kind == "message":
-            message = records_pb2.ChatMessage(role=str(item.get("role", "")))
-            text, parts = _content_text(item.get("content"))
-            if text is not None:
-                message.text = text
-            elif parts is not None:
-                message.parts.CopyFrom(python_to_list(parts))
-            return message
+            return _with_content(records_pb2.ChatMessage(role=str(item.get("role", ""))), item.get("content"))
         if kind in _CALL_TYPES:
             call_id = str(item.get("call_id", ""))
             arguments = item.get("arguments") if kind == "function_call" else item.get("input")
@@ -135,13 +130,8 @@ class _Converter:
             )
             return message
         if kind in _OUTPUT_TYPES:
-            message = records_pb2.ChatMessage(role="tool", tool_call_id=str(item.get("call_id", "")))
-            text, parts = _content_text(item.get("output"))
-            if text is not None:
-                message.text = text
-            elif parts is not None:
-                message.parts.CopyFrom(python_to_list(parts))
-            return message
+            output = records_pb2.ChatMessage(role="tool", tool_call_id=str(item.get("call_id", "")))
+            return _with_content(output, item.get("output"))
         return None
 
     def response_item(self, item: dict[str, Any]) -> None:
