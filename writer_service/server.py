@@ -79,6 +79,8 @@ def request_payloads(
 
 
 _Accepted = tuple[writer_pb2.AppendResponse, asyncio.Future[None]]
+#: What a refused unary Append returns after setting its status (never sent: the code is not OK).
+_REFUSED = writer_pb2.AppendResponse()
 
 
 class RolloutWriterServicer(writer_pb2_grpc.RolloutWriterServicer):
@@ -124,6 +126,13 @@ class RolloutWriterServicer(writer_pb2_grpc.RolloutWriterServicer):
     async def Append(
         self, request: writer_pb2.AppendRequest, context: grpc.aio.ServicerContext
     ) -> writer_pb2.AppendResponse:
+        unknown = self.ledger.unknown_id_message(request.session_id)
+        if unknown is not None:
+            # The cheapest refusal (SPEC §2.10): no record decoded, no exception raised, no
+            # status details built; gRPC discards the reply of a call whose code is not OK.
+            context.set_code(grpc.StatusCode.NOT_FOUND)
+            context.set_details(unknown)
+            return _REFUSED
         async with status_mapping(context, "Append"):
             response, durable = await self._enqueue(request)
             await durable

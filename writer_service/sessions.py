@@ -48,7 +48,13 @@ from shared.errors import (
     storage_error,
 )
 from shared.layout import DELEGATION_ID_MAX_BYTES, DataRoot
-from shared.naming import build_file_name, new_session_id, validate_agent_name, validate_session_id
+from shared.naming import (
+    build_file_name,
+    is_session_id,
+    new_session_id,
+    validate_agent_name,
+    validate_session_id,
+)
 from shared.rebuild import collector_paused
 from shared.rebuild_index import index_rebuild
 from shared.records import RecordType, encode_line, format_timestamp, now_timestamp, parse_timestamp
@@ -336,6 +342,19 @@ class SessionLedger:
         if session_id not in self.index.entries:
             validate_session_id(session_id)
             raise SessionNotFoundError(session_id)
+
+    def unknown_id_message(self, session_id: str) -> str | None:
+        """The NOT_FOUND message for a well-formed id the index does not hold, else None.
+
+        None for a known id and for a malformed one (whose INVALID_ARGUMENT the
+        normal path gives). A dict lookup and, for an absent id, a regex match:
+        what a servicer checks first so that refusing an unknown id costs no
+        record decoding and no exception (SPEC §2.10: an unknown id is answered
+        from memory).
+        """
+        if session_id in self.index.entries or not is_session_id(session_id):
+            return None
+        return str(SessionNotFoundError(session_id))
 
     async def open_session(self, session_id: str) -> OpenSession:
         """The open state of a session, opening its file if needed (reads its saved state and

@@ -348,3 +348,52 @@ def test_every_record_type_is_claimed_by_the_writers_dispatch() -> None:
         assert set(view.committed()) == expected, record_type
     with pytest.raises(AssertionError):
         apply_record(CallView(set()), "not_a_type", {}, 0, validate=False)  # type: ignore[arg-type]
+
+
+class _RecordingContext:
+    """A servicer context that records the status a handler sets; aborting is refused."""
+
+    def __init__(self) -> None:
+        self.code: object = None
+        self.details = ""
+
+    def set_code(self, code: object) -> None:
+        self.code = code
+
+    def set_details(self, details: str) -> None:
+        self.details = details
+
+    async def abort_with_status(self, status: object) -> None:
+        raise AssertionError("an unknown id was refused through the abort path")
+
+
+def test_an_append_to_an_unknown_id_is_refused_before_its_records_are_decoded(data_dir, monkeypatch) -> None:
+    """A unary Append to a well-formed unknown id sets NOT_FOUND and its message without decoding a
+    record, raising or aborting; a malformed id still takes the INVALID_ARGUMENT path."""
+    import grpc
+
+    from writer_service import server
+
+    def no_decoding(*args: object) -> None:
+        raise AssertionError("the records of a request to an unknown id were decoded")
+
+    monkeypatch.setattr(server, "request_payloads", no_decoding)
+
+    async def scenario() -> None:
+        ledger = SessionLedger(WriterConfig(data_dir=data_dir))
+        try:
+            servicer = server.RolloutWriterServicer(ledger)
+            missing = new_session_id()
+            bad_record = writer_pb2.AppendRecord()  # empty: INVALID_ARGUMENT had it been decoded
+            context = _RecordingContext()
+            request = writer_pb2.AppendRequest(session_id=missing, records=[bad_record])
+            await servicer.Append(request, context)  # type: ignore[arg-type]
+            assert context.code == grpc.StatusCode.NOT_FOUND
+            assert context.details == f"session {missing!r} not found"
+            assert ledger.unknown_id_message("../x") is None
+            known, _ = await ledger.create_session(SessionSpec())
+            assert ledger.unknown_id_message(known) is None
+        finally:
+            await ledger.close()
+
+    asyncio.run(scenario())
