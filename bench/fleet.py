@@ -55,6 +55,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -258,11 +259,14 @@ def raw_fdatasync_p50(folder: Path, calls: int) -> float:
 
 
 def raw_rounds(folder: Path, files: int, seconds: float, sync: str) -> float:
-    """Records/s of rounds writing one ~1 KB line to each of ``files`` files, made durable by one
-    ``syncfs`` (sync="syncfs") or one ``fdatasync`` per file (sync="fdatasync") per round."""
+    """Records/s of rounds writing one ~1 KB line to each of ``files`` files, each round made durable
+    by one ``syncfs`` (sync="syncfs"), one ``fdatasync`` per file in turn (sync="fdatasync"), or
+    one ``fdatasync`` per file issued by N threads at once (sync="parallel-N")."""
     paths = [folder / f"raw-{n}-{os.urandom(4).hex()}.jsonl" for n in range(files)]
     fds = [os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644) for path in paths]
     line = encode_line(1, format_timestamp(datetime.now(UTC)), "message", {"role": "user", "content": TEXT})
+    threads = int(sync.partition("-")[2]) if sync.startswith("parallel-") else 0
+    pool = ThreadPoolExecutor(threads) if threads else None
     rounds = 0
     try:
         started = time.perf_counter()
@@ -271,12 +275,17 @@ def raw_rounds(folder: Path, files: int, seconds: float, sync: str) -> float:
                 os.write(fd, line)
             if sync == "syncfs":
                 _syncfs(fds[0])
+            elif pool is not None:
+                for _ in pool.map(os.fdatasync, fds):
+                    pass
             else:
                 for fd in fds:
                     os.fdatasync(fd)
             rounds += 1
         elapsed = time.perf_counter() - started
     finally:
+        if pool is not None:
+            pool.shutdown()
         for fd in fds:
             os.close(fd)
         for path in paths:
@@ -571,27 +580,43 @@ def bench_single(servers: Servers, noop: ServiceProcess, tmp: Path, args: argpar
     return figure
 
 
+#: How the raw rounds of the stream figure are made durable, beside the syncfs baseline.
+RAW_SYNCS = ("fdatasync", "parallel-4", "parallel-64")
+
+
 def bench_stream(servers: Servers, tmp: Path, args: argparse.Namespace) -> Figure:
     figure = Figure(
         "stream: 32-record batches, 64 sessions", "records/s writer vs raw syncfs rounds", 0.5, True
     )
     data_dir = tmp / "data-stream"
     writer, _ = servers.writer(data_dir)
-    per_file = []
+    others: dict[str, list[float]] = {sync: [] for sync in RAW_SYNCS}
     try:
         for number in range(args.rounds):
             rate = stream_rate(writer.address, args.seconds)
             syncfs_rate = raw_rounds(data_dir, AGENTS, min(args.seconds, 2.0), "syncfs")
-            fdatasync_rate = raw_rounds(data_dir, AGENTS, min(args.seconds, 2.0), "fdatasync")
-            per_file.append(fdatasync_rate)
+            for sync in RAW_SYNCS:
+                others[sync].append(raw_rounds(data_dir, AGENTS, min(args.seconds, 2.0), sync))
             figure.add(rate, syncfs_rate)
             print(
                 f"stream round {number + 1}: writer {rate:,.0f} records/s  raw 64 files x 1 line: syncfs"
-                f" {syncfs_rate:,.0f}, fdatasync per file {fdatasync_rate:,.0f} records/s"
+                f" {syncfs_rate:,.0f}, "
+                + ", ".join(f"{sync} {others[sync][-1]:,.0f}" for sync in RAW_SYNCS)
+                + " records/s"
             )
     finally:
         writer.stop()
-    figure.notes.append(f"raw rounds with one fdatasync per file: {_spread(per_file, ',.0f')} records/s")
+    names = {
+        "fdatasync": "one fdatasync per file in turn",
+        "parallel-4": "one fdatasync per file, 4 threads at once",
+        "parallel-64": "one fdatasync per file, 64 threads at once",
+    }
+    for sync in RAW_SYNCS:
+        ratios = [value / base for value, base in zip(others[sync], figure.baseline, strict=True)]
+        figure.notes.append(
+            f"raw rounds, {names[sync]}: {_spread(others[sync], ',.0f')} records/s"
+            f" ({_spread(ratios, '.2f')} x syncfs)"
+        )
     return figure
 
 
