@@ -63,6 +63,7 @@ from writer_service.branching import ForkResult, ResumeResult, fork_session, res
 from writer_service.committer import CommitConfig, GroupCommitter, SessionLog, StorageHealth
 from writer_service.file_facts import RebuiltFacts, file_facts, refuse_damage
 from writer_service.files import create_file, create_marker
+from writer_service.heap_trim import HeapTrimmer
 from writer_service.idempotency import RememberedAppend, RequestMemory, fingerprint
 from writer_service.open_session import CallView, OpenSession, RequestRecords, apply_record
 from writer_service.recovery import repair_torn_tail
@@ -162,6 +163,8 @@ class SessionLedger:
         self.storage_health = StorageHealth()
         self._group: GroupCommitter | None = None
         self._kept: OrderedDict[str, IndexEntry] = OrderedDict()
+        #: Returns memory to the OS after large requests and whole-file work (writer_service.heap_trim).
+        self.heap_trimmer = HeapTrimmer(self._executor)
 
     @property
     def committer(self) -> GroupCommitter:
@@ -547,7 +550,10 @@ class SessionLedger:
                 subject=f"session/{state.session_id}",
                 precondition="storage healthy",
             )
-        return await self.run_io(file_facts, state.path, with_digest)
+        try:
+            return await self.run_io(file_facts, state.path, with_digest)
+        finally:
+            self.heap_trimmer.after(state.log.size)
 
     async def drained_path(self, session_id: str) -> Path:
         """The path of a session's file, after draining its queue when it is open.

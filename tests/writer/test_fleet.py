@@ -397,3 +397,64 @@ def test_an_append_to_an_unknown_id_is_refused_before_its_records_are_decoded(da
             await ledger.close()
 
     asyncio.run(scenario())
+
+
+def test_large_work_is_followed_by_one_heap_trim_and_small_work_by_none(monkeypatch) -> None:
+    """Work of at least LARGE_WORK_BYTES schedules one heap trim shortly after (a burst coalesces into
+    one); smaller work, the append path's, schedules none."""
+    from writer_service import heap_trim
+
+    assert heap_trim.trim_heap()  # glibc: malloc_trim is there
+    monkeypatch.setattr(heap_trim, "TRIM_DELAY_SECONDS", 0.01)
+    submitted: list[object] = []
+
+    class Recorder:
+        def submit(self, function: object) -> None:
+            submitted.append(function)
+
+    async def scenario() -> None:
+        trimmer = heap_trim.HeapTrimmer(Recorder())  # type: ignore[arg-type]
+        trimmer.after(heap_trim.LARGE_WORK_BYTES - 1)
+        await asyncio.sleep(0.05)
+        assert submitted == []
+        for _ in range(3):
+            trimmer.after(heap_trim.LARGE_WORK_BYTES)
+        await asyncio.sleep(0.05)
+        assert submitted == [heap_trim.trim_heap]
+        trimmer.after(60 * 1024 * 1024)
+        await asyncio.sleep(0.05)
+        assert submitted == [heap_trim.trim_heap] * 2
+
+    asyncio.run(scenario())
+
+
+def test_a_large_request_and_a_large_stop_schedule_a_heap_trim(data_dir, monkeypatch) -> None:
+    """The Append screen has the heap trimmed after a request of LARGE_WORK_BYTES or more, and a Stop
+    of a session that large after its rebuild."""
+    from writer_service import heap_trim, server
+
+    monkeypatch.setattr(heap_trim, "LARGE_WORK_BYTES", 4096)
+
+    async def scenario() -> None:
+        ledger = SessionLedger(WriterConfig(data_dir=data_dir))
+        try:
+            trimmer = ledger.heap_trimmer
+            request = writer_pb2.AppendRequest(session_id=new_session_id(), records=[]).SerializeToString()
+            server.screen_append(request, 1024, trimmer)
+            assert trimmer.trims == 0
+            await asyncio.sleep(heap_trim.TRIM_DELAY_SECONDS + 0.1)
+            assert trimmer.trims == 0
+            large = writer_pb2.AppendRequest(records=[writer_pb2.AppendRecord()] * 3000).SerializeToString()
+            assert len(large) >= 4096
+            server.screen_append(large, 1024 * 1024, trimmer)
+            await asyncio.sleep(heap_trim.TRIM_DELAY_SECONDS + 0.1)
+            assert trimmer.trims == 1
+            session_id, _ = await ledger.create_session(SessionSpec())
+            await ledger.append(session_id, [user("x" * 5000)])
+            await ledger.stop(session_id, StopKind.PAUSED, "p")
+            await asyncio.sleep(heap_trim.TRIM_DELAY_SECONDS + 0.1)
+            assert trimmer.trims == 2
+        finally:
+            await ledger.close()
+
+    asyncio.run(scenario())
