@@ -170,7 +170,7 @@ class SessionLedger:
     def committer(self) -> GroupCommitter:
         """The durability rounds of every session (created in the event loop on first use)."""
         if self._group is None:
-            self._group = GroupCommitter(self.config.commit, self._executor, self.storage_health)
+            self._group = GroupCommitter(self.config.commit, self.storage_health)
         return self._group
 
     async def run_io(self, function: Callable[..., _T], *args: Any) -> _T:
@@ -580,7 +580,7 @@ class SessionLedger:
         return await fork_session(self, source_id, at_seq, before_user_message)
 
     async def close(self) -> None:
-        """Drain every session's queue, save their states, close files and the I/O threads."""
+        """Drain every session's queue, save their states, close files, the rounds' thread and the I/O threads."""
         for state in list(self._sessions.values()):
             await state.log.drain()
         retiring = [
@@ -596,6 +596,8 @@ class SessionLedger:
         for done in retiring:
             done.result()
         self._sessions.clear()
+        if self._group is not None:
+            self._group.close()
         self._executor.shutdown(wait=True)
 
 
