@@ -24,9 +24,11 @@ log = logging.getLogger(__name__)
 
 #: Work over this many bytes (a request, a session file rebuilt or forked) is followed by a trim.
 LARGE_WORK_BYTES = 8 * 1024 * 1024
-#: Seconds between large work and its trim: the buffers of the work are freed by then, and a
-#: burst of large requests is trimmed once.
+#: Seconds between the last large work of a burst and its trim: the buffers of the work are
+#: freed by then, and a burst of large requests is trimmed once.
 TRIM_DELAY_SECONDS = 0.2
+#: Longest a trim is postponed by more large work arriving (seconds since the first).
+TRIM_MAX_WAIT_SECONDS = 1.0
 
 
 def _find_malloc_trim() -> Callable[[int], int] | None:
@@ -52,24 +54,38 @@ def trim_heap() -> bool:
 
 
 class HeapTrimmer:
-    """Schedules one :func:`trim_heap` on ``executor`` after large work (event loop only)."""
+    """Schedules one :func:`trim_heap` on ``executor`` after large work (event loop only).
+
+    The trim follows the *last* of a burst of large work by :data:`TRIM_DELAY_SECONDS`
+    (each new piece of work postpones it), but never more than :data:`TRIM_MAX_WAIT_SECONDS`
+    after the first: a steady stream of large requests is trimmed about once a second.
+    """
 
     def __init__(self, executor: Executor) -> None:
         self._executor = executor
-        self._pending = False
+        self._first = 0.0  # loop time of the first large work since the last trim (0: none pending)
+        self._last = 0.0  # loop time of the latest
         self.trims = 0
 
     def after(self, size: int) -> None:
-        """Note work over ``size`` bytes just done (or about to be freed): a trim follows in
-        :data:`TRIM_DELAY_SECONDS` when ``size`` is at least :data:`LARGE_WORK_BYTES` and
-        none is pending yet."""
-        if size < LARGE_WORK_BYTES or self._pending or _malloc_trim is None:
+        """Note work over ``size`` bytes just done (or about to be freed): a trim follows
+        when ``size`` is at least :data:`LARGE_WORK_BYTES`."""
+        if size < LARGE_WORK_BYTES or _malloc_trim is None:
             return
-        self._pending = True
-        asyncio.get_running_loop().call_later(TRIM_DELAY_SECONDS, self._start)
+        loop = asyncio.get_running_loop()
+        self._last = loop.time()
+        if not self._first:
+            self._first = self._last
+            loop.call_later(TRIM_DELAY_SECONDS, self._due)
 
-    def _start(self) -> None:
-        self._pending = False
+    def _due(self) -> None:
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        wait = self._last + TRIM_DELAY_SECONDS - now
+        if wait > 0 and now - self._first < TRIM_MAX_WAIT_SECONDS:
+            loop.call_later(wait, self._due)
+            return
+        self._first = 0.0
         self.trims += 1
         try:
             self._executor.submit(trim_heap)

@@ -458,3 +458,37 @@ def test_a_large_request_and_a_large_stop_schedule_a_heap_trim(data_dir, monkeyp
             await ledger.close()
 
     asyncio.run(scenario())
+
+
+def test_a_heap_trim_follows_the_last_large_work_of_a_burst(monkeypatch) -> None:
+    """Large work arriving while a trim is pending postpones it to TRIM_DELAY_SECONDS after the last
+    piece (so buffers freed late in a burst are trimmed too), never past TRIM_MAX_WAIT_SECONDS."""
+    from writer_service import heap_trim
+
+    monkeypatch.setattr(heap_trim, "TRIM_DELAY_SECONDS", 0.5)
+    submitted: list[float] = []
+
+    class Recorder:
+        def submit(self, function: object) -> None:
+            submitted.append(asyncio.get_running_loop().time())
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        trimmer = heap_trim.HeapTrimmer(Recorder())  # type: ignore[arg-type]
+        started = loop.time()
+        trimmer.after(heap_trim.LARGE_WORK_BYTES)
+        await asyncio.sleep(0.3)
+        last = loop.time()
+        trimmer.after(heap_trim.LARGE_WORK_BYTES)
+        await asyncio.sleep(1.0)
+        assert len(submitted) == 1
+        assert submitted[0] >= last + 0.5 > started + 0.5
+        monkeypatch.setattr(heap_trim, "TRIM_MAX_WAIT_SECONDS", 0.7)
+        first = loop.time()
+        for _ in range(6):  # work every 0.25 s for 1.5 s: the trim still comes within the max wait
+            trimmer.after(heap_trim.LARGE_WORK_BYTES)
+            await asyncio.sleep(0.25)
+        assert len(submitted) >= 2
+        assert submitted[1] - first < 0.7 + 0.5
+
+    asyncio.run(scenario())
