@@ -55,12 +55,13 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import grpc
-from _support import HelpFormatter, turn_records
+from _support import HelpFormatter, proc_cpu_seconds, turn_records
 
 from rollout.v1 import records_pb2, writer_pb2, writer_pb2_grpc
 from rollout_cli.processes import ServiceProcess
@@ -106,7 +107,23 @@ def _spread(values: list[float], fmt: str) -> str:
 
 
 class _NoOpWriter(writer_pb2_grpc.RolloutWriterServicer):
+    """Creates sessions in a set and answers Append from it: OK for a created id (an empty
+    answer), NOT_FOUND for any other (the cheapest refusal grpc.aio allows: a status set, no
+    exception)."""
+
+    def __init__(self) -> None:
+        self.known: set[str] = set()
+
+    async def CreateSession(self, request, context):
+        session_id = str(uuid.uuid4())
+        self.known.add(session_id)
+        return writer_pb2.CreateSessionResponse(session_id=session_id, next_seq=1)
+
     async def Append(self, request, context):
+        if request.session_id not in self.known:
+            context.set_code(grpc.StatusCode.NOT_FOUND)
+            context.set_details(f"session {request.session_id!r} not found")
+            return writer_pb2.AppendResponse()
         return writer_pb2.AppendResponse(session_id=request.session_id, seqs=[1], next_seq=2)
 
 
@@ -165,9 +182,7 @@ def _stub(channel: grpc.Channel) -> writer_pb2_grpc.RolloutWriterStub:
     return writer_pb2_grpc.RolloutWriterStub(channel)  # type: ignore[no-untyped-call]
 
 
-def create_sessions(channel: grpc.Channel, count: int, noop: bool) -> list[str]:
-    if noop:
-        return [str(uuid.uuid4()) for _ in range(count)]
+def create_sessions(channel: grpc.Channel, count: int) -> list[str]:
     stub = _stub(channel)
     return [
         stub.CreateSession(
@@ -199,11 +214,11 @@ def run_threads(count: int, seconds: float, work: Callable[[int, threading.Event
     return sum(done) / (time.perf_counter() - started)
 
 
-def fleet_rate(address: str, seconds: float, noop: bool) -> float:
+def fleet_rate(address: str, seconds: float) -> float:
     """64 agents, one session each, one record per Append: records/s."""
     with grpc.insecure_channel(address) as channel:
         stub = _stub(channel)
-        sessions = create_sessions(channel, AGENTS, noop)
+        sessions = create_sessions(channel, AGENTS)
 
         def work(index: int, stop: threading.Event) -> int:
             request = writer_pb2.AppendRequest(session_id=sessions[index], records=[_record()])
@@ -246,11 +261,14 @@ def raw_fdatasync_p50(folder: Path, calls: int) -> float:
 
 
 def raw_rounds(folder: Path, files: int, seconds: float, sync: str) -> float:
-    """Records/s of rounds writing one ~1 KB line to each of ``files`` files, made durable by one
-    ``syncfs`` (sync="syncfs") or one ``fdatasync`` per file (sync="fdatasync") per round."""
+    """Records/s of rounds writing one ~1 KB line to each of ``files`` files, each round made durable
+    by one ``syncfs`` (sync="syncfs"), one ``fdatasync`` per file in turn (sync="fdatasync"), or
+    one ``fdatasync`` per file issued by N threads at once (sync="parallel-N")."""
     paths = [folder / f"raw-{n}-{os.urandom(4).hex()}.jsonl" for n in range(files)]
     fds = [os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644) for path in paths]
     line = encode_line(1, format_timestamp(datetime.now(UTC)), "message", {"role": "user", "content": TEXT})
+    threads = int(sync.partition("-")[2]) if sync.startswith("parallel-") else 0
+    pool = ThreadPoolExecutor(threads) if threads else None
     rounds = 0
     try:
         started = time.perf_counter()
@@ -259,12 +277,17 @@ def raw_rounds(folder: Path, files: int, seconds: float, sync: str) -> float:
                 os.write(fd, line)
             if sync == "syncfs":
                 _syncfs(fds[0])
+            elif pool is not None:
+                for _ in pool.map(os.fdatasync, fds):
+                    pass
             else:
                 for fd in fds:
                     os.fdatasync(fd)
             rounds += 1
         elapsed = time.perf_counter() - started
     finally:
+        if pool is not None:
+            pool.shutdown()
         for fd in fds:
             os.close(fd)
         for path in paths:
@@ -286,7 +309,7 @@ def stream_rate(address: str, seconds: float) -> float:
     streams, per_stream, batch = 4, AGENTS // 4, 32
     with grpc.insecure_channel(address) as channel:
         stub = _stub(channel)
-        sessions = create_sessions(channel, AGENTS, noop=False)
+        sessions = create_sessions(channel, AGENTS)
 
         def work(index: int, stop: threading.Event) -> int:
             mine = sessions[index * per_stream : (index + 1) * per_stream]
@@ -357,32 +380,88 @@ def round_robin_rate(address: str, ids: list[str], seconds: float) -> float:
         return run_threads(8, seconds, work)
 
 
-def unknown_id_p50(address: str, session_id: str, calls: int, noise_threads: int) -> float:
-    """The agent's sequential Append p50 while ``noise_threads`` threads append to unknown ids."""
-    stop = threading.Event()
+def unknown_id_noise(address: str, threads: int, stop: threading.Event) -> float:
+    """``threads`` threads send single-record Appends to unknown (valid, never created) ids until
+    ``stop`` is set; returns their rate (calls/s, each answered NOT_FOUND)."""
+    done = [0] * threads
 
-    def noise() -> None:
+    def noise(index: int) -> None:
         with grpc.insecure_channel(address) as channel:
             stub = _stub(channel)
             while not stop.is_set():
-                missing = new_session_id()  # valid, never created
                 try:
-                    stub.Append(writer_pb2.AppendRequest(session_id=missing, records=[_record()]))
+                    stub.Append(writer_pb2.AppendRequest(session_id=new_session_id(), records=[_record()]))
                 except grpc.RpcError as exc:
                     if exc.code() != grpc.StatusCode.NOT_FOUND:
                         raise
+                done[index] += 1
 
-    threads = [threading.Thread(target=noise) for _ in range(noise_threads)]
-    for thread in threads:
-        thread.start()
+    workers = [threading.Thread(target=noise, args=(index,)) for index in range(threads)]
+    started = time.perf_counter()
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    return sum(done) / (time.perf_counter() - started)
+
+
+def _noise_client(address: str, threads: int) -> None:
+    """The ``--unknown-noise`` process: noise until stdin closes, then print its rate (calls/s)."""
+    stop = threading.Event()
+    threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+    print("ready", flush=True)
+    print(unknown_id_noise(address, threads, stop), flush=True)
+
+
+@dataclass
+class NoisyP50:
+    """The agent's p50 under unknown-id noise, the noise's rate, and the server's CPU per call."""
+
+    p50: float  # seconds
+    noise_rate: float  # unknown-id calls/s
+    cpu_per_call: float  # server CPU seconds per call (the agent's and the noise's together)
+
+
+def unknown_id_p50(
+    address: str, server_pid: int, session_id: str, calls: int, noise_threads: int, in_process: bool
+) -> NoisyP50:
+    """The agent's sequential Append p50 while ``noise_threads`` threads append to unknown ids.
+
+    ``in_process``: the noise threads run in this (the agent's) process, sharing its GIL;
+    otherwise in a client process of their own, as another agent runtime would.
+    """
+    stop = threading.Event()
+    rates: list[float] = []
+    runner, noise_process = None, None
+    if in_process:
+        runner = threading.Thread(target=lambda: rates.append(unknown_id_noise(address, noise_threads, stop)))
+        runner.start()
+    else:
+        argv = [sys.executable, str(Path(__file__).resolve()), "--unknown-noise", address]
+        argv += ["--noise-threads", str(noise_threads)]
+        noise_process = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO
+        )
+        assert noise_process.stdout is not None
+        if noise_process.stdout.readline().strip() != "ready":
+            raise RuntimeError("the unknown-id noise client did not start")
     try:
-        time.sleep(0.2)
+        time.sleep(0.3)
+        cpu_before, started = proc_cpu_seconds(server_pid), time.perf_counter()
         with grpc.insecure_channel(address) as channel:
-            return sequential_p50(_stub(channel), session_id, calls)
+            p50 = sequential_p50(_stub(channel), session_id, calls)
+        cpu, elapsed = proc_cpu_seconds(server_pid) - cpu_before, time.perf_counter() - started
     finally:
         stop.set()
-        for thread in threads:
-            thread.join()
+        if noise_process is not None:
+            assert noise_process.stdin is not None
+            assert noise_process.stdout is not None
+            noise_process.stdin.close()
+            rates.append(float(noise_process.stdout.readline()))
+            noise_process.wait()
+        elif runner is not None:
+            runner.join()
+    return NoisyP50(p50, rates[0], cpu / (rates[0] * elapsed + calls))
 
 
 def write_small_sessions(data_dir: Path, count: int) -> None:
@@ -407,6 +486,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is not met")
     parser.add_argument("--noop-server", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--unknown-noise", metavar="ADDRESS", help=argparse.SUPPRESS)
+    parser.add_argument("--noise-threads", type=int, default=4, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
@@ -415,6 +496,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.noop_server:
         asyncio.run(_serve_noop())
         return 0
+    if args.unknown_noise:
+        return _noise_main(args.unknown_noise, args.noise_threads)
     only = set(args.only.split(","))
     print("command:", shlex.join(sys.orig_argv))
     print(f"writer code: {args.writer_repo.resolve()}")
@@ -428,14 +511,14 @@ def main(argv: list[str] | None = None) -> int:
                 figures.append(bench_fleet(servers, noop, tmp, args))
             if "single" in only:
                 figures.append(bench_single(servers, noop, tmp, args))
+            if "stream" in only:
+                figures.append(bench_stream(servers, tmp, args))
+            if "round-robin" in only:
+                figures.append(bench_round_robin(servers, tmp, args))
+            if "unknown" in only:
+                figures.extend(bench_unknown(servers, noop, tmp, args))
         finally:
             noop.stop()
-        if "stream" in only:
-            figures.append(bench_stream(servers, tmp, args))
-        if "round-robin" in only:
-            figures.append(bench_round_robin(servers, tmp, args))
-        if "unknown" in only:
-            figures.append(bench_unknown(servers, tmp, args))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print()
@@ -464,7 +547,7 @@ def bench_fleet(servers: Servers, noop: ServiceProcess, tmp: Path, args: argpars
             rates = {}
             for name in order:
                 address = noop.address if name == "noop" else writer.address
-                rates[name] = fleet_rate(address, args.seconds, noop=name == "noop")
+                rates[name] = fleet_rate(address, args.seconds)
             figure.add(rates["writer"], rates["noop"])
             print(
                 f"fleet round {number + 1}: writer {rates['writer']:,.0f}  no-op {rates['noop']:,.0f} records/s"
@@ -481,12 +564,13 @@ def bench_single(servers: Servers, noop: ServiceProcess, tmp: Path, args: argpar
     try:
         with grpc.insecure_channel(writer.address) as channel, grpc.insecure_channel(noop.address) as other:
             stub, noop_stub = _stub(channel), _stub(other)
-            session_id = create_sessions(channel, 1, noop=False)[0]
+            session_id = create_sessions(channel, 1)[0]
+            noop_session = create_sessions(other, 1)[0]
             sequential_p50(stub, session_id, 20)
-            sequential_p50(noop_stub, session_id, 20)
+            sequential_p50(noop_stub, noop_session, 20)
             for number in range(args.rounds):
                 writer_p50 = sequential_p50(stub, session_id, args.calls)
-                noop_p50 = sequential_p50(noop_stub, session_id, args.calls)
+                noop_p50 = sequential_p50(noop_stub, noop_session, args.calls)
                 raw_p50 = raw_fdatasync_p50(data_dir, args.calls)
                 figure.add(writer_p50 * 1000, (noop_p50 + raw_p50) * 1000)
                 print(
@@ -498,27 +582,43 @@ def bench_single(servers: Servers, noop: ServiceProcess, tmp: Path, args: argpar
     return figure
 
 
+#: How the raw rounds of the stream figure are made durable, beside the syncfs baseline.
+RAW_SYNCS = ("fdatasync", "parallel-4", "parallel-64")
+
+
 def bench_stream(servers: Servers, tmp: Path, args: argparse.Namespace) -> Figure:
     figure = Figure(
         "stream: 32-record batches, 64 sessions", "records/s writer vs raw syncfs rounds", 0.5, True
     )
     data_dir = tmp / "data-stream"
     writer, _ = servers.writer(data_dir)
-    per_file = []
+    others: dict[str, list[float]] = {sync: [] for sync in RAW_SYNCS}
     try:
         for number in range(args.rounds):
             rate = stream_rate(writer.address, args.seconds)
             syncfs_rate = raw_rounds(data_dir, AGENTS, min(args.seconds, 2.0), "syncfs")
-            fdatasync_rate = raw_rounds(data_dir, AGENTS, min(args.seconds, 2.0), "fdatasync")
-            per_file.append(fdatasync_rate)
+            for sync in RAW_SYNCS:
+                others[sync].append(raw_rounds(data_dir, AGENTS, min(args.seconds, 2.0), sync))
             figure.add(rate, syncfs_rate)
             print(
                 f"stream round {number + 1}: writer {rate:,.0f} records/s  raw 64 files x 1 line: syncfs"
-                f" {syncfs_rate:,.0f}, fdatasync per file {fdatasync_rate:,.0f} records/s"
+                f" {syncfs_rate:,.0f}, "
+                + ", ".join(f"{sync} {others[sync][-1]:,.0f}" for sync in RAW_SYNCS)
+                + " records/s"
             )
     finally:
         writer.stop()
-    figure.notes.append(f"raw rounds with one fdatasync per file: {_spread(per_file, ',.0f')} records/s")
+    names = {
+        "fdatasync": "one fdatasync per file in turn",
+        "parallel-4": "one fdatasync per file, 4 threads at once",
+        "parallel-64": "one fdatasync per file, 64 threads at once",
+    }
+    for sync in RAW_SYNCS:
+        ratios = [value / base for value, base in zip(others[sync], figure.baseline, strict=True)]
+        figure.notes.append(
+            f"raw rounds, {names[sync]}: {_spread(others[sync], ',.0f')} records/s"
+            f" ({_spread(ratios, '.2f')} x syncfs)"
+        )
     return figure
 
 
@@ -551,13 +651,22 @@ def bench_round_robin(servers: Servers, tmp: Path, args: argparse.Namespace) -> 
     return figure
 
 
-def bench_unknown(servers: Servers, tmp: Path, args: argparse.Namespace) -> Figure:
-    figure = Figure(
-        f"unknown ids: p50 on {args.startup_files:,} files",
-        "ms with 4 unknown-id threads vs alone",
-        2.0,
-        False,
-    )
+def bench_unknown(
+    servers: Servers, noop: ServiceProcess, tmp: Path, args: argparse.Namespace
+) -> list[Figure]:
+    """The agent's p50 under 4 threads of unknown-id Appends, against its p50 alone.
+
+    The noise runs in a client process of its own (``noise: process``, the figure the target
+    is read on: the agent and the noisy client are two runtimes) and, for comparison, as
+    threads of the agent's own process (``noise: threads``, where the agent's client-side
+    Python also waits for the GIL the noise holds). The same noise against the no-op server
+    (which refuses an unknown id by setting NOT_FOUND, nothing else) gives the floor of any
+    grpc.aio writer on this machine at this moment.
+    """
+    unit = "ms p50 with 4 unknown-id threads vs alone"
+    by_process = Figure(f"unknown ids, noise: process ({args.startup_files:,} files)", unit, 2.0, False)
+    by_threads = Figure("unknown ids, noise: threads", unit, 2.0, False)
+    floor = Figure("unknown ids, no-op server (floor)", unit, 2.0, False)
     data_dir = tmp / "data-unknown"
     started = time.perf_counter()
     write_small_sessions(data_dir, args.startup_files)
@@ -567,24 +676,51 @@ def bench_unknown(servers: Servers, tmp: Path, args: argparse.Namespace) -> Figu
         writer, startup = servers.writer(data_dir)
         startups.append(startup)
         writer.stop()
-    figure.notes.append(
+    by_process.notes.append(
         f"writer start-up (spawn to listening) over {args.startup_files:,} sessions: {_spread(startups, '.2f')} s"
     )
+    writer_cpu: list[float] = []
+    noop_cpu: list[float] = []
     writer, _ = servers.writer(data_dir)
     try:
-        with grpc.insecure_channel(writer.address) as channel:
-            session_id = create_sessions(channel, 1, noop=False)[0]
+        with grpc.insecure_channel(writer.address) as channel, grpc.insecure_channel(noop.address) as other:
+            session_id = create_sessions(channel, 1)[0]
+            noop_session = create_sessions(other, 1)[0]
             sequential_p50(_stub(channel), session_id, 20)
+            sequential_p50(_stub(other), noop_session, 20)
             for number in range(args.rounds):
+                pid = writer.process.pid
                 alone = sequential_p50(_stub(channel), session_id, args.calls)
-                noisy = unknown_id_p50(writer.address, session_id, args.calls, 4)
-                figure.add(noisy * 1000, alone * 1000)
+                noisy = unknown_id_p50(writer.address, pid, session_id, args.calls, 4, in_process=False)
+                threads = unknown_id_p50(writer.address, pid, session_id, args.calls, 4, in_process=True)
+                noop_alone = sequential_p50(_stub(other), noop_session, args.calls)
+                noop_noisy = unknown_id_p50(
+                    noop.address, noop.process.pid, noop_session, args.calls, 4, in_process=False
+                )
+                by_process.add(noisy.p50 * 1000, alone * 1000)
+                by_threads.add(threads.p50 * 1000, alone * 1000)
+                floor.add(noop_noisy.p50 * 1000, noop_alone * 1000)
+                writer_cpu.append(noisy.cpu_per_call * 1e6)
+                noop_cpu.append(noop_noisy.cpu_per_call * 1e6)
                 print(
-                    f"unknown round {number + 1}: p50 with noise {noisy * 1000:.2f} ms, alone {alone * 1000:.2f} ms"
+                    f"unknown round {number + 1}: writer p50 alone {alone * 1000:.2f} ms, noise process"
+                    f" {noisy.p50 * 1000:.2f} ms ({noisy.noise_rate:,.0f} refusals/s, writer CPU"
+                    f" {noisy.cpu_per_call * 1e6:.0f} us/call), noise threads {threads.p50 * 1000:.2f} ms;"
+                    f" no-op alone {noop_alone * 1000:.2f} ms, noise process {noop_noisy.p50 * 1000:.2f} ms"
+                    f" ({noop_noisy.noise_rate:,.0f} refusals/s, CPU {noop_noisy.cpu_per_call * 1e6:.0f} us/call)"
                 )
     finally:
         writer.stop()
-    return figure
+    by_process.notes.append(
+        f"server CPU per call under the noise: writer {_spread(writer_cpu, '.0f')} us,"
+        f" no-op {_spread(noop_cpu, '.0f')} us"
+    )
+    return [by_process, by_threads, floor]
+
+
+def _noise_main(address: str, threads: int) -> int:
+    _noise_client(address, threads)
+    return 0
 
 
 if __name__ == "__main__":

@@ -15,7 +15,8 @@ a second after it. Steps:
 Figures are MiB above idle. Target (the issue's): Stop, Resume and Fork peak under
 256 MiB above idle; RSS after a rejected request back near idle.
 
-    .venv/bin/python bench/writer_memory.py [--size-mb 500] [--large 8] [--large-mb 60] [--writer-repo PATH]
+    .venv/bin/python bench/writer_memory.py [--size-mb 500] [--large 8] [--large-mb 60] [--max-record-bytes 3145728]
+                                            [--writer-repo PATH]
 """
 
 from __future__ import annotations
@@ -65,7 +66,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--large", type=int, default=8, help="concurrent oversized Appends")
     parser.add_argument("--large-mb", type=int, default=60, help="size of each oversized message (MB)")
     parser.add_argument("--writer-repo", type=Path, default=REPO, help="checkout the writer runs from")
+    parser.add_argument(
+        "--max-record-bytes",
+        type=int,
+        default=3 * 1024 * 1024,
+        help="the writer's record limit; the --large-mb messages must be over it to be refused"
+        " (3 MiB: the limit the issue's figures were taken with; the writer's default is 64 MiB)",
+    )
     args = parser.parse_args(argv)
+    if args.large_mb * 1_000_000 <= args.max_record_bytes:
+        parser.error("--large-mb must be over --max-record-bytes: the large Appends are meant to be refused")
     print("command:", shlex.join(sys.orig_argv))
     tmp = Path(tempfile.mkdtemp(prefix="rollout-memory-"))
     try:
@@ -76,7 +86,9 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"wrote a {info.bytes / 1e6:.0f} MB session ({info.records:,} records) in {time.perf_counter() - started:.1f} s"
         )
-        writer, _ = Servers(tmp, args.writer_repo.resolve()).writer(tmp / "data")
+        writer, _ = Servers(tmp, args.writer_repo.resolve()).writer(
+            tmp / "data", "--max-record-bytes", str(args.max_record_bytes)
+        )
         pid = writer.process.pid
         try:
             with grpc.insecure_channel(writer.address, options=OPTIONS) as channel:

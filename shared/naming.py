@@ -55,6 +55,11 @@ def new_session_id() -> str:
     return str(uuid6.uuid7())
 
 
+def is_session_id(session_id: str) -> bool:
+    """Whether ``session_id`` is a lowercase UUID (the shape :func:`validate_session_id` requires)."""
+    return _SESSION_ID.fullmatch(session_id) is not None
+
+
 def validate_session_id(session_id: str) -> str:
     """Return ``session_id`` if it is a lowercase UUID; raise FileNameError otherwise."""
     if not _SESSION_ID.fullmatch(session_id):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -40,11 +40,6 @@ from shared.errors import (
 )
 
 log = logging.getLogger(__name__)
-
-
-def _field_violation(error: InvalidArgumentError) -> error_details_pb2.BadRequest:
-    violation = error_details_pb2.BadRequest.FieldViolation(field=error.field, description=error.description)
-    return error_details_pb2.BadRequest(field_violations=[violation])
 
 
 def _status_of(error: LedgerError, prefix: str) -> tuple[grpc.StatusCode, str, list[Message]]:
@@ -150,22 +145,32 @@ async def status_mapping(
         )
 
 
-class UndecodableRequest:
-    """Stands in for a request whose bytes are not valid protobuf (e.g. a string field
-    that is not valid UTF-8, such as an encoded lone surrogate)."""
+class RefusedRequest:
+    """Stands in for a request refused from its bytes, before or instead of decoding: bytes
+    that are not valid protobuf (e.g. a string field that is not valid UTF-8, such as an
+    encoded lone surrogate; INVALID_ARGUMENT), or what a method's screen refused
+    (see :func:`add_servicer`)."""
 
     __slots__ = ("error",)
 
-    def __init__(self, error: InvalidArgumentError) -> None:
+    def __init__(self, error: LedgerError) -> None:
         self.error = error
 
 
-def _tolerant_deserializer(message_class: Any) -> Callable[[bytes], Any]:
+#: A method's screen: given a request's bytes, the error refusing it, or None to decode it.
+RequestScreen = Callable[[bytes], LedgerError | None]
+
+
+def _tolerant_deserializer(message_class: Any, screen: RequestScreen | None) -> Callable[[bytes], Any]:
     def deserialize(raw: bytes) -> Any:
+        if screen is not None:
+            refusal = screen(raw)
+            if refusal is not None:
+                return RefusedRequest(refusal)
         try:
             return message_class.FromString(raw)
         except DecodeError as exc:
-            return UndecodableRequest(
+            return RefusedRequest(
                 InvalidArgumentError(
                     "request",
                     f"is not a valid {message_class.DESCRIPTOR.full_name} ({exc}); check that every"
@@ -177,34 +182,30 @@ def _tolerant_deserializer(message_class: Any) -> Callable[[bytes], Any]:
 
 
 def check_decoded(request: Any) -> None:
-    """Raise the INVALID_ARGUMENT error of a stream item whose bytes did not decode.
+    """Raise the error of a stream item refused from its bytes (see :class:`RefusedRequest`).
 
     Client-streaming handlers receive their request iterator as it is (a wrapping
     generator would cost every message of a hot stream) and call this per item.
     """
-    if isinstance(request, UndecodableRequest):
+    if isinstance(request, RefusedRequest):
         raise request.error
 
 
 def _wrap(method: Callable[..., Any], client_streaming: bool, server_streaming: bool) -> Callable[..., Any]:
-    """A handler that answers INVALID_ARGUMENT for undecodable requests, then calls ``method``.
+    """A handler that answers a request refused from its bytes with its status, then calls ``method``.
 
     Client-streaming methods are returned as they are: they call :func:`check_decoded`.
     """
     if client_streaming:
         return method
 
-    async def reject(request: UndecodableRequest, context: grpc.aio.ServicerContext) -> None:
-        await context.abort_with_status(
-            rich_status(
-                grpc.StatusCode.INVALID_ARGUMENT, str(request.error), [_field_violation(request.error)]
-            )
-        )
+    async def reject(request: RefusedRequest, context: grpc.aio.ServicerContext) -> None:
+        await context.abort_with_status(rich_status(*_status_of(request.error, "")))
 
     if server_streaming:
 
         async def unary_stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-            if isinstance(request, UndecodableRequest):
+            if isinstance(request, RefusedRequest):
                 await reject(request, context)
             async for response in method(request, context):
                 yield response
@@ -212,7 +213,7 @@ def _wrap(method: Callable[..., Any], client_streaming: bool, server_streaming: 
         return unary_stream
 
     async def unary_unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        if isinstance(request, UndecodableRequest):
+        if isinstance(request, RefusedRequest):
             await reject(request, context)
         return await method(request, context)
 
@@ -229,13 +230,20 @@ def _serializer(message_class: Any) -> Callable[[Any], bytes]:
     return serialized
 
 
-def add_servicer(server: grpc.aio.Server, service: ServiceDescriptor, servicer: object) -> None:
+def add_servicer(
+    server: grpc.aio.Server,
+    service: ServiceDescriptor,
+    servicer: object,
+    screens: Mapping[str, RequestScreen] | None = None,
+) -> None:
     """Register ``servicer``'s methods for ``service`` with decoding errors answered as
     INVALID_ARGUMENT (the generated ``add_*_to_server`` would answer INTERNAL).
 
     A handler may return (or yield) its response already serialized, as bytes of
-    the method's response type; it is sent as is. Client-streaming methods must
-    call :func:`check_decoded` on each request.
+    the method's response type; it is sent as is. ``screens`` maps a method name to
+    a function that sees each request's bytes before they are decoded and may refuse
+    them with a LedgerError (answered with its status, as :func:`status_mapping`
+    would). Client-streaming methods must call :func:`check_decoded` on each request.
     """
     handlers: dict[str, grpc.RpcMethodHandler] = {}
     for method in service.methods:
@@ -249,7 +257,7 @@ def add_servicer(server: grpc.aio.Server, service: ServiceDescriptor, servicer: 
         }[(method.client_streaming, method.server_streaming)]
         handlers[method.name] = factory(
             _wrap(getattr(servicer, method.name), method.client_streaming, method.server_streaming),
-            request_deserializer=_tolerant_deserializer(request_class),
+            request_deserializer=_tolerant_deserializer(request_class, (screens or {}).get(method.name)),
             response_serializer=_serializer(response_class),
         )
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service.full_name, handlers),))

@@ -126,7 +126,10 @@ async def fork_session(
     delegation (its marker is written), with ``forked_from`` telling them apart.
     """
     path = await ledger.drained_path(source_id)
-    plan = await ledger.run_io(_plan_fork, path, source_id, at_seq, before_user_message)
+    try:
+        plan = await ledger.run_io(_plan_fork, path, source_id, at_seq, before_user_message)
+    finally:
+        ledger.heap_trimmer.after(_file_size(path))
     await ledger.publish(
         plan.session_id,
         plan.name,
@@ -197,3 +200,11 @@ def _plan_fork(path: Path, source_id: str, at_seq: int | None, before_user_messa
         found.digest,
         found.call_ids,
     )
+
+
+def _file_size(path: Path) -> int:
+    """The size of ``path`` in bytes (0 when it cannot be seen)."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0

@@ -2,10 +2,11 @@
 
 One :class:`GroupCommitter` per writer makes every session file durable. Each
 open session file has a :class:`SessionLog`: callers hand it encoded lines
-(:meth:`SessionLog.submit`) and await the returned future. One flush loop, in an
-I/O thread, runs **durability rounds**: a round takes one batch from every session
-with records queued, writes each batch to its file, makes all of them durable
-together, then resolves every waiter of the round with one event-loop wake-up.
+(:meth:`SessionLog.submit`) and await the returned future. One flush loop, in a
+thread of its own (waiting while nothing is queued), runs **durability rounds**:
+a round takes one batch from every session with records queued, writes each
+batch to its file, makes all of them durable together, then resolves every
+waiter of the round with one event-loop wake-up.
 
 How a round is made durable (``fsync`` durability, the default):
 
@@ -55,7 +56,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Executor
 from dataclasses import dataclass
 
 from shared.errors import StorageWriteError
@@ -306,18 +306,22 @@ class SessionLog:
 class GroupCommitter:
     """The writer's one flush loop: durability rounds over every session with records queued."""
 
-    def __init__(self, config: CommitConfig, executor: Executor, health: StorageHealth) -> None:
+    def __init__(self, config: CommitConfig, health: StorageHealth) -> None:
         self.config = config
-        self._executor = executor
         self._health = health
         self._loop = asyncio.get_running_loop()
         self._lock = threading.Lock()
-        self._more = threading.Condition(self._lock)
+        self._more = threading.Condition(self._lock)  # a lingering round waits on it for company
+        self._work = threading.Condition(self._lock)  # the idle rounds' thread waits on it
         self._ready: dict[SessionLog, None] = {}  # sessions with records queued, in arrival order
         self._queued_records = 0
-        self._running = False
+        self._closing = False
         self._durable: list[_Pending] = []  # written, awaiting _acknowledge (under the lock)
         self._acknowledging = False  # an _acknowledge call is scheduled (under the lock)
+        # The rounds' own thread, waiting on _more while nothing is queued: a request to an
+        # idle writer costs one notify, not a job handed to a thread pool.
+        self._thread = threading.Thread(target=self._run_rounds, name="rollout-rounds", daemon=True)
+        self._thread.start()
 
     def open(self, fd: int, size: int, label: str, on_failure: Callable[[], None]) -> SessionLog:
         """A SessionLog for an open session file of ``size`` committed bytes."""
@@ -326,7 +330,6 @@ class GroupCommitter:
     def queue(self, session: SessionLog, data: bytes, records: int) -> asyncio.Future[None]:
         """Queue a request's lines for ``session`` (event loop); see :meth:`SessionLog.submit`."""
         future: asyncio.Future[None] = self._loop.create_future()
-        start = False
         with self._lock:
             if session.failing:  # its seqs were assigned after a round that failed: refused with it
                 session.refused.append(_Pending(data, records, future))
@@ -336,12 +339,16 @@ class GroupCommitter:
             session.submitted_bytes += len(data)
             self._queued_records += records
             self._ready[session] = None
-            start = not self._running
-            self._running = True
             self._more.notify()
-        if start:
-            self._executor.submit(self._run_rounds)
+            self._work.notify()
         return future
+
+    def close(self) -> None:
+        """Stop the rounds' thread once everything queued is written (blocking; call after draining)."""
+        with self._lock:
+            self._closing = True
+            self._work.notify()
+        self._thread.join()
 
     def _linger(self) -> None:
         """Give a round up to ``linger_ms`` (bounded by the max wait) to fill one batch (lock held)."""
@@ -373,12 +380,13 @@ class GroupCommitter:
         return batches
 
     def _run_rounds(self) -> None:
-        """Run rounds until no session has records queued (I/O thread)."""
+        """Run a round whenever a session has records queued, until closed (the rounds' thread)."""
         while True:
             with self._lock:
-                if not self._ready:
-                    self._running = False
-                    return
+                while not self._ready:
+                    if self._closing:
+                        return
+                    self._work.wait()
                 if self.config.linger_ms > 0:
                     self._linger()
                 batches = self._take_round()
@@ -389,15 +397,8 @@ class GroupCommitter:
                 self._round_failed(batches, exc)
                 continue
             elapsed = time.perf_counter() - started
-            records = sum(batch.records for batch in batches)
-            metrics.ROUND_SESSIONS.observe(len(batches))
-            metrics.FLUSH_SECONDS.observe(elapsed)
-            metrics.APPENDED_RECORDS.inc(records)
-            if elapsed > SLOW_FSYNC_SECONDS:
-                log.warning("slow round: %d sessions, %d records in %.3f s", len(batches), records, elapsed)
             with self._lock:
                 for batch in batches:
-                    metrics.BATCH_RECORDS.observe(batch.records)
                     batch.session._size += len(batch.data)
                     batch.session.in_round = False
                     self._durable.extend(batch.items)
@@ -405,6 +406,15 @@ class GroupCommitter:
                 self._acknowledging = True
             if wake:  # one event-loop wake-up for every round made durable before it runs
                 self._loop.call_soon_threadsafe(self._acknowledge)
+            # Metrics and logs after the wake-up: they are not on the way to the acknowledgement.
+            records = sum(batch.records for batch in batches)
+            metrics.ROUND_SESSIONS.observe(len(batches))
+            metrics.FLUSH_SECONDS.observe(elapsed)
+            metrics.APPENDED_RECORDS.inc(records)
+            for batch in batches:
+                metrics.BATCH_RECORDS.observe(batch.records)
+            if elapsed > SLOW_FSYNC_SECONDS:
+                log.warning("slow round: %d sessions, %d records in %.3f s", len(batches), records, elapsed)
 
     def _write_round(self, batches: list[_Batch]) -> None:
         """Write every batch and make the round durable; on failure cut every file back (I/O thread).

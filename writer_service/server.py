@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from shared.status import add_servicer, bind, check_decoded, status_mapping
 from shared.stop_kinds import StopKind
 from shared.wire import append_payloads, record_time, session_spec, stop_kind_from_proto
 from writer_service.committer import durable_write_method
+from writer_service.heap_trim import HeapTrimmer
 from writer_service.importing import SessionImport
 from writer_service.open_session import RecordTimes, RequestRecords
 from writer_service.session_index import build_index
@@ -63,33 +65,94 @@ class DataRootLockedError(RuntimeError):
 #: No stored line is shorter than its record's protobuf encoding divided by this (the
 #: worst case is a list of numbers: 11 protobuf bytes for the 2 JSON bytes of "0,").
 PROTO_TO_LINE_BOUND = 6
+#: AppendRequest.records: field number of the repeated AppendRecord.
+_RECORDS_FIELD = writer_pb2.AppendRequest.DESCRIPTOR.fields_by_name["records"].number
+_RECORD_KINDS = writer_pb2.AppendRecord.DESCRIPTOR.fields_by_number
+
+
+def _varint(raw: bytes, position: int) -> tuple[int, int]:
+    """The protobuf varint at ``position`` and the position after it (IndexError past the end)."""
+    value = shift = 0
+    while True:
+        byte = raw[position]
+        position += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, position
+        shift += 7
+
+
+def oversized_record(raw: bytes, max_record_bytes: int) -> RecordValidationError | None:
+    """Refuse an AppendRequest, from its bytes, when one of its records is provably over the limit.
+
+    A record whose protobuf encoding is more than :data:`PROTO_TO_LINE_BOUND` times
+    ``max_record_bytes`` cannot make a line within the limit: it is refused before the
+    request is decoded, so a rejected large request costs no memory beyond gRPC's own
+    receive buffer (no parsed copy, no re-encoding to measure it). A request no larger
+    than that bound is not looked at (no record in it can be over it); a larger one is
+    walked field by field, skipping each record's bytes. Bytes that are not well-formed
+    protobuf are left to the decoder (None). Returns the RecordValidationError naming the
+    record's index and kind (INVALID_ARGUMENT).
+    """
+    ceiling = PROTO_TO_LINE_BOUND * max_record_bytes
+    if len(raw) <= ceiling:
+        return None
+    position, index = 0, 0
+    try:
+        while position < len(raw):
+            tag, position = _varint(raw, position)
+            match tag & 7:
+                case 0:
+                    _, position = _varint(raw, position)
+                case 1:
+                    position += 8
+                case 2:
+                    length, position = _varint(raw, position)
+                    if position + length > len(raw):
+                        return None  # truncated
+                    if tag >> 3 == _RECORDS_FIELD:
+                        if length > ceiling:
+                            kind = _RECORD_KINDS.get(_varint(raw, position)[0] >> 3)
+                            return RecordValidationError(
+                                index,
+                                kind.name if kind is not None else "record",
+                                f"record is {length} bytes encoded, so its line is over the limit of"
+                                f" {max_record_bytes} bytes; it is rejected, never truncated",
+                            )
+                        index += 1
+                    position += length
+                case 5:
+                    position += 4
+                case _:
+                    return None
+    except IndexError:
+        return None
+    return None
+
+
+def screen_append(raw: bytes, max_record_bytes: int, trimmer: HeapTrimmer) -> RecordValidationError | None:
+    """The screen of Append and AppendStream requests (before decoding): refuses a record
+    provably over the limit (:func:`oversized_record`) and has the heap trimmed after a large
+    request, refused or not (writer_service.heap_trim), so that RSS returns near idle."""
+    trimmer.after(len(raw))
+    return oversized_record(raw, max_record_bytes)
 
 
 def request_payloads(
-    request: writer_pb2.AppendRequest | writer_pb2.ImportRecords, max_record_bytes: int
+    request: writer_pb2.AppendRequest | writer_pb2.ImportRecords,
 ) -> tuple[RequestRecords, RecordTimes]:
     """The payloads and source times of every record of a request (RecordValidationError on bad ones).
 
     Times are None when no record carries one (the writer's clock for all), else
-    one per record in the ledger's ``ts`` form ("" where absent). A record whose
-    protobuf encoding alone proves its line over ``max_record_bytes`` (more than
-    :data:`PROTO_TO_LINE_BOUND` times it) is refused before any Python copy of it
-    is made: a rejected large request costs no more memory than gRPC's own.
+    one per record in the ledger's ``ts`` form ("" where absent). Records provably
+    over the size limit were refused from the request's bytes (:func:`oversized_record`);
+    the line limit itself is checked when they are encoded.
     """
     if not request.records:
         raise RecordValidationError(0, "records", "an Append needs at least one record")
-    ceiling = PROTO_TO_LINE_BOUND * max_record_bytes
     payloads = []
     times: list[str] | None = None
     for index, record in enumerate(request.records):
-        encoded = record.ByteSize()
-        if encoded > ceiling:
-            raise RecordValidationError(
-                index,
-                str(record.WhichOneof("record")),
-                f"record is {encoded} bytes encoded, so its line is over the limit of {max_record_bytes}"
-                " bytes; it is rejected, never truncated",
-            )
         payloads.append(append_payloads(record, index))
         if record.ts:
             if times is None:
@@ -99,6 +162,8 @@ def request_payloads(
 
 
 _Accepted = tuple[writer_pb2.AppendResponse, asyncio.Future[None]]
+#: What a refused unary Append returns after setting its status (never sent: the code is not OK).
+_REFUSED = writer_pb2.AppendResponse()
 
 
 class RolloutWriterServicer(writer_pb2_grpc.RolloutWriterServicer):
@@ -121,7 +186,7 @@ class RolloutWriterServicer(writer_pb2_grpc.RolloutWriterServicer):
     ) -> tuple[writer_pb2.AppendResponse, asyncio.Future[None]]:
         self.ledger.check_known(request.session_id)  # before any record is decoded
         expected = request.expected_next_seq if request.HasField("expected_next_seq") else None
-        payloads, times = request_payloads(request, self.ledger.config.max_record_bytes)
+        payloads, times = request_payloads(request)
         seqs, next_seq, durable = await self.ledger.enqueue(
             request.session_id, payloads, expected, request.request_id, times
         )
@@ -131,6 +196,13 @@ class RolloutWriterServicer(writer_pb2_grpc.RolloutWriterServicer):
     async def Append(
         self, request: writer_pb2.AppendRequest, context: grpc.aio.ServicerContext
     ) -> writer_pb2.AppendResponse:
+        unknown = self.ledger.unknown_id_message(request.session_id)
+        if unknown is not None:
+            # The cheapest refusal (SPEC §2.10): no record decoded, no exception raised, no
+            # status details built; gRPC discards the reply of a call whose code is not OK.
+            context.set_code(grpc.StatusCode.NOT_FOUND)
+            context.set_details(unknown)
+            return _REFUSED
         async with status_mapping(context, "Append"):
             response, durable = await self._enqueue(request)
             await durable
@@ -241,9 +313,7 @@ class RolloutWriterServicer(writer_pb2_grpc.RolloutWriterServicer):
                         await session_import.create(session_spec(request.create))
                     elif part == "records":
                         try:
-                            payloads, times = request_payloads(
-                                request.records, self.ledger.config.max_record_bytes
-                            )
+                            payloads, times = request_payloads(request.records)
                         except RecordValidationError as exc:
                             raise session_import.refusal(exc) from exc
                         await session_import.append(payloads, times)
@@ -351,7 +421,12 @@ async def start_writer(config: WriterConfig, address: str = "127.0.0.1:0") -> Ru
                 ("grpc.so_reuseport", 0),
             ]
         )
-        add_servicer(server, SERVICE, RolloutWriterServicer(ledger))
+        screen = functools.partial(
+            screen_append, max_record_bytes=config.max_record_bytes, trimmer=ledger.heap_trimmer
+        )
+        add_servicer(
+            server, SERVICE, RolloutWriterServicer(ledger), {"Append": screen, "AppendStream": screen}
+        )
         health = HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health, server)
         reflection.enable_server_reflection(

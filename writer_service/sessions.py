@@ -48,7 +48,13 @@ from shared.errors import (
     storage_error,
 )
 from shared.layout import DELEGATION_ID_MAX_BYTES, DataRoot
-from shared.naming import build_file_name, new_session_id, validate_agent_name, validate_session_id
+from shared.naming import (
+    build_file_name,
+    is_session_id,
+    new_session_id,
+    validate_agent_name,
+    validate_session_id,
+)
 from shared.rebuild import collector_paused
 from shared.rebuild_index import index_rebuild
 from shared.records import (
@@ -65,6 +71,7 @@ from writer_service.branching import ForkResult, ResumeResult, fork_session, res
 from writer_service.committer import CommitConfig, GroupCommitter, SessionLog, StorageHealth
 from writer_service.file_facts import RebuiltFacts, file_facts, refuse_damage
 from writer_service.files import create_file, create_marker
+from writer_service.heap_trim import HeapTrimmer
 from writer_service.idempotency import RememberedAppend, RequestMemory, fingerprint
 from writer_service.open_session import CallView, OpenSession, RecordTimes, RequestRecords, apply_record
 from writer_service.recovery import repair_torn_tail
@@ -148,12 +155,14 @@ class SessionLedger:
         self.storage_health = StorageHealth()
         self._group: GroupCommitter | None = None
         self._kept: OrderedDict[str, IndexEntry] = OrderedDict()
+        #: Returns memory to the OS after large requests and whole-file work (writer_service.heap_trim).
+        self.heap_trimmer = HeapTrimmer(self._executor)
 
     @property
     def committer(self) -> GroupCommitter:
         """The durability rounds of every session (created in the event loop on first use)."""
         if self._group is None:
-            self._group = GroupCommitter(self.config.commit, self._executor, self.storage_health)
+            self._group = GroupCommitter(self.config.commit, self.storage_health)
         return self._group
 
     async def run_io(self, function: Callable[..., _T], *args: Any) -> _T:
@@ -348,6 +357,19 @@ class SessionLedger:
         if session_id not in self.index.entries:
             validate_session_id(session_id)
             raise SessionNotFoundError(session_id)
+
+    def unknown_id_message(self, session_id: str) -> str | None:
+        """The NOT_FOUND message for a well-formed id the index does not hold, else None.
+
+        None for a known id and for a malformed one (whose INVALID_ARGUMENT the
+        normal path gives). A dict lookup and, for an absent id, a regex match:
+        what a servicer checks first so that refusing an unknown id costs no
+        record decoding and no exception (SPEC §2.10: an unknown id is answered
+        from memory).
+        """
+        if session_id in self.index.entries or not is_session_id(session_id):
+            return None
+        return str(SessionNotFoundError(session_id))
 
     async def open_session(self, session_id: str) -> OpenSession:
         """The open state of a session, opening its file if needed (reads its saved state and
@@ -551,7 +573,10 @@ class SessionLedger:
                 subject=f"session/{state.session_id}",
                 precondition="storage healthy",
             )
-        return await self.run_io(file_facts, state.path, with_digest)
+        try:
+            return await self.run_io(file_facts, state.path, with_digest)
+        finally:
+            self.heap_trimmer.after(state.log.size)
 
     async def drained_path(self, session_id: str) -> Path:
         """The path of a session's file, after draining its queue when it is open.
@@ -578,7 +603,7 @@ class SessionLedger:
         return await fork_session(self, source_id, at_seq, before_user_message)
 
     async def close(self) -> None:
-        """Drain every session's queue, save their states, close files and the I/O threads."""
+        """Drain every session's queue, save their states, close files, the rounds' thread and the I/O threads."""
         for state in list(self._sessions.values()):
             await state.log.drain()
         retiring = [
@@ -594,6 +619,8 @@ class SessionLedger:
         for done in retiring:
             done.result()
         self._sessions.clear()
+        if self._group is not None:
+            self._group.close()
         self._executor.shutdown(wait=True)
 
 

@@ -218,3 +218,60 @@ def test_second_writer_on_the_same_root_fails_fast(writer_process, data_dir) -> 
     assert result.returncode != 0
     assert "already in use by another writer process" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_record_provably_over_the_limit_is_refused_from_the_request_bytes() -> None:
+    """A request holding a record whose encoding is over 6x the line limit is refused from its bytes,
+    never decoded, naming the record's index and kind; smaller or malformed bytes go to the decoder."""
+    from shared.errors import RecordValidationError
+    from shared.status import RefusedRequest, _tolerant_deserializer
+    from writer_service.server import oversized_record
+
+    limit = 1024
+    big = writer_pb2.AppendRecord(message=records_pb2.ChatMessage(role="user", text="x" * 7000))
+    request = writer_pb2.AppendRequest(
+        session_id="01933333-3333-7333-8333-333333333333",
+        records=[user("a"), user("b"), big],
+        expected_next_seq=4,
+        request_id="r",
+    )
+    raw = request.SerializeToString()
+
+    class NeverDecoded:
+        @staticmethod
+        def FromString(raw: bytes) -> None:
+            raise AssertionError("a request with an oversized record was decoded")
+
+    refused = _tolerant_deserializer(NeverDecoded, lambda raw: oversized_record(raw, limit))(raw)
+    assert isinstance(refused, RefusedRequest)
+    assert isinstance(refused.error, RecordValidationError)
+    assert (refused.error.index, refused.error.field) == (2, "message")
+    assert f"record is {big.ByteSize()} bytes encoded" in str(refused.error)
+    # At most 6x the limit: left to the decoder and the line check.
+    small = writer_pb2.AppendRequest(records=[user("x" * 5000)]).SerializeToString()
+    assert oversized_record(small, limit) is None
+    # Many records each under the bound, together over it: not refused.
+    many = writer_pb2.AppendRequest(records=[user("x" * 3000)] * 4).SerializeToString()
+    assert len(many) > 6 * limit
+    assert oversized_record(many, limit) is None
+    # Malformed bytes (a length past the end): the decoder names the problem.
+    assert oversized_record(raw[: 6 * limit + 10], limit) is None
+
+
+def test_an_oversized_record_over_grpc_is_invalid_argument_naming_it(writer) -> None:
+    """Through gRPC, a record far over the limit is INVALID_ARGUMENT with a BadRequest naming
+    records[i].<kind>, for Append and for AppendStream."""
+    created = writer.CreateSession(writer_pb2.CreateSessionRequest())
+    huge = writer_pb2.AppendRecord(message=records_pb2.ChatMessage(role="user", text="x" * 20_000_000))
+    request = writer_pb2.AppendRequest(session_id=created.session_id, records=[user("a"), huge])
+    for call in (lambda: writer.Append(request), lambda: list(writer.AppendStream(iter([request])))):
+        with pytest.raises(grpc.RpcError) as caught:
+            call()
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "record 1: message: record is 20000" in caught.value.details()
+        (detail,) = rpc_status.from_call(caught.value).details
+        violation = error_details_pb2.BadRequest()
+        assert detail.Unpack(violation)
+        assert violation.field_violations[0].field == "records[1].message"
+    ack = writer.Append(writer_pb2.AppendRequest(session_id=created.session_id, records=[user("b")]))
+    assert list(ack.seqs) == [1]

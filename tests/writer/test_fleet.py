@@ -349,3 +349,147 @@ def test_every_record_type_is_claimed_by_the_writers_dispatch() -> None:
         assert set(view.committed()) == expected, record_type
     with pytest.raises(AssertionError):
         apply_record(CallView(set()), "not_a_type", {}, 0, validate=False)  # type: ignore[arg-type]
+
+
+class _RecordingContext:
+    """A servicer context that records the status a handler sets; aborting is refused."""
+
+    def __init__(self) -> None:
+        self.code: object = None
+        self.details = ""
+
+    def set_code(self, code: object) -> None:
+        self.code = code
+
+    def set_details(self, details: str) -> None:
+        self.details = details
+
+    async def abort_with_status(self, status: object) -> None:
+        raise AssertionError("an unknown id was refused through the abort path")
+
+
+def test_an_append_to_an_unknown_id_is_refused_before_its_records_are_decoded(data_dir, monkeypatch) -> None:
+    """A unary Append to a well-formed unknown id sets NOT_FOUND and its message without decoding a
+    record, raising or aborting; a malformed id still takes the INVALID_ARGUMENT path."""
+    import grpc
+
+    from writer_service import server
+
+    def no_decoding(*args: object) -> None:
+        raise AssertionError("the records of a request to an unknown id were decoded")
+
+    monkeypatch.setattr(server, "request_payloads", no_decoding)
+
+    async def scenario() -> None:
+        ledger = SessionLedger(WriterConfig(data_dir=data_dir))
+        try:
+            servicer = server.RolloutWriterServicer(ledger)
+            missing = new_session_id()
+            bad_record = writer_pb2.AppendRecord()  # empty: INVALID_ARGUMENT had it been decoded
+            context = _RecordingContext()
+            request = writer_pb2.AppendRequest(session_id=missing, records=[bad_record])
+            await servicer.Append(request, context)  # type: ignore[arg-type]
+            assert context.code == grpc.StatusCode.NOT_FOUND
+            assert context.details == f"session {missing!r} not found"
+            assert ledger.unknown_id_message("../x") is None
+            known, _ = await ledger.create_session(SessionSpec())
+            assert ledger.unknown_id_message(known) is None
+        finally:
+            await ledger.close()
+
+    asyncio.run(scenario())
+
+
+def test_large_work_is_followed_by_one_heap_trim_and_small_work_by_none(monkeypatch) -> None:
+    """Work of at least LARGE_WORK_BYTES schedules one heap trim shortly after (a burst coalesces into
+    one); smaller work, the append path's, schedules none."""
+    from writer_service import heap_trim
+
+    assert heap_trim.trim_heap()  # glibc: malloc_trim is there
+    monkeypatch.setattr(heap_trim, "TRIM_DELAY_SECONDS", 0.01)
+    submitted: list[object] = []
+
+    class Recorder:
+        def submit(self, function: object) -> None:
+            submitted.append(function)
+
+    async def scenario() -> None:
+        trimmer = heap_trim.HeapTrimmer(Recorder())  # type: ignore[arg-type]
+        trimmer.after(heap_trim.LARGE_WORK_BYTES - 1)
+        await asyncio.sleep(0.05)
+        assert submitted == []
+        for _ in range(3):
+            trimmer.after(heap_trim.LARGE_WORK_BYTES)
+        await asyncio.sleep(0.05)
+        assert submitted == [heap_trim.trim_heap]
+        trimmer.after(60 * 1024 * 1024)
+        await asyncio.sleep(0.05)
+        assert submitted == [heap_trim.trim_heap] * 2
+
+    asyncio.run(scenario())
+
+
+def test_a_large_request_and_a_large_stop_schedule_a_heap_trim(data_dir, monkeypatch) -> None:
+    """The Append screen has the heap trimmed after a request of LARGE_WORK_BYTES or more, and a Stop
+    of a session that large after its rebuild."""
+    from writer_service import heap_trim, server
+
+    monkeypatch.setattr(heap_trim, "LARGE_WORK_BYTES", 4096)
+
+    async def scenario() -> None:
+        ledger = SessionLedger(WriterConfig(data_dir=data_dir))
+        try:
+            trimmer = ledger.heap_trimmer
+            request = writer_pb2.AppendRequest(session_id=new_session_id(), records=[]).SerializeToString()
+            server.screen_append(request, 1024, trimmer)
+            assert trimmer.trims == 0
+            await asyncio.sleep(heap_trim.TRIM_DELAY_SECONDS + 0.1)
+            assert trimmer.trims == 0
+            large = writer_pb2.AppendRequest(records=[writer_pb2.AppendRecord()] * 3000).SerializeToString()
+            assert len(large) >= 4096
+            server.screen_append(large, 1024 * 1024, trimmer)
+            await asyncio.sleep(heap_trim.TRIM_DELAY_SECONDS + 0.1)
+            assert trimmer.trims == 1
+            session_id, _ = await ledger.create_session(SessionSpec())
+            await ledger.append(session_id, [user("x" * 5000)])
+            await ledger.stop(session_id, StopKind.PAUSED, "p")
+            await asyncio.sleep(heap_trim.TRIM_DELAY_SECONDS + 0.1)
+            assert trimmer.trims == 2
+        finally:
+            await ledger.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_heap_trim_follows_the_last_large_work_of_a_burst(monkeypatch) -> None:
+    """Large work arriving while a trim is pending postpones it to TRIM_DELAY_SECONDS after the last
+    piece (so buffers freed late in a burst are trimmed too), never past TRIM_MAX_WAIT_SECONDS."""
+    from writer_service import heap_trim
+
+    monkeypatch.setattr(heap_trim, "TRIM_DELAY_SECONDS", 0.5)
+    submitted: list[float] = []
+
+    class Recorder:
+        def submit(self, function: object) -> None:
+            submitted.append(asyncio.get_running_loop().time())
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        trimmer = heap_trim.HeapTrimmer(Recorder())  # type: ignore[arg-type]
+        started = loop.time()
+        trimmer.after(heap_trim.LARGE_WORK_BYTES)
+        await asyncio.sleep(0.3)
+        last = loop.time()
+        trimmer.after(heap_trim.LARGE_WORK_BYTES)
+        await asyncio.sleep(1.0)
+        assert len(submitted) == 1
+        assert submitted[0] >= last + 0.5 > started + 0.5
+        monkeypatch.setattr(heap_trim, "TRIM_MAX_WAIT_SECONDS", 0.7)
+        first = loop.time()
+        for _ in range(6):  # work every 0.25 s for 1.5 s: the trim still comes within the max wait
+            trimmer.after(heap_trim.LARGE_WORK_BYTES)
+            await asyncio.sleep(0.25)
+        assert len(submitted) >= 2
+        assert submitted[1] - first < 0.7 + 0.5
+
+    asyncio.run(scenario())
