@@ -7,8 +7,8 @@ import pytest
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
-from rollout.v1 import reader_pb2, records_pb2, writer_pb2
-from tests.conftest import run_rollout
+from rollout.v1 import reader_pb2, records_pb2, writer_pb2, writer_pb2_grpc
+from tests.conftest import run_rollout, start_service
 
 
 def user(text: str) -> writer_pb2.AppendRecord:
@@ -258,9 +258,19 @@ def test_a_record_provably_over_the_limit_is_refused_from_the_request_bytes() ->
     assert oversized_record(raw[: 6 * limit + 10], limit) is None
 
 
-def test_an_oversized_record_over_grpc_is_invalid_argument_naming_it(writer) -> None:
+@pytest.fixture
+def writer_with_a_3_mib_limit(data_dir):
+    """A writer whose record limit is 3 MiB (so that a 20 MB record is over 6 x it)."""
+    service = start_service("writer", data_dir, "--max-record-bytes", str(3 * 1024 * 1024))
+    with grpc.insecure_channel(service.address) as channel:
+        yield writer_pb2_grpc.RolloutWriterStub(channel)
+    service.stop()
+
+
+def test_an_oversized_record_over_grpc_is_invalid_argument_naming_it(writer_with_a_3_mib_limit) -> None:
     """Through gRPC, a record far over the limit is INVALID_ARGUMENT with a BadRequest naming
     records[i].<kind>, for Append and for AppendStream."""
+    writer = writer_with_a_3_mib_limit
     created = writer.CreateSession(writer_pb2.CreateSessionRequest())
     huge = writer_pb2.AppendRecord(message=records_pb2.ChatMessage(role="user", text="x" * 20_000_000))
     request = writer_pb2.AppendRequest(session_id=created.session_id, records=[user("a"), huge])
