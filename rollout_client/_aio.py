@@ -16,7 +16,14 @@ from typing import Any, Self
 import grpc
 
 from rollout.v1 import reader_pb2, reader_pb2_grpc, writer_pb2, writer_pb2_grpc
-from rollout_client._appends import REFUSED_UNWRITTEN, RETRYABLE, Attempts, PendingAppend, RetryPolicy
+from rollout_client._appends import (
+    REFUSED_UNWRITTEN,
+    RETRYABLE,
+    Attempts,
+    PendingAppend,
+    RetryPolicy,
+    is_retryable,
+)
 from rollout_client._channels import channel_credentials, open_channel
 from rollout_client._delegation import current_delegation
 from rollout_client._errors import (
@@ -138,7 +145,7 @@ class AsyncRolloutClient:
                 if landed is not None:
                     return landed
                 continue  # the writer answered: send again at the settled seq at once
-            if error.code in RETRYABLE and error.code is not None:
+            if is_retryable(error) and error.code is not None:
                 pending.after_transport_failure(error.code)
                 if await attempts.wait():
                     continue
@@ -224,7 +231,7 @@ class AsyncRolloutClient:
                 error = error_from_rpc(exc)
             if isinstance(error, AlreadyExistsError) and maybe_created:
                 return AsyncSession(self, request.session_id)  # the lost answer's session
-            if error.code in RETRYABLE:
+            if is_retryable(error) and error.code is not None:
                 maybe_created = maybe_created or error.code not in REFUSED_UNWRITTEN
                 if await attempts.wait():
                     continue

@@ -7,7 +7,8 @@ The answers, and what the client does:
 
 1. **OK**: done; the Session's next seq becomes the answer's ``next_seq``.
 2. **UNAVAILABLE, RESOURCE_EXHAUSTED, ABORTED, DEADLINE_EXCEEDED**: the request may
-   or may not have landed. The *same* request (same id, same E) is sent again after
+   or may not have landed (except gRPC's own "larger than max" refusal of a request
+   over the writer's size limit: never retried, see :func:`is_retryable`). The *same* request (same id, same E) is sent again after
    a backoff, until the policy's deadline. A writer that kept running answers the
    retry from its request-id memory (the first answer; nothing written again).
 3. **FAILED_PRECONDITION with the actual next seq N** (a seq mismatch):
@@ -53,7 +54,7 @@ from dataclasses import dataclass, field
 import grpc
 
 from rollout.v1 import writer_pb2
-from rollout_client._errors import AppendOutcomeUnknownError, FailedPreconditionError
+from rollout_client._errors import AppendOutcomeUnknownError, FailedPreconditionError, RolloutError
 
 #: Statuses after which the same request is sent again (backoff, within the deadline).
 RETRYABLE = frozenset(
@@ -66,6 +67,15 @@ RETRYABLE = frozenset(
 )
 #: Statuses that prove a request was refused before anything was written.
 REFUSED_UNWRITTEN = frozenset({grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.ABORTED})
+
+
+def is_retryable(error: RolloutError) -> bool:
+    """Whether sending the same request again may succeed: a :data:`RETRYABLE` status, except
+    gRPC's own refusal of a message over the service's size limit (RESOURCE_EXHAUSTED "larger
+    than max"), which the same request meets every time."""
+    if error.code not in RETRYABLE:
+        return False
+    return not (error.code is grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in error.message)
 
 
 @dataclass(frozen=True)

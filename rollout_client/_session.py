@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from rollout.v1 import reader_pb2, records_pb2, writer_pb2
-from rollout_client._appends import REFUSED_UNWRITTEN, RETRYABLE, Attempts, PendingAppend
+from rollout_client._appends import REFUSED_UNWRITTEN, Attempts, PendingAppend, is_retryable
 from rollout_client._errors import (
     AppendOutcomeUnknownError,
     FieldViolation,
@@ -164,7 +164,7 @@ class AsyncSession:
                     return StopResult(
                         checkpoint.seq, facts.stop_seq, checkpoint.digest, checkpoint.message_count
                     )
-            if failure.code in RETRYABLE:
+            if is_retryable(failure) and failure.code is not None:
                 maybe_stopped = maybe_stopped or failure.code not in REFUSED_UNWRITTEN
                 if await attempts.wait():
                     continue

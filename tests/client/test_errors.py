@@ -111,3 +111,29 @@ def test_a_stopped_session_answers_session_stopped_from_the_live_writer(client) 
     with pytest.raises(SessionStoppedError) as caught:
         session.append(user("y"))
     assert caught.value.precondition_violations[0].subject == f"session/{session.id}"
+
+
+def test_a_request_over_the_writers_size_limit_is_not_retried(data_dir, reader_process, monkeypatch) -> None:
+    """gRPC's own "larger than max" refusal is raised at once: the same request would meet it every time."""
+    import rollout_client._appends as appends
+    from rollout_client import ResourceExhaustedError, RolloutClient
+    from tests.conftest import start_service
+
+    waits: list[int] = []
+
+    async def no_wait(self: appends.Attempts) -> bool:
+        waits.append(self.count)
+        return True
+
+    monkeypatch.setattr(appends.Attempts, "wait", no_wait)
+    writer = start_service("writer", data_dir, "--max-record-bytes", "1024")  # gRPC limit: 4 MiB + 2 KiB
+    try:
+        with RolloutClient(writer.address, reader_process.address) as client:
+            session = client.create_session()
+            with pytest.raises(ResourceExhaustedError) as caught:
+                session.append(user("x" * (5 * 1024 * 1024)))
+            assert "larger than max" in caught.value.message
+            assert waits == []
+            session.append(user("small"))  # the session is fine afterwards
+    finally:
+        writer.stop()

@@ -259,26 +259,27 @@ def test_a_record_provably_over_the_limit_is_refused_from_the_request_bytes() ->
 
 
 @pytest.fixture
-def writer_with_a_3_mib_limit(data_dir):
-    """A writer whose record limit is 3 MiB (so that a 20 MB record is over 6 x it)."""
-    service = start_service("writer", data_dir, "--max-record-bytes", str(3 * 1024 * 1024))
+def writer_with_a_small_limit(data_dir):
+    """A writer whose record limit is 64 KiB: a 1 MB record is over 6 x it, yet its request is
+    within the writer's gRPC limit (twice the record limit plus 4 MiB)."""
+    service = start_service("writer", data_dir, "--max-record-bytes", str(64 * 1024))
     with grpc.insecure_channel(service.address) as channel:
         yield writer_pb2_grpc.RolloutWriterStub(channel)
     service.stop()
 
 
-def test_an_oversized_record_over_grpc_is_invalid_argument_naming_it(writer_with_a_3_mib_limit) -> None:
+def test_an_oversized_record_over_grpc_is_invalid_argument_naming_it(writer_with_a_small_limit) -> None:
     """Through gRPC, a record far over the limit is INVALID_ARGUMENT with a BadRequest naming
     records[i].<kind>, for Append and for AppendStream."""
-    writer = writer_with_a_3_mib_limit
+    writer = writer_with_a_small_limit
     created = writer.CreateSession(writer_pb2.CreateSessionRequest())
-    huge = writer_pb2.AppendRecord(message=records_pb2.ChatMessage(role="user", text="x" * 20_000_000))
+    huge = writer_pb2.AppendRecord(message=records_pb2.ChatMessage(role="user", text="x" * 1_000_000))
     request = writer_pb2.AppendRequest(session_id=created.session_id, records=[user("a"), huge])
     for call in (lambda: writer.Append(request), lambda: list(writer.AppendStream(iter([request])))):
         with pytest.raises(grpc.RpcError) as caught:
             call()
         assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-        assert "record 1: message: record is 20000" in caught.value.details()
+        assert "record 1: message: record is 10000" in caught.value.details()
         (detail,) = rpc_status.from_call(caught.value).details
         violation = error_details_pb2.BadRequest()
         assert detail.Unpack(violation)
