@@ -123,7 +123,7 @@ def test_a_request_over_the_writers_size_limit_is_not_retried(data_dir, reader_p
 
     async def no_wait(self: appends.Attempts) -> bool:
         waits.append(self.count)
-        return True
+        return False  # a retry would stop here: the test sees that it was asked for
 
     monkeypatch.setattr(appends.Attempts, "wait", no_wait)
     writer = start_service("writer", data_dir, "--max-record-bytes", "1024")  # gRPC limit: 4 MiB + 2 KiB
