@@ -35,35 +35,31 @@ DIGEST_FIELDS = ("role", "content", "name", "tool_calls", "tool_call_id", "reaso
 _DOMAIN_TAG = b"rollout-ledger/digest/v1\x00"
 
 
+_DIGEST_FIELD_SET = frozenset(DIGEST_FIELDS)
+
+
 def canonical_message(message: Mapping[str, Any]) -> bytes:
     """The canonical bytes of one rebuilt message (the fields of :data:`DIGEST_FIELDS`)."""
+    if type(message) is dict and message.keys() <= _DIGEST_FIELD_SET:
+        return orjson.dumps(message, option=orjson.OPT_SORT_KEYS)  # nothing to leave out: no copy
     return orjson.dumps(
         {field: message[field] for field in DIGEST_FIELDS if field in message},
         option=orjson.OPT_SORT_KEYS,
     )
 
 
-def framed_canonical(message: Mapping[str, Any]) -> bytes:
-    """One message's part of the hashed stream: len(canonical) (8 bytes, big endian) + canonical."""
-    item = canonical_message(message)
-    return len(item).to_bytes(8, "big") + item
+def digest_of_canonical(canonical: Sequence[bytes]) -> str:
+    """The digest of messages given as their :func:`canonical_message` bytes, in order.
 
-
-def digest_of_framed(framed: Iterable[bytes], count: int) -> str:
-    """The digest of ``count`` messages given as :func:`framed_canonical` bytes, in order.
-
-    Lets a reader that keeps each message's framed bytes (the replay cache) digest a
-    sequence again without re-encoding it. Raises ValueError if ``framed`` does not
-    hold exactly ``count`` items.
+    Lets a reader that keeps each message's canonical bytes (the replay cache)
+    digest a sequence again without re-encoding it.
     """
     hasher = hashlib.sha256(_DOMAIN_TAG)
-    hasher.update(count.to_bytes(8, "big"))
-    added = 0
-    for item in framed:
-        hasher.update(item)
-        added += 1
-    if added != count:
-        raise ValueError(f"digest framed for {count} messages but {added} were given")
+    hasher.update(len(canonical).to_bytes(8, "big"))
+    update = hasher.update
+    for item in canonical:
+        update(len(item).to_bytes(8, "big"))
+        update(item)
     return DIGEST_PREFIX + hasher.hexdigest()
 
 
