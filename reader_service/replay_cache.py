@@ -52,7 +52,7 @@ import orjson
 
 from reader_service.replay import ReplayFacts, checkpoint_verification, digest_status_of
 from reader_service.wire import message_entry
-from shared.digest import canonical_message, digest_of_canonical
+from shared.digest import DigestBuilder, canonical_message
 from shared.rebuild import PendingReasoning, Rebuilder, collector_paused
 
 #: Bytes read from a session file at a time (a longer line is carried over whole).
@@ -76,11 +76,6 @@ def render(payload: dict[str, Any]) -> RenderedMessage:
     """
     canonical = canonical_message(payload)
     return message_entry(payload), canonical
-
-
-def _tokens(item: RenderedMessage) -> int:
-    """Estimated tokens: canonical bytes / 4, rounded up (as shared.digest counts them)."""
-    return (len(item[1]) + 3) // 4
 
 
 class _RenderingRebuilder(Rebuilder):
@@ -108,7 +103,9 @@ class RenderedReplay:
 
 
 def _digest_of(items: list[Any]) -> str:
-    return digest_of_canonical([canonical for _, canonical in items])
+    builder = DigestBuilder(len(items))
+    builder.add_canonical(canonical for _, canonical in items)
+    return builder.result()
 
 
 def _payloads_of(items: list[Any]) -> Iterable[Mapping[str, Any]]:
@@ -154,19 +151,14 @@ class _Entry:
                 if not chunk:
                     break  # cut while being read: the tail is what was read
                 position += len(chunk)
-                data = pending + chunk if pending else chunk
-                cut = data.rfind(b"\n") + 1
-                if not cut:
-                    pending = data
+                lines = (pending + chunk if pending else chunk).split(b"\n")
+                pending = lines.pop()  # the bytes after the last newline
+                if not lines:
                     continue
-                lines = data[:cut].split(b"\n")
-                lines.pop()
-                start = self.committed
-                self.line_no, self.committed = self.state.run(lines, self.line_no, start)
+                self.line_no, self.committed = self.state.run(lines, self.line_no, self.committed)
                 last = lines[-1]
                 self.last_line_start = self.committed - len(last) - 1
                 self.last_line = (last + b"\n")[:LINE_CHECK_BYTES]
-                pending = data[cut:]
         self.seen_size, self.seen_mtime_ns = size, stat.st_mtime_ns
         return pending
 
@@ -178,11 +170,18 @@ class _Entry:
         finished = self.state.finished_copy(tail, self.line_no, self.committed, max_messages)
         messages: list[RenderedMessage] = finished.messages
         separate = checkpoint_verification(finished, _digest_of)
-        returned = _digest_of(messages) if separate is None else ""
-        tokens = sum(map(_tokens, messages))
+        entries = [entry for entry, _ in messages]
+        canonical = [canonical for _, canonical in messages]
+        # Canonical bytes / 4, rounded up, per message (as shared.digest counts them).
+        tokens = sum([(len(item) + 3) // 4 for item in canonical])
+        returned = ""
+        if separate is None:  # else the checkpoint's own pass decides the status
+            builder = DigestBuilder(len(canonical))
+            builder.add_canonical(canonical)
+            returned = builder.result()
         status, computed = digest_status_of(finished, separate, returned, len(messages), _payloads_of)
         facts = ReplayFacts(finished, status, computed, tokens, len(messages))
-        rendered = RenderedReplay([entry for entry, _ in messages], facts)
+        rendered = RenderedReplay(entries, facts)
         self.answer = (key, rendered)
         return rendered
 

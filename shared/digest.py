@@ -48,21 +48,6 @@ def canonical_message(message: Mapping[str, Any]) -> bytes:
     )
 
 
-def digest_of_canonical(canonical: Sequence[bytes]) -> str:
-    """The digest of messages given as their :func:`canonical_message` bytes, in order.
-
-    Lets a reader that keeps each message's canonical bytes (the replay cache)
-    digest a sequence again without re-encoding it.
-    """
-    hasher = hashlib.sha256(_DOMAIN_TAG)
-    hasher.update(len(canonical).to_bytes(8, "big"))
-    update = hasher.update
-    for item in canonical:
-        update(len(item).to_bytes(8, "big"))
-        update(item)
-    return DIGEST_PREFIX + hasher.hexdigest()
-
-
 class DigestBuilder:
     """The digest of a sequence fed one message at a time (bounded memory).
 
@@ -85,6 +70,17 @@ class DigestBuilder:
         self._hasher.update(item)
         self._added += 1
         return len(item)
+
+    def add_canonical(self, items: Iterable[bytes]) -> None:
+        """Add messages given as their :func:`canonical_message` bytes, in order (a reader that
+        keeps them, such as the replay cache, digests a sequence again without re-encoding it)."""
+        update = self._hasher.update
+        added = 0
+        for item in items:
+            update(len(item).to_bytes(8, "big"))
+            update(item)
+            added += 1
+        self._added += added
 
     def result(self) -> str:
         if self._added != self._count:

@@ -510,7 +510,7 @@ class Rebuilder:
             last_type = record_type
             if record_type == _MESSAGE:
                 add_message(payload, line_no, start)
-            else:
+            elif record_type != _EVENT and record_type != _TURN_CONTEXT:  # those only count
                 self.record(seq, record_type, payload, line_no, start)
         result.records += records
         if records:
