@@ -11,8 +11,8 @@ serving a replaced or truncated file". An entry holds, for one session file:
 * an open rebuild pass (:class:`shared.rebuild.Rebuilder`: the one rule set,
   here with rendering hooks) whose sequence holds :data:`RenderedMessage` items:
   each message's serialized reply entry (:func:`reader_service.wire.message_entry`)
-  and its canonical bytes (the digest's input), made as the message is kept; the
-  payload itself is not kept;
+  and its framed canonical bytes (the digest's input), made as the message is
+  kept; the payload itself is not kept;
 * the facts of its last answer, for a repeated replay of an unchanged file.
 
 A replay opens the file once and looks at it (``fstat`` plus two small reads):
@@ -52,7 +52,7 @@ import orjson
 
 from reader_service.replay import ReplayFacts, checkpoint_verification, digest_status_of
 from reader_service.wire import message_entry
-from shared.digest import DigestBuilder, canonical_message
+from shared.digest import digest_of_framed, framed_canonical
 from shared.rebuild import PendingReasoning, Rebuilder, collector_paused
 
 #: Bytes read from a session file at a time (a longer line is carried over whole).
@@ -64,18 +64,18 @@ MESSAGE_OVERHEAD_BYTES = 160
 
 
 #: One message of a cached sequence: its reply entry (:func:`reader_service.wire.message_entry`)
-#: and its canonical bytes (:func:`shared.digest.canonical_message`, the digest's input).
+#: and its framed canonical bytes (:func:`shared.digest.framed_canonical`, the digest's input).
 RenderedMessage = tuple[bytes, bytes]
 
 
 def render(payload: dict[str, Any]) -> RenderedMessage:
-    """A message payload as its reply entry and canonical bytes, each made once.
+    """A message payload as its reply entry and framed canonical bytes, each made once.
 
     The canonical form comes first: orjson leaves each string's UTF-8 form cached on
     the str, so the entry copies it instead of encoding the text a second time.
     """
-    canonical = canonical_message(payload)
-    return message_entry(payload), canonical
+    framed = framed_canonical(payload)
+    return message_entry(payload), framed
 
 
 class _RenderingRebuilder(Rebuilder):
@@ -103,14 +103,12 @@ class RenderedReplay:
 
 
 def _digest_of(items: list[Any]) -> str:
-    builder = DigestBuilder(len(items))
-    builder.add_canonical(canonical for _, canonical in items)
-    return builder.result()
+    return digest_of_framed((framed for _, framed in items), len(items))
 
 
 def _payloads_of(items: list[Any]) -> Iterable[Mapping[str, Any]]:
     """The digest's view of each message (its canonical fields), parsed back from the bytes."""
-    return (orjson.loads(canonical) for _, canonical in items)
+    return (orjson.loads(framed[8:]) for _, framed in items)
 
 
 class _Entry:
@@ -171,14 +169,12 @@ class _Entry:
         messages: list[RenderedMessage] = finished.messages
         separate = checkpoint_verification(finished, _digest_of)
         entries = [entry for entry, _ in messages]
-        canonical = [canonical for _, canonical in messages]
-        # Canonical bytes / 4, rounded up, per message (as shared.digest counts them).
-        tokens = sum([(len(item) + 3) // 4 for item in canonical])
-        returned = ""
-        if separate is None:  # else the checkpoint's own pass decides the status
-            builder = DigestBuilder(len(canonical))
-            builder.add_canonical(canonical)
-            returned = builder.result()
+        framed = [framed for _, framed in messages]
+        # Canonical bytes / 4, rounded up, per message (as shared.digest counts them); the
+        # framing adds 8 bytes.
+        tokens = sum([(len(item) - 5) // 4 for item in framed])
+        # Unless the checkpoint's own pass decides the status.
+        returned = digest_of_framed(framed, len(framed)) if separate is None else ""
         status, computed = digest_status_of(finished, separate, returned, len(messages), _payloads_of)
         facts = ReplayFacts(finished, status, computed, tokens, len(messages))
         rendered = RenderedReplay(entries, facts)
@@ -189,7 +185,7 @@ class _Entry:
         """What this entry costs (bytes): every message it still holds, counted once."""
         result = self.state.result
         held = {id(item): item for item in chain(result.messages, result.checkpoint_messages or ())}
-        return sum(len(entry) + len(canonical) for entry, canonical in held.values()) + len(held) * (
+        return sum(len(entry) + len(framed) for entry, framed in held.values()) + len(held) * (
             MESSAGE_OVERHEAD_BYTES
         )
 

@@ -39,13 +39,41 @@ _DIGEST_FIELD_SET = frozenset(DIGEST_FIELDS)
 
 
 def canonical_message(message: Mapping[str, Any]) -> bytes:
-    """The canonical bytes of one rebuilt message (the fields of :data:`DIGEST_FIELDS`)."""
+    """The canonical bytes of one rebuilt message (the fields of :data:`DIGEST_FIELDS`).
+
+    The bytes object orjson returns holds its whole output buffer (16 KiB for a 1 KiB
+    message): copy it (as :func:`framed_canonical` does) before keeping it for long.
+    """
     if type(message) is dict and message.keys() <= _DIGEST_FIELD_SET:
         return orjson.dumps(message, option=orjson.OPT_SORT_KEYS)  # nothing to leave out: no copy
     return orjson.dumps(
         {field: message[field] for field in DIGEST_FIELDS if field in message},
         option=orjson.OPT_SORT_KEYS,
     )
+
+
+def framed_canonical(message: Mapping[str, Any]) -> bytes:
+    """One message's part of the hashed stream: len(canonical) (8 bytes, big endian) + canonical."""
+    item = canonical_message(message)
+    return len(item).to_bytes(8, "big") + item
+
+
+def digest_of_framed(framed: Iterable[bytes], count: int) -> str:
+    """The digest of ``count`` messages given as :func:`framed_canonical` bytes, in order.
+
+    Lets a reader that keeps each message's framed bytes (the replay cache) digest a
+    sequence again without re-encoding it. Raises ValueError if ``framed`` does not
+    hold exactly ``count`` items.
+    """
+    hasher = hashlib.sha256(_DOMAIN_TAG)
+    hasher.update(count.to_bytes(8, "big"))
+    added = 0
+    for item in framed:
+        hasher.update(item)
+        added += 1
+    if added != count:
+        raise ValueError(f"digest framed for {count} messages but {added} were given")
+    return DIGEST_PREFIX + hasher.hexdigest()
 
 
 class DigestBuilder:
@@ -70,17 +98,6 @@ class DigestBuilder:
         self._hasher.update(item)
         self._added += 1
         return len(item)
-
-    def add_canonical(self, items: Iterable[bytes]) -> None:
-        """Add messages given as their :func:`canonical_message` bytes, in order (a reader that
-        keeps them, such as the replay cache, digests a sequence again without re-encoding it)."""
-        update = self._hasher.update
-        added = 0
-        for item in items:
-            update(len(item).to_bytes(8, "big"))
-            update(item)
-            added += 1
-        self._added += added
 
     def result(self) -> str:
         if self._added != self._count:
