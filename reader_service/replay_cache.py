@@ -88,7 +88,9 @@ class _RenderingRebuilder(Rebuilder):
     def keep(
         self, payload: dict[str, Any], offset: int, index: int, reasoning: PendingReasoning
     ) -> RenderedMessage:
-        return render(super().keep(payload, offset, index, reasoning))
+        if reasoning:
+            payload = super().keep(payload, offset, index, reasoning)
+        return render(payload)
 
     def keep_summary(self, summary: str, offset: int) -> RenderedMessage:
         return render(super().keep_summary(summary, offset))
