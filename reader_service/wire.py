@@ -17,7 +17,12 @@ writes known fields in field-number order and a repeated message field as one
 entry per element, so these bytes equal ``ReplayResponse.SerializeToString(
 deterministic=True)`` of the same reply (a test pins it), while the replay cache
 (:mod:`reader_service.replay_cache`) keeps the rendered entries and answers a
-repeated replay by joining them.
+repeated replay by joining them. An entry is written straight from the payload
+(:func:`message_entry`: the bytes protobuf gives for the ChatMessage
+:func:`shared.wire.fill_message` makes, pinned over generated payloads): filling a
+ChatMessage per message costs more than writing its bytes (the "entries" stage of
+bench/replay_stages.py). Content parts (Struct maps) are still filled and
+serialized by protobuf.
 """
 
 from __future__ import annotations
