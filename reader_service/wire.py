@@ -144,24 +144,22 @@ def _utf8(value: object) -> bytes:
     return value.encode() if type(value) is str else str(value).encode()
 
 
+def _strings(pieces: list[bytes], fields: tuple[tuple[bytes, object], ...]) -> None:
+    """Append string fields of implicit presence (written only when not empty) to ``pieces``."""
+    for tag, value in fields:
+        data = _utf8(value)
+        if data:
+            pieces += (tag, _varint(len(data)), data)
+
+
 def _tool_call(call: Mapping[str, Any]) -> bytes:
     """A ToolCall's bytes as :func:`shared.wire.fill_message` sets it (``function`` always present)."""
     pieces: list[bytes] = []
-    data = _utf8(call.get("id", ""))
-    if data:
-        pieces += (_CALL_ID, _varint(len(data)), data)
-    data = _utf8(call.get("type", "function"))
-    if data:
-        pieces += (_CALL_TYPE, _varint(len(data)), data)
+    _strings(pieces, ((_CALL_ID, call.get("id", "")), (_CALL_TYPE, call.get("type", "function"))))
     function = call.get("function")
     function = function if isinstance(function, dict) else {}
     inner: list[bytes] = []
-    data = _utf8(function.get("name", ""))
-    if data:
-        inner += (_FUNCTION_NAME, _varint(len(data)), data)
-    data = _utf8(function.get("arguments", ""))
-    if data:
-        inner += (_ARGUMENTS, _varint(len(data)), data)
+    _strings(inner, ((_FUNCTION_NAME, function.get("name", "")), (_ARGUMENTS, function.get("arguments", ""))))
     data = b"".join(inner)
     pieces += (_FUNCTION, _varint(len(data)), data)
     return b"".join(pieces)
