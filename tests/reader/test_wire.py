@@ -159,6 +159,10 @@ PAYLOADS = st.fixed_dictionaries(
     payload={"reasoning": [{}, {"encrypted": ""}], "synthetic": 1, "is_error": "yes", "is_anchored": [0]}
 )
 @example(payload={"tool_calls": [{}, {"function": "f", "type": ""}, None], "role": None, "content": None})
+@example(payload={"role": "tool", "tool_call_id": "c", "content": "x" * 20_000})  # 3-byte lengths
+@example(
+    payload={"role": "assistant", "tool_calls": [{"id": "c", "function": {"arguments": "é" * 1_100_000}}]}
+)
 @given(payload=PAYLOADS)
 def test_the_written_entries_are_the_bytes_protobuf_serializes(payload) -> None:
     """Entries written without filling a ChatMessage equal protobuf's serialization of the message
