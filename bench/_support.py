@@ -26,8 +26,10 @@ lines differ and JSON escaping (quotes, newlines, backslashes) is exercised.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -315,6 +317,30 @@ def proc_cpu_seconds(pid: int) -> float:
     """User + system CPU seconds a process has used so far (/proc/<pid>/stat)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def proc_cpu_ns(pid: int) -> int:
+    """Nanoseconds of CPU a process's threads now alive have run (the first field of each
+    /proc/<pid>/task/<tid>/schedstat): precise where /proc/<pid>/stat counts clock ticks."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            total += int((task / "schedstat").read_text().split()[0])
+    return total
+
+
+def settle(service: Service, quiet_seconds: float = 1.0, limit: float = 600) -> float:
+    """Seconds until a service's CPU time stays flat for ``quiet_seconds`` (a reader: its listing
+    index is warm); RuntimeError when it does not within ``limit`` seconds."""
+    started = time.perf_counter()
+    before = proc_cpu_seconds(service.process.pid)
+    while time.perf_counter() - started < limit:
+        time.sleep(quiet_seconds)
+        now = proc_cpu_seconds(service.process.pid)
+        if now - before < 0.05 * quiet_seconds:
+            return time.perf_counter() - started - quiet_seconds
+        before = now
+    raise RuntimeError(f"the service (pid {service.process.pid}) did not settle")
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):

@@ -33,7 +33,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import grpc
-from _support import HelpFormatter, Service, proc_cpu_seconds, start_service, write_session
+from _support import HelpFormatter, Service, settle, start_service, write_session
 
 from rollout.v1 import reader_pb2, reader_pb2_grpc
 
@@ -53,19 +53,6 @@ def write_root(sessions: Path, count: int) -> None:
             created_at=_BASE_TIME + timedelta(seconds=index),
             stop_kind="paused" if index % STOP_EVERY == 0 else "",
         )
-
-
-def settle(service: Service, quiet_seconds: float = 1.0, limit: float = 600) -> float:
-    """Seconds until the reader's CPU time stays flat for ``quiet_seconds`` (its index is warm)."""
-    started = time.perf_counter()
-    before = proc_cpu_seconds(service.process.pid)
-    while time.perf_counter() - started < limit:
-        time.sleep(quiet_seconds)
-        now = proc_cpu_seconds(service.process.pid)
-        if now - before < 0.05 * quiet_seconds:
-            return time.perf_counter() - started - quiet_seconds
-        before = now
-    raise RuntimeError("the reader did not settle")
 
 
 def timed_call(

@@ -9,10 +9,10 @@ serving a replaced or truncated file". An entry holds, for one session file:
   start of its last committed line (up to :data:`LINE_CHECK_BYTES` of it, which
   hold that record's seq and time);
 * an open rebuild pass (:class:`shared.rebuild.Rebuilder`: the one rule set,
-  here with rendering hooks) whose sequence holds :class:`RenderedMessage` items:
+  here with rendering hooks) whose sequence holds :data:`RenderedMessage` items:
   each message's serialized reply entry (:func:`reader_service.wire.message_entry`)
-  and its framed canonical bytes (the digest's input). A message's payload is
-  dropped once it is rendered;
+  and its framed canonical bytes (the digest's input), made as the message is
+  kept; the payload itself is not kept;
 * the facts of its last answer, for a repeated replay of an unchanged file.
 
 A replay opens the file once and looks at it (``fstat`` plus two small reads):
@@ -53,7 +53,7 @@ import orjson
 from reader_service.replay import ReplayFacts, checkpoint_verification, digest_status_of
 from reader_service.wire import message_entry
 from shared.digest import digest_of_framed, framed_canonical
-from shared.rebuild import Rebuilder, collector_paused
+from shared.rebuild import PendingReasoning, Rebuilder, collector_paused
 
 #: Bytes read from a session file at a time (a longer line is carried over whole).
 READ_BYTES = 4 * 1024 * 1024
@@ -63,74 +63,37 @@ LINE_CHECK_BYTES = 4096
 MESSAGE_OVERHEAD_BYTES = 160
 
 
-class RenderedMessage:
-    """One message of a cached sequence: its reply entry and framed canonical bytes.
+#: One message of a cached sequence: its reply entry (:func:`reader_service.wire.message_entry`)
+#: and its framed canonical bytes (:func:`shared.digest.framed_canonical`, the digest's input).
+RenderedMessage = tuple[bytes, bytes]
 
-    Made with the payload; :meth:`render` turns it into bytes once and drops it.
+
+def render(payload: dict[str, Any]) -> RenderedMessage:
+    """A message payload as its reply entry and framed canonical bytes, each made once.
+
+    The canonical form comes first: orjson leaves each string's UTF-8 form cached on
+    the str, so the entry copies it instead of encoding the text a second time.
     """
-
-    __slots__ = ("entry", "framed", "payload")
-
-    def __init__(self, payload: dict[str, Any]) -> None:
-        self.payload: dict[str, Any] | None = payload
-        self.entry = b""
-        self.framed = b""
-
-    def render(self) -> None:
-        payload = self.payload
-        if payload is not None:
-            self.entry = message_entry(payload)
-            self.framed = framed_canonical(payload)
-            self.payload = None
-
-    @property
-    def tokens(self) -> int:
-        """Estimated tokens: canonical bytes / 4, rounded up (as shared.digest counts them)."""
-        return (len(self.framed) - 8 + 3) // 4
-
-    @property
-    def charge(self) -> int:
-        """Bytes this message costs the cache."""
-        return len(self.entry) + len(self.framed) + MESSAGE_OVERHEAD_BYTES
-
-    def canonical_payload(self) -> dict[str, Any]:
-        """The digest's view of the message (its canonical fields), parsed back from the bytes."""
-        loaded: dict[str, Any] = orjson.loads(self.framed[8:])
-        return loaded
+    framed = framed_canonical(payload)
+    return message_entry(payload), framed
 
 
 class _RenderingRebuilder(Rebuilder):
-    """The shared rebuilder whose sequence holds RenderedMessage items."""
+    """The shared rebuilder whose sequence holds RenderedMessage items, rendered as they are kept
+    (a message a compaction or a later output drops was rendered for nothing: the rules decide
+    that only later, and such messages are rare next to those a replay returns)."""
 
     keeps_payloads = False
 
-    def __init__(self) -> None:
-        super().__init__()
-        #: Items made since the last :meth:`render_fresh`.
-        self.fresh: list[RenderedMessage] = []
-
-    def keep(self, payload: dict[str, Any], offset: int, index: int) -> RenderedMessage:
-        item = RenderedMessage(payload)
-        self.fresh.append(item)
-        return item
-
-    def attach(self, kept: Any, reasoning: list[tuple[dict[str, Any], int, int]]) -> RenderedMessage:
-        item = RenderedMessage(super().attach(kept.payload, reasoning))
-        if self.fresh and self.fresh[-1] is kept:
-            self.fresh[-1] = item  # the bare message is never rendered
-        else:
-            self.fresh.append(item)
-        return item
+    def keep(
+        self, payload: dict[str, Any], offset: int, index: int, reasoning: PendingReasoning
+    ) -> RenderedMessage:
+        if reasoning:
+            payload = super().keep(payload, offset, index, reasoning)
+        return render(payload)
 
     def keep_summary(self, summary: str, offset: int) -> RenderedMessage:
-        item = RenderedMessage(super().keep_summary(summary, offset))
-        self.fresh.append(item)
-        return item
-
-    def render_fresh(self) -> None:
-        for item in self.fresh:
-            item.render()
-        self.fresh = []
+        return render(super().keep_summary(summary, offset))
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,11 +105,12 @@ class RenderedReplay:
 
 
 def _digest_of(items: list[Any]) -> str:
-    return digest_of_framed((item.framed for item in items), len(items))
+    return digest_of_framed((framed for _, framed in items), len(items))
 
 
 def _payloads_of(items: list[Any]) -> Iterable[Mapping[str, Any]]:
-    return (item.canonical_payload() for item in items)
+    """The digest's view of each message (its canonical fields), parsed back from the bytes."""
+    return (orjson.loads(framed[8:]) for _, framed in items)
 
 
 class _Entry:
@@ -187,20 +151,14 @@ class _Entry:
                 if not chunk:
                     break  # cut while being read: the tail is what was read
                 position += len(chunk)
-                data = pending + chunk if pending else chunk
-                cut = data.rfind(b"\n") + 1
-                if not cut:
-                    pending = data
+                lines = (pending + chunk if pending else chunk).split(b"\n")
+                pending = lines.pop()  # the bytes after the last newline
+                if not lines:
                     continue
-                lines = data[:cut].split(b"\n")
-                lines.pop()
-                start = self.committed
-                self.line_no, self.committed = self.state.run(lines, self.line_no, start)
+                self.line_no, self.committed = self.state.run(lines, self.line_no, self.committed)
                 last = lines[-1]
                 self.last_line_start = self.committed - len(last) - 1
                 self.last_line = (last + b"\n")[:LINE_CHECK_BYTES]
-                self.state.render_fresh()
-                pending = data[cut:]
         self.seen_size, self.seen_mtime_ns = size, stat.st_mtime_ns
         return pending
 
@@ -212,11 +170,16 @@ class _Entry:
         finished = self.state.finished_copy(tail, self.line_no, self.committed, max_messages)
         messages: list[RenderedMessage] = finished.messages
         separate = checkpoint_verification(finished, _digest_of)
-        returned = _digest_of(messages) if separate is None else ""
-        tokens = sum(item.tokens for item in messages)
+        entries = [entry for entry, _ in messages]
+        framed = [framed for _, framed in messages]
+        # Canonical bytes / 4, rounded up, per message (as shared.digest counts them); the
+        # framing adds 8 bytes.
+        tokens = sum([(len(item) - 5) // 4 for item in framed])
+        # Unless the checkpoint's own pass decides the status.
+        returned = digest_of_framed(framed, len(framed)) if separate is None else ""
         status, computed = digest_status_of(finished, separate, returned, len(messages), _payloads_of)
         facts = ReplayFacts(finished, status, computed, tokens, len(messages))
-        rendered = RenderedReplay([item.entry for item in messages], facts)
+        rendered = RenderedReplay(entries, facts)
         self.answer = (key, rendered)
         return rendered
 
@@ -224,7 +187,9 @@ class _Entry:
         """What this entry costs (bytes): every message it still holds, counted once."""
         result = self.state.result
         held = {id(item): item for item in chain(result.messages, result.checkpoint_messages or ())}
-        return sum(item.charge for item in held.values())
+        return sum(len(entry) + len(framed) for entry, framed in held.values()) + len(held) * (
+            MESSAGE_OVERHEAD_BYTES
+        )
 
 
 class ReplayCache:

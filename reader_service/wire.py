@@ -17,7 +17,12 @@ writes known fields in field-number order and a repeated message field as one
 entry per element, so these bytes equal ``ReplayResponse.SerializeToString(
 deterministic=True)`` of the same reply (a test pins it), while the replay cache
 (:mod:`reader_service.replay_cache`) keeps the rendered entries and answers a
-repeated replay by joining them.
+repeated replay by joining them. An entry is written straight from the payload
+(:func:`message_entry`: the bytes protobuf gives for the ChatMessage
+:func:`shared.wire.fill_message` makes, pinned over generated payloads): filling a
+ChatMessage per message costs more than writing its bytes (the "entries" stage of
+bench/replay_stages.py). Content parts (Struct maps) are still filled and
+serialized by protobuf.
 """
 
 from __future__ import annotations
@@ -90,10 +95,159 @@ def listing_filters(request: reader_pb2.ListSessionsRequest) -> SessionFilters:
 # -- messages ---------------------------------------------------------------------------------
 
 
-def _has_parts(payload: Mapping[str, Any]) -> bool:
-    """Whether a message holds content parts, whose Struct maps need deterministic (sorted) output
-    for equal payloads to give equal bytes; every other field serializes the same either way."""
-    return isinstance(payload.get("content"), list)
+def _tag(message: Any, field: str) -> bytes:
+    """The wire tag of a length-delimited (or, for a bool, varint) field, from the descriptor."""
+    descriptor = message.DESCRIPTOR.fields_by_name[field]
+    wire_type = 0 if descriptor.type == descriptor.TYPE_BOOL else 2
+    return bytes((descriptor.number << 3 | wire_type,))
+
+
+def _encode_varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+#: Every varint below 2**14 (lengths of up to 16 KiB), looked up rather than computed.
+_VARINTS = tuple(_encode_varint(value) for value in range(1 << 14))
+
+
+def _varint(value: int) -> bytes:
+    return _VARINTS[value] if value < 16384 else _encode_varint(value)
+
+
+_ChatMessage, _ToolCall = records_pb2.ChatMessage, records_pb2.ToolCall
+_FunctionCall, _Reasoning = records_pb2.FunctionCall, records_pb2.Reasoning
+_ROLE, _TEXT, _NAME = _tag(_ChatMessage, "role"), _tag(_ChatMessage, "text"), _tag(_ChatMessage, "name")
+_TOOL_CALLS, _TOOL_CALL_ID = _tag(_ChatMessage, "tool_calls"), _tag(_ChatMessage, "tool_call_id")
+_TRUNCATION_MARKER, _REASONING = _tag(_ChatMessage, "truncation_marker"), _tag(_ChatMessage, "reasoning")
+_REASONING_BLOCKS = _tag(_ChatMessage, "reasoning_blocks")
+#: A bool field set to true: its tag and the varint 1.
+_IS_ANCHORED, _SYNTHETIC, _IS_ERROR = (
+    _tag(_ChatMessage, name) + b"\x01" for name in ("is_anchored", "synthetic", "is_error")
+)
+_CALL_ID, _CALL_TYPE, _FUNCTION = _tag(_ToolCall, "id"), _tag(_ToolCall, "type"), _tag(_ToolCall, "function")
+_FUNCTION_NAME, _ARGUMENTS = _tag(_FunctionCall, "name"), _tag(_FunctionCall, "arguments")
+_REASONING_CONTENT, _SIGNATURE = _tag(_Reasoning, "content"), _tag(_Reasoning, "signature")
+_ENCRYPTED = _tag(_Reasoning, "encrypted")
+#: The ``messages`` field of the replies (ReplayResponse, MemoryViewResponse) and of the chunks.
+_REPLY_MESSAGES = _tag(reader_pb2.ReplayResponse, "messages")
+_CHUNK_MESSAGES = _tag(reader_pb2.ReplayChunk, "messages")
+_ABSENT: Any = object()
+
+
+def _utf8(value: object) -> bytes:
+    """A value a ChatMessage keeps as a string: a str as is, any other value as its text."""
+    return value.encode() if type(value) is str else str(value).encode()
+
+
+def _strings(pieces: list[bytes], fields: tuple[tuple[bytes, object], ...]) -> None:
+    """Append string fields of implicit presence (written only when not empty) to ``pieces``."""
+    for tag, value in fields:
+        data = _utf8(value)
+        if data:
+            pieces += (tag, _varint(len(data)), data)
+
+
+def _tool_call(call: Mapping[str, Any]) -> bytes:
+    """A ToolCall's bytes as :func:`shared.wire.fill_message` sets it (``function`` always present)."""
+    pieces: list[bytes] = []
+    _strings(pieces, ((_CALL_ID, call.get("id", "")), (_CALL_TYPE, call.get("type", "function"))))
+    function = call.get("function")
+    function = function if isinstance(function, dict) else {}
+    inner: list[bytes] = []
+    _strings(inner, ((_FUNCTION_NAME, function.get("name", "")), (_ARGUMENTS, function.get("arguments", ""))))
+    data = b"".join(inner)
+    pieces += (_FUNCTION, _varint(len(data)), data)
+    return b"".join(pieces)
+
+
+def _reasoning(block: Mapping[str, Any]) -> bytes:
+    """A Reasoning's bytes (``content`` always set, the optional fields when present)."""
+    pieces: list[bytes] = []
+    data = _utf8(block.get("content", ""))
+    if data:
+        pieces += (_REASONING_CONTENT, _varint(len(data)), data)
+    if "signature" in block:
+        data = _utf8(block["signature"])
+        pieces += (_SIGNATURE, _varint(len(data)), data)
+    if "encrypted" in block:
+        data = _utf8(block["encrypted"])
+        pieces += (_ENCRYPTED, _varint(len(data)), data)
+    return b"".join(pieces)
+
+
+def _message_pieces(tag: bytes, payload: Mapping[str, Any]) -> list[bytes] | None:
+    """``tag``, the length and the fields of a payload's ChatMessage, in field-number order.
+
+    The bytes are those of :func:`shared.wire.fill_message` and a serialization by
+    protobuf (tests/reader/test_wire.py compares them over generated payloads),
+    written here because filling a ChatMessage costs more than the rest of a cold
+    replay's rendering. None when the content holds parts: their Struct maps are
+    left to protobuf.
+    """
+    content = payload.get("content")
+    if isinstance(content, list):
+        return None
+    pieces = [tag, b""]
+    role = payload.get("role", _ABSENT)
+    rest = len(payload)
+    if role is not _ABSENT:
+        rest -= 1
+        data = _utf8(role)
+        if data:
+            pieces += (_ROLE, _varint(len(data)), data)
+    if content is not None:
+        rest -= 1
+        data = content.encode() if isinstance(content, str) else str(content).encode()
+        pieces += (_TEXT, _varint(len(data)), data)
+    elif "content" in payload:
+        rest -= 1
+    if rest:
+        _other_fields(payload, pieces)
+    pieces[1] = _varint(sum(map(len, pieces)) - len(tag))
+    return pieces
+
+
+def _other_fields(payload: Mapping[str, Any], pieces: list[bytes]) -> None:
+    """Append the fields after ``text`` (4-12) of a payload's ChatMessage to ``pieces``."""
+    if "name" in payload:
+        data = _utf8(payload["name"])
+        pieces += (_NAME, _varint(len(data)), data)
+    calls = payload.get("tool_calls")
+    if isinstance(calls, list):
+        for call in calls:
+            if isinstance(call, dict):
+                data = _tool_call(call)
+                pieces += (_TOOL_CALLS, _varint(len(data)), data)
+    if "tool_call_id" in payload:
+        data = _utf8(payload["tool_call_id"])
+        pieces += (_TOOL_CALL_ID, _varint(len(data)), data)
+    if payload.get("is_anchored"):
+        pieces.append(_IS_ANCHORED)
+    if "truncation_marker" in payload:
+        data = _utf8(payload["truncation_marker"])
+        pieces += (_TRUNCATION_MARKER, _varint(len(data)), data)
+    reasoning = payload.get("reasoning")
+    blocks: list[Any] = []
+    if isinstance(reasoning, dict):
+        blocks = [reasoning]
+    elif isinstance(reasoning, list):
+        blocks = [block for block in reasoning if isinstance(block, dict)]
+    if len(blocks) == 1:
+        data = _reasoning(blocks[0])
+        pieces += (_REASONING, _varint(len(data)), data)
+    if payload.get("synthetic"):
+        pieces.append(_SYNTHETIC)
+    if len(blocks) > 1:
+        for block in blocks:
+            data = _reasoning(block)
+            pieces += (_REASONING_BLOCKS, _varint(len(data)), data)
+    if payload.get("is_error"):
+        pieces.append(_IS_ERROR)
 
 
 def message_entry(payload: Mapping[str, Any]) -> bytes:
@@ -101,19 +255,27 @@ def message_entry(payload: Mapping[str, Any]) -> bytes:
 
     The same bytes serve ReplayResponse and MemoryViewResponse, whose ``messages``
     are both field 2; :func:`chunk_entry` gives the ``messages`` entry (field 3) of
-    a stream chunk.
+    a stream chunk. The ChatMessage is the one :func:`shared.wire.fill_message`
+    makes of the payload; content parts are serialized deterministically (sorted
+    Struct keys), so equal payloads give equal bytes.
     """
+    pieces = _message_pieces(_REPLY_MESSAGES, payload)
+    if pieces is not None:
+        return b"".join(pieces)
     holder = reader_pb2.ReplayResponse()
     fill_message(holder.messages.add(), payload)
-    entry: bytes = holder.SerializeToString(deterministic=_has_parts(payload))
+    entry: bytes = holder.SerializeToString(deterministic=True)
     return entry
 
 
 def chunk_entry(payload: Mapping[str, Any]) -> bytes:
     """One message as its serialized entry of field 3 (``messages``) of a ReplayChunk or MemoryViewChunk."""
+    pieces = _message_pieces(_CHUNK_MESSAGES, payload)
+    if pieces is not None:
+        return b"".join(pieces)
     holder = reader_pb2.ReplayChunk()
     fill_message(holder.messages.add(), payload)
-    entry: bytes = holder.SerializeToString(deterministic=_has_parts(payload))
+    entry: bytes = holder.SerializeToString(deterministic=True)
     return entry
 
 

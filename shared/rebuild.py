@@ -33,7 +33,7 @@ import enum
 import gc
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -234,6 +234,10 @@ def collector_paused() -> Iterator[None]:
                 gc.enable()
 
 
+#: (payload, line, offset) of each reasoning block attached to one message, in file order.
+PendingReasoning = Sequence[tuple[dict[str, Any], int, int]]
+
+
 class _Pairing:
     """One tool call and where its output sits in the sequence."""
 
@@ -248,8 +252,8 @@ class _Pairing:
 class Rebuilder:
     """The mutable state of one rebuild pass: the rules of :func:`rebuild`, applied line by line.
 
-    What the sequence holds is chosen by three hooks that subclasses override
-    (:meth:`keep`, :meth:`attach`, :meth:`keep_summary`): payloads here, offsets in
+    What the sequence holds is chosen by two hooks that subclasses override
+    (:meth:`keep`, :meth:`keep_summary`): payloads here, offsets in
     :mod:`shared.rebuild_index`, rendered replies in the reader's replay cache. The
     rules themselves are never overridden. A pass may be fed by several :meth:`run`
     calls (line numbers and offsets continue), and :meth:`finished_copy` answers
@@ -257,7 +261,7 @@ class Rebuilder:
     file later extend it: the result is the same as one pass over the whole file.
     """
 
-    #: The sequence holds the payloads themselves (so :meth:`keep` need not be called).
+    #: The sequence holds the payloads themselves (so :meth:`keep` is called only to attach reasoning).
     keeps_payloads = True
 
     def __init__(self) -> None:
@@ -270,20 +274,17 @@ class Rebuilder:
     def degrade(self, kind: DegradedKind, line: int, offset: int, detail: str) -> None:
         self.result.degraded.append(DegradedEntry(kind, line, offset, detail))
 
-    def keep(self, payload: dict[str, Any], offset: int, index: int) -> Any:
-        """What the sequence holds for a message: the payload itself (index mode: a handle).
+    def keep(self, payload: dict[str, Any], offset: int, index: int, reasoning: PendingReasoning) -> Any:
+        """What the sequence holds for a message: the payload, its reasoning blocks attached in
+        order (the reader half of SPEC §2.5); a handle in index mode, rendered bytes in the replay cache.
 
         ``index`` is -1 for a message line, or the position in a compaction's
-        replacement history (``offset`` is then the compacted line's).
+        replacement history (``offset`` is then the compacted line's); ``reasoning``
+        holds (payload, line, offset) of each block attached, often none.
         """
-        return payload
-
-    def attach(self, kept: Any, reasoning: list[tuple[dict[str, Any], int, int]]) -> Any:
-        """The kept message with its reasoning blocks attached, in order (the reader half of SPEC §2.5).
-
-        ``reasoning`` holds (payload, line, offset) of each block, at least one.
-        """
-        return {**kept, "reasoning": attached_reasoning([block for block, _, _ in reasoning])}
+        if not reasoning:
+            return payload
+        return {**payload, "reasoning": attached_reasoning([block for block, _, _ in reasoning])}
 
     def keep_summary(self, summary: str, offset: int) -> Any:
         """The one user message a compaction without replacement history resets to."""
@@ -292,11 +293,12 @@ class Rebuilder:
     def add_message(self, payload: dict[str, Any], line: int, offset: int, index: int = -1) -> None:
         """Append one message payload, applying reasoning and tool pairing rules."""
         role = payload.get("role")
-        kept = payload if self.keeps_payloads else self.keep(payload, offset, index)
+        if role == "assistant" and self.pending_reasoning:
+            kept = self.keep(payload, offset, index, self.pending_reasoning)
+            self.pending_reasoning = []
+        else:
+            kept = payload if self.keeps_payloads else self.keep(payload, offset, index, ())
         if role == "assistant":
-            if self.pending_reasoning:
-                kept = self.attach(kept, self.pending_reasoning)
-                self.pending_reasoning = []
             calls = payload.get("tool_calls")
             if isinstance(calls, list):
                 for call in calls:
@@ -508,7 +510,7 @@ class Rebuilder:
             last_type = record_type
             if record_type == _MESSAGE:
                 add_message(payload, line_no, start)
-            else:
+            elif record_type != _EVENT and record_type != _TURN_CONTEXT:  # those only count
                 self.record(seq, record_type, payload, line_no, start)
         result.records += records
         if records:

@@ -25,7 +25,7 @@ from typing import Any, BinaryIO
 
 import orjson
 
-from shared.rebuild import Rebuild, Rebuilder
+from shared.rebuild import PendingReasoning, Rebuild, Rebuilder
 
 CHUNK_BYTES = 4 * 1024 * 1024
 MessageHandle = int | tuple[int, int, int | tuple[int, ...]]
@@ -36,16 +36,13 @@ class _IndexRebuilder(Rebuilder):
 
     keeps_payloads = False
 
-    def keep(self, payload: dict[str, Any], offset: int, index: int) -> MessageHandle:
-        return offset if index < 0 else (offset, index, -1)
-
-    def attach(self, kept: Any, reasoning: list[tuple[dict[str, Any], int, int]]) -> MessageHandle:
-        offsets = tuple(offset for _, _, offset in reasoning)
-        attached = offsets[0] if len(offsets) == 1 else offsets
-        if isinstance(kept, int):
-            return (kept, -1, attached)
-        offset, index, _ = kept
-        return (offset, index, attached)
+    def keep(
+        self, payload: dict[str, Any], offset: int, index: int, reasoning: PendingReasoning
+    ) -> MessageHandle:
+        if not reasoning:
+            return offset if index < 0 else (offset, index, -1)
+        offsets = tuple(block_offset for _, _, block_offset in reasoning)
+        return (offset, index, offsets[0] if len(offsets) == 1 else offsets)
 
     def keep_summary(self, summary: str, offset: int) -> MessageHandle:
         return (offset, -2, -1)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import os
+import tracemalloc
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
@@ -276,3 +278,25 @@ def test_entries_beyond_the_budget_are_evicted_least_recently_used_first(tmp_pat
     big = tmp_path / "big.jsonl"
     big.write_bytes(_written(big, "y" * 9000))
     assert cache.rendered(big) is None
+
+
+def test_an_entry_holds_about_what_it_is_charged(tmp_path) -> None:
+    """The memory an entry keeps is close to what the budget charges it: the bytes it keeps are
+    exact-size copies, never a serializer's output buffer (orjson's holds 16 KiB per message)."""
+    session = Session(tmp_path / "s.jsonl")
+    for number in range(200):
+        text = f"message {number}: " + "é—" * 300
+        session.append("message", {"role": "user" if number % 2 else "assistant", "content": text})
+    cache = ReplayCache(budget_bytes=1 << 30)
+    cached_reply(cache, session.path)  # the modules' own first-use allocations are not counted
+    cache = ReplayCache(budget_bytes=1 << 30)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        assert cache.rendered(session.path) is not None
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert cache.charged_bytes > 200 * 1000
+    assert held < 1.5 * cache.charged_bytes

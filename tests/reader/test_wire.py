@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import pytest
 from google.protobuf import struct_pb2
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
+from reader_service import wire
 from reader_service.wire import chunk_entry, message_entry
 from rollout.v1 import reader_pb2, records_pb2
 from shared.wire import message_from_payload
@@ -100,3 +103,77 @@ def test_a_message_entry_is_the_messages_field_of_a_reply(payload) -> None:
     assert chunk_entry(payload) == reader_pb2.ReplayChunk(messages=[message]).SerializeToString(
         deterministic=True
     )
+
+
+# Empty strings and falsy values come often: presence is where a written entry could differ.
+TEXTS = st.sampled_from(["", "x", "é—東"]) | st.text(max_size=8)
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**53), 2**53)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | TEXTS,
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3)
+    ),
+    max_leaves=8,
+)
+TOOL_CALLS = st.lists(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "id": JSON_VALUES,
+            "type": JSON_VALUES,
+            "function": st.fixed_dictionaries({}, optional={"name": JSON_VALUES, "arguments": JSON_VALUES})
+            | JSON_VALUES,
+        },
+    )
+    | JSON_VALUES,
+    max_size=3,
+)
+REASONING_BLOCK = st.fixed_dictionaries(
+    {}, optional={"content": JSON_VALUES, "signature": JSON_VALUES, "encrypted": JSON_VALUES}
+)
+PAYLOADS = st.fixed_dictionaries(
+    {},
+    optional={
+        "role": st.sampled_from(["user", "assistant", "tool", ""]) | JSON_VALUES,
+        "content": TEXTS | JSON_VALUES,
+        "name": JSON_VALUES,
+        "tool_calls": TOOL_CALLS | JSON_VALUES,
+        "tool_call_id": JSON_VALUES,
+        "is_anchored": JSON_VALUES,
+        "truncation_marker": JSON_VALUES,
+        "reasoning": REASONING_BLOCK | st.lists(REASONING_BLOCK | JSON_VALUES, max_size=3) | JSON_VALUES,
+        "synthetic": JSON_VALUES,
+        "is_error": JSON_VALUES,
+        "unknown": JSON_VALUES,
+    },
+)
+
+
+@settings(max_examples=400, deadline=None)
+@example(payload={"name": "", "tool_call_id": "", "truncation_marker": "", "content": ""})
+@example(payload={"role": "", "reasoning": {"content": "", "signature": ""}, "synthetic": True})
+@example(
+    payload={"reasoning": [{}, {"encrypted": ""}], "synthetic": 1, "is_error": "yes", "is_anchored": [0]}
+)
+@example(payload={"tool_calls": [{}, {"function": "f", "type": ""}, None], "role": None, "content": None})
+@example(payload={"role": "tool", "tool_call_id": "c", "content": "x" * 20_000})  # 3-byte lengths
+@example(
+    payload={"role": "assistant", "tool_calls": [{"id": "c", "function": {"arguments": "é" * 1_100_000}}]}
+)
+@given(payload=PAYLOADS)
+def test_the_written_entries_are_the_bytes_protobuf_serializes(payload) -> None:
+    """Entries written without filling a ChatMessage equal protobuf's serialization of the message
+    fill_message makes (fields in number order, presence as protobuf keeps it, odd values as text);
+    only content parts are left to protobuf."""
+    message = message_from_payload(payload)
+    assert message_entry(payload) == reader_pb2.ReplayResponse(messages=[message]).SerializeToString(
+        deterministic=True
+    )
+    assert chunk_entry(payload) == reader_pb2.ReplayChunk(messages=[message]).SerializeToString(
+        deterministic=True
+    )
+    written = wire._message_pieces(b"\x12", payload)
+    assert (written is None) == isinstance(payload.get("content"), list)
