@@ -715,7 +715,25 @@ def bench_unknown(
         f"server CPU per call under the noise: writer {_spread(writer_cpu, '.0f')} us,"
         f" no-op {_spread(noop_cpu, '.0f')} us"
     )
-    return [by_process, by_threads, floor]
+    unpaced = Figure("unknown ids, noise: process, pacing off", unit, 2.0, False)
+    writer, _ = servers.writer(data_dir, "--unknown-id-rate", "0")
+    try:
+        with grpc.insecure_channel(writer.address) as channel:
+            session_id = create_sessions(channel, 1)[0]
+            sequential_p50(_stub(channel), session_id, 20)
+            for number in range(args.rounds):
+                alone = sequential_p50(_stub(channel), session_id, args.calls)
+                noisy = unknown_id_p50(
+                    writer.address, writer.process.pid, session_id, args.calls, 4, in_process=False
+                )
+                unpaced.add(noisy.p50 * 1000, alone * 1000)
+                print(
+                    f"unknown round {number + 1}, pacing off: writer p50 alone {alone * 1000:.2f} ms, noise"
+                    f" process {noisy.p50 * 1000:.2f} ms ({noisy.noise_rate:,.0f} refusals/s)"
+                )
+    finally:
+        writer.stop()
+    return [by_process, by_threads, unpaced, floor]
 
 
 def _noise_main(address: str, threads: int) -> int:

@@ -35,6 +35,7 @@ from shared.status import BindError
 from shared.stop_kinds import StopKind
 from shared.wire import stop_kind_to_proto
 from writer_service.committer import CommitConfig, Durability, RoundSync, SyncCall
+from writer_service.refusal_pacing import DEFAULT_RATE as DEFAULT_UNKNOWN_ID_RATE
 
 DEFAULT_DATA_DIR = "rollout-data"
 DEFAULT_WRITER = "127.0.0.1:50051"
@@ -167,6 +168,14 @@ async def _serve_until_signal(start: Any, label: str) -> None:
     help="Largest stored line (bytes); larger records are refused, never truncated. Clients replaying"
     " such records need a gRPC receive limit above it.",
 )
+@click.option(
+    "--unknown-id-rate",
+    type=click.FloatRange(0),
+    default=DEFAULT_UNKNOWN_ID_RATE,
+    show_default=True,
+    help="Appends to unknown session ids answered per second per connection once a burst of 200 is"
+    " spent (later ones are answered late, never dropped); 0: no pacing.",
+)
 def serve_writer(
     data_dir: Path,
     address: str,
@@ -178,6 +187,7 @@ def serve_writer(
     linger_ms: float,
     metrics_port: int | None,
     max_record_bytes: int,
+    unknown_id_rate: float,
 ) -> None:
     """Run the writer service alone (one per data root)."""
     from prometheus_client import start_http_server
@@ -208,6 +218,7 @@ def serve_writer(
             round_sync=RoundSync(round_sync),
         ),
         max_record_bytes=max_record_bytes,
+        unknown_id_rate=unknown_id_rate,
     )
     try:
         asyncio.run(_serve_until_signal(start_writer(config, address), "writer"))

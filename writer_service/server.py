@@ -34,6 +34,7 @@ from writer_service.committer import durable_write_method
 from writer_service.heap_trim import HeapTrimmer
 from writer_service.importing import SessionImport
 from writer_service.open_session import RecordTimes, RequestRecords
+from writer_service.refusal_pacing import RefusalPacer
 from writer_service.session_index import build_index
 from writer_service.sessions import SessionLedger, WriterConfig
 
@@ -171,6 +172,7 @@ class RolloutWriterServicer(writer_pb2_grpc.RolloutWriterServicer):
 
     def __init__(self, ledger: SessionLedger) -> None:
         self.ledger = ledger
+        self.pacer = RefusalPacer(ledger.config.unknown_id_rate)
 
     async def CreateSession(
         self, request: writer_pb2.CreateSessionRequest, context: grpc.aio.ServicerContext
@@ -200,6 +202,10 @@ class RolloutWriterServicer(writer_pb2_grpc.RolloutWriterServicer):
         if unknown is not None:
             # The cheapest refusal (SPEC §2.10): no record decoded, no exception raised, no
             # status details built; gRPC discards the reply of a call whose code is not OK.
+            # A peer that keeps doing it is answered at a paced rate (writer_service.refusal_pacing).
+            delay = self.pacer.delay(context.peer())
+            if delay:
+                await asyncio.sleep(delay)
             context.set_code(grpc.StatusCode.NOT_FOUND)
             context.set_details(unknown)
             return _REFUSED

@@ -75,6 +75,7 @@ from writer_service.heap_trim import HeapTrimmer
 from writer_service.idempotency import RememberedAppend, RequestMemory, fingerprint
 from writer_service.open_session import CallView, OpenSession, RecordTimes, RequestRecords, apply_record
 from writer_service.recovery import repair_torn_tail
+from writer_service.refusal_pacing import DEFAULT_RATE
 from writer_service.session_index import IndexEntry, SessionIndex, build_index, read_entry
 from writer_service.session_state import (
     SAVE_EVERY_BYTES,
@@ -113,6 +114,9 @@ class WriterConfig:
     io_threads: int = 4
     #: Session files kept open; idle ones beyond it are closed, least recently used first.
     max_open_sessions: int = 256
+    #: Appends to unknown ids answered per second per peer once a burst is spent (0: no pacing;
+    #: writer_service.refusal_pacing).
+    unknown_id_rate: float = DEFAULT_RATE
 
 
 @dataclass(frozen=True, slots=True)
