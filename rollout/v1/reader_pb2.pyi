@@ -304,3 +304,29 @@ class FindDelegationsResponse(_message.Message):
     DELEGATIONS_FIELD_NUMBER: _ClassVar[int]
     delegations: _containers.RepeatedCompositeFieldContainer[Delegation]
     def __init__(self, delegations: _Optional[_Iterable[_Union[Delegation, _Mapping]]] = ...) -> None: ...
+
+class WatchSessionRequest(_message.Message):
+    __slots__ = ("session_id", "from_seq")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    FROM_SEQ_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    from_seq: int
+    def __init__(self, session_id: _Optional[str] = ..., from_seq: _Optional[int] = ...) -> None: ...
+
+class WatchedRecord(_message.Message):
+    __slots__ = ("seq", "type", "ts", "line")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    TS_FIELD_NUMBER: _ClassVar[int]
+    LINE_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    type: str
+    ts: str
+    line: bytes
+    def __init__(self, seq: _Optional[int] = ..., type: _Optional[str] = ..., ts: _Optional[str] = ..., line: _Optional[bytes] = ...) -> None: ...
+
+class WatchSessionResponse(_message.Message):
+    __slots__ = ("records",)
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    records: _containers.RepeatedCompositeFieldContainer[WatchedRecord]
+    def __init__(self, records: _Optional[_Iterable[_Union[WatchedRecord, _Mapping]]] = ...) -> None: ...
