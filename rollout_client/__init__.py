@@ -76,6 +76,7 @@ from rollout_client._results import (
     StopResult,
     TooLarge,
     VerifyReport,
+    WatchedRecord,
 )
 from rollout_client._session import AsyncReplayStream, AsyncSession
 from rollout_client._sync import ReplayStream, RolloutClient, Session
@@ -128,6 +129,7 @@ __all__ = [
     "UnauthenticatedError",
     "UnavailableError",
     "VerifyReport",
+    "WatchedRecord",
     "assistant",
     "current_delegation",
     "delegation",

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from rollout.v1 import reader_pb2, records_pb2, writer_pb2
 from rollout_client._records import message_to_dict
 
@@ -316,3 +318,30 @@ class Delegation:
             link.created_at,
             StopFacts.from_proto(link.stop_facts),
         )
+
+
+@dataclass(frozen=True)
+class WatchedRecord:
+    """One record of a followed session (reader.proto WatchSession), as stored: ``seq``,
+    ``type`` (``message``, ``event``, ``stop``, ...), ``ts`` (RFC 3339, UTC) and ``payload``
+    (the record's JSON object, see ``shared/records.py``), with ``line`` the stored JSONL
+    line byte for byte (no ``\\n``). A damaged line (not a record) has seq -1, type "" and
+    payload None, and is delivered in its place rather than skipped."""
+
+    seq: int
+    type: str
+    ts: str
+    payload: dict[str, Any] | None
+    line: bytes
+
+    @classmethod
+    def from_proto(cls, record: reader_pb2.WatchedRecord) -> WatchedRecord:
+        payload = None
+        if record.seq >= 0:
+            try:
+                parsed = orjson.loads(record.line.lstrip(b"\x00"))
+            except orjson.JSONDecodeError:
+                parsed = None
+            if isinstance(parsed, dict) and isinstance(parsed.get("payload"), dict):
+                payload = parsed["payload"]
+        return cls(record.seq, record.type, record.ts, payload, record.line)

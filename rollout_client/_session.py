@@ -30,6 +30,7 @@ from rollout_client._results import (
     StopFacts,
     StopResult,
     VerifyReport,
+    WatchedRecord,
 )
 from shared.errors import RecordValidationError
 from shared.wire import stop_kind_to_proto
@@ -212,3 +213,42 @@ class AsyncSession:
             self.client.reader_stub.VerifySession, reader_pb2.VerifyRequest(session_id=self.id)
         )
         return VerifyReport.from_proto(report)
+
+    async def watch(self, from_seq: int = 0) -> AsyncIterator[WatchedRecord]:
+        """``async for record in session.watch():`` the session's records from ``from_seq``
+        (0: from its session_meta), then each new one as it lands, once each and in order; the
+        iteration ends after the stop record of a stopped session (a later resume() needs a new
+        watch from the stop's seq + 1). Leaving the loop early cancels the stream.
+
+        A stream cut by UNAVAILABLE (a reader restart) is opened again from the last seq
+        received + 1, with the client's backoff; the deadline counts from the last record.
+        Raises NotFoundError, InvalidArgumentError (negative from_seq), AbortedError (the
+        session file was replaced or cut: read the session again), UnavailableError once the
+        retries are spent. See reader.proto WatchSession.
+        """
+        async for records in self.watch_batches(from_seq):
+            for record in records:
+                yield record
+
+    async def watch_batches(self, from_seq: int = 0) -> AsyncGenerator[list[WatchedRecord], None]:
+        """The records of :meth:`watch` as the reader sends them: lists of one or more."""
+        attempts = Attempts(self.client.retry)
+        while True:
+            call = self.client.reader_stub.WatchSession(
+                reader_pb2.WatchSessionRequest(session_id=self.id, from_seq=from_seq)
+            )
+            try:
+                async for reply in call:
+                    records = [WatchedRecord.from_proto(record) for record in reply.records]
+                    seqs = [record.seq for record in records if record.seq >= 0]
+                    if seqs:
+                        from_seq = seqs[-1] + 1  # where a reopened stream starts
+                    attempts = Attempts(self.client.retry)
+                    yield records
+                return
+            except grpc.aio.AioRpcError as exc:
+                failure = error_from_rpc(exc)
+                if failure.code is not grpc.StatusCode.UNAVAILABLE or not await attempts.wait():
+                    raise failure from exc
+            finally:
+                call.cancel()

@@ -30,6 +30,7 @@ from rollout_client._results import (
     StopFacts,
     StopResult,
     VerifyReport,
+    WatchedRecord,
 )
 from rollout_client._session import AsyncReplayStream, AsyncSession
 
@@ -262,3 +263,16 @@ class Session:
     def verify(self) -> VerifyReport:
         """See :meth:`AsyncSession.verify`."""
         return self.client.run(self.core.verify())
+
+    def watch(self, from_seq: int = 0) -> Iterator[WatchedRecord]:
+        """See :meth:`AsyncSession.watch`: ``for record in session.watch():`` blocks between
+        records; leaving the loop (or closing the iterator) cancels the stream."""
+        batches = self.core.watch_batches(from_seq)
+        try:
+            while True:
+                try:
+                    yield from self.client.run(_next(batches))
+                except StopAsyncIteration:
+                    return
+        finally:
+            self.client.run(batches.aclose())
