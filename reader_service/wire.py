@@ -292,6 +292,7 @@ def stop_facts_to_proto(
         has_stop_record=facts.has_stop_record,
         stop_seq=facts.stop_seq,
         tail_bytes_read=facts.tail_bytes_read,
+        next_seq=facts.next_seq,
     )
     if facts.error:
         message.error.message = str(facts.error.get("message", ""))

@@ -154,9 +154,17 @@ class AsyncRolloutClient:
             raise error
 
     async def next_seq(self, session_id: str) -> int:
-        """The session's next seq, asked of the writer with ``expected_next_seq=0`` (never a
-        valid next seq: seq 0 is the session_meta), so nothing is written.
-        Raises SessionStoppedError for a stopped session, NotFoundError for an unknown one."""
+        """The session's next seq as written so far: from the reader's stop facts (read from
+        the file's tail), else, when the tail holds no record, asked of the writer with
+        ``expected_next_seq=0`` (never a valid next seq: seq 0 is the session_meta), which
+        writes nothing. A hint either way: an append at a stale seq is refused with the actual
+        one (see :mod:`rollout_client._appends`, rule 3a).
+        Raises NotFoundError for an unknown session; SessionStoppedError (probe only)."""
+        facts = await self.call(
+            self.reader_stub.GetStopFacts, reader_pb2.StopFactsRequest(session_id=session_id)
+        )
+        if facts.next_seq > 0:
+            return int(facts.next_seq)
         probe = writer_pb2.AppendRequest(session_id=session_id, records=[_PROBE], expected_next_seq=0)
         try:
             await self.call(self.writer_stub.Append, probe)

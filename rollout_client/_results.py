@@ -182,7 +182,9 @@ class ResumeResult:
 class StopFacts:
     """Why and where a session stopped, from the file's tail (SPEC §5 Stop facts).
     ``found=False`` means unknown (running, or killed before any Stop), never "cannot continue".
-    ``replayable`` and ``resume_reason`` are the default-deny resume eligibility."""
+    ``replayable`` and ``resume_reason`` are the default-deny resume eligibility.
+    ``tail_bytes_read``: what the reader read to answer; ``next_seq``: the seq after the last
+    record written (0 when unknown; from ``Session.stop_facts()`` only, not in listings)."""
 
     session_id: str
     found: bool
@@ -194,6 +196,8 @@ class StopFacts:
     stop_seq: int
     replayable: bool
     resume_reason: str
+    tail_bytes_read: int = 0
+    next_seq: int = 0
 
     @classmethod
     def from_proto(cls, facts: reader_pb2.StopFacts) -> StopFacts:
@@ -213,6 +217,8 @@ class StopFacts:
             stop_seq=facts.stop_seq,
             replayable=facts.resume.replayable,
             resume_reason=facts.resume.reason,
+            tail_bytes_read=facts.tail_bytes_read,
+            next_seq=facts.next_seq,
         )
 
 

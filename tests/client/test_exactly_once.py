@@ -8,6 +8,7 @@ the client, exactly the window in which the writer forgets its request ids.
 
 from __future__ import annotations
 
+import asyncio
 import signal
 from collections.abc import Callable, Iterator
 from concurrent import futures
@@ -22,6 +23,7 @@ import pytest
 from rollout.v1 import records_pb2, writer_pb2, writer_pb2_grpc
 from rollout_client import (
     AppendOutcomeUnknownError,
+    AsyncRolloutClient,
     FailedPreconditionError,
     FieldViolation,
     PreconditionViolation,
@@ -287,3 +289,28 @@ def test_a_record_the_writer_would_refuse_for_its_shape_is_refused_before_sendin
         FieldViolation("records[0].message.reasoning", "only assistant messages carry reasoning"),
     )
     assert session.next_seq == 1
+
+
+def test_an_attached_session_learns_its_next_seq_from_the_reader_without_a_probe(
+    writer_process, reader_process
+) -> None:
+    """A Session attached by id takes its first expected_next_seq from the reader's stop facts:
+    the first Append it sends already carries the actual next seq (no expected_next_seq=0 probe)."""
+
+    async def scenario() -> list[int]:
+        async with AsyncRolloutClient(writer_process.address, reader_process.address) as client:
+            created = await client.create_session()
+            await created.append(user("one"), user("two"))
+            sent: list[int] = []
+            real_append = client.writer_stub.Append
+
+            def recording(request: Any, **kwargs: Any) -> Any:
+                sent.append(request.expected_next_seq)
+                return real_append(request, **kwargs)
+
+            client.writer_stub.Append = recording
+            result = await client.session(created.id).append(user("three"))
+            assert result.seqs == (3,)
+            return sent
+
+    assert asyncio.run(scenario()) == [3]
