@@ -174,31 +174,60 @@ def test_a_lost_answer_is_settled_by_the_writers_request_id_memory(proxy, proxie
     assert_each_once(file_records(data_dir, session.id), ["retried twice", "turn"])
 
 
-def test_more_lines_than_the_request_after_a_restart_is_reported_never_rewritten(
-    proxy, proxied, data_dir
-) -> None:
-    """Landed, writer restarted, another client appended: AppendOutcomeUnknownError, nothing sent again."""
-    session = proxied.create_session()
+def _other_client(session_id: str, text: str) -> Callable[[grpc.Channel], None]:
+    """Appends one user message ``text`` to the session through ``channel`` (another writer)."""
 
-    def other_client(channel: grpc.Channel) -> None:
+    def append(channel: grpc.Channel) -> None:
         request = writer_pb2.AppendRequest(
-            session_id=session.id,
-            records=[writer_pb2.AppendRecord(message=records_pb2.ChatMessage(role="user", text="other"))],
+            session_id=session_id,
+            records=[writer_pb2.AppendRecord(message=records_pb2.ChatMessage(role="user", text=text))],
         )
         writer_pb2_grpc.RolloutWriterStub(channel).Append(request)
 
-    proxy.between = other_client
+    return append
+
+
+def test_a_landed_request_is_recognized_by_its_records_after_others_appended(
+    proxy, proxied, data_dir
+) -> None:
+    """Landed, writer restarted, another client appended (N > E + k): the records at E.. are read
+    back and found to be ours: taken as landed, nothing sent again, the next seq is N."""
+    session = proxied.create_session()
+    proxy.between = _other_client(session.id, "other")
     proxy.plans = ["land_then_restart"]
-    with pytest.raises(AppendOutcomeUnknownError) as caught:
-        session.append(user("mine"))
+    result = session.append(user("mine"))
+    assert (result.seqs, result.next_seq) == ((1,), 3)
+    assert_each_once(file_records(data_dir, session.id), ["mine", "other"])
+    proxy.between = None
+    assert session.append(user("next")).seqs == (3,)
+
+
+def test_another_clients_k_lines_during_a_restart_are_not_taken_for_ours(proxy, proxied, data_dir) -> None:
+    """Not landed, writer restarted, another client appended exactly k lines (N == E + k): the
+    records at E.. are someone else's, so the request is sent again and lands once."""
+    session = proxied.create_session()
+    proxy.between = _other_client(session.id, "other")
+    proxy.plans = ["restart_before"]
+    assert session.append(user("mine")).seqs == (2,)
+    assert_each_once(file_records(data_dir, session.id), ["other", "mine"])
+
+
+def test_without_the_reader_more_lines_than_the_request_is_reported_never_rewritten(proxy, data_dir) -> None:
+    """Landed, writer restarted, another client appended, and no reader to compare with:
+    AppendOutcomeUnknownError, nothing sent again."""
+    policy = RetryPolicy(deadline=5.0, initial_backoff=0.02, max_backoff=0.2, attempt_timeout=1.0)
+    with RolloutClient(proxy.address, "127.0.0.1:1", retry=policy) as client:
+        session = client.create_session()
+        proxy.between = _other_client(session.id, "other")
+        proxy.plans = ["land_then_restart"]
+        with pytest.raises(AppendOutcomeUnknownError) as caught:
+            session.append(user("mine"))
     assert (caught.value.expected_next_seq, caught.value.actual_next_seq, caught.value.record_count) == (
         1,
         3,
         1,
     )
     assert_each_once(file_records(data_dir, session.id), ["mine", "other"])
-    proxy.between = None
-    assert session.append(user("next")).seqs == (3,)  # the Session learns the next seq again
 
 
 def test_another_writer_of_the_session_moves_it_on_and_both_appends_are_kept(proxied, data_dir) -> None:
@@ -226,7 +255,7 @@ def test_a_deadline_after_an_attempt_that_may_have_landed_raises_outcome_unknown
 
 
 def test_an_attached_session_learns_its_next_seq_without_writing(client, data_dir) -> None:
-    """client.session(id) asks the writer for the next seq (expected_next_seq=0): nothing is written."""
+    """client.session(id) learns the next seq before its first append: nothing is written."""
     created = client.create_session()
     created.append(user("one"), user("two"))
     attached = client.session(created.id)
