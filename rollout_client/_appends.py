@@ -90,13 +90,15 @@ def is_retryable(error: RolloutError) -> bool:
 class RetryPolicy:
     """Backoff for retryable statuses: waits ``initial_backoff`` (s), times ``multiplier`` per
     attempt, capped at ``max_backoff`` (s), each with up to ±20 % jitter; gives up ``deadline``
-    seconds after the first attempt. ``attempt_timeout`` (s) bounds each single call."""
+    seconds after the first attempt. ``attempt_timeout`` (s) bounds each single call;
+    ``max_attempts`` (0: no limit) caps the attempts of one call within the deadline."""
 
     deadline: float = 30.0
     initial_backoff: float = 0.05
     max_backoff: float = 2.0
     multiplier: float = 2.0
     attempt_timeout: float = 10.0
+    max_attempts: int = 0
 
     def backoff(self, attempt: int) -> float:
         """Seconds to wait before attempt ``attempt + 1`` (``attempt`` counts from 1)."""
@@ -119,7 +121,10 @@ class Attempts:
         return max(0.01, min(self.policy.attempt_timeout, remaining))
 
     async def wait(self) -> bool:
-        """Sleep the backoff; False (without sleeping) when the deadline would pass."""
+        """Sleep the backoff; False (without sleeping) when the deadline would pass or the
+        attempts are spent."""
+        if self.policy.max_attempts and self.count >= self.policy.max_attempts:
+            return False
         delay = self.policy.backoff(self.count)
         if time.monotonic() - self.started + delay >= self.policy.deadline:
             return False

@@ -151,6 +151,16 @@ class AppendResult:
 
 
 @dataclass(frozen=True)
+class ForkOrigin:
+    """Where a fork came from (its session_meta ``forked_from``): the source session, the seq of
+    the last source record kept, and the digest of the source's sequence up to there."""
+
+    session_id: str
+    seq: int
+    digest: str
+
+
+@dataclass(frozen=True)
 class StopResult:
     """What Stop wrote: checkpoint and stop record seqs, the digest, the message count."""
 
@@ -258,7 +268,10 @@ class VerifyReport:
 
 @dataclass(frozen=True)
 class SessionSummary:
-    """One listed session: id, agent, creation time, tenant, delegation coordinates, stop facts."""
+    """One listed session: id, agent, creation time, tenant, delegation coordinates, stop facts;
+    ``preview`` (its first user prompt, at most 200 characters), ``updated_at`` (the time of
+    its last record), ``message_count`` (message records), ``cwd``, ``model`` and ``size_bytes``
+    (its file), as reader.proto SessionSummary says."""
 
     session_id: str
     agent_name: str
@@ -267,6 +280,12 @@ class SessionSummary:
     parent_session_id: str
     delegation_id: str
     stop_facts: StopFacts
+    preview: str = ""
+    updated_at: str = ""
+    message_count: int = 0
+    cwd: str = ""
+    model: str = ""
+    size_bytes: int = 0
 
     @classmethod
     def from_proto(cls, summary: reader_pb2.SessionSummary) -> SessionSummary:
@@ -278,6 +297,12 @@ class SessionSummary:
             summary.parent_session_id,
             summary.delegation_id,
             StopFacts.from_proto(summary.stop_facts),
+            summary.preview,
+            summary.updated_at,
+            summary.message_count,
+            summary.cwd,
+            summary.model,
+            summary.size_bytes,
         )
 
 

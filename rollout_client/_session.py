@@ -24,6 +24,7 @@ from rollout_client._errors import (
 from rollout_client._records import Record, append_record, lines_per_record, message_to_dict
 from rollout_client._results import (
     AppendResult,
+    ForkOrigin,
     Replay,
     ReplaySummary,
     ResumeResult,
@@ -71,10 +72,19 @@ class AsyncSession:
     use several sessions, not several tasks on one, for parallel writers.
     """
 
-    def __init__(self, client: AsyncRolloutClient, session_id: str, *, next_seq: int | None = None) -> None:
+    def __init__(
+        self,
+        client: AsyncRolloutClient,
+        session_id: str,
+        *,
+        next_seq: int | None = None,
+        forked_from: ForkOrigin | None = None,
+    ) -> None:
         self.client = client
         self.id = session_id
         self._next_seq = next_seq
+        #: Set on the session :meth:`fork` returns: its source, fork seq and digest.
+        self.forked_from = forked_from
         self._append_lock = asyncio.Lock()
 
     def __repr__(self) -> str:
@@ -187,7 +197,8 @@ class AsyncSession:
         self, *, at_seq: int | None = None, before_user_message: int | None = None
     ) -> AsyncSession:
         """A new session holding this one's records up to ``at_seq`` (inclusive), or everything
-        before the Nth user message (1-based). Not retried after a lost answer (it would fork
+        before the Nth user message (1-based); its ``forked_from`` names this session, the seq
+        of the last record kept and the digest up to there. Not retried after a lost answer (it would fork
         twice). Raises ValueError unless exactly one point is given; FailedPreconditionError for
         a point between a tool call and its output; InvalidArgumentError, NotFoundError, DataLossError."""
         if (at_seq is None) == (before_user_message is None):
@@ -198,7 +209,8 @@ class AsyncSession:
         else:
             request.before_user_message = before_user_message or 0
         response = await self.client.call(self.client.writer_stub.Fork, request, REFUSED_UNWRITTEN)
-        return AsyncSession(self.client, response.session_id, next_seq=response.next_seq)
+        origin = ForkOrigin(self.id, response.forked_at_seq, response.digest)
+        return AsyncSession(self.client, response.session_id, next_seq=response.next_seq, forked_from=origin)
 
     async def stop_facts(self) -> StopFacts:
         """Why and where the session stopped, read from its tail (``found=False``: unknown)."""
