@@ -29,6 +29,7 @@ import argparse
 import contextlib
 import os
 import random
+import sys
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -37,13 +38,16 @@ from typing import Any, BinaryIO
 
 import orjson
 
-from rollout_cli.processes import ServiceProcess
-from rollout_cli.processes import start_service as start_service_process
 from shared.digest import DigestBuilder
 from shared.naming import build_file_name, new_session_id
 from shared.records import RecordType, encode_line, format_timestamp
 
 REPO = Path(__file__).resolve().parent.parent
+# The service-process harness lives in the test suite (tests/processes.py), imported from the checkout.
+sys.path.insert(0, str(REPO))
+from tests.processes import ServiceProcess  # noqa: E402
+from tests.processes import start_service as start_service_process  # noqa: E402
+
 MB = 1_000_000
 _WRITE_BUFFER = 8 * 1024 * 1024
 # A turn pattern repeats every 60 turns (i % 3, i % 2, i % 4, i % 5); sizing samples one cycle.

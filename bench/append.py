@@ -37,7 +37,7 @@ import orjson
 from _support import HelpFormatter
 
 from rollout.v1 import records_pb2, writer_pb2, writer_pb2_grpc
-from rollout_cli.processes import ServiceProcess, start_service
+from tests.processes import ServiceProcess, start_service
 
 REPO = Path(__file__).resolve().parent.parent
 TARGET_RATIO = 0.5

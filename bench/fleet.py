@@ -64,9 +64,9 @@ import grpc
 from _support import HelpFormatter, proc_cpu_seconds, turn_records
 
 from rollout.v1 import records_pb2, writer_pb2, writer_pb2_grpc
-from rollout_cli.processes import ServiceProcess
 from shared.naming import build_file_name, new_session_id
 from shared.records import RecordType, encode_line, format_timestamp
+from tests.processes import ServiceProcess
 
 REPO = Path(__file__).resolve().parent.parent
 TEXT = ("The agent read the file, ran the tests and wrote a short plan for the next step. " * 14)[:950]

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 import grpc
 import grpc.aio
+from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
@@ -41,10 +42,11 @@ from reader_service.memory_view import (
 from reader_service.replay import STREAM_CHUNK_BYTES, verify_findings, verify_session
 from reader_service.replay_cache import ReplayCache
 from reader_service.stop_facts import DEFAULT_TAIL_WINDOW, StopFactsResult, read_stop_facts
+from reader_service.watch import SessionFileChangedError, WatchClosedError, WatchHub
 from rollout.v1 import reader_pb2, reader_pb2_grpc
 from shared.errors import InvalidArgumentError
 from shared.layout import DataRoot
-from shared.status import add_servicer, bind, status_mapping
+from shared.status import add_servicer, bind, rich_status, status_mapping
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +93,7 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
         self.budget = ReadBudget(config.read_budget_bytes)
         self._cheap = ThreadPoolExecutor(config.io_threads, thread_name_prefix="rollout-read")
         self._heavy = ThreadPoolExecutor(config.heavy_threads, thread_name_prefix="rollout-heavy-read")
+        self.watches = WatchHub(self._cheap_run, wire.watch_reply)
 
     async def _cheap_run(self, function: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._cheap, function, *args)
@@ -227,6 +230,27 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
             )
         raise AssertionError("unreachable: status_mapping aborts")
 
+    async def WatchSession(
+        self, request: reader_pb2.WatchSessionRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[bytes]:
+        async with status_mapping(context, "WatchSession"):
+            wire.check_watch_request(request)
+            _, path = self.root.locate(request.session_id)
+            try:
+                async for reply in self.watches.follow(request.session_id, path, request.from_seq):
+                    yield reply
+            except SessionFileChangedError as changed:
+                info = error_details_pb2.ErrorInfo(reason=changed.reason, domain="rollout-ledger")
+                await context.abort_with_status(rich_status(grpc.StatusCode.ABORTED, str(changed), [info]))
+            except WatchClosedError as closed:
+                await context.abort_with_status(
+                    rich_status(
+                        grpc.StatusCode.UNAVAILABLE,
+                        f"{closed}; watch again (from the last seq received + 1)",
+                        [],
+                    )
+                )
+
     def close(self) -> None:
         self._cheap.shutdown(wait=False)
         self._heavy.shutdown(wait=False)
@@ -241,6 +265,7 @@ class RunningReader:
 
     async def stop(self, grace: float = 5.0) -> None:
         await self.health.enter_graceful_shutdown()
+        self.servicer.watches.close()  # endless streams end now, not at the end of the grace
         await self.server.stop(grace)
         self.servicer.close()
 

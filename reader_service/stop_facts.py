@@ -32,7 +32,7 @@ class StopFactsResult:
     """What the tail says; ``tail_bytes_read`` is the cost of finding out (bytes).
 
     ``last_record_ts`` is the ``ts`` of the last complete record (when the session last
-    changed; empty when the tail holds none).
+    changed; empty when the tail holds none); ``next_seq`` the seq after it (0 when none).
     """
 
     found: bool
@@ -44,6 +44,7 @@ class StopFactsResult:
     stop_seq: int = -1
     tail_bytes_read: int = 0
     last_record_ts: str = ""
+    next_seq: int = 0
 
 
 def _int(value: Any) -> int:
@@ -78,6 +79,7 @@ def read_stop_facts(path: Path, tail_window: int = DEFAULT_TAIL_WINDOW) -> StopF
     if not records:
         return StopFactsResult(found=False, tail_bytes_read=total_read)
     last = records[0]
+    next_seq = _int(last.get("seq")) + 1
     last_ts = last.get("ts")
     last_ts = last_ts if isinstance(last_ts, str) else ""
     record_type = last.get("type")
@@ -97,6 +99,7 @@ def read_stop_facts(path: Path, tail_window: int = DEFAULT_TAIL_WINDOW) -> StopF
             stop_seq=_int(last.get("seq")),
             tail_bytes_read=total_read,
             last_record_ts=last_ts,
+            next_seq=next_seq,
         )
     if record_type == RecordType.AGENT_CHECKPOINT:
         checkpoint = _checkpoint_of(last)
@@ -108,8 +111,9 @@ def read_stop_facts(path: Path, tail_window: int = DEFAULT_TAIL_WINDOW) -> StopF
             has_stop_record=False,
             tail_bytes_read=total_read,
             last_record_ts=last_ts,
+            next_seq=next_seq,
         )
-    return StopFactsResult(found=False, tail_bytes_read=total_read, last_record_ts=last_ts)
+    return StopFactsResult(found=False, tail_bytes_read=total_read, last_record_ts=last_ts, next_seq=next_seq)
 
 
 UNKNOWN_ELIGIBILITY = ResumeEligibility(

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from reader_service.delegations import DelegationLink
     from reader_service.listing import ListingPage, SessionListing
     from reader_service.memory_view import MemoryView
+    from reader_service.watch import WatchedLine
 
 DIGEST_STATUS = {
     DigestStatus.VERIFIED: reader_pb2.DIGEST_STATUS_VERIFIED,
@@ -453,6 +454,7 @@ def stop_facts_to_proto(
         has_stop_record=facts.has_stop_record,
         stop_seq=facts.stop_seq,
         tail_bytes_read=facts.tail_bytes_read,
+        next_seq=facts.next_seq,
     )
     if facts.error:
         message.error.message = str(facts.error.get("message", ""))
@@ -505,3 +507,23 @@ def delegation_to_proto(link: DelegationLink) -> reader_pb2.Delegation:
         created_at=link.created_at,
         stop_facts=stop_facts_to_proto(link.child_session_id, link.stop_facts, link.meta),
     )
+
+
+# -- live follow ------------------------------------------------------------------------------
+
+
+def check_watch_request(request: reader_pb2.WatchSessionRequest) -> None:
+    """INVALID_ARGUMENT (InvalidArgumentError) for a negative ``from_seq``."""
+    if request.from_seq < 0:
+        raise InvalidArgumentError("from_seq", f"must be >= 0, got {request.from_seq}")
+
+
+def watch_reply(lines: Iterable[WatchedLine]) -> bytes:
+    """One serialized WatchSessionResponse holding ``lines`` as WatchedRecords (raw line bytes)."""
+    reply: bytes = reader_pb2.WatchSessionResponse(
+        records=[
+            reader_pb2.WatchedRecord(seq=line.seq, type=line.type, ts=line.ts, line=line.line)
+            for line in lines
+        ]
+    ).SerializeToString()
+    return reply

@@ -67,6 +67,7 @@ from rollout_client._results import (
     Checkpoint,
     DegradedEntry,
     Delegation,
+    ForkOrigin,
     Replay,
     ReplaySummary,
     ResumeResult,
@@ -76,6 +77,7 @@ from rollout_client._results import (
     StopResult,
     TooLarge,
     VerifyReport,
+    WatchedRecord,
 )
 from rollout_client._session import AsyncReplayStream, AsyncSession
 from rollout_client._sync import ReplayStream, RolloutClient, Session
@@ -102,6 +104,7 @@ __all__ = [
     "Event",
     "FailedPreconditionError",
     "FieldViolation",
+    "ForkOrigin",
     "InternalError",
     "InvalidArgumentError",
     "NotFoundError",
@@ -128,6 +131,7 @@ __all__ = [
     "UnauthenticatedError",
     "UnavailableError",
     "VerifyReport",
+    "WatchedRecord",
     "assistant",
     "current_delegation",
     "delegation",

@@ -20,27 +20,32 @@ The answers, and what the client does:
       compare-and-swap);
    b. if an earlier attempt may have landed, the writer restarted between that
       attempt and now (it forgets request ids, so the retry was checked against
-      ``expected_next_seq`` instead). Requests are atomic, so:
+      ``expected_next_seq`` instead). Requests are atomic, and every attempt since
+      E was settled carried that same E, so a landed attempt sits exactly at seqs
+      E .. E + k - 1:
 
       * N < E + k: it did not land (N - E lines of someone else, fewer than ours):
         E becomes N and it is sent again;
-      * N == E + k: it landed, at seqs E .. E + k - 1. This is exact when nothing
-        else appended to the session between the lost answer and the retry (the
-        agent model: one writer per session). If another client appended exactly k
-        lines to this session in that window, the two cannot be told apart by seqs,
-        and the reader has no call that returns the records at given seqs to
-        compare them; the records are then taken as landed (lost, never doubled);
-      * N > E + k: more was written than this request holds; whether ours is among
-        it cannot be settled from seqs alone, so :class:`AppendOutcomeUnknownError`
-        is raised (nothing is sent again).
+      * N >= E + k: the records at seqs E .. E + k - 1 are read back from the
+        reader (WatchSession from E) and compared, type and payload, with the
+        lines this request writes: the same, it landed (its seqs are returned,
+        the next seq is N); different, another client wrote them and ours did not
+        land: E becomes N and it is sent again. Only identical records written by
+        another client in that window would be taken for ours.
+      * When the reader cannot answer within the attempt's timeout, seqs alone
+        decide: N == E + k is taken as landed (exact when nothing else appended
+        to the session meanwhile: one writer per session), and N > E + k raises
+        :class:`AppendOutcomeUnknownError` (nothing is sent again).
 
 4. Any other status: raised as its typed error; the request is not retried.
 
 A deadline that runs out after an attempt that may have landed raises
 :class:`AppendOutcomeUnknownError` too: never a second copy, never a silent loss.
 A Session whose next seq is unknown (attached with ``client.session(id)``) learns it
-first by asking for ``expected_next_seq=0``: seq 0 is always the session_meta, so
-the writer refuses without writing and names the actual next seq.
+first from the reader's stop facts (``next_seq``, read from the file's tail), or,
+when the tail holds no record, by asking the writer for ``expected_next_seq=0``:
+seq 0 is always the session_meta, so the writer refuses without writing and names
+the actual next seq.
 """
 
 from __future__ import annotations
@@ -49,12 +54,15 @@ import asyncio
 import random
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 
 from rollout.v1 import writer_pb2
 from rollout_client._errors import AppendOutcomeUnknownError, FailedPreconditionError, RolloutError
+from shared.wire import append_payloads
 
 #: Statuses after which the same request is sent again (backoff, within the deadline).
 RETRYABLE = frozenset(
@@ -82,13 +90,15 @@ def is_retryable(error: RolloutError) -> bool:
 class RetryPolicy:
     """Backoff for retryable statuses: waits ``initial_backoff`` (s), times ``multiplier`` per
     attempt, capped at ``max_backoff`` (s), each with up to ±20 % jitter; gives up ``deadline``
-    seconds after the first attempt. ``attempt_timeout`` (s) bounds each single call."""
+    seconds after the first attempt. ``attempt_timeout`` (s) bounds each single call;
+    ``max_attempts`` (0: no limit) caps the attempts of one call within the deadline."""
 
     deadline: float = 30.0
     initial_backoff: float = 0.05
     max_backoff: float = 2.0
     multiplier: float = 2.0
     attempt_timeout: float = 10.0
+    max_attempts: int = 0
 
     def backoff(self, attempt: int) -> float:
         """Seconds to wait before attempt ``attempt + 1`` (``attempt`` counts from 1)."""
@@ -111,7 +121,10 @@ class Attempts:
         return max(0.01, min(self.policy.attempt_timeout, remaining))
 
     async def wait(self) -> bool:
-        """Sleep the backoff; False (without sleeping) when the deadline would pass."""
+        """Sleep the backoff; False (without sleeping) when the deadline would pass or the
+        attempts are spent."""
+        if self.policy.max_attempts and self.count >= self.policy.max_attempts:
+            return False
         delay = self.policy.backoff(self.count)
         if time.monotonic() - self.started + delay >= self.policy.deadline:
             return False
@@ -176,14 +189,37 @@ class PendingAppend:
             record_count=count,
         )
 
-    def landed_response(self) -> writer_pb2.AppendResponse:
+    def landed_response(self, next_seq: int | None = None) -> writer_pb2.AppendResponse:
         """The answer the lost attempt got: each record's seq (a message's own seq, after its
-        reasoning blocks) and the next seq."""
+        reasoning blocks) and the next seq (``next_seq`` when known, else E + k)."""
         seqs, seq = [], self.expected_next_seq
         for lines in self.lines:
             seq += lines
             seqs.append(seq - 1)
-        return writer_pb2.AppendResponse(session_id=self.session_id, seqs=seqs, next_seq=seq)
+        return writer_pb2.AppendResponse(session_id=self.session_id, seqs=seqs, next_seq=next_seq or seq)
+
+    def needs_comparison(self, actual_next_seq: int) -> bool:
+        """Rule 3b with N >= E + k: whether an earlier attempt may sit at seqs E .. E + k - 1."""
+        return self.maybe_landed and actual_next_seq >= self.expected_next_seq + self.line_count
+
+    def written_lines(self) -> list[tuple[str, dict[str, Any]]]:
+        """(type, payload) of each line this request writes, in file order (as the writer makes them)."""
+        return [
+            (str(kind), payload)
+            for index, record in enumerate(self.records)
+            for kind, payload in append_payloads(record, index)
+        ]
+
+    def settle_by_records(
+        self, stored: Sequence[tuple[str, Any]], actual_next_seq: int
+    ) -> writer_pb2.AppendResponse | None:
+        """Rule 3b by content: ``stored`` is (type, payload) of the records at seqs E .. E + k - 1.
+        This request's lines: it landed (its answer). Others: it did not; E becomes N (None)."""
+        if list(stored) == self.written_lines():
+            return self.landed_response(actual_next_seq)
+        self.expected_next_seq = actual_next_seq
+        self.maybe_landed = False
+        return None
 
     def outcome_unknown(
         self, last: Exception, actual_next_seq: int | None = None

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from rollout.v1 import reader_pb2, records_pb2, writer_pb2
 from rollout_client._records import message_to_dict
 
@@ -149,6 +151,16 @@ class AppendResult:
 
 
 @dataclass(frozen=True)
+class ForkOrigin:
+    """Where a fork came from (its session_meta ``forked_from``): the source session, the seq of
+    the last source record kept, and the digest of the source's sequence up to there."""
+
+    session_id: str
+    seq: int
+    digest: str
+
+
+@dataclass(frozen=True)
 class StopResult:
     """What Stop wrote: checkpoint and stop record seqs, the digest, the message count."""
 
@@ -180,7 +192,9 @@ class ResumeResult:
 class StopFacts:
     """Why and where a session stopped, from the file's tail (SPEC §5 Stop facts).
     ``found=False`` means unknown (running, or killed before any Stop), never "cannot continue".
-    ``replayable`` and ``resume_reason`` are the default-deny resume eligibility."""
+    ``replayable`` and ``resume_reason`` are the default-deny resume eligibility.
+    ``tail_bytes_read``: what the reader read to answer; ``next_seq``: the seq after the last
+    record written (0 when unknown; from ``Session.stop_facts()`` only, not in listings)."""
 
     session_id: str
     found: bool
@@ -192,6 +206,8 @@ class StopFacts:
     stop_seq: int
     replayable: bool
     resume_reason: str
+    tail_bytes_read: int = 0
+    next_seq: int = 0
 
     @classmethod
     def from_proto(cls, facts: reader_pb2.StopFacts) -> StopFacts:
@@ -211,6 +227,8 @@ class StopFacts:
             stop_seq=facts.stop_seq,
             replayable=facts.resume.replayable,
             resume_reason=facts.resume.reason,
+            tail_bytes_read=facts.tail_bytes_read,
+            next_seq=facts.next_seq,
         )
 
 
@@ -250,7 +268,10 @@ class VerifyReport:
 
 @dataclass(frozen=True)
 class SessionSummary:
-    """One listed session: id, agent, creation time, tenant, delegation coordinates, stop facts."""
+    """One listed session: id, agent, creation time, tenant, delegation coordinates, stop facts;
+    ``preview`` (its first user prompt, at most 200 characters), ``updated_at`` (the time of
+    its last record), ``message_count`` (message records), ``cwd``, ``model`` and ``size_bytes``
+    (its file), as reader.proto SessionSummary says."""
 
     session_id: str
     agent_name: str
@@ -259,6 +280,12 @@ class SessionSummary:
     parent_session_id: str
     delegation_id: str
     stop_facts: StopFacts
+    preview: str = ""
+    updated_at: str = ""
+    message_count: int = 0
+    cwd: str = ""
+    model: str = ""
+    size_bytes: int = 0
 
     @classmethod
     def from_proto(cls, summary: reader_pb2.SessionSummary) -> SessionSummary:
@@ -270,6 +297,12 @@ class SessionSummary:
             summary.parent_session_id,
             summary.delegation_id,
             StopFacts.from_proto(summary.stop_facts),
+            summary.preview,
+            summary.updated_at,
+            summary.message_count,
+            summary.cwd,
+            summary.model,
+            summary.size_bytes,
         )
 
 
@@ -316,3 +349,30 @@ class Delegation:
             link.created_at,
             StopFacts.from_proto(link.stop_facts),
         )
+
+
+@dataclass(frozen=True)
+class WatchedRecord:
+    """One record of a followed session (reader.proto WatchSession), as stored: ``seq``,
+    ``type`` (``message``, ``event``, ``stop``, ...), ``ts`` (RFC 3339, UTC) and ``payload``
+    (the record's JSON object, see ``shared/records.py``), with ``line`` the stored JSONL
+    line byte for byte (no ``\\n``). A damaged line (not a record) has seq -1, type "" and
+    payload None, and is delivered in its place rather than skipped."""
+
+    seq: int
+    type: str
+    ts: str
+    payload: dict[str, Any] | None
+    line: bytes
+
+    @classmethod
+    def from_proto(cls, record: reader_pb2.WatchedRecord) -> WatchedRecord:
+        payload = None
+        if record.seq >= 0:
+            try:
+                parsed = orjson.loads(record.line.lstrip(b"\x00"))
+            except orjson.JSONDecodeError:
+                parsed = None
+            if isinstance(parsed, dict) and isinstance(parsed.get("payload"), dict):
+                payload = parsed["payload"]
+        return cls(record.seq, record.type, record.ts, payload, record.line)

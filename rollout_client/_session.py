@@ -24,12 +24,14 @@ from rollout_client._errors import (
 from rollout_client._records import Record, append_record, lines_per_record, message_to_dict
 from rollout_client._results import (
     AppendResult,
+    ForkOrigin,
     Replay,
     ReplaySummary,
     ResumeResult,
     StopFacts,
     StopResult,
     VerifyReport,
+    WatchedRecord,
 )
 from shared.errors import RecordValidationError
 from shared.wire import stop_kind_to_proto
@@ -70,10 +72,19 @@ class AsyncSession:
     use several sessions, not several tasks on one, for parallel writers.
     """
 
-    def __init__(self, client: AsyncRolloutClient, session_id: str, *, next_seq: int | None = None) -> None:
+    def __init__(
+        self,
+        client: AsyncRolloutClient,
+        session_id: str,
+        *,
+        next_seq: int | None = None,
+        forked_from: ForkOrigin | None = None,
+    ) -> None:
         self.client = client
         self.id = session_id
         self._next_seq = next_seq
+        #: Set on the session :meth:`fork` returns: its source, fork seq and digest.
+        self.forked_from = forked_from
         self._append_lock = asyncio.Lock()
 
     def __repr__(self) -> str:
@@ -186,7 +197,8 @@ class AsyncSession:
         self, *, at_seq: int | None = None, before_user_message: int | None = None
     ) -> AsyncSession:
         """A new session holding this one's records up to ``at_seq`` (inclusive), or everything
-        before the Nth user message (1-based). Not retried after a lost answer (it would fork
+        before the Nth user message (1-based); its ``forked_from`` names this session, the seq
+        of the last record kept and the digest up to there. Not retried after a lost answer (it would fork
         twice). Raises ValueError unless exactly one point is given; FailedPreconditionError for
         a point between a tool call and its output; InvalidArgumentError, NotFoundError, DataLossError."""
         if (at_seq is None) == (before_user_message is None):
@@ -197,7 +209,8 @@ class AsyncSession:
         else:
             request.before_user_message = before_user_message or 0
         response = await self.client.call(self.client.writer_stub.Fork, request, REFUSED_UNWRITTEN)
-        return AsyncSession(self.client, response.session_id, next_seq=response.next_seq)
+        origin = ForkOrigin(self.id, response.forked_at_seq, response.digest)
+        return AsyncSession(self.client, response.session_id, next_seq=response.next_seq, forked_from=origin)
 
     async def stop_facts(self) -> StopFacts:
         """Why and where the session stopped, read from its tail (``found=False``: unknown)."""
@@ -212,3 +225,42 @@ class AsyncSession:
             self.client.reader_stub.VerifySession, reader_pb2.VerifyRequest(session_id=self.id)
         )
         return VerifyReport.from_proto(report)
+
+    async def watch(self, from_seq: int = 0) -> AsyncIterator[WatchedRecord]:
+        """``async for record in session.watch():`` the session's records from ``from_seq``
+        (0: from its session_meta), then each new one as it lands, once each and in order; the
+        iteration ends after the stop record of a stopped session (a later resume() needs a new
+        watch from the stop's seq + 1). Leaving the loop early cancels the stream.
+
+        A stream cut by UNAVAILABLE (a reader restart) is opened again from the last seq
+        received + 1, with the client's backoff; the deadline counts from the last record.
+        Raises NotFoundError, InvalidArgumentError (negative from_seq), AbortedError (the
+        session file was replaced or cut: read the session again), UnavailableError once the
+        retries are spent. See reader.proto WatchSession.
+        """
+        async for records in self.watch_batches(from_seq):
+            for record in records:
+                yield record
+
+    async def watch_batches(self, from_seq: int = 0) -> AsyncGenerator[list[WatchedRecord], None]:
+        """The records of :meth:`watch` as the reader sends them: lists of one or more."""
+        attempts = Attempts(self.client.retry)
+        while True:
+            call = self.client.reader_stub.WatchSession(
+                reader_pb2.WatchSessionRequest(session_id=self.id, from_seq=from_seq)
+            )
+            try:
+                async for reply in call:
+                    records = [WatchedRecord.from_proto(record) for record in reply.records]
+                    seqs = [record.seq for record in records if record.seq >= 0]
+                    if seqs:
+                        from_seq = seqs[-1] + 1  # where a reopened stream starts
+                    attempts = Attempts(self.client.retry)
+                    yield records
+                return
+            except grpc.aio.AioRpcError as exc:
+                failure = error_from_rpc(exc)
+                if failure.code is not grpc.StatusCode.UNAVAILABLE or not await attempts.wait():
+                    raise failure from exc
+            finally:
+                call.cancel()

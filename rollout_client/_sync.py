@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from collections.abc import AsyncGenerator, Coroutine, Iterator
+from collections.abc import AsyncGenerator, Coroutine, Generator, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, TypeVar
@@ -23,6 +23,7 @@ from rollout_client._records import Record
 from rollout_client._results import (
     AppendResult,
     Delegation,
+    ForkOrigin,
     Replay,
     ReplaySummary,
     ResumeResult,
@@ -30,6 +31,7 @@ from rollout_client._results import (
     StopFacts,
     StopResult,
     VerifyReport,
+    WatchedRecord,
 )
 from rollout_client._session import AsyncReplayStream, AsyncSession
 
@@ -155,7 +157,7 @@ class RolloutClient:
         stop_state: str = "",
         max_scan: int = 0,
         page_token: str = "",
-    ) -> Iterator[SessionPage]:
+    ) -> Generator[SessionPage, None, None]:
         """See :meth:`AsyncRolloutClient.list_sessions`: pages, one call each, fetched as iterated."""
         pages = self.core.list_sessions(
             page_size=page_size,
@@ -228,6 +230,11 @@ class Session:
     def next_seq(self) -> int | None:
         return self.core.next_seq
 
+    @property
+    def forked_from(self) -> ForkOrigin | None:
+        """See :attr:`AsyncSession.forked_from` (set on a session :meth:`fork` returned)."""
+        return self.core.forked_from
+
     def append(self, *records: Record) -> AppendResult:
         """See :meth:`AsyncSession.append` (exactly once)."""
         return self.client.run(self.core.append(*records))
@@ -262,3 +269,16 @@ class Session:
     def verify(self) -> VerifyReport:
         """See :meth:`AsyncSession.verify`."""
         return self.client.run(self.core.verify())
+
+    def watch(self, from_seq: int = 0) -> Generator[WatchedRecord, None, None]:
+        """See :meth:`AsyncSession.watch`: ``for record in session.watch():`` blocks between
+        records; leaving the loop (or closing the iterator) cancels the stream."""
+        batches = self.core.watch_batches(from_seq)
+        try:
+            while True:
+                try:
+                    yield from self.client.run(_next(batches))
+                except StopAsyncIteration:
+                    return
+        finally:
+            self.client.run(batches.aclose())

@@ -36,9 +36,12 @@ import grpc
 import orjson
 
 from rollout.v1 import records_pb2, writer_pb2, writer_pb2_grpc
-from rollout_cli.processes import ServiceProcess, start_service
 from shared.digest import digest
 from shared.rebuild import DegradedKind, rebuild
+
+# The service-process harness lives in the test suite (tests/processes.py), imported from the checkout.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.processes import ServiceProcess, start_service
 
 REPO = Path(__file__).resolve().parent.parent
 _LISTENING = re.compile(r"listening on (\S+:\d+)")

@@ -17,8 +17,8 @@ import grpc
 import pytest
 
 from rollout.v1 import reader_pb2_grpc, writer_pb2_grpc
-from rollout_cli.processes import ServiceProcess
-from rollout_cli.processes import start_service as start_service_process
+from tests.processes import ServiceProcess
+from tests.processes import start_service as start_service_process
 
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = REPO.parent / "shared" / "corpus"

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from rollout.v1 import records_pb2, writer_pb2
-from rollout_cli.main import relative_time
+from rollout_cli.session_view import relative_time
 from tests.conftest import run_rollout
 
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")

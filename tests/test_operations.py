@@ -142,7 +142,7 @@ def test_serve_runs_the_pair_passes_writer_options_and_stops_cleanly_on_ctrl_c(d
 
 _STOP_WHILE_STARTING = """
 import asyncio, os, signal
-from rollout_cli.main import _serve_until_signal
+from rollout_cli.supervision import serve_until_signal
 
 class Running:
     port = 1
@@ -154,7 +154,7 @@ async def start():
     await asyncio.sleep(0)
     return Running()
 
-asyncio.run(_serve_until_signal(start(), "writer"))
+asyncio.run(serve_until_signal(start(), "writer"))
 """
 
 

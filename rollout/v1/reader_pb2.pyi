@@ -178,7 +178,7 @@ class StopFactsRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ...) -> None: ...
 
 class StopFacts(_message.Message):
-    __slots__ = ("session_id", "found", "stop_kind", "reason", "error", "checkpoint", "has_stop_record", "stop_seq", "tail_bytes_read", "resume")
+    __slots__ = ("session_id", "found", "stop_kind", "reason", "error", "checkpoint", "has_stop_record", "stop_seq", "tail_bytes_read", "resume", "next_seq")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     FOUND_FIELD_NUMBER: _ClassVar[int]
     STOP_KIND_FIELD_NUMBER: _ClassVar[int]
@@ -189,6 +189,7 @@ class StopFacts(_message.Message):
     STOP_SEQ_FIELD_NUMBER: _ClassVar[int]
     TAIL_BYTES_READ_FIELD_NUMBER: _ClassVar[int]
     RESUME_FIELD_NUMBER: _ClassVar[int]
+    NEXT_SEQ_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     found: bool
     stop_kind: str
@@ -199,7 +200,8 @@ class StopFacts(_message.Message):
     stop_seq: int
     tail_bytes_read: int
     resume: ResumeEligibility
-    def __init__(self, session_id: _Optional[str] = ..., found: _Optional[bool] = ..., stop_kind: _Optional[str] = ..., reason: _Optional[str] = ..., error: _Optional[_Union[_records_pb2.StopError, _Mapping]] = ..., checkpoint: _Optional[_Union[_records_pb2.AgentCheckpoint, _Mapping]] = ..., has_stop_record: _Optional[bool] = ..., stop_seq: _Optional[int] = ..., tail_bytes_read: _Optional[int] = ..., resume: _Optional[_Union[ResumeEligibility, _Mapping]] = ...) -> None: ...
+    next_seq: int
+    def __init__(self, session_id: _Optional[str] = ..., found: _Optional[bool] = ..., stop_kind: _Optional[str] = ..., reason: _Optional[str] = ..., error: _Optional[_Union[_records_pb2.StopError, _Mapping]] = ..., checkpoint: _Optional[_Union[_records_pb2.AgentCheckpoint, _Mapping]] = ..., has_stop_record: _Optional[bool] = ..., stop_seq: _Optional[int] = ..., tail_bytes_read: _Optional[int] = ..., resume: _Optional[_Union[ResumeEligibility, _Mapping]] = ..., next_seq: _Optional[int] = ...) -> None: ...
 
 class ResumeEligibility(_message.Message):
     __slots__ = ("replayable", "reason")
@@ -304,3 +306,29 @@ class FindDelegationsResponse(_message.Message):
     DELEGATIONS_FIELD_NUMBER: _ClassVar[int]
     delegations: _containers.RepeatedCompositeFieldContainer[Delegation]
     def __init__(self, delegations: _Optional[_Iterable[_Union[Delegation, _Mapping]]] = ...) -> None: ...
+
+class WatchSessionRequest(_message.Message):
+    __slots__ = ("session_id", "from_seq")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    FROM_SEQ_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    from_seq: int
+    def __init__(self, session_id: _Optional[str] = ..., from_seq: _Optional[int] = ...) -> None: ...
+
+class WatchedRecord(_message.Message):
+    __slots__ = ("seq", "type", "ts", "line")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    TS_FIELD_NUMBER: _ClassVar[int]
+    LINE_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    type: str
+    ts: str
+    line: bytes
+    def __init__(self, seq: _Optional[int] = ..., type: _Optional[str] = ..., ts: _Optional[str] = ..., line: _Optional[bytes] = ...) -> None: ...
+
+class WatchSessionResponse(_message.Message):
+    __slots__ = ("records",)
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    records: _containers.RepeatedCompositeFieldContainer[WatchedRecord]
+    def __init__(self, records: _Optional[_Iterable[_Union[WatchedRecord, _Mapping]]] = ...) -> None: ...

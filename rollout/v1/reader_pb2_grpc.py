@@ -74,6 +74,11 @@ class RolloutReaderStub:
                 request_serializer=rollout_dot_v1_dot_reader__pb2.FindDelegationsRequest.SerializeToString,
                 response_deserializer=rollout_dot_v1_dot_reader__pb2.FindDelegationsResponse.FromString,
                 _registered_method=True)
+        self.WatchSession = channel.unary_stream(
+                '/rollout.v1.RolloutReader/WatchSession',
+                request_serializer=rollout_dot_v1_dot_reader__pb2.WatchSessionRequest.SerializeToString,
+                response_deserializer=rollout_dot_v1_dot_reader__pb2.WatchSessionResponse.FromString,
+                _registered_method=True)
 
 
 class RolloutReaderServicer:
@@ -177,6 +182,38 @@ class RolloutReaderServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WatchSession(self, request, context):
+        """Follow a session live (SPEC §6): the records already written with seq >=
+        from_seq (catch-up), then each new record as it lands, in file order, each
+        once. A record is sent once its line is complete in the file (ends with
+        "\n"): a line still being written is waited for. Lines reach the file
+        when the writer writes them, which may be shortly before the fsync that
+        acknowledges them to their appender. The reader follows the file with
+        inotify (no polling): one watch and one reader of new bytes per session,
+        shared by all of its watchers.
+
+        The stream ends (status OK) after the stop record of a stopped session:
+        at once after catch-up when the session is stopped already, or when a
+        Stop lands. A later Resume re-opens the same file: watch again with
+        from_seq = the stop record's seq + 1 to follow it. A file whose last
+        record is a checkpoint without its stop record does not end the stream.
+
+        INVALID_ARGUMENT: a negative from_seq or a malformed session id.
+        NOT_FOUND: unknown session (looked up as every other reader RPC does).
+        ABORTED: the session file was replaced (another file at its name, or
+        none), or cut below what this stream already sent (the writer rolls back
+        a batch whose write failed): records already received may no longer be
+        in the file. Not retryable as-is: read the session again (replay, or a
+        new watch from seq 0). ErrorInfo reason SESSION_FILE_REPLACED or
+        SESSION_FILE_TRUNCATED.
+        UNAVAILABLE: the reader is shutting down, or the session file cannot be
+        read (ErrorInfo names the errno). Retry with backoff, with from_seq =
+        the last received seq + 1.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RolloutReaderServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -219,6 +256,11 @@ def add_RolloutReaderServicer_to_server(servicer, server):
                     servicer.FindDelegations,
                     request_deserializer=rollout_dot_v1_dot_reader__pb2.FindDelegationsRequest.FromString,
                     response_serializer=rollout_dot_v1_dot_reader__pb2.FindDelegationsResponse.SerializeToString,
+            ),
+            'WatchSession': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchSession,
+                    request_deserializer=rollout_dot_v1_dot_reader__pb2.WatchSessionRequest.FromString,
+                    response_serializer=rollout_dot_v1_dot_reader__pb2.WatchSessionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -437,6 +479,33 @@ class RolloutReader:
             '/rollout.v1.RolloutReader/FindDelegations',
             rollout_dot_v1_dot_reader__pb2.FindDelegationsRequest.SerializeToString,
             rollout_dot_v1_dot_reader__pb2.FindDelegationsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/rollout.v1.RolloutReader/WatchSession',
+            rollout_dot_v1_dot_reader__pb2.WatchSessionRequest.SerializeToString,
+            rollout_dot_v1_dot_reader__pb2.WatchSessionResponse.FromString,
             options,
             channel_credentials,
             insecure,

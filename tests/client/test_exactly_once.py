@@ -8,6 +8,7 @@ the client, exactly the window in which the writer forgets its request ids.
 
 from __future__ import annotations
 
+import asyncio
 import signal
 from collections.abc import Callable, Iterator
 from concurrent import futures
@@ -22,6 +23,7 @@ import pytest
 from rollout.v1 import records_pb2, writer_pb2, writer_pb2_grpc
 from rollout_client import (
     AppendOutcomeUnknownError,
+    AsyncRolloutClient,
     FailedPreconditionError,
     FieldViolation,
     PreconditionViolation,
@@ -172,31 +174,60 @@ def test_a_lost_answer_is_settled_by_the_writers_request_id_memory(proxy, proxie
     assert_each_once(file_records(data_dir, session.id), ["retried twice", "turn"])
 
 
-def test_more_lines_than_the_request_after_a_restart_is_reported_never_rewritten(
-    proxy, proxied, data_dir
-) -> None:
-    """Landed, writer restarted, another client appended: AppendOutcomeUnknownError, nothing sent again."""
-    session = proxied.create_session()
+def _other_client(session_id: str, text: str) -> Callable[[grpc.Channel], None]:
+    """Appends one user message ``text`` to the session through ``channel`` (another writer)."""
 
-    def other_client(channel: grpc.Channel) -> None:
+    def append(channel: grpc.Channel) -> None:
         request = writer_pb2.AppendRequest(
-            session_id=session.id,
-            records=[writer_pb2.AppendRecord(message=records_pb2.ChatMessage(role="user", text="other"))],
+            session_id=session_id,
+            records=[writer_pb2.AppendRecord(message=records_pb2.ChatMessage(role="user", text=text))],
         )
         writer_pb2_grpc.RolloutWriterStub(channel).Append(request)
 
-    proxy.between = other_client
+    return append
+
+
+def test_a_landed_request_is_recognized_by_its_records_after_others_appended(
+    proxy, proxied, data_dir
+) -> None:
+    """Landed, writer restarted, another client appended (N > E + k): the records at E.. are read
+    back and found to be ours: taken as landed, nothing sent again, the next seq is N."""
+    session = proxied.create_session()
+    proxy.between = _other_client(session.id, "other")
     proxy.plans = ["land_then_restart"]
-    with pytest.raises(AppendOutcomeUnknownError) as caught:
-        session.append(user("mine"))
+    result = session.append(user("mine"))
+    assert (result.seqs, result.next_seq) == ((1,), 3)
+    assert_each_once(file_records(data_dir, session.id), ["mine", "other"])
+    proxy.between = None
+    assert session.append(user("next")).seqs == (3,)
+
+
+def test_another_clients_k_lines_during_a_restart_are_not_taken_for_ours(proxy, proxied, data_dir) -> None:
+    """Not landed, writer restarted, another client appended exactly k lines (N == E + k): the
+    records at E.. are someone else's, so the request is sent again and lands once."""
+    session = proxied.create_session()
+    proxy.between = _other_client(session.id, "other")
+    proxy.plans = ["restart_before"]
+    assert session.append(user("mine")).seqs == (2,)
+    assert_each_once(file_records(data_dir, session.id), ["other", "mine"])
+
+
+def test_without_the_reader_more_lines_than_the_request_is_reported_never_rewritten(proxy, data_dir) -> None:
+    """Landed, writer restarted, another client appended, and no reader to compare with:
+    AppendOutcomeUnknownError, nothing sent again."""
+    policy = RetryPolicy(deadline=5.0, initial_backoff=0.02, max_backoff=0.2, attempt_timeout=1.0)
+    with RolloutClient(proxy.address, "127.0.0.1:1", retry=policy) as client:
+        session = client.create_session()
+        proxy.between = _other_client(session.id, "other")
+        proxy.plans = ["land_then_restart"]
+        with pytest.raises(AppendOutcomeUnknownError) as caught:
+            session.append(user("mine"))
     assert (caught.value.expected_next_seq, caught.value.actual_next_seq, caught.value.record_count) == (
         1,
         3,
         1,
     )
     assert_each_once(file_records(data_dir, session.id), ["mine", "other"])
-    proxy.between = None
-    assert session.append(user("next")).seqs == (3,)  # the Session learns the next seq again
 
 
 def test_another_writer_of_the_session_moves_it_on_and_both_appends_are_kept(proxied, data_dir) -> None:
@@ -224,7 +255,7 @@ def test_a_deadline_after_an_attempt_that_may_have_landed_raises_outcome_unknown
 
 
 def test_an_attached_session_learns_its_next_seq_without_writing(client, data_dir) -> None:
-    """client.session(id) asks the writer for the next seq (expected_next_seq=0): nothing is written."""
+    """client.session(id) learns the next seq before its first append: nothing is written."""
     created = client.create_session()
     created.append(user("one"), user("two"))
     attached = client.session(created.id)
@@ -287,3 +318,28 @@ def test_a_record_the_writer_would_refuse_for_its_shape_is_refused_before_sendin
         FieldViolation("records[0].message.reasoning", "only assistant messages carry reasoning"),
     )
     assert session.next_seq == 1
+
+
+def test_an_attached_session_learns_its_next_seq_from_the_reader_without_a_probe(
+    writer_process, reader_process
+) -> None:
+    """A Session attached by id takes its first expected_next_seq from the reader's stop facts:
+    the first Append it sends already carries the actual next seq (no expected_next_seq=0 probe)."""
+
+    async def scenario() -> list[int]:
+        async with AsyncRolloutClient(writer_process.address, reader_process.address) as client:
+            created = await client.create_session()
+            await created.append(user("one"), user("two"))
+            sent: list[int] = []
+            real_append = client.writer_stub.Append
+
+            def recording(request: Any, **kwargs: Any) -> Any:
+                sent.append(request.expected_next_seq)
+                return real_append(request, **kwargs)
+
+            client.writer_stub.Append = recording
+            result = await client.session(created.id).append(user("three"))
+            assert result.seqs == (3,)
+            return sent
+
+    assert asyncio.run(scenario()) == [3]

@@ -169,3 +169,20 @@ def test_stop_facts_rpc_explains_eligibility(writer, reader) -> None:
     assert facts.checkpoint.message_count == 0
     assert not facts.resume.replayable
     assert facts.resume.reason.startswith("failed")
+
+
+def test_stop_facts_name_the_next_seq_from_the_tail(data_dir) -> None:
+    """The seq after the last complete record, open or stopped (a line still being written is not
+    counted); 0 when the tail holds no record."""
+    _, path = write_session(data_dir, [user("a"), user("b")])
+    assert read_stop_facts(path).next_seq == 3
+    with path.open("ab") as handle:
+        handle.write(b'{"v":1,"seq":3,"ts":"x","type":"mess')
+    assert read_stop_facts(path).next_seq == 3
+    _, path = write_session(
+        data_dir, [user("a"), checkpoint("sha256:v1:" + "4" * 64, 1), stop("paused", "p")]
+    )
+    facts = read_stop_facts(path)
+    assert (facts.next_seq, stop_facts_to_proto("x", facts, {}).next_seq) == (4, 4)
+    path.write_bytes(b"\0" * 10)
+    assert read_stop_facts(path).next_seq == 0

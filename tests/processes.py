@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 _LISTENING = re.compile(r"listening on (\S+:\d+)")
-_REPO = Path(__file__).resolve().parent.parent
+_REPO = Path(__file__).resolve().parent.parent  # the repository root (commands run there)
 
 
 @dataclass

@@ -1,0 +1,486 @@
+"""Following sessions live (WatchSession, SPEC §6): catch-up from a seq, then each new record.
+
+A watcher asks for the records of one session from ``from_seq`` on. It first reads
+what is already written (catch-up, ~1 MiB of lines at a time, from the offset a
+bisection over the line prefixes finds), then takes the new lines as they land.
+
+New lines are found without polling: the reader holds one inotify instance, and
+each watched session file has one :class:`SessionTail` shared by all of its
+watchers: one inotify watch, one open descriptor, one reader of the bytes after
+its last offset. On each write it reads only the new complete lines (a last line
+without ``\\n`` is not committed: it is read again once whole), parses each once,
+encodes them once, and hands the same batch to every watcher (fan-out). A watcher
+that falls more than :data:`WATCHER_QUEUE_BYTES` behind drops its queue and reads
+the file itself from where it stands, so a slow client holds no memory for long.
+
+The stream of a stopped session ends after its stop record (the tail is stopped
+when the last complete line is a ``stop`` record and the file ends there). A
+checkpoint without its stop record does not end it: the writer writes both
+together, and a reader may see the first before the second.
+
+The file under a watch may change in two ways the stream cannot follow, both
+ending it with :class:`SessionFileChangedError`: it is replaced (another file at
+its name, or none: inotify reports the move or the dropped link), or it is cut
+below what the tail already read (the writer rolls back a batch whose write
+failed; seen as a smaller size, or a seq that does not follow the last one).
+:meth:`WatchHub.close` ends every stream with :class:`WatchClosedError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import re
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import orjson
+from inotify_simple import INotify, flags
+
+from shared.records import RecordType
+
+log = logging.getLogger(__name__)
+
+#: Bytes of lines one catch-up read (and one message of it) holds, about.
+CHUNK_BYTES = 1024 * 1024
+#: Live bytes a watcher may have queued before it drops them and reads the file itself.
+WATCHER_QUEUE_BYTES = 8 * 1024 * 1024
+#: Below this many bytes left, bisection stops and lines are read in order.
+_SCAN_BYTES = 64 * 1024
+#: The seq of a line in the writer's form, found before any nested object (a bisection hint only).
+_SEQ_PREFIX = re.compile(rb'\{[^{}\[\]]{0,200}?"seq":(\d+)[,}]')
+_WATCH_MASK = flags.MODIFY | flags.ATTRIB | flags.MOVE_SELF | flags.DELETE_SELF
+_REREAD_MASK = flags.ATTRIB | flags.MOVE_SELF | flags.DELETE_SELF | flags.IGNORED
+
+#: Runs a blocking function on an I/O thread (the reader's pool) and awaits its result.
+Runner = Callable[..., Awaitable[Any]]
+#: Encodes lines into one serialized WatchSessionResponse (reader_service.wire.watch_reply).
+Encoder = Callable[[Sequence["WatchedLine"]], bytes]
+
+
+class WatchedLine(NamedTuple):
+    """One complete line of a session file: its seq, type and ts as written, and its bytes
+    without ``\\n``. A line that is not a record (unparseable, NUL bytes) has seq -1 and type ""."""
+
+    seq: int
+    type: str
+    ts: str
+    line: bytes
+
+
+class SessionFileChangedError(Exception):
+    """The watched file was replaced or cut below what was read (``reason`` names which:
+    ``SESSION_FILE_REPLACED`` or ``SESSION_FILE_TRUNCATED``); the stream cannot go on."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class WatchClosedError(Exception):
+    """The reader stops serving watches (it is shutting down)."""
+
+
+def parse_line(raw: bytes) -> WatchedLine:
+    """A line as a :class:`WatchedLine` (NUL bytes before a record are skipped, as tails do)."""
+    try:
+        record = orjson.loads(raw.lstrip(b"\x00"))
+    except orjson.JSONDecodeError:
+        return WatchedLine(-1, "", "", raw)
+    if not isinstance(record, dict):
+        return WatchedLine(-1, "", "", raw)
+    seq, kind, ts = record.get("seq"), record.get("type"), record.get("ts")
+    if type(seq) is not int or not isinstance(kind, str):
+        return WatchedLine(-1, "", "", raw)
+    return WatchedLine(seq, kind, ts if isinstance(ts, str) else "", raw)
+
+
+def read_lines(fd: int, start: int, end: int, max_bytes: int = CHUNK_BYTES) -> tuple[list[WatchedLine], int]:
+    """The complete lines from byte ``start`` up to ``end`` (about ``max_bytes`` of them, more
+    when one line is longer), and the offset after the last one (``start`` when none is complete).
+    Raises OSError when the file cannot be read."""
+    data = os.pread(fd, min(max_bytes, end - start), start)
+    cut = data.rfind(b"\n")
+    while cut < 0 and start + len(data) < end:  # one line longer than max_bytes
+        more = os.pread(fd, min(len(data) or max_bytes, end - start - len(data)), start + len(data))
+        if not more:
+            break
+        searched = len(data)
+        data += more
+        cut = data.find(b"\n", searched)
+    if cut < 0:
+        return [], start
+    return [parse_line(raw) for raw in data[:cut].split(b"\n")], start + cut + 1
+
+
+def start_offset(fd: int, from_seq: int, end: int) -> int:
+    """A line start at or before the first line to send for ``from_seq``: every record before
+    it has a smaller seq. Bisects over the seqs of lines in the writer's form (two small reads
+    a step); lines of another form stop the bisection there (the caller reads on in order)."""
+    low, high = 0, end
+    if from_seq <= 0:
+        return 0
+    while high - low > _SCAN_BYTES:
+        middle = (low + high) // 2
+        window = os.pread(fd, 4096, middle - 1)
+        newline = window.find(b"\n")
+        if newline < 0:
+            break
+        line_start = middle + newline
+        if line_start >= high:
+            break
+        match = _SEQ_PREFIX.match(os.pread(fd, 256, line_start))
+        if match is None:
+            break
+        if int(match.group(1)) < from_seq:
+            low = line_start
+        else:
+            high = line_start
+    return low
+
+
+def committed_state(fd: int) -> tuple[int, int, bool, int]:
+    """(committed end, file size, whether the last complete line is a stop record and nothing
+    follows it, the last record's seq or -1): where a new tail starts. Reads the last line only."""
+    size = os.fstat(fd).st_size
+    window = min(size, 64 * 1024)
+    while True:
+        data = os.pread(fd, window, size - window)
+        cut = data.rfind(b"\n")
+        before = data.rfind(b"\n", 0, cut) if cut >= 0 else -1
+        if before >= 0 or window == size:
+            break
+        window = min(size, window * 4)
+    if cut < 0:
+        return 0, size, False, -1
+    end = size - len(data) + cut + 1
+    last = parse_line(data[before + 1 : cut])
+    return end, size, last.type == RecordType.STOP and end == size, last.seq
+
+
+@dataclass(eq=False)
+class LiveBatch:
+    """New lines a tail read at bytes ``start``..``end``, and their encoded reply (shared)."""
+
+    start: int
+    end: int
+    lines: list[WatchedLine]
+    reply: bytes
+
+
+class _SeqFilter:
+    """Which lines a watcher sends: every line after the last record whose seq is below
+    ``from_seq`` (damaged lines in between are held until a record decides)."""
+
+    def __init__(self, from_seq: int) -> None:
+        self.from_seq = from_seq
+        self.started = from_seq <= 0
+        self.held: list[WatchedLine] = []
+
+    def admit(self, lines: list[WatchedLine]) -> list[WatchedLine]:
+        if self.started:
+            return lines
+        admitted: list[WatchedLine] = []
+        for line in lines:
+            if self.started:
+                admitted.append(line)
+            elif line.seq < 0:
+                self.held.append(line)
+            elif line.seq < self.from_seq:
+                self.held.clear()
+            else:
+                self.started = True
+                admitted += self.held
+                admitted.append(line)
+                self.held.clear()
+        return admitted
+
+
+@dataclass(eq=False)
+class _Watcher:
+    """One WatchSession stream's place in a tail's fan-out: the live batches queued for it."""
+
+    filter: _SeqFilter
+    queue: deque[LiveBatch] = field(default_factory=deque)
+    queued_bytes: int = 0
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def offer(self, batch: LiveBatch) -> None:
+        """Queue a live batch, or drop the whole queue when over :data:`WATCHER_QUEUE_BYTES`
+        (the watcher then reads the file from where it stands)."""
+        self.queue.append(batch)
+        self.queued_bytes += len(batch.reply)
+        if self.queued_bytes > WATCHER_QUEUE_BYTES:
+            self.queue.clear()
+            self.queued_bytes = 0
+        self.wake.set()
+
+    def batch_at(self, position: int) -> LiveBatch | None:
+        """The queued batch starting at ``position`` (batches already covered are dropped)."""
+        while self.queue and self.queue[0].end <= position:
+            self.queued_bytes -= len(self.queue.popleft().reply)
+        if self.queue and self.queue[0].start == position:
+            batch = self.queue.popleft()
+            self.queued_bytes -= len(batch.reply)
+            return batch
+        return None
+
+
+@dataclass(eq=False)
+class SessionTail:
+    """One watched session file: its descriptor, inotify watch and committed offset, shared by
+    its watchers. ``offset``: bytes of complete lines read; ``stopped``: the line ending there
+    is a stop record and the file ends there; ``failure``: why the watches of it must end."""
+
+    session_id: str
+    path: Path
+    fd: int
+    identity: tuple[int, int]
+    wd: int = -1
+    offset: int = 0
+    last_seq: int = -1
+    stopped: bool = False
+    failure: Exception | None = None
+    watchers: set[_Watcher] = field(default_factory=set)
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+    reading: bool = False
+    read_again: bool = False
+    check_identity: bool = False
+    released: bool = False
+
+    def fail(self, error: Exception) -> None:
+        """End every watch of this file with ``error``."""
+        if self.failure is None:
+            self.failure = error
+        for watcher in self.watchers:
+            watcher.wake.set()
+
+    def publish(self, batch: LiveBatch, stopped: bool) -> None:
+        """Advance past ``batch`` and hand it to every watcher."""
+        self.offset = batch.end
+        self.stopped = stopped
+        for line in reversed(batch.lines):
+            if line.seq >= 0:
+                self.last_seq = line.seq
+                break
+        for watcher in self.watchers:
+            watcher.offer(batch)
+
+    def changed(self) -> SessionFileChangedError | None:
+        """Whether the file at the session's path is still the one open here (stat calls)."""
+        try:
+            current = os.stat(self.path)
+        except FileNotFoundError:
+            current = None
+        if current is None or (current.st_dev, current.st_ino) != self.identity:
+            return SessionFileChangedError(
+                "SESSION_FILE_REPLACED",
+                f"the file of session {self.session_id} was replaced or removed while watched;"
+                " records already received may differ from the file now",
+            )
+        return None
+
+
+class WatchHub:
+    """Every live watch of one reader: one inotify instance, one :class:`SessionTail` per
+    watched session. Belongs to the event loop of its first watch.
+
+    ``run`` runs blocking reads on an I/O thread; ``encode`` turns lines into a serialized
+    WatchSessionResponse.
+    """
+
+    def __init__(self, run: Runner, encode: Encoder) -> None:
+        self._run = run
+        self._encode = encode
+        self._inotify: INotify | None = None
+        self._tails: dict[str, SessionTail] = {}
+        self._by_wd: dict[int, SessionTail] = {}
+        self._closed = False
+
+    @property
+    def watched_sessions(self) -> int:
+        """Sessions with at least one watcher (each holds one inotify watch and one descriptor)."""
+        return len(self._tails)
+
+    async def follow(self, session_id: str, path: Path, from_seq: int) -> AsyncIterator[bytes]:
+        """Serialized WatchSessionResponses for ``session_id`` (file ``path``) from ``from_seq``:
+        catch-up, then live, ending after the stop record of a stopped session.
+
+        Raises SessionFileChangedError (replaced or cut), WatchClosedError (the hub closed),
+        FileNotFoundError (the file vanished before the watch began), OSError (unreadable).
+        """
+        tail = await self._tail(session_id, path)
+        watcher = _Watcher(_SeqFilter(from_seq))
+        tail.watchers.add(watcher)
+        try:
+            await tail.ready.wait()
+            position = await self._run(start_offset, tail.fd, from_seq, tail.offset)
+            while True:
+                if tail.failure is not None:
+                    raise tail.failure
+                batch = watcher.batch_at(position)
+                if batch is not None:
+                    position = batch.end
+                    admitted = watcher.filter.admit(batch.lines)
+                    if admitted is batch.lines:
+                        yield batch.reply
+                    elif admitted:
+                        yield self._encode(admitted)
+                    continue
+                if position < tail.offset:
+                    lines, position = await self._run(read_lines, tail.fd, position, tail.offset)
+                    admitted = watcher.filter.admit(lines)
+                    if admitted:
+                        yield self._encode(admitted)
+                    continue
+                if tail.stopped:
+                    return
+                watcher.wake.clear()
+                await watcher.wake.wait()
+        finally:
+            tail.watchers.discard(watcher)
+            if not tail.watchers:
+                self._release(tail)
+
+    async def _tail(self, session_id: str, path: Path) -> SessionTail:
+        """The session's tail, opened (descriptor, inotify watch, committed state) if new."""
+        if self._closed:
+            raise WatchClosedError("the reader is shutting down")
+        tail = self._tails.get(session_id)
+        if tail is not None and tail.failure is None:
+            return tail
+        inotify = self._ensure_inotify()
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        stat = os.fstat(fd)
+        tail = SessionTail(session_id, path, fd, (stat.st_dev, stat.st_ino))
+        try:
+            # Watch after opening, then compare: a file replaced in between is caught here, one
+            # replaced later by the events of the inode watched.
+            tail.wd = inotify.add_watch(path, _WATCH_MASK)
+            replaced = tail.changed()
+            if replaced is not None:
+                raise replaced
+        except BaseException:
+            os.close(fd)
+            if tail.wd >= 0 and tail.wd not in self._by_wd:
+                with contextlib.suppress(OSError):
+                    inotify.rm_watch(tail.wd)
+            raise
+        self._tails[session_id] = tail
+        self._by_wd[tail.wd] = tail
+        asyncio.get_running_loop().create_task(self._start(tail))
+        return tail
+
+    async def _start(self, tail: SessionTail) -> None:
+        try:
+            tail.offset, _, tail.stopped, tail.last_seq = await self._run(committed_state, tail.fd)
+        except Exception as error:
+            tail.fail(error)
+        tail.ready.set()
+        self._read_soon(tail)  # writes between the watch and the state read
+
+    def _ensure_inotify(self) -> INotify:
+        if self._inotify is None:
+            self._inotify = INotify(nonblocking=True)
+            asyncio.get_running_loop().add_reader(self._inotify.fileno(), self._on_events)
+        return self._inotify
+
+    def _on_events(self) -> None:
+        """The inotify descriptor is readable: read the files that changed (on the loop)."""
+        assert self._inotify is not None
+        for event in self._inotify.read(timeout=0):
+            if event.mask & flags.Q_OVERFLOW:  # events were lost: look at every file
+                for every in self._tails.values():
+                    every.check_identity = True
+                    self._read_soon(every)
+                continue
+            tail = self._by_wd.get(event.wd)
+            if tail is None:
+                continue
+            if event.mask & _REREAD_MASK:
+                tail.check_identity = True
+            self._read_soon(tail)
+
+    def _read_soon(self, tail: SessionTail) -> None:
+        """Read the tail's new lines on an I/O thread, one read at a time per tail."""
+        if not tail.ready.is_set() or tail.failure is not None:
+            return
+        if tail.reading:
+            tail.read_again = True
+            return
+        tail.reading = True
+        asyncio.get_running_loop().create_task(self._read(tail))
+
+    async def _read(self, tail: SessionTail) -> None:
+        try:
+            while tail.failure is None and not tail.released:
+                tail.read_again = False
+                if tail.check_identity:
+                    tail.check_identity = False
+                    replaced = await self._run(tail.changed)
+                    if replaced is not None:
+                        tail.fail(replaced)
+                        return
+                size = (await self._run(os.fstat, tail.fd)).st_size
+                if size < tail.offset:
+                    tail.fail(self._truncated(tail, f"is {size} bytes, below the {tail.offset} already read"))
+                    return
+                if size > tail.offset:
+                    lines, end = await self._run(read_lines, tail.fd, tail.offset, size)
+                    if lines:
+                        first = next((line.seq for line in lines if line.seq >= 0), None)
+                        if first is not None and tail.last_seq >= 0 and first <= tail.last_seq:
+                            tail.fail(self._truncated(tail, f"holds seq {first} again after {tail.last_seq}"))
+                            return
+                        stopped = lines[-1].type == RecordType.STOP and end == size
+                        tail.publish(LiveBatch(tail.offset, end, lines, self._encode(lines)), stopped)
+                        if end < size:
+                            continue  # more complete lines than one read holds
+                if not tail.read_again:
+                    return
+        except Exception as error:
+            log.exception("reading new lines of session %s failed", tail.session_id)
+            tail.fail(error)
+        finally:
+            tail.reading = False
+            if tail.released:
+                os.close(tail.fd)
+
+    @staticmethod
+    def _truncated(tail: SessionTail, what: str) -> SessionFileChangedError:
+        return SessionFileChangedError(
+            "SESSION_FILE_TRUNCATED",
+            f"the file of session {tail.session_id} was cut below what this watch read (it {what}):"
+            " the writer rolled back a failed write, or the file was rewritten; records already"
+            " received may no longer be in it",
+        )
+
+    def _release(self, tail: SessionTail) -> None:
+        """Close a tail without watchers: its inotify watch, and its descriptor (at once, or
+        when a read of it in progress ends)."""
+        tail.released = True
+        if self._tails.get(tail.session_id) is tail:
+            del self._tails[tail.session_id]
+        if self._by_wd.get(tail.wd) is tail:
+            del self._by_wd[tail.wd]
+            if self._inotify is not None:
+                with contextlib.suppress(OSError):  # already gone with its file
+                    self._inotify.rm_watch(tail.wd)
+        if not tail.reading:
+            os.close(tail.fd)
+
+    def close(self) -> None:
+        """End every watch (WatchClosedError) and refuse new ones; call on the hub's loop."""
+        self._closed = True
+        for tail in list(self._tails.values()):
+            tail.fail(WatchClosedError("the reader is shutting down"))
+        if self._inotify is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is already closed
+                asyncio.get_running_loop().remove_reader(self._inotify.fileno())
+            self._inotify.close()
+            self._inotify = None

@@ -1,0 +1,232 @@
+"""How the ``rollout`` client commands show what the ledger answers, for people.
+
+Everything here takes :mod:`rollout_client` results (plain dicts and dataclasses, never
+protobuf) and writes lines to stdout: the session table of ``rollout ls``, the messages
+and summary of ``rollout replay``, the facts of ``rollout stop-facts`` and the one-line
+records of ``rollout tail``. Long text is cut to the width asked for, with the full length
+named (``… [1234 chars]``).
+"""
+
+from __future__ import annotations
+
+import shutil
+import textwrap
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+import click
+import orjson
+
+from rollout_client import ReplaySummary, SessionSummary, StopFacts, WatchedRecord
+from shared.records import parse_timestamp
+
+#: Columns assumed when stdout is not a terminal.
+DEFAULT_COLUMNS = 160
+
+
+def shorten(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters (0: whole), naming its full length when cut."""
+    return text if not width or len(text) <= width else text[:width] + f"… [{len(text)} chars]"
+
+
+def relative_time(moment: str, now: datetime) -> str:
+    """How long before ``now`` an RFC 3339 time was, as a session picker says it ("3 min ago")."""
+    try:
+        then = parse_timestamp(moment)
+    except ValueError:
+        return moment or "-"
+    seconds = (now - then).total_seconds()
+    if seconds < 0:
+        return then.strftime("%Y-%m-%d %H:%M")
+    for limit, unit, size in (
+        (60, "s", 1),
+        (3600, "min", 60),
+        (86400, "h", 3600),
+        (30 * 86400, "days", 86400),
+    ):
+        if seconds < limit:
+            count = int(seconds // size)
+            return "just now" if unit == "s" and count < 10 else f"{count} {unit} ago"
+    return then.strftime("%Y-%m-%d")
+
+
+def print_sessions(sessions: Iterable[SessionSummary], now: datetime) -> None:
+    """One row per session, like a session picker: when it last changed, its state and first prompt.
+
+    The session id is never shortened; the preview is cut to what the terminal's width
+    leaves (160 columns when the output is not a terminal).
+    """
+    from rich.console import Console  # here: the other commands start without loading it
+    from rich.table import Table
+
+    header = ("UPDATED", "SESSION", "AGENT", "STATE", "RESUME", "MSGS")
+    rows = []
+    for summary in sessions:
+        facts = summary.stop_facts
+        rows.append(
+            (
+                relative_time(summary.updated_at or summary.created_at, now),
+                summary.session_id,
+                summary.agent_name or "-",
+                (facts.stop_kind or "legacy") if facts.found else "unknown",
+                "yes" if facts.replayable else "no",
+                str(summary.message_count),
+                summary.preview or "-",
+            )
+        )
+    width = shutil.get_terminal_size((DEFAULT_COLUMNS, 24)).columns
+    used = sum(max(len(row[column]) for row in [header, *rows]) + 2 for column in range(len(header)))
+    table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
+    for name in header:
+        table.add_column(name, no_wrap=True, justify="right" if name == "MSGS" else "left")
+    table.add_column("PREVIEW", no_wrap=True, overflow="ellipsis", max_width=max(width - used, 12))
+    for row in rows:
+        table.add_row(*row)
+    Console(width=max(width, used + 12), highlight=False, soft_wrap=False).print(table)
+
+
+def message_text(message: Mapping[str, Any]) -> str:
+    """The text of a message dict: its string content, or its parts' texts one per line (a
+    part without text as ``[its type]``)."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    texts = []
+    for part in content:
+        fields = part if isinstance(part, dict) else {}
+        if "text" in fields:
+            texts.append(fields["text"] if isinstance(fields["text"], str) else "")
+        else:
+            kind = fields.get("type")
+            texts.append(f"[{kind if isinstance(kind, str) else ''}]")
+    return "\n".join(texts)
+
+
+def _reasoning_blocks(message: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    reasoning = message.get("reasoning")
+    if isinstance(reasoning, list):
+        return [block for block in reasoning if isinstance(block, Mapping)]
+    return [reasoning] if isinstance(reasoning, Mapping) else []
+
+
+def print_message(index: int, message: Mapping[str, Any], width: int) -> None:
+    """One replayed message: ``[index] role`` (what it answers, whether synthetic), then its
+    reasoning blocks, text and tool calls, indented, each cut to ``width`` characters."""
+    head = f"[{index}] {message.get('role', '')}"
+    if "tool_call_id" in message:
+        head += f" (answers {message['tool_call_id']})"
+    if message.get("synthetic"):
+        head += " (synthetic)"
+    click.echo(click.style(head, bold=True))
+    blocks = _reasoning_blocks(message)
+    for number, block in enumerate(blocks, 1):
+        label = "reasoning" if len(blocks) == 1 else f"reasoning {number}/{len(blocks)}"
+        click.echo(textwrap.indent(f"{label}: {shorten(str(block.get('content', '')), width)}", "  "))
+    text = message_text(message)
+    if text:
+        click.echo(textwrap.indent(shorten(text, width), "  "))
+    for call in message.get("tool_calls") or ():
+        function = call.get("function") or {}
+        arguments = shorten(str(function.get("arguments", "")), width)
+        click.echo(f"  call {call.get('id', '')}: {function.get('name', '')}({arguments})")
+
+
+def print_replay_summary(summary: ReplaySummary) -> None:
+    """The lines after a replay's messages: counts, checkpoint status, degraded entries, budget."""
+    click.echo(
+        f"-- {summary.message_count} messages, ~{summary.estimated_tokens} tokens,"
+        f" superseded outputs {summary.superseded_outputs},"
+        f" checkpoint {summary.digest_status or 'unspecified'}"
+    )
+    for entry in summary.degraded:
+        click.echo(f"-- degraded {entry.kind} (line {entry.line}, byte {entry.offset}): {entry.detail}")
+    if summary.too_large is not None:
+        click.echo(
+            f"-- REPLAY_TOO_LARGE: ~{summary.too_large.estimated_tokens} tokens over the budget of"
+            f" {summary.too_large.token_budget}"
+        )
+
+
+def print_stop_facts(session_id: str, facts: StopFacts) -> None:
+    """Why and where a session stopped and whether it may be continued, one fact per line."""
+    if not facts.found:
+        click.echo(f"{session_id}: unknown (no stop facts in the tail: running, or killed before any Stop)")
+        return
+    click.echo(f"session:     {session_id}")
+    click.echo(f"stop kind:   {facts.stop_kind or '(none: legacy stop record)'}")
+    click.echo(f"reason:      {facts.reason}")
+    if facts.error is not None:
+        click.echo(f"error:       {facts.error['category']}: {facts.error['message']}")
+    if facts.checkpoint is not None:
+        checkpoint = facts.checkpoint
+        click.echo(
+            f"checkpoint:  seq {checkpoint.seq}, {checkpoint.message_count} messages, covers seq"
+            f" ≤ {checkpoint.covers_seq}"
+        )
+        click.echo(f"digest:      {checkpoint.digest}")
+    if not facts.has_stop_record:
+        click.echo("stop record: missing (killed between checkpoint and stop): still a stopped session")
+    verdict = "may be continued exactly" if facts.replayable else "may not be continued as-is"
+    click.echo(f"resume:      {verdict}: {facts.resume_reason}")
+    click.echo(f"tail read:   {facts.tail_bytes_read} bytes")
+
+
+def _compact(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+def _record_summary(record: WatchedRecord) -> str:
+    """What one record says, in a few words (its payload's main fields)."""
+    payload = record.payload or {}
+    match record.type:
+        case "message":
+            words = [message_text(payload).replace("\n", " ")]
+            if "tool_call_id" in payload:
+                words.insert(0, f"(answers {payload['tool_call_id']})")
+            for call in payload.get("tool_calls") or ():
+                function = call.get("function") or {}
+                words.append(f"→ {function.get('name', '')}({function.get('arguments', '')})")
+            return " ".join(word for word in words if word)
+        case "reasoning":
+            return str(payload.get("content", ""))
+        case "event":
+            body = payload.get("body")
+            return f"{payload.get('kind', '')} {_compact(body)}" if body else str(payload.get("kind", ""))
+        case "stop":
+            return f"{payload.get('stop_kind', '')}: {payload.get('reason', '')}"
+        case "agent_checkpoint":
+            return f"{payload.get('message_count', '')} messages, {payload.get('digest', '')}"
+        case "compacted":
+            return str(payload.get("summary", ""))
+        case "session_meta":
+            keys = ("agent_name", "parent_session_id", "delegation_id", "model", "cwd")
+            return " ".join(f"{key}={payload[key]}" for key in keys if payload.get(key))
+        case _:
+            return _compact(payload)
+
+
+def record_line(record: WatchedRecord, width: int) -> str:
+    """One record of ``rollout tail`` as one line, at most ``width`` characters:
+    ``[seq] HH:MM:SS.mmm type/role summary`` (a damaged line as ``[?] damaged line: ...``)."""
+    if record.seq < 0 or record.payload is None:
+        text = record.line.decode("utf-8", "replace")
+        return _fit(f"[?] damaged line: {text}", width)
+    clock = record.ts[11:23] if len(record.ts) >= 23 else record.ts
+    label = str(record.payload.get("role", "message")) if record.type == "message" else record.type
+    head = f"[{record.seq}] {clock} "
+    line = _fit(f"{head}{label} {_record_summary(record)}".rstrip(), width)
+    styled = click.style(label, bold=True)
+    return line.replace(f"{head}{label}", f"{head}{styled}", 1) if line.startswith(f"{head}{label}") else line
+
+
+def _fit(text: str, width: int) -> str:
+    text = text.replace("\n", " ")
+    return text if len(text) <= width else text[: max(width - 1, 1)] + "…"
+
+
+def terminal_width() -> int:
+    """The terminal's columns (160 when stdout is not a terminal)."""
+    return shutil.get_terminal_size((DEFAULT_COLUMNS, 24)).columns

@@ -1,0 +1,342 @@
+"""Serving the pair: ``rollout serve`` (writer and reader as two supervised processes),
+``rollout serve-writer`` and ``rollout serve-reader``, and their signal handling.
+
+* A service runs until SIGINT or SIGTERM, then drains (:func:`serve_until_signal`); the
+  handlers go in before it starts, and further stop signals are ignored once it stopped.
+* ``rollout serve`` launches both services (``python -m rollout_cli.main serve-<kind>``),
+  forwards a stop to them as SIGTERM, and stops the other when one exits on its own (half
+  a pair never keeps running). Each launched service ignores SIGINT until it installs its
+  handlers and gets SIGTERM from the kernel when ``serve`` dies, even by SIGKILL
+  (``prctl(PR_SET_PDEATHSIG)``, Linux).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from shared.records import DEFAULT_MAX_RECORD_BYTES
+from shared.status import BindError
+from writer_service.committer import CommitConfig, Durability, RoundSync, SyncCall
+from writer_service.refusal_pacing import DEFAULT_RATE as DEFAULT_UNKNOWN_ID_RATE
+
+log = logging.getLogger(__name__)
+
+DEFAULT_DATA_DIR = "rollout-data"
+DEFAULT_WRITER = "127.0.0.1:50051"
+DEFAULT_READER = "127.0.0.1:50052"
+
+data_dir_option = click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=lambda: os.environ.get("ROLLOUT_DATA_DIR", DEFAULT_DATA_DIR),
+    show_default=DEFAULT_DATA_DIR,
+    help="Data root holding the session files (env ROLLOUT_DATA_DIR).",
+)
+
+# Writer options that `serve` also takes and hands to its writer: declared once for both.
+durability_option = click.option(
+    "--durability",
+    type=click.Choice([d.value for d in Durability]),
+    default="fsync",
+    show_default=True,
+    help="fsync: an ack survives power loss; unsafe_no_fsync: process crash only.",
+)
+sync_call_option = click.option(
+    "--sync-call",
+    type=click.Choice([c.value for c in SyncCall]),
+    default="pwritev2",
+    show_default=True,
+    help="fsync mode only: pwritev2 = one pwritev2(RWF_DSYNC) call per batch (write + fdatasync"
+    " where refused); fdatasync = always write then fdatasync. Same promise either way.",
+)
+round_sync_option = click.option(
+    "--round-sync",
+    type=click.Choice([r.value for r in RoundSync]),
+    default="syncfs",
+    show_default=True,
+    help="fsync mode only: how a durability round of several sessions is synced. syncfs = one"
+    " syncfs() of the data root's file system (also flushes other files on it: best on a volume of"
+    " its own); per_file = each session file by its own call, in turn. Same promise either way.",
+)
+metrics_port_option = click.option(
+    "--metrics-port", type=int, default=None, help="Serve Prometheus metrics on 127.0.0.1:PORT/metrics."
+)
+
+
+#: The signals that stop a service or the pair: SIGINT (Ctrl-C) and SIGTERM.
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _ignore_stop_signals() -> None:
+    """Once everything has stopped: a further stop request has nothing left to stop, and must
+    not kill the process (or raise KeyboardInterrupt) while the interpreter shuts down, which
+    first resets the handlers it installed."""
+    for sig in _STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+
+
+async def serve_until_signal(start: Any, label: str) -> None:
+    """Await ``start`` (a coroutine giving a running service), announce it, serve until SIGINT/SIGTERM.
+
+    The signal handlers go in before the service starts: a stop request that arrives while it
+    starts, or just after it says it listens, drains it like any other instead of killing it
+    with the default SIGTERM action (exit status -15 and an unclean ``rollout serve``). Once the
+    service has stopped, further SIGINT/SIGTERM are ignored: there is nothing left to drain, and
+    a repeated Ctrl-C must not raise KeyboardInterrupt while the process shuts down.
+    """
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in _STOP_SIGNALS:
+        loop.add_signal_handler(sig, stop.set)
+    running = await start
+    host = "127.0.0.1"
+    click.echo(f"rollout {label} listening on {host}:{running.port}", err=False)
+    sys.stdout.flush()
+    await stop.wait()
+    log.info("%s: stopping (draining queued work)", label)
+    await running.stop()
+    for sig in _STOP_SIGNALS:
+        loop.remove_signal_handler(sig)
+    _ignore_stop_signals()
+
+
+@click.command("serve-writer")
+@data_dir_option
+@click.option("--address", default=DEFAULT_WRITER, show_default=True, help="host:port to bind (port 0: any).")
+@durability_option
+@sync_call_option
+@round_sync_option
+@click.option("--batch-max-records", default=32, show_default=True, help="Records per group-commit batch.")
+@click.option(
+    "--batch-max-wait-ms",
+    default=20.0,
+    show_default=True,
+    help="Upper bound on --linger-ms (ms).",
+)
+@click.option(
+    "--linger-ms",
+    type=click.FloatRange(0),
+    default=0.0,
+    show_default=True,
+    help="How long a partly filled batch waits for company before its sync (ms); 0: the previous"
+    " sync is the only wait.",
+)
+@metrics_port_option
+@click.option(
+    "--max-record-bytes",
+    type=click.IntRange(1024, 1024 * 1024 * 1024),
+    default=DEFAULT_MAX_RECORD_BYTES,
+    show_default=True,
+    help="Largest stored line (bytes); larger records are refused, never truncated. Clients replaying"
+    " such records need a gRPC receive limit above it.",
+)
+@click.option(
+    "--unknown-id-rate",
+    type=click.FloatRange(0),
+    default=DEFAULT_UNKNOWN_ID_RATE,
+    show_default=True,
+    help="Appends to unknown session ids answered per second per connection once a burst of 200 is"
+    " spent (later ones are answered late, never dropped); 0: no pacing.",
+)
+def serve_writer(
+    data_dir: Path,
+    address: str,
+    durability: str,
+    sync_call: str,
+    round_sync: str,
+    batch_max_records: int,
+    batch_max_wait_ms: float,
+    linger_ms: float,
+    metrics_port: int | None,
+    max_record_bytes: int,
+    unknown_id_rate: float,
+) -> None:
+    """Run the writer service alone (one per data root)."""
+    from prometheus_client import start_http_server
+
+    from writer_service.server import DataRootLockedError, start_writer
+    from writer_service.sessions import WriterConfig
+
+    if metrics_port is not None:
+        try:
+            start_http_server(metrics_port, addr="127.0.0.1")
+        except OSError as exc:
+            raise click.ClickException(
+                f"cannot serve metrics on 127.0.0.1:{metrics_port} ({exc.strerror}); is the port in use?"
+            ) from exc
+    if sync_call != SyncCall.PWRITEV2 and durability == Durability.UNSAFE_NO_FSYNC:
+        click.echo(
+            "note: --sync-call has no effect with --durability unsafe_no_fsync (nothing is synced)", err=True
+        )
+
+    config = WriterConfig(
+        data_dir=data_dir,
+        commit=CommitConfig(
+            batch_max_records,
+            batch_max_wait_ms,
+            linger_ms=linger_ms,
+            durability=Durability(durability),
+            sync_call=SyncCall(sync_call),
+            round_sync=RoundSync(round_sync),
+        ),
+        max_record_bytes=max_record_bytes,
+        unknown_id_rate=unknown_id_rate,
+    )
+    try:
+        asyncio.run(serve_until_signal(start_writer(config, address), "writer"))
+    except (DataRootLockedError, BindError) as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+@click.command("serve-reader")
+@data_dir_option
+@click.option("--address", default=DEFAULT_READER, show_default=True, help="host:port to bind (port 0: any).")
+@click.option(
+    "--max-reply-bytes",
+    type=click.IntRange(1024),
+    default=256 * 1024 * 1024,
+    show_default=True,
+    help="Largest unary reply; a GetReplay or GetMemoryView of a larger session is refused"
+    " (RESOURCE_EXHAUSTED) before it is read: stream it.",
+)
+@click.option(
+    "--replay-cache-mb",
+    type=click.IntRange(0),
+    default=256,
+    show_default=True,
+    help="Memory for rendered replays of recently read sessions (MiB; 0: none).",
+)
+@click.option(
+    "--read-budget-mb",
+    type=click.IntRange(1),
+    default=512,
+    show_default=True,
+    help="Memory heavy reads in flight may hold together (MiB); more wait their turn.",
+)
+def serve_reader(
+    data_dir: Path, address: str, max_reply_bytes: int, replay_cache_mb: int, read_budget_mb: int
+) -> None:
+    """Run a reader service (any number may serve one data root)."""
+    from reader_service.server import ReaderConfig, start_reader
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    config = ReaderConfig(
+        data_dir=data_dir,
+        max_reply_bytes=max_reply_bytes,
+        replay_cache_bytes=replay_cache_mb * 1024 * 1024,
+        read_budget_bytes=read_budget_mb * 1024 * 1024,
+    )
+    try:
+        asyncio.run(serve_until_signal(start_reader(config, address), "reader"))
+    except BindError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+_PR_SET_PDEATHSIG = 1  # prctl(2) option: the signal this process gets when its parent dies
+
+
+def _service_preparation(serve_pid: int) -> Callable[[], None]:
+    """What each service `serve` launches runs after fork, before exec (Linux).
+
+    - SIGINT is ignored until the service installs its own handlers: a terminal's Ctrl-C
+      reaches the whole process group and would otherwise end a loading service with a
+      KeyboardInterrupt traceback; `serve` forwards the stop as SIGTERM instead.
+    - The kernel sends the service SIGTERM when `serve` dies, even by SIGKILL: the service
+      drains and exits instead of living on unsupervised (a writer would keep the data root
+      locked against the next `serve`). A `serve` that died before the request took effect is
+      caught by comparing the parent id.
+
+    libc is loaded here, in `serve` (single-threaded), never in the forked child.
+    """
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+    def prepare() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != serve_pid:
+            os._exit(1)
+
+    return prepare
+
+
+@click.command()
+@data_dir_option
+@click.option(
+    "--writer-address", default=DEFAULT_WRITER, show_default=True, help="host:port the writer binds."
+)
+@click.option(
+    "--reader-address", default=DEFAULT_READER, show_default=True, help="host:port the reader binds."
+)
+@durability_option
+@sync_call_option
+@round_sync_option
+@metrics_port_option
+def serve(
+    data_dir: Path,
+    writer_address: str,
+    reader_address: str,
+    durability: str,
+    sync_call: str,
+    round_sync: str,
+    metrics_port: int | None,
+) -> None:
+    """Run the writer and a reader as two processes on a local data root; Ctrl-C stops both."""
+    base = [sys.executable, "-m", "rollout_cli.main"]
+    writer_options = ["--durability", durability, "--sync-call", sync_call, "--round-sync", round_sync]
+    if metrics_port is not None:
+        writer_options += ["--metrics-port", str(metrics_port)]
+    launches = [
+        [*base, "serve-writer", "--data-dir", str(data_dir), "--address", writer_address, *writer_options],
+        [*base, "serve-reader", "--data-dir", str(data_dir), "--address", reader_address],
+    ]
+    children: list[subprocess.Popen[bytes]] = []
+    stopping = False
+
+    def stop_all(_signum: int = 0, _frame: Any = None) -> None:
+        nonlocal stopping
+        stopping = True
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signal.SIGTERM)
+
+    prepare_service = _service_preparation(os.getpid())
+    # Handlers before the launch: a Ctrl-C at any moment stops whatever already runs, and never
+    # leaves a service behind a `serve` that died of KeyboardInterrupt.
+    for sig in _STOP_SIGNALS:
+        signal.signal(sig, stop_all)
+    click.echo(f"data root: {data_dir.resolve()}")
+    for argv in launches:
+        if not stopping:
+            children.append(subprocess.Popen(argv, preexec_fn=prepare_service))
+    if stopping:
+        stop_all()  # a child launched while the request arrived has not been told yet
+    # If either service exits on its own (a locked data root, a port in use), stop the other:
+    # half a pair must not keep running.
+    while not stopping and all(child.poll() is None for child in children):
+        time.sleep(0.2)
+    stop_requested = stopping
+    if not stop_requested:
+        click.echo("a service exited on its own; stopping the other", err=True)
+        stop_all()
+    codes = [child.wait() for child in children]
+    _ignore_stop_signals()
+    # A service our SIGTERM reached before it could install its handlers (a stop while it starts)
+    # dies of it (-15); it had not served anything yet, so that is a clean stop too. (SIGINT
+    # cannot end one: it is ignored until the handlers are in.) A service that ended unasked,
+    # even cleanly (someone sent it SIGTERM), ends the pair as a failure, so a supervisor
+    # restarts it.
+    clean_codes = {0, -signal.SIGTERM}
+    if not stop_requested or any(code not in clean_codes for code in codes):
+        raise SystemExit(1)

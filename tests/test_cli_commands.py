@@ -1,0 +1,131 @@
+"""The ``rollout`` client commands as people read them: replay, stop-facts, stop, resume, fork,
+verify; their exact lines, exit statuses and one-line errors."""
+
+from __future__ import annotations
+
+from rollout.v1 import reader_pb2, records_pb2, writer_pb2
+from tests.conftest import run_rollout
+
+UNKNOWN_ID = "0197a5e2-3c4d-7e8f-9a0b-1c2d3e4f5a6b"
+
+
+def _session_with_a_call(writer) -> str:
+    """A root session: a user message, then an assistant message with reasoning and a tool call."""
+    session_id = writer.CreateSession(
+        writer_pb2.CreateSessionRequest(agent_name="coder", role=writer_pb2.SESSION_ROLE_ROOT)
+    ).session_id
+    call = records_pb2.ToolCall(
+        id="call_1", type="function", function=records_pb2.FunctionCall(name="grep", arguments='{"q": "x"}')
+    )
+    messages = [
+        records_pb2.ChatMessage(role="user", text="Fix the test"),
+        records_pb2.ChatMessage(
+            role="assistant",
+            text="Looking",
+            reasoning=records_pb2.Reasoning(content="read it first"),
+            tool_calls=[call],
+        ),
+    ]
+    writer.Append(
+        writer_pb2.AppendRequest(
+            session_id=session_id, records=[writer_pb2.AppendRecord(message=m) for m in messages]
+        )
+    )
+    return session_id
+
+
+def _run(*args: str, code: int = 0) -> list[str]:
+    result = run_rollout(*args)
+    assert result.returncode == code, (result.stdout, result.stderr)
+    return result.stdout.splitlines() if code == 0 else result.stderr.splitlines()
+
+
+def test_replay_and_stop_facts_print_the_session_as_stored(writer, reader, reader_process) -> None:
+    """`rollout replay` prints each message (reasoning, text, calls) and the summary lines;
+    `rollout stop-facts` says unknown for an open session and every fact for a stopped one."""
+    session_id = _session_with_a_call(writer)
+    at = ("--reader", reader_process.address)
+    tokens = reader.GetReplay(reader_pb2.ReplayRequest(session_id=session_id)).estimated_tokens
+    assert _run("replay", session_id, *at) == [
+        "[0] user",
+        "  Fix the test",
+        "[1] assistant",
+        "  reasoning: read it first",
+        "  Looking",
+        '  call call_1: grep({"q": "x"})',
+        f"-- 2 messages, ~{tokens} tokens, superseded outputs 0, checkpoint no_checkpoint",
+        "-- degraded unanswered_tool_call (line 4, byte 461): tool call 'call_1' has no output",
+        "-- degraded no_checkpoint (line 0, byte 0): no agent_checkpoint: nothing to verify against",
+    ]
+    assert _run("replay", session_id, "--width", "4", *at)[1:3] == [
+        "  Fix … [12 chars]",
+        "[1] assistant",
+    ]
+    assert _run("stop-facts", session_id, *at) == [
+        f"{session_id}: unknown (no stop facts in the tail: running, or killed before any Stop)"
+    ]
+    stop = writer.Stop(
+        writer_pb2.StopRequest(session_id=session_id, stop_kind=records_pb2.STOP_KIND_PAUSED, reason="lunch")
+    )
+    facts = reader.GetStopFacts(reader_pb2.StopFactsRequest(session_id=session_id))
+    assert _run("stop-facts", session_id.upper(), *at) == [
+        f"session:     {session_id}",
+        "stop kind:   paused",
+        "reason:      lunch",
+        "checkpoint:  seq 4, 2 messages, covers seq ≤ 3",
+        f"digest:      {stop.digest}",
+        "resume:      may be continued exactly: paused: the run may continue exactly where it stopped",
+        f"tail read:   {facts.tail_bytes_read} bytes",
+    ]
+    assert _run("replay", session_id, "--token-budget", "1", *at)[-3:] == [
+        f"-- 2 messages, ~{tokens} tokens, superseded outputs 0, checkpoint verified",
+        "-- degraded unanswered_tool_call (line 4, byte 461): tool call 'call_1' has no output",
+        f"-- REPLAY_TOO_LARGE: ~{tokens} tokens over the budget of 1",
+    ]
+
+
+def test_stop_resume_fork_and_verify_say_what_they_did(writer, writer_process, reader_process) -> None:
+    """stop, resume, fork and verify print one summary each; a refused resume and an unknown
+    session exit 1 with the status and the service's sentence on stderr."""
+    session_id = _session_with_a_call(writer)
+    to_writer = ("--writer", writer_process.address)
+    stopped = _run("stop", session_id, *to_writer)
+    (line,) = stopped
+    digest = line.rsplit(" ", 1)[1]
+    assert line == f"{session_id}: stopped (paused) at seq 5; checkpoint of 2 messages, {digest}"
+    assert digest.startswith("sha256:v1:")
+    assert _run("resume", session_id, *to_writer) == [
+        f"{session_id}: resumed (was paused); calls closed with a synthetic output: call_1; next seq 8"
+    ]
+    (forked,) = _run("fork", session_id, "--at-seq", "1", *to_writer)
+    words = forked.split()
+    assert words[:6] == ["forked", session_id, "at", "seq", "1", "into"]
+    assert words[6] != session_id
+    assert words[7].startswith("(sha256:v1:")
+    assert words[7].endswith(")")
+    assert _run("verify", session_id, "--reader", reader_process.address) == [
+        f"{session_id}: OK",
+        "  - 8 records, seqs 0..7, 1441 committed bytes, 3 messages in the rebuilt sequence",
+        f"  - last checkpoint (seq 4) verifies: {digest}",
+    ]
+    assert _run("verify", UNKNOWN_ID, "--reader", reader_process.address, code=1) == [
+        f"Error: NOT_FOUND: session '{UNKNOWN_ID}' not found"
+    ]
+    _run("stop", session_id, "--kind", "completed", "--reason", "done", *to_writer)
+    assert _run("resume", session_id, *to_writer, code=1) == [
+        "Error: FAILED_PRECONDITION: cannot resume: completed: the task finished; start a new session"
+        " or fork; set force (rollout resume --force) to re-open it anyway"
+    ]
+    assert _run("fork", session_id, *to_writer, code=2)[-1] == (
+        "Error: give exactly one of --at-seq and --before-user"
+    )
+
+
+def test_client_commands_name_the_service_they_cannot_reach() -> None:
+    """A writer command pointed at nothing says so and how to point it, without a traceback."""
+    result = run_rollout("stop", UNKNOWN_ID, "--writer", "127.0.0.1:1")
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        "Error: cannot reach the writer at 127.0.0.1:1. Is it running (bash deploy/local/serve.sh)?"
+        " Point --writer / ROLLOUT_WRITER at it."
+    ]
