@@ -364,6 +364,9 @@ class _RecordingContext:
     def set_details(self, details: str) -> None:
         self.details = details
 
+    def peer(self) -> str:
+        return "ipv4:127.0.0.1:40000"
+
     async def abort_with_status(self, status: object) -> None:
         raise AssertionError("an unknown id was refused through the abort path")
 
