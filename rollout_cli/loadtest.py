@@ -25,11 +25,13 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import grpc
 
 from rollout.v1 import records_pb2, writer_pb2, writer_pb2_grpc
+from rollout_client import blocking_channel
 
 TENANT = "loadtest"
 _TEXT = (
@@ -49,6 +51,9 @@ class LoadtestConfig:
     think_ms: float = 0.0
     delegate_every: int = 4
     seed: int = 1
+    #: Bearer token and TLS CA file (rollout_client.blocking_channel); None: plaintext, no token.
+    token: str | None = None
+    tls_ca: Path | None = None
 
 
 @dataclass
@@ -227,7 +232,7 @@ def run_loadtest(
     report = LoadtestReport()
     lock = threading.Lock()
     stop = threading.Event()
-    with grpc.insecure_channel(config.writer) as channel:
+    with blocking_channel(config.writer, token=config.token, tls_ca=config.tls_ca) as channel:
         stub = writer_pb2_grpc.RolloutWriterStub(channel)
         agents = [_Agent(number, stub, config, report, lock) for number in range(config.sessions)]
         threads = [threading.Thread(target=agent.run, args=(stop,), daemon=True) for agent in agents]

@@ -12,11 +12,16 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from rollout_cli.loadtest import LoadtestConfig, LoadtestReport, run_loadtest
+from rollout_client import blocking_channel
 
 
 def _check_reachable(config: LoadtestConfig) -> None:
     """Fail in plain words when no writer answers at the address (within 3 s)."""
-    with grpc.insecure_channel(config.writer) as channel:
+    try:
+        channel = blocking_channel(config.writer, token=config.token, tls_ca=config.tls_ca)
+    except ValueError as exc:  # a token in clear text to a remote address
+        raise click.ClickException(str(exc)) from exc
+    with channel:
         try:
             grpc.channel_ready_future(channel).result(timeout=3)
         except grpc.FutureTimeoutError as exc:

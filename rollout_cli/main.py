@@ -20,6 +20,7 @@ import shlex
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -44,11 +45,39 @@ def _setup_logging(verbose: bool) -> None:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    """How client commands authenticate: a bearer token and the CA file of the services' TLS."""
+
+    token: str | None = None
+    tls_ca: Path | None = None
+
+
 @click.group()
 @click.option("-v", "--verbose", is_flag=True, help="Log debug detail to stderr.")
-def cli(verbose: bool) -> None:
+@click.option(
+    "--token",
+    default=lambda: os.environ.get("ROLLOUT_TOKEN") or None,
+    help="Bearer token of client commands, sent as 'authorization: Bearer <token>' (env ROLLOUT_TOKEN);"
+    " over a non-loopback address it needs --tls-ca.",
+)
+@click.option(
+    "--tls-ca",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=lambda: os.environ.get("ROLLOUT_TLS_CA") or None,
+    help="CA certificate file (PEM) of the services' TLS; client commands then use TLS (env ROLLOUT_TLS_CA).",
+)
+@click.pass_context
+def cli(context: click.Context, verbose: bool, token: str | None, tls_ca: Path | None) -> None:
     """The rollout ledger: the durable, append-only record of agent sessions."""
     _setup_logging(verbose)
+    context.obj = Credentials(token, tls_ca)
+
+
+def _credentials() -> Credentials:
+    """The --token / --tls-ca of this invocation (none when a command runs outside the group)."""
+    obj = click.get_current_context().find_root().obj
+    return obj if isinstance(obj, Credentials) else Credentials()
 
 
 cli.add_command(serve_writer)
@@ -83,7 +112,14 @@ def _client(service: str, address: str) -> Iterator[RolloutClient]:
     """A client of the ``service`` ("writer" or "reader") at ``address``; a failed call inside
     becomes a one-line ClickException (exit status 1)."""
     writer, reader = (address, None) if service == "writer" else (None, address)
-    with RolloutClient(writer, reader, retry=CLI_RETRY) as client:
+    credentials = _credentials()
+    try:
+        client = RolloutClient(
+            writer, reader, retry=CLI_RETRY, token=credentials.token, tls_ca=credentials.tls_ca
+        )
+    except ValueError as exc:  # a token in clear text to a remote address
+        raise click.ClickException(str(exc)) from exc
+    with client:
         try:
             yield client
         except RolloutError as error:
@@ -133,7 +169,10 @@ def import_codex(paths: tuple[Path, ...], writer: str, tenant: str, as_json: boo
     """Import Codex CLI rollouts (files, or folders such as ~/.codex/sessions), one session each."""
     from rollout_cli.importers.command import run_import
 
-    raise SystemExit(run_import("codex", paths, writer, tenant, as_json))
+    credentials = _credentials()
+    raise SystemExit(
+        run_import("codex", paths, writer, tenant, as_json, credentials.token, credentials.tls_ca)
+    )
 
 
 @import_group.command("claude")
@@ -146,7 +185,10 @@ def import_claude(paths: tuple[Path, ...], writer: str, tenant: str, as_json: bo
     """
     from rollout_cli.importers.command import run_import
 
-    raise SystemExit(run_import("claude", paths, writer, tenant, as_json))
+    credentials = _credentials()
+    raise SystemExit(
+        run_import("claude", paths, writer, tenant, as_json, credentials.token, credentials.tls_ca)
+    )
 
 
 @cli.command("ls")
@@ -391,10 +433,19 @@ def loadtest(
     """
     from rollout_cli.loadtest_view import show_loadtest
 
-    show_loadtest(
-        LoadtestConfig(writer, sessions, duration, records_per_append, think_ms, delegate_every, seed),
-        as_json,
+    credentials = _credentials()
+    config = LoadtestConfig(
+        writer,
+        sessions,
+        duration,
+        records_per_append,
+        think_ms,
+        delegate_every,
+        seed,
+        token=credentials.token,
+        tls_ca=credentials.tls_ca,
     )
+    show_loadtest(config, as_json)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from rollout_client._aio import (
     AsyncRolloutClient,
 )
 from rollout_client._appends import RetryPolicy
+from rollout_client._channels import blocking_channel
 from rollout_client._delegation import DelegationScope, current_delegation, delegation
 from rollout_client._errors import (
     AbortedError,
@@ -133,6 +134,7 @@ __all__ = [
     "VerifyReport",
     "WatchedRecord",
     "assistant",
+    "blocking_channel",
     "current_delegation",
     "delegation",
     "developer",

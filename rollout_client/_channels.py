@@ -65,3 +65,19 @@ def open_channel(address: str, credentials: grpc.ChannelCredentials | None) -> g
     if credentials is None:
         return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
     return grpc.aio.secure_channel(address, credentials, options=CHANNEL_OPTIONS)
+
+
+def blocking_channel(
+    address: str, *, token: str | None = None, tls_ca: str | Path | None = None
+) -> grpc.Channel:
+    """A blocking gRPC channel to ``address`` with the same credentials and limits the clients use.
+
+    For code that drives the generated stubs itself (a streaming import, a load
+    generator): a ``token`` travels as ``authorization: Bearer <token>``; ``tls_ca`` is
+    the CA file of the services' certificates. Raises ValueError for a token to a
+    non-loopback address without ``tls_ca``, OSError when ``tls_ca`` cannot be read.
+    """
+    credentials = channel_credentials(address, token, tls_ca)
+    if credentials is None:
+        return grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+    return grpc.secure_channel(address, credentials, options=CHANNEL_OPTIONS)

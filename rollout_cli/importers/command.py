@@ -30,14 +30,9 @@ from rollout_cli.importers import ImportedFile, Importer
 from rollout_cli.importers.claude import ClaudeImporter
 from rollout_cli.importers.codex import CodexImporter
 from rollout_cli.importers.upload import ImportRefusedError, UploadOutcome, upload_file
+from rollout_client import blocking_channel
 
 IMPORTERS: dict[str, Importer] = {"codex": CodexImporter(), "claude": ClaudeImporter()}
-
-#: gRPC options of the import channel: one import message may hold a record up to the writer's limit.
-CHANNEL_OPTIONS = [
-    ("grpc.max_send_message_length", -1),
-    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
-]
 
 
 @dataclass
@@ -130,15 +125,34 @@ def _summary_table(reports: list[FileReport]) -> Table:
     return table
 
 
-def run_import(tool: str, paths: tuple[Path, ...], writer: str, tenant: str, as_json: bool) -> int:
-    """Import ``paths`` with the ``tool`` importer; returns the exit status (see the module doc)."""
+def _channel(writer: str, token: str | None, tls_ca: Path | None) -> grpc.Channel:
+    try:
+        return blocking_channel(writer, token=token, tls_ca=tls_ca)
+    except ValueError as exc:  # a token in clear text to a remote address
+        raise click.ClickException(str(exc)) from exc
+
+
+def run_import(
+    tool: str,
+    paths: tuple[Path, ...],
+    writer: str,
+    tenant: str,
+    as_json: bool,
+    token: str | None = None,
+    tls_ca: Path | None = None,
+) -> int:
+    """Import ``paths`` with the ``tool`` importer; returns the exit status (see the module doc).
+
+    ``token`` / ``tls_ca``: the caller's credentials (rollout_client.blocking_channel); with
+    authentication on, the token must be marked as an importer to keep source times.
+    """
     importer = IMPORTERS[tool]
     files = list(source_files(importer, paths))
     total_bytes = sum(path.stat().st_size for path in files if path.is_file())
     reports: list[FileReport] = []
     console = Console(stderr=True)
     with (
-        grpc.insecure_channel(writer, options=CHANNEL_OPTIONS) as channel,
+        _channel(writer, token, tls_ca) as channel,
         Progress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
