@@ -37,6 +37,7 @@ from shared.errors import (
 from shared.records import RecordType, encode_line, now_timestamp
 from shared.session_meta import SessionSpec
 from shared.stop_kinds import StopKind
+from shared.tenancy import current_caller
 from writer_service.file_facts import file_facts, refuse_damage
 from writer_service.files import TEMPORARY_MARK, fsync_dir, write_all
 from writer_service.open_session import RecordTimes, RequestRecords, encode_records
@@ -119,6 +120,8 @@ class SessionImport:
         try:
             session_id, name, meta = self._ledger.prepare_session(spec, staged=staged_ids)
         except SessionExistsError:
+            if current_caller().tenant is not None and self._ledger.visible_entry(spec.session_id) is None:
+                raise  # held by another tenant (ids are global): refused, never reported as present
             self._ids.add(spec.session_id)
             self._sessions.append(StagedSession(position, spec.session_id, already_present=True))
             return
