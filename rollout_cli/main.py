@@ -30,8 +30,9 @@ import grpc
 
 from rollout.v1 import reader_pb2, reader_pb2_grpc, records_pb2, writer_pb2, writer_pb2_grpc
 from rollout_cli.loadtest import LoadtestConfig
+from rollout_cli.serve_options import ServeOptions, pair_options, reloading_tokens, service_options
 from shared.records import DEFAULT_MAX_RECORD_BYTES, parse_timestamp
-from shared.status import BindError
+from shared.serving import BindError
 from shared.stop_kinds import StopKind
 from shared.wire import stop_kind_to_proto
 from writer_service.committer import CommitConfig, Durability, RoundSync, SyncCall
@@ -54,6 +55,7 @@ def _setup_logging(verbose: bool) -> None:
 
 
 @click.group()
+@click.version_option(package_name="rollout-ledger", prog_name="rollout")
 @click.option("-v", "--verbose", is_flag=True, help="Log debug detail to stderr.")
 def cli(verbose: bool) -> None:
     """The rollout ledger: the durable, append-only record of agent sessions."""
@@ -126,8 +128,7 @@ async def _serve_until_signal(start: Any, label: str) -> None:
     for sig in _STOP_SIGNALS:
         loop.add_signal_handler(sig, stop.set)
     running = await start
-    host = "127.0.0.1"
-    click.echo(f"rollout {label} listening on {host}:{running.port}", err=False)
+    click.echo(f"rollout {label} listening on {running.address}", err=False)
     sys.stdout.flush()
     await stop.wait()
     logging.getLogger("rollout_cli.main").info("%s: stopping (draining queued work)", label)
@@ -167,6 +168,7 @@ async def _serve_until_signal(start: Any, label: str) -> None:
     help="Largest stored line (bytes); larger records are refused, never truncated. Clients replaying"
     " such records need a gRPC receive limit above it.",
 )
+@service_options
 def serve_writer(
     data_dir: Path,
     address: str,
@@ -178,20 +180,13 @@ def serve_writer(
     linger_ms: float,
     metrics_port: int | None,
     max_record_bytes: int,
+    serving: ServeOptions,
 ) -> None:
     """Run the writer service alone (one per data root)."""
-    from prometheus_client import start_http_server
-
     from writer_service.server import DataRootLockedError, start_writer
     from writer_service.sessions import WriterConfig
 
-    if metrics_port is not None:
-        try:
-            start_http_server(metrics_port, addr="127.0.0.1")
-        except OSError as exc:
-            raise click.ClickException(
-                f"cannot serve metrics on 127.0.0.1:{metrics_port} ({exc.strerror}); is the port in use?"
-            ) from exc
+    settings = serving.begin("writer", metrics_port)
     if sync_call != SyncCall.PWRITEV2 and durability == Durability.UNSAFE_NO_FSYNC:
         click.echo(
             "note: --sync-call has no effect with --durability unsafe_no_fsync (nothing is synced)", err=True
@@ -210,7 +205,9 @@ def serve_writer(
         max_record_bytes=max_record_bytes,
     )
     try:
-        asyncio.run(_serve_until_signal(start_writer(config, address), "writer"))
+        asyncio.run(
+            _serve_until_signal(reloading_tokens(start_writer(config, address, settings), settings), "writer")
+        )
     except (DataRootLockedError, BindError) as exc:
         raise click.ClickException(str(exc)) from exc
 
@@ -240,13 +237,19 @@ def serve_writer(
     show_default=True,
     help="Memory heavy reads in flight may hold together (MiB); more wait their turn.",
 )
+@service_options
 def serve_reader(
-    data_dir: Path, address: str, max_reply_bytes: int, replay_cache_mb: int, read_budget_mb: int
+    data_dir: Path,
+    address: str,
+    max_reply_bytes: int,
+    replay_cache_mb: int,
+    read_budget_mb: int,
+    serving: ServeOptions,
 ) -> None:
-    """Run a reader service (any number may serve one data root)."""
+    """Run a reader service (any number may serve one data root; it never writes to it)."""
     from reader_service.server import ReaderConfig, start_reader
 
-    data_dir.mkdir(parents=True, exist_ok=True)
+    settings = serving.begin("reader")
     config = ReaderConfig(
         data_dir=data_dir,
         max_reply_bytes=max_reply_bytes,
@@ -254,7 +257,9 @@ def serve_reader(
         read_budget_bytes=read_budget_mb * 1024 * 1024,
     )
     try:
-        asyncio.run(_serve_until_signal(start_reader(config, address), "reader"))
+        asyncio.run(
+            _serve_until_signal(reloading_tokens(start_reader(config, address, settings), settings), "reader")
+        )
     except BindError as exc:
         raise click.ClickException(str(exc)) from exc
 
@@ -298,6 +303,7 @@ def _service_preparation(serve_pid: int) -> Callable[[], None]:
 @sync_call_option
 @round_sync_option
 @metrics_port_option
+@pair_options
 def serve(
     data_dir: Path,
     writer_address: str,
@@ -306,15 +312,27 @@ def serve(
     sync_call: str,
     round_sync: str,
     metrics_port: int | None,
+    serving: ServeOptions,
 ) -> None:
     """Run the writer and a reader as two processes on a local data root; Ctrl-C stops both."""
     base = [sys.executable, "-m", "rollout_cli.main"]
     writer_options = ["--durability", durability, "--sync-call", sync_call, "--round-sync", round_sync]
     if metrics_port is not None:
         writer_options += ["--metrics-port", str(metrics_port)]
+    serving.checked_files()  # refuse bad TLS or token files here, before either service starts
+    writer_serving, reader_serving = serving.pair_arguments()
     launches = [
-        [*base, "serve-writer", "--data-dir", str(data_dir), "--address", writer_address, *writer_options],
-        [*base, "serve-reader", "--data-dir", str(data_dir), "--address", reader_address],
+        [
+            *base,
+            "serve-writer",
+            "--data-dir",
+            str(data_dir),
+            "--address",
+            writer_address,
+            *writer_options,
+            *writer_serving,
+        ],
+        [*base, "serve-reader", "--data-dir", str(data_dir), "--address", reader_address, *reader_serving],
     ]
     children: list[subprocess.Popen[bytes]] = []
     stopping = False
