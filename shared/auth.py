@@ -11,7 +11,7 @@ ImportSessions)::
     }
 
 Tokens are sent as ``authorization: Bearer <token>`` metadata. They are looked up by
-their SHA-256 digest and the digest confirmed with :func:`hmac.compare_digest`, so the
+their BLAKE2b digest and the digest confirmed with :func:`hmac.compare_digest`, so the
 time a lookup takes never depends on how much of a guessed token matches a real one.
 The file is read at start-up (a bad file stops the service with a message naming
 what is wrong, never a token) and again on SIGHUP (:meth:`TokenTable.reload`: a bad
@@ -61,7 +61,7 @@ class TokenFileError(ValueError):
 
 
 def _digest(token: str) -> bytes:
-    return hashlib.sha256(token.encode()).digest()
+    return hashlib.blake2b(token.encode(), digest_size=32).digest()
 
 
 def _caller_of(value: Any, position: int, path: Path) -> Caller:
@@ -88,7 +88,7 @@ def _caller_of(value: Any, position: int, path: Path) -> Caller:
 
 
 def load_tokens(path: Path) -> dict[bytes, Caller]:
-    """Read a token file: SHA-256 digest of each token -> its :class:`Caller`.
+    """Read a token file: BLAKE2b digest of each token -> its :class:`Caller`.
 
     Raises TokenFileError naming the file and the entry (by position, never the token)
     when it cannot be read, is not a JSON object, holds an empty token or one with
@@ -137,7 +137,7 @@ class TokenTable:
     def caller(self, token: str) -> Caller | None:
         """The caller a token stands for, or None for an unknown token.
 
-        Found by the token's SHA-256 digest, then confirmed with ``hmac.compare_digest``:
+        Found by the token's BLAKE2b digest, then confirmed with ``hmac.compare_digest``:
         no step takes a time that depends on how much of the token matches a real one.
         """
         digest = _digest(token)
