@@ -24,7 +24,7 @@ from grpc_health.v1._async import HealthServicer
 
 from rollout.v1 import writer_pb2, writer_pb2_grpc
 from shared.errors import InvalidArgumentError, RecordValidationError
-from shared.layout import DataRoot
+from shared.layout import PRIVATE_FILE_MODE, DataRoot, make_private_dirs
 from shared.records import normalize_timestamp
 from shared.serving import PLAINTEXT, ServerSettings, ServiceServer
 from shared.status import check_decoded, status_mapping
@@ -399,9 +399,9 @@ class RunningWriter:
 
 def acquire_data_root(config: WriterConfig) -> FileLock:
     """Lock the data root for this process; DataRootLockedError when another writer holds it."""
-    config.data_dir.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(config.data_dir)
     lock_path = DataRoot(config.data_dir).lock_path
-    lock = FileLock(lock_path, is_singleton=False)
+    lock = FileLock(lock_path, mode=PRIVATE_FILE_MODE, is_singleton=False)
     try:
         lock.acquire(timeout=0)
     except Timeout as exc:
