@@ -16,8 +16,7 @@ from google.protobuf.descriptor import MethodDescriptor
 from google.protobuf.message_factory import GetMessageClass
 
 from rollout.v1 import reader_pb2, writer_pb2
-from rollout_cli.processes import ServiceProcess
-from tests.conftest import start_service
+from tests.conftest import ServiceProcess, start_service
 
 WRITER = writer_pb2.DESCRIPTOR.services_by_name["RolloutWriter"]
 READER = reader_pb2.DESCRIPTOR.services_by_name["RolloutReader"]
