@@ -42,7 +42,7 @@ from reader_service.stop_facts import DEFAULT_TAIL_WINDOW, StopFactsResult, read
 from rollout.v1 import reader_pb2, reader_pb2_grpc
 from shared.errors import InvalidArgumentError
 from shared.layout import DataRoot
-from shared.serving import PLAINTEXT, ServerSettings, ServiceServer
+from shared.serving import PLAINTEXT, RunningService, ServerSettings, ServiceServer
 from shared.status import status_mapping
 from shared.tenancy import caller_tenant
 
@@ -240,19 +240,11 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
 
 
 @dataclass
-class RunningReader:
+class RunningReader(RunningService):
     """A started reader server; ``address`` is the bound host:port, ``port`` its port."""
 
     service: ServiceServer
     servicer: RolloutReaderServicer
-
-    @property
-    def address(self) -> str:
-        return self.service.address
-
-    @property
-    def port(self) -> int:
-        return int(self.service.address.rpartition(":")[2])
 
     async def stop(self, grace: float = 5.0) -> None:
         await self.service.stop(grace)

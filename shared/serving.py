@@ -146,6 +146,21 @@ def _register_v1_reflection() -> None:
 _register_v1_reflection()
 
 
+class RunningService:
+    """What a started service shows the code that runs it: its bound ``address`` and ``port``
+    (RunningWriter and RunningReader hold their ServiceServer as ``service``)."""
+
+    service: ServiceServer
+
+    @property
+    def address(self) -> str:
+        return self.service.address
+
+    @property
+    def port(self) -> int:
+        return self.service.port
+
+
 class ServiceServer:
     """A grpc.aio server of one service with the house's credentials, interceptors and
     standard services (see the module doc).
@@ -250,6 +265,11 @@ class ServiceServer:
         await self.server.start()
         for name in (*self._names, ""):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+
+    @property
+    def port(self) -> int:
+        """The bound port (after :meth:`bind`)."""
+        return int(self.address.rpartition(":")[2])
 
     async def stop(self, grace: float) -> None:
         """Say NOT_SERVING, stop accepting calls and let those in flight finish within ``grace`` seconds."""

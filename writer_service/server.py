@@ -26,7 +26,7 @@ from rollout.v1 import writer_pb2, writer_pb2_grpc
 from shared.errors import InvalidArgumentError, RecordValidationError
 from shared.layout import PRIVATE_FILE_MODE, DataRoot, make_private_dirs
 from shared.records import normalize_timestamp
-from shared.serving import PLAINTEXT, ServerSettings, ServiceServer
+from shared.serving import PLAINTEXT, RunningService, ServerSettings, ServiceServer
 from shared.status import check_decoded, status_mapping
 from shared.stop_kinds import StopKind
 from shared.tenancy import check_importer, check_may_set_times
@@ -375,20 +375,12 @@ def _health_observer(health: HealthServicer) -> Callable[[bool], None]:
 
 
 @dataclass
-class RunningWriter:
+class RunningWriter(RunningService):
     """A started writer server; ``address`` is the bound host:port, ``port`` its port."""
 
     service: ServiceServer
     ledger: SessionLedger
     lock: FileLock
-
-    @property
-    def address(self) -> str:
-        return self.service.address
-
-    @property
-    def port(self) -> int:
-        return int(self.service.address.rpartition(":")[2])
 
     async def stop(self, grace: float = 5.0) -> None:
         """Stop accepting, let in-flight calls finish, drain queues, release the lock."""
