@@ -321,17 +321,9 @@ def serve(
         writer_options += ["--metrics-port", str(metrics_port)]
     serving.checked_files()  # refuse bad TLS or token files here, before either service starts
     writer_serving, reader_serving = serving.pair_arguments()
+    writer_options += writer_serving
     launches = [
-        [
-            *base,
-            "serve-writer",
-            "--data-dir",
-            str(data_dir),
-            "--address",
-            writer_address,
-            *writer_options,
-            *writer_serving,
-        ],
+        [*base, "serve-writer", "--data-dir", str(data_dir), "--address", writer_address, *writer_options],
         [*base, "serve-reader", "--data-dir", str(data_dir), "--address", reader_address, *reader_serving],
     ]
     children: list[subprocess.Popen[bytes]] = []

@@ -387,15 +387,17 @@ def test_otlp_tracing_exports_a_span_per_rpc_to_the_configured_endpoint(data_dir
 
 def test_serve_passes_tls_and_tokens_to_both_services(tmp_path, data_dir) -> None:
     """rollout serve --tls-cert --tls-key --auth-tokens starts both services with them: each
-    refuses a call without a token and answers one with it, over TLS."""
+    refuses a call without a token and answers one with it, over TLS; --reader-metrics-address
+    serves the reader's metrics."""
     certificates = make_certificates(tmp_path)
     tokens = write_tokens(tmp_path / "tokens.json")
-    writer_port, reader_port = _free_port(), _free_port()
+    writer_port, reader_port, metrics_port = _free_port(), _free_port(), _free_port()
     serve = subprocess.Popen(
         [
             *(sys.executable, "-m", "rollout_cli.main", "serve", "--data-dir", str(data_dir)),
             *("--writer-address", f"127.0.0.1:{writer_port}", "--reader-address", f"127.0.0.1:{reader_port}"),
             *tls_arguments(certificates, "--auth-tokens", str(tokens)),
+            *("--reader-metrics-address", str(metrics_port)),
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -421,6 +423,10 @@ def test_serve_passes_tls_and_tokens_to_both_services(tmp_path, data_dir) -> Non
                 stub.GetStopFacts(reader_pb2.StopFactsRequest(session_id=session), timeout=10)
             assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
             stub.GetStopFacts(reader_pb2.StopFactsRequest(session_id=session), metadata=bearer(A), timeout=10)
+        labels = 'grpc_method="GetStopFacts",grpc_service="rollout.v1.RolloutReader",grpc_type="unary"'
+        metrics = _scrape(metrics_port)
+        assert _value(metrics, f'grpc_server_handled_total{{grpc_code="UNAUTHENTICATED",{labels}}}') == 1
+        assert _value(metrics, f'grpc_server_handled_total{{grpc_code="OK",{labels}}}') == 1
     finally:
         serve.send_signal(signal.SIGINT)
         assert serve.wait(30) == 0
