@@ -98,26 +98,29 @@ class RpcObserver(AsyncServerInterceptor):
         method_name: str,
     ) -> Any:
         started = time.perf_counter()
+        # Asked now: once a call has been cancelled (a client gone, a server stopping), gRPC may
+        # have freed what peer() reads, and asking then crashes the process.
+        peer = context.peer()
         outcome = method(request_or_iterator, context)  # a coroutine or an async generator: not run yet
         server_stream = hasattr(outcome, "__aiter__")
         kind = _grpc_type(hasattr(request_or_iterator, "__aiter__"), server_stream)
         service, _, rpc = method_name.lstrip("/").rpartition("/")
         STARTED.labels(kind, service, rpc).inc()
         if server_stream:
-            return self._observe_stream(outcome, context, (kind, service, rpc), started)
+            return self._observe_stream(outcome, context, (kind, service, rpc, peer), started)
         try:
             response = await outcome
         except BaseException as error:
-            self._finish(context, (kind, service, rpc), started, error)
+            self._finish(context, (kind, service, rpc, peer), started, error)
             raise
-        self._finish(context, (kind, service, rpc), started, None)
+        self._finish(context, (kind, service, rpc, peer), started, None)
         return response
 
     async def _observe_stream(
         self,
         responses: AsyncIterator[Any],
         context: grpc.aio.ServicerContext,
-        labels: tuple[str, str, str],
+        labels: tuple[str, str, str, str],
         started: float,
     ) -> AsyncIterator[Any]:
         try:
@@ -131,12 +134,14 @@ class RpcObserver(AsyncServerInterceptor):
     def _finish(
         self,
         context: grpc.aio.ServicerContext,
-        labels: tuple[str, str, str],
+        labels: tuple[str, str, str, str],
         started: float,
         error: BaseException | None,
     ) -> None:
+        """Count and time a call that ended; log it unless OK. ``labels``: (grpc_type, service,
+        method, the peer as asked when the call started)."""
         elapsed = time.perf_counter() - started
-        kind, service, rpc = labels
+        kind, service, rpc, peer = labels
         code = _status_code(context, error)
         HANDLED.labels(kind, service, rpc, code.name).inc()
         HANDLING_SECONDS.labels(kind, service, rpc).observe(elapsed)
@@ -165,7 +170,7 @@ class RpcObserver(AsyncServerInterceptor):
                 "outcome": outcome,
                 "code": code.name,
                 "detail": detail,
-                "peer": context.peer(),
+                "peer": peer,
                 "duration_ms": round(elapsed * 1000, 3),
             },
         )
