@@ -83,12 +83,33 @@ def _status_code(context: grpc.aio.ServicerContext, error: BaseException | None)
     return grpc.StatusCode.UNKNOWN
 
 
+class _MethodMetrics:
+    """The metric children of one method and call shape, looked up once (``labels()`` costs)."""
+
+    __slots__ = ("handled", "kind", "rpc", "seconds", "service", "started")
+
+    def __init__(self, kind: str, method_name: str) -> None:
+        self.kind = kind
+        self.service, _, self.rpc = method_name.lstrip("/").rpartition("/")
+        self.started = STARTED.labels(kind, self.service, self.rpc)
+        self.seconds = HANDLING_SECONDS.labels(kind, self.service, self.rpc)
+        self.handled: dict[grpc.StatusCode, Any] = {}
+
+    def count(self, code: grpc.StatusCode, elapsed: float) -> None:
+        handled = self.handled.get(code)
+        if handled is None:
+            handled = self.handled[code] = HANDLED.labels(self.kind, self.service, self.rpc, code.name)
+        handled.inc()
+        self.seconds.observe(elapsed)
+
+
 class RpcObserver(AsyncServerInterceptor):
     """Counts, times and logs every call of a server (see the module doc); ``service`` labels
     its log lines ("writer", "reader")."""
 
     def __init__(self, service: str) -> None:
         self.service = service
+        self._methods: dict[tuple[str, bool, bool], _MethodMetrics] = {}
 
     async def intercept(
         self,
@@ -102,49 +123,49 @@ class RpcObserver(AsyncServerInterceptor):
         # have freed what peer() reads, and asking then crashes the process.
         peer = context.peer()
         outcome = method(request_or_iterator, context)  # a coroutine or an async generator: not run yet
-        server_stream = hasattr(outcome, "__aiter__")
-        kind = _grpc_type(hasattr(request_or_iterator, "__aiter__"), server_stream)
-        service, _, rpc = method_name.lstrip("/").rpartition("/")
-        STARTED.labels(kind, service, rpc).inc()
-        if server_stream:
-            return self._observe_stream(outcome, context, (kind, service, rpc, peer), started)
+        shape = (method_name, hasattr(request_or_iterator, "__aiter__"), hasattr(outcome, "__aiter__"))
+        metrics = self._methods.get(shape)
+        if metrics is None:
+            metrics = self._methods[shape] = _MethodMetrics(_grpc_type(shape[1], shape[2]), method_name)
+        metrics.started.inc()
+        if shape[2]:
+            return self._observe_stream(outcome, context, metrics, peer, started)
         try:
             response = await outcome
         except BaseException as error:
-            self._finish(context, (kind, service, rpc, peer), started, error)
+            self._finish(context, metrics, peer, started, error)
             raise
-        self._finish(context, (kind, service, rpc, peer), started, None)
+        self._finish(context, metrics, peer, started, None)
         return response
 
     async def _observe_stream(
         self,
         responses: AsyncIterator[Any],
         context: grpc.aio.ServicerContext,
-        labels: tuple[str, str, str, str],
+        metrics: _MethodMetrics,
+        peer: str,
         started: float,
     ) -> AsyncIterator[Any]:
         try:
             async for response in responses:
                 yield response
         except BaseException as error:
-            self._finish(context, labels, started, error)
+            self._finish(context, metrics, peer, started, error)
             raise
-        self._finish(context, labels, started, None)
+        self._finish(context, metrics, peer, started, None)
 
     def _finish(
         self,
         context: grpc.aio.ServicerContext,
-        labels: tuple[str, str, str, str],
+        metrics: _MethodMetrics,
+        peer: str,
         started: float,
         error: BaseException | None,
     ) -> None:
-        """Count and time a call that ended; log it unless OK. ``labels``: (grpc_type, service,
-        method, the peer as asked when the call started)."""
+        """Count and time a call that ended; log it unless OK (``peer`` as asked when it started)."""
         elapsed = time.perf_counter() - started
-        kind, service, rpc, peer = labels
         code = _status_code(context, error)
-        HANDLED.labels(kind, service, rpc, code.name).inc()
-        HANDLING_SECONDS.labels(kind, service, rpc).observe(elapsed)
+        metrics.count(code, elapsed)
         if code is grpc.StatusCode.OK:
             return
         if code in SERVER_FAULTS:
@@ -161,12 +182,12 @@ class RpcObserver(AsyncServerInterceptor):
             "%s %s %s: %s: %s",
             self.service,
             outcome,
-            rpc,
+            metrics.rpc,
             code.name,
             detail,
             extra={
                 "service": self.service,
-                "rpc": f"/{service}/{rpc}",
+                "rpc": f"/{metrics.service}/{metrics.rpc}",
                 "outcome": outcome,
                 "code": code.name,
                 "detail": detail,
