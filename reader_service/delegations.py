@@ -32,7 +32,7 @@ class DelegationLink:
 
 
 def _link(index: ListingIndex, child_session_id: str) -> DelegationLink:
-    parsed, path = index.root.locate(child_session_id)
+    parsed, path = index.locate(child_session_id)
     meta = index.meta(path.name)
     return DelegationLink(
         parent_session_id=str(meta.get("parent_session_id", "")),
@@ -48,10 +48,11 @@ def _link(index: ListingIndex, child_session_id: str) -> DelegationLink:
 def find_children(index: ListingIndex, parent_session_id: str, delegation_id: str) -> list[DelegationLink]:
     """The child sessions a parent delegated to (optionally one delegation), oldest first.
 
-    Raises FileNameError for a malformed id and SessionNotFoundError for an unknown parent.
-    Markers whose child file does not exist (a crash between the two) are skipped.
+    Raises FileNameError for a malformed id and SessionNotFoundError for an unknown parent
+    (or one the caller may not see: shared.tenancy). Markers whose child file does not
+    exist (a crash between the two), or whose child the caller may not see, are skipped.
     """
-    index.root.locate(parent_session_id)
+    index.locate(parent_session_id)
     links = []
     for _, child in index.root.delegations_of(parent_session_id, delegation_id):
         try:

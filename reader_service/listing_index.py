@@ -45,13 +45,14 @@ from typing import Any
 import orjson
 
 from reader_service.stop_facts import DEFAULT_TAIL_WINDOW, StopFactsResult, read_stop_facts
+from shared.errors import SessionNotFoundError
 from shared.layout import DataRoot
 from shared.naming import SessionFileName
+from shared.session_meta import read_session_meta, tenant_of
+from shared.tenancy import current_caller
 
 log = logging.getLogger(__name__)
 
-#: Bytes read from a file's start for its session_meta line (grown only for a longer line).
-HEAD_WINDOW = 64 * 1024
 #: Bytes read at a time while counting records.
 COUNT_READ_BYTES = 4 * 1024 * 1024
 #: New bytes a listing call counts itself; more are left to the background worker.
@@ -65,30 +66,6 @@ _INJECTED = re.compile(r"\s*<[A-Za-z_][\w-]*>|\s*# AGENTS\.md instructions")
 _BLANKS = re.compile(r"\s+")
 
 SortKey = tuple[datetime, str]
-
-
-def read_session_meta(path: Path) -> dict[str, Any] | None:
-    """The payload of a session's first line: {} if it is not a session_meta, None if the line
-    is not complete yet (no newline). Raises OSError when the file cannot be read."""
-    with path.open("rb") as handle:
-        head = handle.read(HEAD_WINDOW)
-        while b"\n" not in head:
-            more = handle.read(HEAD_WINDOW)
-            if not more:
-                return None
-            head += more
-    try:
-        record = orjson.loads(head[: head.index(b"\n")])
-    except orjson.JSONDecodeError:
-        return {}
-    if (
-        isinstance(record, dict)
-        and record.get("type") == "session_meta"
-        and isinstance(record.get("payload"), dict)
-    ):
-        payload: dict[str, Any] = record["payload"]
-        return payload
-    return {}
 
 
 def preview_of(payload: Any) -> str:
@@ -215,6 +192,8 @@ class ListingIndex:
         self._queued: set[str] = set()
         self._worker: threading.Thread | None = None
         self.warm = threading.Event()
+        #: Activity lookups by outcome (reader_service.metrics): still current, or read again.
+        self.counts = {"current": 0, "refreshed": 0}
 
     # -- which sessions exist ---------------------------------------------------------------
 
@@ -264,6 +243,26 @@ class ListingIndex:
     def parsed_name(self, name: str) -> SessionFileName | None:
         with self._lock:
             return self._names.get(name)
+
+    @property
+    def heads_held(self) -> int:
+        """Sessions whose session_meta is held."""
+        return len(self._heads)
+
+    # -- lookups --------------------------------------------------------------------------------
+
+    def locate(self, session_id: str) -> tuple[SessionFileName, Path]:
+        """The parsed name and path of a session's file, for the current caller (shared.tenancy).
+
+        Every reader RPC resolves a session id through here: a session of another tenant
+        than an authenticated caller's is SessionNotFoundError, exactly as one that does
+        not exist. Raises FileNameError for a malformed id, SessionNotFoundError.
+        """
+        parsed, path = self.root.locate(session_id)
+        caller = current_caller()
+        if caller.tenant is not None and not caller.sees(tenant_of(self.meta(path.name))):
+            raise SessionNotFoundError(session_id)
+        return parsed, path
 
     # -- heads ----------------------------------------------------------------------------------
 
@@ -325,9 +324,11 @@ class ListingIndex:
         with self._lock:
             known = self._activity.get(name)
         if known is not None and known.current(stat):
+            self.counts["current"] += 1  # a metric: a lost increment between threads is harmless
             return known
         fresh = self._refresh(name, path, stat, known, SYNC_COUNT_BYTES)
         with self._lock:
+            self.counts["refreshed"] += 1
             if name in self._names:
                 self._activity[name] = fresh
         return fresh

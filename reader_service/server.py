@@ -13,23 +13,21 @@ replays run. Replies already serialized (bytes) are sent as they are.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import os
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
 import grpc.aio
 from google.rpc import error_details_pb2
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_health.v1._async import HealthServicer
-from grpc_reflection.v1alpha import reflection
 
-from reader_service import replies, wire
+from reader_service import metrics, replies, wire
 from reader_service.admission import ReadBudget, bounded_read_cost, unary_reply_cost
 from reader_service.delegations import find_children, find_parent
 from reader_service.listing import list_sessions
@@ -46,7 +44,9 @@ from reader_service.watch import SessionFileChangedError, WatchClosedError, Watc
 from rollout.v1 import reader_pb2, reader_pb2_grpc
 from shared.errors import InvalidArgumentError
 from shared.layout import DataRoot
-from shared.status import add_servicer, bind, rich_status, status_mapping
+from shared.serving import PLAINTEXT, RunningService, ServerSettings, ServiceServer
+from shared.status import rich_status, status_mapping
+from shared.tenancy import caller_tenant
 
 log = logging.getLogger(__name__)
 
@@ -91,15 +91,22 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
         self.index = ListingIndex(self.root, config.tail_window)
         self.replays = ReplayCache(config.replay_cache_bytes)
         self.budget = ReadBudget(config.read_budget_bytes)
+        metrics.watch(self.replays, self.index)
         self._cheap = ThreadPoolExecutor(config.io_threads, thread_name_prefix="rollout-read")
         self._heavy = ThreadPoolExecutor(config.heavy_threads, thread_name_prefix="rollout-heavy-read")
         self.watches = WatchHub(self._cheap_run, wire.watch_reply)
 
     async def _cheap_run(self, function: Callable[..., T], *args: Any) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._cheap, function, *args)
+        """Run ``function`` on a cheap-read thread, as the caller of this RPC (shared.tenancy)."""
+        return await asyncio.get_running_loop().run_in_executor(
+            self._cheap, contextvars.copy_context().run, function, *args
+        )
 
     async def _heavy_run(self, function: Callable[..., T], *args: Any) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._heavy, function, *args)
+        """Run ``function`` on a heavy-read thread, as the caller of this RPC (shared.tenancy)."""
+        return await asyncio.get_running_loop().run_in_executor(
+            self._heavy, contextvars.copy_context().run, function, *args
+        )
 
     async def _admit(self, context: grpc.aio.ServicerContext, cost: int) -> None:
         """Wait for ``cost`` bytes of the read budget, held until the RPC is done (reply sent)."""
@@ -118,7 +125,7 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
         async with status_mapping(context, "GetReplay"):
             wire.check_replay_request(request)
             session_id, limit = request.session_id, self.config.max_reply_bytes
-            _, path = self.root.locate(session_id)
+            _, path = self.index.locate(session_id)
             size = os.stat(path).st_size
             if not request.max_messages:
                 replies.check_unary_size("GetReplay", "StreamReplay", session_id, size, limit)
@@ -139,7 +146,7 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
     ) -> AsyncIterator[bytes]:
         async with status_mapping(context, "StreamReplay"):
             wire.check_replay_request(request)
-            _, path = self.root.locate(request.session_id)
+            _, path = self.index.locate(request.session_id)
             await self._admit(context, bounded_read_cost(os.stat(path).st_size, STREAM_CHUNK_BYTES))
             chunks = replies.replay_chunks(
                 request.session_id, path, request.token_budget, request.max_messages
@@ -160,7 +167,7 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
         async with status_mapping(context, "GetMemoryView"):
             viewer = self._viewer(request)
             session_id, limit = request.session_id, self.config.max_reply_bytes
-            _, path = self.root.locate(session_id)
+            _, path = self.index.locate(session_id)
             size = os.stat(path).st_size
             replies.check_unary_size("GetMemoryView", "StreamMemoryView", session_id, size, limit)
             await self._admit(context, unary_reply_cost(size, limit))
@@ -172,7 +179,7 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
     ) -> AsyncIterator[bytes]:
         async with status_mapping(context, "StreamMemoryView"):
             viewer = self._viewer(request)
-            _, path = self.root.locate(request.session_id)
+            _, path = self.index.locate(request.session_id)
             await self._admit(context, bounded_read_cost(os.stat(path).st_size, replies.CHUNK_BYTES))
             async for chunk in self._stream(replies.memory_view_chunks(request.session_id, path, viewer)):
                 yield chunk
@@ -181,7 +188,7 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
         self, request: reader_pb2.VerifyRequest, context: grpc.aio.ServicerContext
     ) -> reader_pb2.VerifyReport:
         async with status_mapping(context, "VerifySession"):
-            _, path = self.root.locate(request.session_id)
+            _, path = self.index.locate(request.session_id)
             await self._admit(context, bounded_read_cost(os.stat(path).st_size, STREAM_CHUNK_BYTES))
             facts = await self._heavy_run(verify_session, path)
             ok, findings = verify_findings(facts)
@@ -192,7 +199,7 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
         self, request: reader_pb2.StopFactsRequest, context: grpc.aio.ServicerContext
     ) -> reader_pb2.StopFacts:
         async with status_mapping(context, "GetStopFacts"):
-            _, path = self.root.locate(request.session_id)
+            _, path = self.index.locate(request.session_id)
             facts, meta = await self._cheap_run(_stop_facts_and_meta, self.index, path)
             return wire.stop_facts_to_proto(request.session_id, facts, meta)
         raise AssertionError("unreachable: status_mapping aborts")
@@ -201,7 +208,7 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
         self, request: reader_pb2.ListSessionsRequest, context: grpc.aio.ServicerContext
     ) -> reader_pb2.ListSessionsResponse:
         async with status_mapping(context, "ListSessions"):
-            filters = wire.listing_filters(request)
+            filters = replace(wire.listing_filters(request), tenant=caller_tenant(request.tenant))
             page = await self._cheap_run(
                 list_sessions, self.index, request.page_size, request.page_token, filters, request.max_scan
             )
@@ -235,7 +242,7 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
     ) -> AsyncIterator[bytes]:
         async with status_mapping(context, "WatchSession"):
             wire.check_watch_request(request)
-            _, path = self.root.locate(request.session_id)
+            _, path = self.index.locate(request.session_id)
             try:
                 async for reply in self.watches.follow(request.session_id, path, request.from_seq):
                     yield reply
@@ -257,43 +264,37 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
 
 
 @dataclass
-class RunningReader:
-    server: grpc.aio.Server
+class RunningReader(RunningService):
+    """A started reader server; ``address`` is the bound host:port, ``port`` its port."""
+
+    service: ServiceServer
     servicer: RolloutReaderServicer
-    health: HealthServicer
-    port: int
 
     async def stop(self, grace: float = 5.0) -> None:
-        await self.health.enter_graceful_shutdown()
         self.servicer.watches.close()  # endless streams end now, not at the end of the grace
-        await self.server.stop(grace)
+        await self.service.stop(grace)
         self.servicer.close()
 
 
-async def start_reader(config: ReaderConfig, address: str = "127.0.0.1:0") -> RunningReader:
-    """Start serving on ``address``; RuntimeError when it cannot be bound."""
-    server = grpc.aio.server(
+async def start_reader(
+    config: ReaderConfig, address: str = "127.0.0.1:0", settings: ServerSettings = PLAINTEXT
+) -> RunningReader:
+    """Start serving on ``address`` with ``settings`` (TLS, authentication, interceptors:
+    shared.serving); BindError when it cannot be bound, OSError when a TLS file cannot be read."""
+    service = ServiceServer(
+        "reader",
+        settings,
         options=[
             ("grpc.max_receive_message_length", 4 * MiB),
             # A reply over max_reply_bytes is refused with a documented status before gRPC sees it.
             ("grpc.max_send_message_length", config.max_reply_bytes + MiB),
-            # A port another server holds must fail to bind, not be silently shared.
-            ("grpc.so_reuseport", 0),
-        ]
+        ],
     )
     servicer = RolloutReaderServicer(config)
-    add_servicer(server, SERVICE, servicer)
-    health = HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health, server)
-    reflection.enable_server_reflection(
-        (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
-        server,
-    )
-    port = bind(server, address, "reader")
+    service.add(SERVICE, servicer)
+    bound = service.bind(address)
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     servicer.index.start_warming()
-    await server.start()
-    await health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
-    await health.set("", health_pb2.HealthCheckResponse.SERVING)
-    log.info("reader serving on port %d, data root %s", port, config.data_dir)
-    return RunningReader(server, servicer, health, port)
+    await service.start()
+    log.info("reader serving on %s, data root %s", bound, config.data_dir)
+    return RunningReader(service, servicer)

@@ -54,6 +54,7 @@ class Credentials:
 
 
 @click.group()
+@click.version_option(package_name="rollout-ledger", prog_name="rollout")
 @click.option("-v", "--verbose", is_flag=True, help="Log debug detail to stderr.")
 @click.option(
     "--token",

@@ -26,8 +26,9 @@ from typing import Any
 
 import click
 
+from rollout_cli.serve_options import ServeOptions, pair_options, reloading_tokens, service_options
 from shared.records import DEFAULT_MAX_RECORD_BYTES
-from shared.status import BindError
+from shared.serving import BindError
 from writer_service.committer import CommitConfig, Durability, RoundSync, SyncCall
 from writer_service.refusal_pacing import DEFAULT_RATE as DEFAULT_UNKNOWN_ID_RATE
 
@@ -101,8 +102,7 @@ async def serve_until_signal(start: Any, label: str) -> None:
     for sig in _STOP_SIGNALS:
         loop.add_signal_handler(sig, stop.set)
     running = await start
-    host = "127.0.0.1"
-    click.echo(f"rollout {label} listening on {host}:{running.port}", err=False)
+    click.echo(f"rollout {label} listening on {running.address}", err=False)
     sys.stdout.flush()
     await stop.wait()
     log.info("%s: stopping (draining queued work)", label)
@@ -150,6 +150,7 @@ async def serve_until_signal(start: Any, label: str) -> None:
     help="Appends to unknown session ids answered per second per connection once a burst of 200 is"
     " spent (later ones are answered late, never dropped); 0: no pacing.",
 )
+@service_options
 def serve_writer(
     data_dir: Path,
     address: str,
@@ -162,20 +163,13 @@ def serve_writer(
     metrics_port: int | None,
     max_record_bytes: int,
     unknown_id_rate: float,
+    serving: ServeOptions,
 ) -> None:
     """Run the writer service alone (one per data root)."""
-    from prometheus_client import start_http_server
-
     from writer_service.server import DataRootLockedError, start_writer
     from writer_service.sessions import WriterConfig
 
-    if metrics_port is not None:
-        try:
-            start_http_server(metrics_port, addr="127.0.0.1")
-        except OSError as exc:
-            raise click.ClickException(
-                f"cannot serve metrics on 127.0.0.1:{metrics_port} ({exc.strerror}); is the port in use?"
-            ) from exc
+    settings = serving.begin("writer", metrics_port)
     if sync_call != SyncCall.PWRITEV2 and durability == Durability.UNSAFE_NO_FSYNC:
         click.echo(
             "note: --sync-call has no effect with --durability unsafe_no_fsync (nothing is synced)", err=True
@@ -195,7 +189,9 @@ def serve_writer(
         unknown_id_rate=unknown_id_rate,
     )
     try:
-        asyncio.run(serve_until_signal(start_writer(config, address), "writer"))
+        asyncio.run(
+            serve_until_signal(reloading_tokens(start_writer(config, address, settings), settings), "writer")
+        )
     except (DataRootLockedError, BindError) as exc:
         raise click.ClickException(str(exc)) from exc
 
@@ -225,13 +221,19 @@ def serve_writer(
     show_default=True,
     help="Memory heavy reads in flight may hold together (MiB); more wait their turn.",
 )
+@service_options
 def serve_reader(
-    data_dir: Path, address: str, max_reply_bytes: int, replay_cache_mb: int, read_budget_mb: int
+    data_dir: Path,
+    address: str,
+    max_reply_bytes: int,
+    replay_cache_mb: int,
+    read_budget_mb: int,
+    serving: ServeOptions,
 ) -> None:
-    """Run a reader service (any number may serve one data root)."""
+    """Run a reader service (any number may serve one data root; it never writes to it)."""
     from reader_service.server import ReaderConfig, start_reader
 
-    data_dir.mkdir(parents=True, exist_ok=True)
+    settings = serving.begin("reader")
     config = ReaderConfig(
         data_dir=data_dir,
         max_reply_bytes=max_reply_bytes,
@@ -239,7 +241,9 @@ def serve_reader(
         read_budget_bytes=read_budget_mb * 1024 * 1024,
     )
     try:
-        asyncio.run(serve_until_signal(start_reader(config, address), "reader"))
+        asyncio.run(
+            serve_until_signal(reloading_tokens(start_reader(config, address, settings), settings), "reader")
+        )
     except BindError as exc:
         raise click.ClickException(str(exc)) from exc
 
@@ -283,6 +287,7 @@ def _service_preparation(serve_pid: int) -> Callable[[], None]:
 @sync_call_option
 @round_sync_option
 @metrics_port_option
+@pair_options
 def serve(
     data_dir: Path,
     writer_address: str,
@@ -291,15 +296,19 @@ def serve(
     sync_call: str,
     round_sync: str,
     metrics_port: int | None,
+    serving: ServeOptions,
 ) -> None:
     """Run the writer and a reader as two processes on a local data root; Ctrl-C stops both."""
     base = [sys.executable, "-m", "rollout_cli.main"]
     writer_options = ["--durability", durability, "--sync-call", sync_call, "--round-sync", round_sync]
     if metrics_port is not None:
         writer_options += ["--metrics-port", str(metrics_port)]
+    serving.checked_files()  # refuse bad TLS or token files here, before either service starts
+    writer_serving, reader_serving = serving.pair_arguments()
+    writer_options += writer_serving
     launches = [
         [*base, "serve-writer", "--data-dir", str(data_dir), "--address", writer_address, *writer_options],
-        [*base, "serve-reader", "--data-dir", str(data_dir), "--address", reader_address],
+        [*base, "serve-reader", "--data-dir", str(data_dir), "--address", reader_address, *reader_serving],
     ]
     children: list[subprocess.Popen[bytes]] = []
     stopping = False

@@ -6,7 +6,8 @@ The hierarchy::
     ├── RecordValidationError        INVALID_ARGUMENT  (names record index and field)
     ├── InvalidArgumentError         INVALID_ARGUMENT  (a request field, named)
     │   └── FileNameError            INVALID_ARGUMENT  (a name that is not the SPEC §2.9 shape)
-    ├── SessionNotFoundError         NOT_FOUND
+    ├── PermissionDeniedError        PERMISSION_DENIED (a request field the caller may not set, named)
+    ├── SessionNotFoundError         NOT_FOUND         (also a session of another tenant)
     ├── SessionExistsError           ALREADY_EXISTS
     ├── SessionStateError            FAILED_PRECONDITION (stopped session, seq mismatch)
     ├── SessionBusyError             ABORTED           (a Stop or Resume in progress; retry)
@@ -56,6 +57,16 @@ class InvalidArgumentError(LedgerError):
 
 class FileNameError(InvalidArgumentError):
     """A session file name, session id or agent name is not of the SPEC §2.9 shape."""
+
+
+class PermissionDeniedError(LedgerError):
+    """The caller's credentials do not allow a request field (named by ``field``) as given:
+    source times from a caller that is not an importer, another tenant's name (shared.tenancy)."""
+
+    def __init__(self, field: str, description: str) -> None:
+        super().__init__(f"{field}: {description}")
+        self.field = field
+        self.description = description
 
 
 class SessionNotFoundError(LedgerError):

@@ -14,6 +14,12 @@ exist, which lookups skip; a child never exists without its marker. The
 delegation key is the parent's tool call id, base64url-encoded (no padding) so
 that any id is a safe file name.
 
+Everything the writer creates under a data root is private to its user, created so
+(never made so afterwards): files ``0600`` (:data:`PRIVATE_FILE_MODE`: session files,
+set-aside bytes, saved states, import staging files, delegation markers, the lock) and
+folders ``0700`` (:data:`PRIVATE_DIR_MODE`, :func:`make_private_dirs`). A reader must
+therefore run as the writer's user; it needs read access only.
+
 Clients only ever hold session ids (SPEC §6); this module is the one place that
 turns an id into a path, so another storage can replace it without touching a
 client. An id is resolved through an in-process index of the directory, which
@@ -41,6 +47,28 @@ ORDER_CACHE_SECONDS = 1.0
 LOCK_FILE = "writer.lock"
 #: base64url of 128 bytes is 172 characters: with the child id, a marker name stays under 255.
 DELEGATION_ID_MAX_BYTES = 128
+#: Mode of every file the writer creates (no group or other access).
+PRIVATE_FILE_MODE = 0o600
+#: Mode of every folder the writer creates.
+PRIVATE_DIR_MODE = 0o700
+
+
+def make_private_dirs(folder: Path) -> None:
+    """Create ``folder`` and any missing parent, each with mode 0700 (existing ones are left as
+    they are). Raises OSError (FileExistsError when a file stands in the way)."""
+    missing: list[Path] = []
+    current = folder
+    while not current.is_dir():
+        missing.append(current)
+        if current.parent == current:
+            break
+        current = current.parent
+    for path in reversed(missing):
+        try:
+            os.mkdir(path, PRIVATE_DIR_MODE)
+        except FileExistsError:
+            if not path.is_dir():
+                raise
 
 
 def delegation_key(delegation_id: str) -> str:
@@ -72,8 +100,8 @@ class DataRoot:
         return self.root / LOCK_FILE
 
     def ensure(self) -> None:
-        """Create the data root and its sessions folder if missing."""
-        self.sessions_dir.mkdir(parents=True, exist_ok=True)
+        """Create the data root and its sessions folder if missing (mode 0700: :func:`make_private_dirs`)."""
+        make_private_dirs(self.sessions_dir)
 
     def delegation_marker(self, parent_session_id: str, delegation_id: str, child_session_id: str) -> Path:
         """Where the marker linking a parent's delegation to a child lives."""

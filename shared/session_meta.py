@@ -20,9 +20,15 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import orjson
+
 from shared.errors import InvalidArgumentError
+
+#: Bytes read from a file's start for its session_meta line (grown only for a longer line).
+HEAD_WINDOW = 64 * 1024
 
 
 class SessionRole(enum.StrEnum):
@@ -131,3 +137,34 @@ def is_child(meta: Mapping[str, Any]) -> bool:
     if role in (SessionRole.CHILD, SessionRole.CHILD_WITHOUT_COORDINATES):
         return True
     return bool(meta.get("agent_name") or meta.get("delegation_id") or meta.get("parent_session_id"))
+
+
+def read_session_meta(path: Path) -> dict[str, Any] | None:
+    """The payload of a session's first line: {} if it is not a session_meta, None if the line
+    is not complete yet (no newline). Reads :data:`HEAD_WINDOW` bytes at a time. Raises
+    OSError when the file cannot be read."""
+    with path.open("rb") as handle:
+        head = handle.read(HEAD_WINDOW)
+        while b"\n" not in head:
+            more = handle.read(HEAD_WINDOW)
+            if not more:
+                return None
+            head += more
+    try:
+        record = orjson.loads(head[: head.index(b"\n")])
+    except orjson.JSONDecodeError:
+        return {}
+    if (
+        isinstance(record, dict)
+        and record.get("type") == "session_meta"
+        and isinstance(record.get("payload"), dict)
+    ):
+        payload: dict[str, Any] = record["payload"]
+        return payload
+    return {}
+
+
+def tenant_of(meta: Mapping[str, Any] | None) -> str:
+    """The tenant a session belongs to, from its session_meta payload ("" when it names none)."""
+    tenant = meta.get("tenant", "") if meta else ""
+    return tenant if isinstance(tenant, str) else ""

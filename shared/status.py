@@ -29,6 +29,7 @@ from shared.errors import (
     CorruptSessionError,
     InvalidArgumentError,
     LedgerError,
+    PermissionDeniedError,
     RecordValidationError,
     ResourceLimitError,
     SessionBusyError,
@@ -63,6 +64,8 @@ def _status_of(error: LedgerError, prefix: str) -> tuple[grpc.StatusCode, str, l
                 message,
                 [error_details_pb2.BadRequest(field_violations=[violation])],
             )
+        case PermissionDeniedError():
+            return grpc.StatusCode.PERMISSION_DENIED, message, []
         case SessionNotFoundError():
             return grpc.StatusCode.NOT_FOUND, message, []
         case SessionExistsError():
@@ -261,21 +264,3 @@ def add_servicer(
             response_serializer=_serializer(response_class),
         )
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service.full_name, handlers),))
-
-
-class BindError(RuntimeError):
-    """A service could not bind its address (in use, or not an address of this host)."""
-
-
-def bind(server: grpc.aio.Server, address: str, service: str) -> int:
-    """Bind ``address`` (host:port; port 0 picks a free one); returns the port.
-
-    Raises BindError with a sentence a person can act on.
-    """
-    try:
-        port: int = server.add_insecure_port(address)
-    except RuntimeError as exc:
-        raise BindError(f"cannot bind the {service} to {address} ({exc}); is the port in use?") from exc
-    if port == 0:
-        raise BindError(f"cannot bind the {service} to {address}; is the port in use?")
-    return port

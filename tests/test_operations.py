@@ -145,7 +145,7 @@ import asyncio, os, signal
 from rollout_cli.supervision import serve_until_signal
 
 class Running:
-    port = 1
+    address = "127.0.0.1:1"
     async def stop(self):
         print("drained", flush=True)
 

@@ -185,6 +185,8 @@ class _Pending:
     data: bytes
     records: int
     future: asyncio.Future[None]
+    #: time.perf_counter() when it was queued: its append latency (queue + write + sync) starts here.
+    queued_at: float = 0.0
 
 
 @dataclass(slots=True)
@@ -322,6 +324,12 @@ class GroupCommitter:
         # idle writer costs one notify, not a job handed to a thread pool.
         self._thread = threading.Thread(target=self._run_rounds, name="rollout-rounds", daemon=True)
         self._thread.start()
+        metrics.watch_queue(self)
+
+    @property
+    def queued_records(self) -> int:
+        """Records queued and not yet taken into a round, over every session (the queue depth)."""
+        return self._queued_records
 
     def open(self, fd: int, size: int, label: str, on_failure: Callable[[], None]) -> SessionLog:
         """A SessionLog for an open session file of ``size`` committed bytes."""
@@ -334,7 +342,7 @@ class GroupCommitter:
             if session.failing:  # its seqs were assigned after a round that failed: refused with it
                 session.refused.append(_Pending(data, records, future))
                 return future
-            session.queue.append(_Pending(data, records, future))
+            session.queue.append(_Pending(data, records, future, time.perf_counter()))
             session.queued_records += records
             session.submitted_bytes += len(data)
             self._queued_records += records
@@ -407,7 +415,11 @@ class GroupCommitter:
             if wake:  # one event-loop wake-up for every round made durable before it runs
                 self._loop.call_soon_threadsafe(self._acknowledge)
             # Metrics and logs after the wake-up: they are not on the way to the acknowledgement.
+            durable_at = started + elapsed
             records = sum(batch.records for batch in batches)
+            for batch in batches:
+                for item in batch.items:
+                    metrics.APPEND_SECONDS.observe(durable_at - item.queued_at)
             metrics.ROUND_SESSIONS.observe(len(batches))
             metrics.FLUSH_SECONDS.observe(elapsed)
             metrics.APPENDED_RECORDS.inc(records)

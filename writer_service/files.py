@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 
 from shared.errors import SessionExistsError, storage_error
+from shared.layout import PRIVATE_FILE_MODE, make_private_dirs
 
 log = logging.getLogger(__name__)
 
@@ -84,9 +85,8 @@ def create_file(
     temporary = path.with_name(f".{path.name}{TEMPORARY_MARK}{os.urandom(4).hex()}")
     operation = "write"
     try:
-        fd = os.open(
-            temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644
-        )  # copy_file_range refuses O_APPEND
+        # copy_file_range refuses O_APPEND; the mode is the session file's (the link keeps it)
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE)
         try:
             write_all(fd, data)
             if copy is not None:
@@ -113,13 +113,13 @@ def create_file(
 
 
 def create_marker(path: Path) -> None:
-    """Create an empty delegation marker and fsync its folder (see shared.layout).
+    """Create an empty delegation marker (0600, its folders 0700) and fsync its folder (see shared.layout).
 
     Raises StorageWriteError when the disk refuses.
     """
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.touch()
+        make_private_dirs(path.parent)
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, PRIVATE_FILE_MODE))
         fsync_dir(path.parent)
     except OSError as exc:
         raise storage_error(exc, "write", "creating the delegation marker") from exc

@@ -34,11 +34,13 @@ from shared.errors import (
     SessionExistsError,
     storage_error,
 )
+from shared.layout import PRIVATE_FILE_MODE
 from shared.records import RecordType, encode_line, now_timestamp
 from shared.session_meta import SessionSpec
 from shared.stop_kinds import StopKind
+from shared.tenancy import current_caller
 from writer_service.file_facts import file_facts, refuse_damage
-from writer_service.files import TEMPORARY_MARK, fsync_dir, write_all
+from writer_service.files import TEMPORARY_MARK, create_marker, fsync_dir, write_all
 from writer_service.open_session import RecordTimes, RequestRecords, encode_records
 from writer_service.session_index import IndexEntry
 from writer_service.sessions import STOP_TEXT_MAX_CHARS, SessionLedger
@@ -119,6 +121,8 @@ class SessionImport:
         try:
             session_id, name, meta = self._ledger.prepare_session(spec, staged=staged_ids)
         except SessionExistsError:
+            if current_caller().tenant is not None and self._ledger.visible_entry(spec.session_id) is None:
+                raise  # held by another tenant (ids are global): refused, never reported as present
             self._ids.add(spec.session_id)
             self._sessions.append(StagedSession(position, spec.session_id, already_present=True))
             return
@@ -243,9 +247,7 @@ class SessionImport:
                     marker = root.delegation_marker(
                         str(parent), str(session.meta.get("delegation_id", "")), session.session_id
                     )
-                    marker.parent.mkdir(parents=True, exist_ok=True)
-                    marker.touch()
-                    fsync_dir(marker.parent)
+                    create_marker(marker)
             for session in staged:
                 assert session.staging is not None
                 target = root.sessions_dir / session.name
@@ -297,7 +299,7 @@ def _open_staging(folder: Path, name: str) -> tuple[Path, int]:
     """Create a hidden staging file for session file ``name`` (I/O thread)."""
     path = folder / f".{name}{TEMPORARY_MARK}{os.urandom(4).hex()}"
     try:
-        return path, os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        return path, os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, PRIVATE_FILE_MODE)
     except OSError as exc:
         raise storage_error(exc, "write", f"staging imported session {name}") from exc
 

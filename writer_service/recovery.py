@@ -17,7 +17,8 @@ from pathlib import Path
 
 import orjson
 
-from writer_service.files import fsync_dir
+from shared.layout import PRIVATE_FILE_MODE
+from writer_service.files import fsync_dir, write_all
 
 log = logging.getLogger(__name__)
 
@@ -90,10 +91,12 @@ def repair_torn_tail(path: Path) -> int:
         log.warning("moved %s aside as %s: it holds no complete record", path.name, sidecar.name)
         return size
     damaged = tail[good_end - (size - window) :]
-    with sidecar.open("xb") as side:
-        side.write(damaged)
-        side.flush()
-        os.fsync(side.fileno())
+    side = os.open(sidecar, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE)
+    try:
+        write_all(side, damaged)
+        os.fsync(side)
+    finally:
+        os.close(side)
     with path.open("r+b") as handle:
         handle.truncate(good_end)
         handle.flush()

@@ -19,16 +19,17 @@ from dataclasses import dataclass
 import grpc
 import grpc.aio
 from filelock import FileLock, Timeout
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 from grpc_health.v1._async import HealthServicer
-from grpc_reflection.v1alpha import reflection
 
 from rollout.v1 import writer_pb2, writer_pb2_grpc
 from shared.errors import InvalidArgumentError, RecordValidationError
-from shared.layout import DataRoot
+from shared.layout import PRIVATE_FILE_MODE, DataRoot, make_private_dirs
 from shared.records import normalize_timestamp
-from shared.status import add_servicer, bind, check_decoded, status_mapping
+from shared.serving import PLAINTEXT, RunningService, ServerSettings, ServiceServer
+from shared.status import check_decoded, status_mapping
 from shared.stop_kinds import StopKind
+from shared.tenancy import check_importer, check_may_set_times
 from shared.wire import append_payloads, record_time, session_spec, stop_kind_from_proto
 from writer_service.committer import durable_write_method
 from writer_service.heap_trim import HeapTrimmer
@@ -156,6 +157,7 @@ def request_payloads(
     for index, record in enumerate(request.records):
         payloads.append(append_payloads(record, index))
         if record.ts:
+            check_may_set_times(f"records[{index}].ts")
             if times is None:
                 times = [""] * len(request.records)
             times[index] = record_time(record.ts, index)
@@ -308,9 +310,10 @@ class RolloutWriterServicer(writer_pb2_grpc.RolloutWriterServicer):
         request_iterator: AsyncIterator[writer_pb2.ImportSessionsRequest],
         context: grpc.aio.ServicerContext,
     ) -> writer_pb2.ImportSessionsResponse:
-        """Whole sessions, all or nothing (writer_service.importing)."""
+        """Whole sessions, all or nothing (writer_service.importing); importers only (shared.tenancy)."""
         session_import = SessionImport(self.ledger)
         async with status_mapping(context, "ImportSessions"):
+            check_importer("ImportSessions")
             try:
                 async for request in request_iterator:
                     check_decoded(request)
@@ -353,6 +356,7 @@ def _stop_fields(request: writer_pb2.StopRequest) -> tuple[StopKind, dict[str, s
         error = {"message": request.error.message, "category": request.error.category}
     ts = ""
     if request.ts:
+        check_may_set_times("ts")
         try:
             ts = normalize_timestamp(request.ts)
         except ValueError as exc:
@@ -377,28 +381,25 @@ def _health_observer(health: HealthServicer) -> Callable[[bool], None]:
 
 
 @dataclass
-class RunningWriter:
-    """A started writer server; ``port`` is the bound port."""
+class RunningWriter(RunningService):
+    """A started writer server; ``address`` is the bound host:port, ``port`` its port."""
 
-    server: grpc.aio.Server
+    service: ServiceServer
     ledger: SessionLedger
     lock: FileLock
-    health: HealthServicer
-    port: int
 
     async def stop(self, grace: float = 5.0) -> None:
         """Stop accepting, let in-flight calls finish, drain queues, release the lock."""
-        await self.health.enter_graceful_shutdown()
-        await self.server.stop(grace)
+        await self.service.stop(grace)
         await self.ledger.close()
         self.lock.release()
 
 
 def acquire_data_root(config: WriterConfig) -> FileLock:
     """Lock the data root for this process; DataRootLockedError when another writer holds it."""
-    config.data_dir.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(config.data_dir)
     lock_path = DataRoot(config.data_dir).lock_path
-    lock = FileLock(lock_path, is_singleton=False)
+    lock = FileLock(lock_path, mode=PRIVATE_FILE_MODE, is_singleton=False)
     try:
         lock.acquire(timeout=0)
     except Timeout as exc:
@@ -409,52 +410,41 @@ def acquire_data_root(config: WriterConfig) -> FileLock:
     return lock
 
 
-async def start_writer(config: WriterConfig, address: str = "127.0.0.1:0") -> RunningWriter:
-    """Lock the root, repair torn tails, start serving on ``address``.
+async def start_writer(
+    config: WriterConfig, address: str = "127.0.0.1:0", settings: ServerSettings = PLAINTEXT
+) -> RunningWriter:
+    """Lock the root, repair torn tails, start serving on ``address`` with ``settings``
+    (TLS, authentication, interceptors: shared.serving).
 
-    Raises DataRootLockedError when another writer holds the data root and
-    RuntimeError when the address cannot be bound.
+    Raises DataRootLockedError when another writer holds the data root, BindError
+    when the address cannot be bound and OSError when a TLS file cannot be read.
     """
     lock = acquire_data_root(config)
     try:
         index = await asyncio.get_running_loop().run_in_executor(None, build_index, DataRoot(config.data_dir))
         ledger = SessionLedger(config, index)
-        server = grpc.aio.server(
+        service = ServiceServer(
+            "writer",
+            settings,
             options=[
                 ("grpc.max_receive_message_length", request_limit(config.max_record_bytes)),
                 ("grpc.max_send_message_length", MAX_REPLY_BYTES),
-                # A port another server holds must fail to bind, not be silently shared.
-                ("grpc.so_reuseport", 0),
-            ]
+            ],
         )
         screen = functools.partial(
             screen_append, max_record_bytes=config.max_record_bytes, trimmer=ledger.heap_trimmer
         )
-        add_servicer(
-            server, SERVICE, RolloutWriterServicer(ledger), {"Append": screen, "AppendStream": screen}
-        )
-        health = HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(health, server)
-        reflection.enable_server_reflection(
-            (
-                SERVICE_NAME,
-                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-                reflection.SERVICE_NAME,
-            ),
-            server,
-        )
-        port = bind(server, address, "writer")
-        await server.start()
-        await health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
-        await health.set("", health_pb2.HealthCheckResponse.SERVING)
-        ledger.storage_health.observe(_health_observer(health))
+        service.add(SERVICE, RolloutWriterServicer(ledger), {"Append": screen, "AppendStream": screen})
+        bound = service.bind(address)
+        await service.start()
+        ledger.storage_health.observe(_health_observer(service.health))
     except BaseException:
         lock.release()
         raise
     log.info(
-        "writer serving on port %d, data root %s; durable writes: %s",
-        port,
+        "writer serving on %s, data root %s; durable writes: %s",
+        bound,
         config.data_dir,
         durable_write_method(config.commit),
     )
-    return RunningWriter(server, ledger, lock, health, port)
+    return RunningWriter(service, ledger, lock)

@@ -35,6 +35,9 @@ from typing import Any
 
 import orjson
 
+from shared.layout import PRIVATE_FILE_MODE, make_private_dirs
+from writer_service.files import write_all
+
 log = logging.getLogger(__name__)
 
 STATE_DIR = "writer-state"
@@ -99,9 +102,13 @@ def save_state(root: Path, session_id: str, path: Path, state: SessionState) -> 
                 "meta": state.meta,
             }
         )
-        target.parent.mkdir(exist_ok=True)
+        make_private_dirs(target.parent)
         temporary = target.with_name(f".{target.name}.tmp-{os.urandom(4).hex()}")
-        temporary.write_bytes(body)
+        out = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE)
+        try:
+            write_all(out, body)
+        finally:
+            os.close(out)
         os.replace(temporary, target)
     except OSError as exc:
         log.warning(

@@ -31,7 +31,7 @@ import os
 from collections import OrderedDict
 from collections.abc import Callable, Container
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -65,8 +65,10 @@ from shared.records import (
     now_timestamp,
     parse_timestamp,
 )
-from shared.session_meta import TEXT_FIELDS, SessionSpec, resolve_role, session_meta_payload
+from shared.session_meta import TEXT_FIELDS, SessionSpec, resolve_role, session_meta_payload, tenant_of
 from shared.stop_kinds import StopKind
+from shared.tenancy import caller_tenant, current_caller
+from writer_service import metrics
 from writer_service.branching import ForkResult, ResumeResult, fork_session, resume_session
 from writer_service.committer import CommitConfig, GroupCommitter, SessionLog, StorageHealth
 from writer_service.file_facts import RebuiltFacts, file_facts, refuse_damage
@@ -84,6 +86,7 @@ from writer_service.session_state import (
     load_state,
     save_state,
 )
+from writer_service.tenants import SessionTenants
 
 log = logging.getLogger(__name__)
 
@@ -161,6 +164,14 @@ class SessionLedger:
         self._kept: OrderedDict[str, IndexEntry] = OrderedDict()
         #: Returns memory to the OS after large requests and whole-file work (writer_service.heap_trim).
         self.heap_trimmer = HeapTrimmer(self._executor)
+        #: Each session's tenant, read when an authenticated caller first names it (shared.tenancy).
+        self.tenants = SessionTenants(self.root.sessions_dir)
+        metrics.watch_sessions(self)
+
+    @property
+    def open_sessions(self) -> int:
+        """Session files held open now."""
+        return len(self._sessions)
 
     @property
     def committer(self) -> GroupCommitter:
@@ -204,9 +215,10 @@ class SessionLedger:
         session_id = validate_session_id(spec.session_id) if spec.session_id else new_session_id()
         validate_agent_name(spec.agent_name)
         role = resolve_role(spec)
+        spec = replace(spec, tenant=caller_tenant(spec.tenant))
         if spec.parent_session_id:
             validate_session_id(spec.parent_session_id)
-            if self.index.get(spec.parent_session_id) is None and spec.parent_session_id not in staged:
+            if self.visible_entry(spec.parent_session_id) is None and spec.parent_session_id not in staged:
                 raise InvalidArgumentError(
                     "parent_session_id", f"names no session in the ledger ({spec.parent_session_id})"
                 )
@@ -224,6 +236,7 @@ class SessionLedger:
                 raise InvalidArgumentError("created_at", str(exc)) from exc
         else:
             created = datetime.now(UTC)
+        # Session ids are global: an id taken in any tenant is taken (ALREADY_EXISTS says no more).
         if self.index.get(session_id) is not None or session_id in self._creating:
             raise SessionExistsError(session_id)
         meta = session_meta_payload(spec, session_id, role, format_timestamp(created))
@@ -256,6 +269,7 @@ class SessionLedger:
         size = len(body) + len(trailer) + (copy[2] - copy[1] if copy else 0)
         entry = IndexEntry(name, next_seq, None)
         self.index.add(session_id, entry)
+        self.tenants.record(session_id, tenant_of(meta))
         state = OpenSession(session_id, entry, path, self._log(session_id, fd, size), calls, meta)
         self._sessions[session_id] = state
         if size > SAVE_EVERY_BYTES:  # a large fork: its first reopen after a crash stays bounded
@@ -358,9 +372,31 @@ class SessionLedger:
     def check_known(self, session_id: str) -> None:
         """Raise SessionNotFoundError unless the index holds ``session_id`` (FileNameError for a
         malformed id): the cheap refusal a servicer makes before decoding a request's records."""
-        if session_id not in self.index.entries:
+        if self.visible_entry(session_id) is None:
             validate_session_id(session_id)
             raise SessionNotFoundError(session_id)
+
+    def visible_entry(self, session_id: str) -> IndexEntry | None:
+        """The index entry of ``session_id`` when the current caller may see it, else None.
+
+        Every lookup of a session by id goes through here or :meth:`_check_visible`: a
+        session of another tenant is answered as one that does not exist (NOT_FOUND,
+        shared.tenancy). Without authentication, one dict lookup. Raises
+        StorageWriteError when a session's tenant cannot be read.
+        """
+        entry = self.index.get(session_id)
+        if entry is None:
+            return None
+        caller = current_caller()
+        if caller.tenant is not None and not caller.sees(self.tenants.of(session_id, entry.name)):
+            return None
+        return entry
+
+    def _check_visible(self, state: OpenSession) -> None:
+        """Refuse (SessionNotFoundError) an open session the current caller may not see."""
+        caller = current_caller()
+        if caller.tenant is not None and not caller.sees(tenant_of(state.meta)):
+            raise SessionNotFoundError(state.session_id)
 
     def unknown_id_message(self, session_id: str) -> str | None:
         """The NOT_FOUND message for a well-formed id the index does not hold, else None.
@@ -371,7 +407,10 @@ class SessionLedger:
         record decoding and no exception (SPEC §2.10: an unknown id is answered
         from memory).
         """
-        if session_id in self.index.entries or not is_session_id(session_id):
+        if session_id in self.index.entries:
+            if current_caller().tenant is None or self.visible_entry(session_id) is not None:
+                return None
+        elif not is_session_id(session_id):
             return None
         return str(SessionNotFoundError(session_id))
 
@@ -385,9 +424,10 @@ class SessionLedger:
         """
         state = self._sessions.get(session_id)
         if state is not None:
+            self._check_visible(state)
             self._sessions.move_to_end(session_id)
             return state
-        entry = self.index.get(session_id)
+        entry = self.visible_entry(session_id)
         if entry is None:
             validate_session_id(session_id)
             raise SessionNotFoundError(session_id)
@@ -470,6 +510,7 @@ class SessionLedger:
         if state is None:
             state = await self.open_session(session_id)
         else:
+            self._check_visible(state)
             self._sessions.move_to_end(session_id)
         print_ = b""
         if request_id:
@@ -589,9 +630,10 @@ class SessionLedger:
         """
         state = self._sessions.get(session_id)
         if state is not None:
+            self._check_visible(state)
             await state.log.drain()
             return state.path
-        entry = self.index.get(session_id)
+        entry = self.visible_entry(session_id)
         if entry is None:
             validate_session_id(session_id)
             raise SessionNotFoundError(session_id)

@@ -167,6 +167,9 @@ class RolloutReaderServicer:
         unknown are listed, never filtered out (unless stop_state asks for a
         stopped state).
         INVALID_ARGUMENT: a malformed page_token, filter or page_size out of range.
+        PERMISSION_DENIED: with authentication, tenant names another tenant than
+        the caller's (a listing only ever holds the caller's tenant; an empty
+        tenant means the caller's).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -82,7 +82,9 @@ class RolloutWriterServicer:
         role its delegation fields contradict or an agent name with no role and
         no coordinates (see SessionRole; the field named is the one missing), a
         parent_session_id that names no session in the ledger.
-        ALREADY_EXISTS: the given session_id is already in the ledger.
+        ALREADY_EXISTS: the given session_id is already in the ledger (ids are
+        global: also when another tenant's session holds it).
+        PERMISSION_DENIED: tenant names another tenant than the caller's.
         UNAVAILABLE: the write or fsync failed; nothing was kept.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -191,7 +193,7 @@ class RolloutWriterServicer:
         stop; also a stream out of order (records before a create, a create
         before the previous session's stop, a stream ending inside a session).
         ALREADY_EXISTS: two sessions of the stream have the same id.
-        PERMISSION_DENIED: the caller may not set record times (see AppendRecord.ts).
+        PERMISSION_DENIED: the caller is not an importer (see AppendRecord.ts).
         RESOURCE_EXHAUSTED: the disk is full. UNAVAILABLE: a write or fsync failed.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

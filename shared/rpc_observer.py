@@ -1,0 +1,197 @@
+"""Per-RPC metrics and one log line per refused or failed call, for both services.
+
+:class:`RpcObserver` is the outermost interceptor after tracing (:mod:`shared.serving`),
+so it also sees the calls authentication refuses. It exports, with the names and labels
+of the gRPC ecosystem's Prometheus interceptors (dashboards written for those work):
+
+* ``grpc_server_started_total{grpc_type, grpc_service, grpc_method}``;
+* ``grpc_server_handled_total{grpc_type, grpc_service, grpc_method, grpc_code}``: calls
+  ended, by status code;
+* ``grpc_server_handling_seconds{grpc_type, grpc_service, grpc_method}``: a histogram of
+  the time from the call's start to its status (a streaming call: to its last message).
+
+``grpc_type`` is ``unary``, ``client_stream``, ``server_stream`` or ``bidi_stream``.
+Each call that does not end OK is logged once on the ``rollout.rpc`` logger: a
+*refused* call (the caller's doing: INVALID_ARGUMENT, NOT_FOUND, UNAUTHENTICATED,
+PERMISSION_DENIED, FAILED_PRECONDITION, ...) at WARNING, a *failed* one (INTERNAL,
+UNKNOWN, DATA_LOSS, UNAVAILABLE) at ERROR, a call the client cancelled at INFO. The
+record's ``extra`` fields (``rpc``, ``code``, ``detail``, ``peer``, ``duration_ms``,
+``outcome``) become keys of the JSON line with ``--log-format json``
+(:mod:`shared.log_format`); the message carries them for plain text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import grpc
+import grpc.aio
+from grpc_interceptor.server import AsyncServerInterceptor
+from prometheus_client import Counter, Histogram
+
+log = logging.getLogger("rollout.rpc")
+
+_LABELS = ("grpc_type", "grpc_service", "grpc_method")
+STARTED = Counter("grpc_server_started", "RPCs started on the server.", _LABELS)
+HANDLED = Counter(
+    "grpc_server_handled", "RPCs completed on the server, by status code.", (*_LABELS, "grpc_code")
+)
+HANDLING_SECONDS = Histogram(
+    "grpc_server_handling_seconds",
+    "Seconds from an RPC's start to its status (a stream: to its last message).",
+    _LABELS,
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
+
+#: Status codes that mean the service failed (logged at ERROR); other codes but OK and
+#: CANCELLED mean the request was refused (WARNING).
+SERVER_FAULTS = frozenset(
+    {
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.DATA_LOSS,
+        grpc.StatusCode.UNAVAILABLE,
+    }
+)
+#: Longest status message kept in a log line (characters).
+DETAIL_MAX_CHARS = 500
+
+
+def _grpc_type(client_stream: bool, server_stream: bool) -> str:
+    if client_stream:
+        return "bidi_stream" if server_stream else "client_stream"
+    return "server_stream" if server_stream else "unary"
+
+
+def _status_code(context: grpc.aio.ServicerContext, error: BaseException | None) -> grpc.StatusCode:
+    """The status a call ended with: the one set on its context, else what its error implies."""
+    code = context.code()
+    if isinstance(code, grpc.StatusCode):
+        return code
+    if isinstance(code, int):  # some gRPC versions keep the number
+        return next(
+            (member for member in grpc.StatusCode if member.value[0] == code), grpc.StatusCode.UNKNOWN
+        )
+    if error is None:
+        return grpc.StatusCode.OK
+    if isinstance(error, asyncio.CancelledError):
+        return grpc.StatusCode.CANCELLED
+    return grpc.StatusCode.UNKNOWN
+
+
+class _MethodMetrics:
+    """The metric children of one method and call shape, looked up once (``labels()`` costs)."""
+
+    __slots__ = ("handled", "kind", "rpc", "seconds", "service", "started")
+
+    def __init__(self, kind: str, method_name: str) -> None:
+        self.kind = kind
+        self.service, _, self.rpc = method_name.lstrip("/").rpartition("/")
+        self.started = STARTED.labels(kind, self.service, self.rpc)
+        self.seconds = HANDLING_SECONDS.labels(kind, self.service, self.rpc)
+        self.handled: dict[grpc.StatusCode, Any] = {}
+
+    def count(self, code: grpc.StatusCode, elapsed: float) -> None:
+        handled = self.handled.get(code)
+        if handled is None:
+            handled = self.handled[code] = HANDLED.labels(self.kind, self.service, self.rpc, code.name)
+        handled.inc()
+        self.seconds.observe(elapsed)
+
+
+class RpcObserver(AsyncServerInterceptor):
+    """Counts, times and logs every call of a server (see the module doc); ``service`` labels
+    its log lines ("writer", "reader")."""
+
+    def __init__(self, service: str) -> None:
+        self.service = service
+        self._methods: dict[tuple[str, bool, bool], _MethodMetrics] = {}
+
+    async def intercept(
+        self,
+        method: Callable[..., Any],
+        request_or_iterator: Any,
+        context: grpc.aio.ServicerContext,
+        method_name: str,
+    ) -> Any:
+        started = time.perf_counter()
+        # Asked now: once a call has been cancelled (a client gone, a server stopping), gRPC may
+        # have freed what peer() reads, and asking then crashes the process.
+        peer = context.peer()
+        outcome = method(request_or_iterator, context)  # a coroutine or an async generator: not run yet
+        shape = (method_name, hasattr(request_or_iterator, "__aiter__"), hasattr(outcome, "__aiter__"))
+        metrics = self._methods.get(shape)
+        if metrics is None:
+            metrics = self._methods[shape] = _MethodMetrics(_grpc_type(shape[1], shape[2]), method_name)
+        metrics.started.inc()
+        if shape[2]:
+            return self._observe_stream(outcome, context, metrics, peer, started)
+        try:
+            response = await outcome
+        except BaseException as error:
+            self._finish(context, metrics, peer, started, error)
+            raise
+        self._finish(context, metrics, peer, started, None)
+        return response
+
+    async def _observe_stream(
+        self,
+        responses: AsyncIterator[Any],
+        context: grpc.aio.ServicerContext,
+        metrics: _MethodMetrics,
+        peer: str,
+        started: float,
+    ) -> AsyncIterator[Any]:
+        try:
+            async for response in responses:
+                yield response
+        except BaseException as error:
+            self._finish(context, metrics, peer, started, error)
+            raise
+        self._finish(context, metrics, peer, started, None)
+
+    def _finish(
+        self,
+        context: grpc.aio.ServicerContext,
+        metrics: _MethodMetrics,
+        peer: str,
+        started: float,
+        error: BaseException | None,
+    ) -> None:
+        """Count and time a call that ended; log it unless OK (``peer`` as asked when it started)."""
+        elapsed = time.perf_counter() - started
+        code = _status_code(context, error)
+        metrics.count(code, elapsed)
+        if code is grpc.StatusCode.OK:
+            return
+        if code in SERVER_FAULTS:
+            level, outcome = logging.ERROR, "failed"
+        elif code is grpc.StatusCode.CANCELLED:
+            level, outcome = logging.INFO, "cancelled"
+        else:
+            level, outcome = logging.WARNING, "refused"
+        detail = (context.details() or "")[:DETAIL_MAX_CHARS]
+        if isinstance(detail, bytes):
+            detail = detail.decode(errors="replace")
+        log.log(
+            level,
+            "%s %s %s: %s: %s",
+            self.service,
+            outcome,
+            metrics.rpc,
+            code.name,
+            detail,
+            extra={
+                "service": self.service,
+                "rpc": f"/{metrics.service}/{metrics.rpc}",
+                "outcome": outcome,
+                "code": code.name,
+                "detail": detail,
+                "peer": peer,
+                "duration_ms": round(elapsed * 1000, 3),
+            },
+        )

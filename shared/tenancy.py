@@ -1,0 +1,91 @@
+"""Who is calling, and which sessions that caller may see (tenant isolation, both services).
+
+A service started with authentication (``--auth-tokens``, or client certificates:
+:mod:`shared.auth`) learns each call's :class:`Caller` from its credentials, never from
+a request field, and sets it for the call in :data:`CALLER` before any handler runs.
+The places where a session id is looked up (the writer's session index, the reader's
+listing index) read it there and answer a session of another tenant exactly as one
+that does not exist: :class:`shared.errors.SessionNotFoundError` (NOT_FOUND), so no
+RPC can tell the two apart, and no RPC added later can forget the check.
+
+A service without authentication, and code calling the ledger in-process, run as
+:data:`ANYONE`: every session is visible and source times may be set, as before.
+A session created without a tenant is recorded under ``default`` (shared.session_meta),
+so a token mapped to ``default`` sees the sessions written before authentication was
+turned on; a file whose session_meta names no tenant at all belongs to ``""``, which no
+token may name: with authentication on it is visible to no caller.
+"""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+from shared.errors import PermissionDeniedError, SessionNotFoundError
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """An authenticated caller: its tenant (None: no authentication, every tenant) and whether
+    it is trusted to import (set source times: AppendRecord.ts, StopRequest.ts; ImportSessions)."""
+
+    tenant: str | None
+    importer: bool
+
+    def sees(self, tenant: str) -> bool:
+        """True when a session of ``tenant`` is visible to this caller."""
+        return self.tenant is None or self.tenant == tenant
+
+
+#: The caller of a service without authentication (and of in-process use): sees everything.
+ANYONE = Caller(None, importer=True)
+
+#: The caller of the RPC being served; set by the authentication interceptor for each call.
+CALLER: ContextVar[Caller] = ContextVar("rollout_caller", default=ANYONE)
+
+
+def current_caller() -> Caller:
+    """The caller of the RPC being served (:data:`ANYONE` outside an authenticated call)."""
+    return CALLER.get()
+
+
+def check_visible(session_id: str, tenant: str) -> None:
+    """Raise SessionNotFoundError (NOT_FOUND) unless the current caller sees a session of ``tenant``."""
+    if not CALLER.get().sees(tenant):
+        raise SessionNotFoundError(session_id)
+
+
+def caller_tenant(requested: str) -> str:
+    """The tenant a request acts in: the caller's own (a new session's tenant, a listing's filter).
+
+    ``requested`` is the request's ``tenant`` field: empty or the caller's tenant is
+    taken as the caller's; another tenant is PermissionDeniedError (PERMISSION_DENIED),
+    never an empty answer. Without authentication the request's value is kept as it is.
+    """
+    caller = CALLER.get()
+    if caller.tenant is None:
+        return requested
+    if requested and requested != caller.tenant:
+        raise PermissionDeniedError(
+            "tenant", "names another tenant than the caller's credentials; leave it empty or give your own"
+        )
+    return caller.tenant
+
+
+#: How a caller becomes an importer, for refusals.
+_IMPORTER_HOW = 'a token marked "importer": true in the writer\'s --auth-tokens file'
+
+
+def check_may_set_times(field: str) -> None:
+    """Raise PermissionDeniedError (naming ``field``) unless the caller may set source times."""
+    if not CALLER.get().importer:
+        raise PermissionDeniedError(
+            field,
+            f"only importers may set source times ({_IMPORTER_HOW}); leave it empty for the writer's clock",
+        )
+
+
+def check_importer(rpc: str) -> None:
+    """Raise PermissionDeniedError unless the caller is an importer (ImportSessions)."""
+    if not CALLER.get().importer:
+        raise PermissionDeniedError(rpc, f"only importers may import sessions ({_IMPORTER_HOW})")

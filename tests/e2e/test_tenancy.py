@@ -1,0 +1,283 @@
+"""Tenant isolation and authentication end to end: a writer and a reader with TLS and the
+bearer tokens of two tenants (real processes, certificates made here).
+
+Every RPC of both services is walked from the service descriptors, so an RPC added later
+fails these tests until it is given a request here (and so is checked)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import grpc
+import pytest
+from google.protobuf.message_factory import GetMessageClass
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2
+
+from rollout.v1 import reader_pb2, records_pb2, writer_pb2
+from rollout_client import PermissionDeniedError, RolloutClient
+from tests.e2e.secured import (
+    A_IMPORT,
+    B_IMPORT,
+    READER,
+    WRITER,
+    A,
+    B,
+    SecuredPair,
+    call,
+    every_method,
+    local,
+    refusal,
+    start_secured_pair,
+)
+
+PAUSED = records_pb2.StopKind.Value("STOP_KIND_PAUSED")
+
+
+def _user(text: str) -> writer_pb2.AppendRecord:
+    return writer_pb2.AppendRecord(message=records_pb2.ChatMessage(role="user", text=text))
+
+
+def _child(parent: str, session_id: str = "") -> writer_pb2.CreateSessionRequest:
+    return writer_pb2.CreateSessionRequest(
+        session_id=session_id,
+        agent_name="helper",
+        parent_session_id=parent,
+        delegation_id="call_9",
+        role=writer_pb2.SESSION_ROLE_CHILD,
+    )
+
+
+#: For each RPC on a session: (the requests naming session ``sid``, the token of tenant b to send).
+SESSION_REQUESTS: dict[str, Callable[[str], tuple[Any, str]]] = {
+    "CreateSession": lambda sid: (_child(sid), B),
+    "Append": lambda sid: (writer_pb2.AppendRequest(session_id=sid, records=[_user("hi")]), B),
+    "AppendStream": lambda sid: ([writer_pb2.AppendRequest(session_id=sid, records=[_user("hi")])], B),
+    "Stop": lambda sid: (writer_pb2.StopRequest(session_id=sid, stop_kind=PAUSED, reason="r"), B),
+    "Resume": lambda sid: (writer_pb2.ResumeRequest(session_id=sid), B),
+    "Fork": lambda sid: (writer_pb2.ForkRequest(session_id=sid, at_seq=1), B),
+    "ImportSessions": lambda sid: (
+        [
+            writer_pb2.ImportSessionsRequest(create=_child(sid, str(uuid.uuid4()))),
+            writer_pb2.ImportSessionsRequest(stop=writer_pb2.StopRequest(stop_kind=PAUSED)),
+        ],
+        B_IMPORT,
+    ),
+    "GetReplay": lambda sid: (reader_pb2.ReplayRequest(session_id=sid), B),
+    "StreamReplay": lambda sid: (reader_pb2.ReplayRequest(session_id=sid), B),
+    "GetMemoryView": lambda sid: (reader_pb2.MemoryViewRequest(session_id=sid), B),
+    "StreamMemoryView": lambda sid: (reader_pb2.MemoryViewRequest(session_id=sid), B),
+    "VerifySession": lambda sid: (reader_pb2.VerifyRequest(session_id=sid), B),
+    "GetStopFacts": lambda sid: (reader_pb2.StopFactsRequest(session_id=sid), B),
+    "FindDelegations": lambda sid: (reader_pb2.FindDelegationsRequest(parent_session_id=sid), B),
+    "WatchSession": lambda sid: (reader_pb2.WatchSessionRequest(session_id=sid), B),
+}
+#: RPCs on no session: checked by their own tests below.
+NOT_ON_A_SESSION = {"ListSessions"}
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory) -> Iterator[SecuredPair]:
+    started = start_secured_pair(tmp_path_factory.mktemp("secured"))
+    yield started
+    started.stop()
+
+
+@pytest.fixture(scope="module")
+def channels(pair) -> Iterator[dict[str, grpc.Channel]]:
+    writer, reader = pair.channels()
+    yield {WRITER.full_name: writer, READER.full_name: reader}
+    writer.close()
+    reader.close()
+
+
+def _session_of_a(channels: dict[str, grpc.Channel]) -> str:
+    """A session of tenant a holding a user message and a child (so every RPC has something to find)."""
+    writer = channels[WRITER.full_name]
+    create = WRITER.methods_by_name["CreateSession"]
+    (created,) = call(writer, create, writer_pb2.CreateSessionRequest(role=writer_pb2.SESSION_ROLE_ROOT), A)
+    append = WRITER.methods_by_name["Append"]
+    call(
+        writer, append, writer_pb2.AppendRequest(session_id=created.session_id, records=[_user("secret")]), A
+    )
+    call(writer, create, _child(created.session_id), A)
+    return str(created.session_id)
+
+
+def _same_answer(error: grpc.RpcError, other: grpc.RpcError, ids: tuple[str, str]) -> bool:
+    return error.code() == other.code() and error.details().replace(
+        ids[0], "<id>"
+    ) == other.details().replace(ids[1], "<id>")
+
+
+def test_every_rpc_is_walked() -> None:
+    """Every RPC of both services is covered by the isolation walk or a test of its own."""
+    assert {method.name for method in every_method()} == set(SESSION_REQUESTS) | NOT_ON_A_SESSION
+
+
+@pytest.mark.parametrize("rpc", sorted(SESSION_REQUESTS))
+def test_another_tenants_session_is_answered_as_one_that_does_not_exist(channels, rpc) -> None:
+    """Tenant b's call on tenant a's session gets exactly the answer of a call on an id that does
+    not exist (NOT_FOUND, or for a child naming it as its parent INVALID_ARGUMENT), while tenant a's
+    own call on it reaches the session."""
+    method = next(method for method in every_method() if method.name == rpc)
+    channel = channels[method.containing_service.full_name]
+    target, absent = _session_of_a(channels), str(uuid.uuid4())
+    requests, token = SESSION_REQUESTS[rpc](target)
+    seen = refusal(channel, method, requests, token)
+    unknown = refusal(channel, method, SESSION_REQUESTS[rpc](absent)[0], token)
+    assert seen.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT), seen.details()
+    assert _same_answer(seen, unknown, (target, absent)), (seen.details(), unknown.details())
+    assert (
+        target not in seen.details() or "not found" in seen.details() or "names no session" in seen.details()
+    )
+    owner = _outcome(channel, method, requests, A_IMPORT if token == B_IMPORT else A)
+    assert owner not in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT)
+
+
+def _outcome(channel: grpc.Channel, method, requests: Any, token: str) -> grpc.StatusCode:
+    """The status code a call ends with (OK when it succeeds)."""
+    try:
+        call(channel, method, requests, token)
+    except grpc.RpcError as error:
+        return error.code()
+    return grpc.StatusCode.OK
+
+
+def test_listings_show_only_the_callers_tenant(channels) -> None:
+    """Tenant b never sees a's sessions listed; a filter naming another tenant is PERMISSION_DENIED;
+    a's own listing has them, recorded under a even when the request named no tenant."""
+    target = _session_of_a(channels)
+    reader = channels[READER.full_name]
+    listing = READER.methods_by_name["ListSessions"]
+    writer = channels[WRITER.full_name]
+    (own,) = call(writer, WRITER.methods_by_name["CreateSession"], writer_pb2.CreateSessionRequest(), B)
+
+    def listed(token: str, tenant: str = "") -> dict[str, str]:
+        (page,) = call(reader, listing, reader_pb2.ListSessionsRequest(page_size=1000, tenant=tenant), token)
+        return {summary.session_id: summary.tenant for summary in page.sessions}
+
+    seen_by_b = listed(B) | listed(B, tenant="b")
+    assert own.session_id in seen_by_b
+    assert target not in seen_by_b
+    assert set(seen_by_b.values()) == {"b"}
+    denied = refusal(reader, listing, reader_pb2.ListSessionsRequest(tenant="a"), B)
+    assert denied.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert listed(A)[target] == "a"
+
+
+def test_a_fork_and_a_child_stay_in_their_tenant(channels) -> None:
+    """A fork and a child of tenant a's session belong to a: b cannot see them, a can."""
+    target = _session_of_a(channels)
+    writer, reader = channels[WRITER.full_name], channels[READER.full_name]
+    (fork,) = call(
+        writer, WRITER.methods_by_name["Fork"], writer_pb2.ForkRequest(session_id=target, at_seq=1), A
+    )
+    (links,) = call(
+        reader,
+        READER.methods_by_name["FindDelegations"],
+        reader_pb2.FindDelegationsRequest(parent_session_id=target),
+        A,
+    )
+    (child,) = [link.child_session_id for link in links.delegations]
+    facts = READER.methods_by_name["GetStopFacts"]
+    for session_id in (fork.session_id, child):
+        assert refusal(reader, facts, reader_pb2.StopFactsRequest(session_id=session_id), B).code() == (
+            grpc.StatusCode.NOT_FOUND
+        )
+        call(reader, facts, reader_pb2.StopFactsRequest(session_id=session_id), A)
+    (page,) = call(
+        reader, READER.methods_by_name["ListSessions"], reader_pb2.ListSessionsRequest(page_size=1000), A
+    )
+    tenants = {summary.session_id: summary.tenant for summary in page.sessions}
+    assert tenants[fork.session_id] == tenants[child] == "a"
+
+
+def test_a_session_created_for_another_tenant_is_refused(channels) -> None:
+    """CreateSession naming another tenant than the token's is PERMISSION_DENIED."""
+    create = WRITER.methods_by_name["CreateSession"]
+    error = refusal(channels[WRITER.full_name], create, writer_pb2.CreateSessionRequest(tenant="a"), B)
+    assert error.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert "tenant" in error.details()
+
+
+def test_source_times_and_imports_are_for_importers_only(channels) -> None:
+    """A token not marked as an importer gets PERMISSION_DENIED for AppendRecord.ts, StopRequest.ts
+    and ImportSessions; an importer token of the same tenant may set them."""
+    writer = channels[WRITER.full_name]
+    (created,) = call(writer, WRITER.methods_by_name["CreateSession"], writer_pb2.CreateSessionRequest(), B)
+    record = writer_pb2.AppendRecord(
+        message=records_pb2.ChatMessage(role="user", text="x"), ts="2026-01-02T03:04:05Z"
+    )
+    append = writer_pb2.AppendRequest(session_id=created.session_id, records=[record])
+    stop = writer_pb2.StopRequest(session_id=created.session_id, stop_kind=PAUSED, ts="2026-01-02T03:04:06Z")
+    importing = [
+        writer_pb2.ImportSessionsRequest(create=writer_pb2.CreateSessionRequest(session_id=str(uuid.uuid4())))
+    ]
+    for rpc, requests, field in (
+        ("Append", append, "records[0].ts"),
+        ("Stop", stop, "ts"),
+        ("ImportSessions", importing, "ImportSessions"),
+    ):
+        error = refusal(writer, WRITER.methods_by_name[rpc], requests, B)
+        assert error.code() == grpc.StatusCode.PERMISSION_DENIED, error.details()
+        assert error.details().startswith(f"{field}: only importers may")
+    (appended,) = call(writer, WRITER.methods_by_name["Append"], append, B_IMPORT)
+    assert list(appended.seqs) == [1]
+    call(writer, WRITER.methods_by_name["Stop"], stop, B_IMPORT)
+
+
+@pytest.mark.parametrize("token", [None, "tok-nobody-1234"], ids=["no token", "unknown token"])
+def test_without_a_valid_token_every_rpc_is_unauthenticated(channels, token) -> None:
+    """No token, or one not in the file: UNAUTHENTICATED for every RPC of both services and for
+    server reflection (v1 and v1alpha), before any request is looked at."""
+    for method in every_method():
+        channel = channels[method.containing_service.full_name]
+        request = GetMessageClass(method.input_type)()
+        error = refusal(channel, method, [request] if method.client_streaming else request, token)
+        assert error.code() == grpc.StatusCode.UNAUTHENTICATED, (method.name, error.details())
+    for service in ("grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection"):
+        info = channels[WRITER.full_name].stream_stream(
+            f"/{service}/ServerReflectionInfo",
+            reflection_pb2.ServerReflectionRequest.SerializeToString,
+            reflection_pb2.ServerReflectionResponse.FromString,
+        )
+        metadata = () if token is None else (("authorization", f"Bearer {token}"),)
+        with pytest.raises(grpc.RpcError) as caught:
+            list(info(iter([reflection_pb2.ServerReflectionRequest(list_services="")]), metadata=metadata))
+        assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_health_answers_without_a_token(channels) -> None:
+    """Health checking stays open on both services: SERVING without any token."""
+    for service in (WRITER, READER):
+        stub = health_pb2_grpc.HealthStub(channels[service.full_name])
+        answer = stub.Check(health_pb2.HealthCheckRequest(service=service.full_name), timeout=10)
+        assert answer.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_a_plaintext_client_cannot_talk_to_a_tls_port(pair) -> None:
+    """A client without TLS gets no answer from either TLS port (UNAVAILABLE), even for health."""
+    for process in (pair.writer, pair.reader):
+        with grpc.insecure_channel(process.address) as channel:
+            with pytest.raises(grpc.RpcError) as caught:
+                health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
+            assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+def test_the_python_client_works_with_tls_and_a_token(pair) -> None:
+    """rollout_client with token= and tls_ca= creates, appends, replays and lists in its tenant, and
+    gets PERMISSION_DENIED for a listing filter naming another tenant."""
+    writer, reader = local(pair.writer.address), local(pair.reader.address)
+    with RolloutClient(writer, reader, token=A, tls_ca=pair.certificates.ca_file) as client:
+        session = client.create_session(root=True)
+        session.append({"role": "user", "content": "hello over TLS"})
+        replay = session.replay()
+        assert [message["content"] for message in replay.messages] == ["hello over TLS"]
+        (page, *_) = client.list_sessions(page_size=1000)
+        assert session.id in {summary.session_id for summary in page.sessions}
+        assert {summary.tenant for summary in page.sessions} == {"a"}
+        with pytest.raises(PermissionDeniedError):
+            next(iter(client.list_sessions(tenant="b")))
