@@ -33,6 +33,8 @@ import grpc
 from rollout.v1 import records_pb2, writer_pb2, writer_pb2_grpc
 from rollout_client import blocking_channel
 
+#: The tenant of the sessions a run creates on a writer without authentication (with a token,
+#: the token's tenant: the writer takes the tenant from the credentials, never from a request).
 TENANT = "loadtest"
 _TEXT = (
     "The agent read the failing test, traced the error to the retry path and proposed a two-line fix; "
@@ -133,6 +135,7 @@ class _Agent:
         self.stub = stub
         self.config = config
         self.report = report
+        self.tenant = "" if config.token else TENANT
         self.lock = lock
         self.rng = random.Random(config.seed * 1_000_003 + number)
         self.calls = 0
@@ -151,7 +154,7 @@ class _Agent:
 
     def _create(self, **fields: Any) -> str:
         session_id: str = self.stub.CreateSession(
-            writer_pb2.CreateSessionRequest(tenant=TENANT, **fields)
+            writer_pb2.CreateSessionRequest(tenant=self.tenant, **fields)
         ).session_id
         self._count(created=1)
         return session_id

@@ -158,7 +158,12 @@ def import_group() -> None:
 def _import_options(command: Callable[..., None]) -> Callable[..., None]:
     command = click.argument("paths", nargs=-1, type=click.Path(exists=True, path_type=Path))(command)
     command = writer_option(command)
-    command = click.option("--tenant", default="default", show_default=True)(command)
+    command = click.option(
+        "--tenant",
+        default="",
+        help="Tenant of the imported sessions on a writer without authentication (empty: 'default');"
+        " with a token the token's tenant, always.",
+    )(command)
     return click.option("--json", "as_json", is_flag=True, help="One JSON object per file, no table.")(
         command
     )
@@ -430,7 +435,8 @@ def loadtest(
     """Simulate agent sessions (parents delegating to children) against a running writer.
 
     Prints throughput, ack latency percentiles and errors. Writes only to the
-    sessions it creates (tenant "loadtest"); every one is stopped at the end.
+    sessions it creates (tenant "loadtest", or the token's tenant with --token); every one is stopped
+    at the end.
     """
     from rollout_cli.loadtest_view import show_loadtest
 
