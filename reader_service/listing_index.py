@@ -45,7 +45,7 @@ from typing import Any
 import orjson
 
 from reader_service.stop_facts import DEFAULT_TAIL_WINDOW, StopFactsResult, read_stop_facts
-from shared.layout import DataRoot
+from shared.layout import DataRoot, read_session_file, session_file_stat
 from shared.naming import SessionFileName
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,7 @@ SortKey = tuple[datetime, str]
 def read_session_meta(path: Path) -> dict[str, Any] | None:
     """The payload of a session's first line: {} if it is not a session_meta, None if the line
     is not complete yet (no newline). Raises OSError when the file cannot be read."""
-    with path.open("rb") as handle:
+    with read_session_file(path) as handle:
         head = handle.read(HEAD_WINDOW)
         while b"\n" not in head:
             more = handle.read(HEAD_WINDOW)
@@ -149,7 +149,7 @@ def count_messages(path: Path, start: Count, limit: int | None = None) -> Count:
     Raises OSError when the file cannot be read.
     """
     position, count, preview = start.counted_bytes, start.message_count, start.preview
-    with path.open("rb") as handle:
+    with read_session_file(path) as handle:
         handle.seek(position)
         pending = b""
         while True:
@@ -321,7 +321,7 @@ class ListingIndex:
         Raises FileNotFoundError when the file is gone; another OSError when it cannot be read.
         """
         path = self.root.sessions_dir / name
-        stat = os.stat(path)
+        stat = session_file_stat(path)
         with self._lock:
             known = self._activity.get(name)
         if known is not None and known.current(stat):
@@ -390,7 +390,7 @@ class ListingIndex:
 
     def _count_whole(self, name: str) -> None:
         path = self.root.sessions_dir / name
-        stat = os.stat(path)
+        stat = session_file_stat(path)
         with self._lock:
             known = self._activity.get(name)
         fresh = self._refresh(name, path, stat, known, None)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from shared.digest import DigestBuilder, single_reasoning_digest
+from shared.layout import read_session_file
 from shared.rebuild import DAMAGE_KINDS, CheckpointRecord, DegradedEntry, DegradedKind, Rebuild, rebuild
 from shared.rebuild_index import MessageSource, index_rebuild
 
@@ -158,8 +159,11 @@ def replay_bytes(data: bytes, max_messages: int = 0) -> ReplayFacts:
 
 
 def replay_file(path: Path, max_messages: int = 0) -> ReplayFacts:
-    """Replay one session file, read once, in memory. Raises OSError when it cannot be read."""
-    return replay_bytes(path.read_bytes(), max_messages)
+    """Replay one session file, read once, in memory. Raises OSError when it cannot be read
+    (ELOOP for a symbolic link: never followed)."""
+    with read_session_file(path) as handle:
+        data = handle.read()
+    return replay_bytes(data, max_messages)
 
 
 #: Canonical bytes of messages gathered into one StreamReplay chunk (~ its size on the wire).

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from shared.layout import read_session_file
 from shared.rebuild import CheckpointRecord
 from shared.records import RecordType
 from shared.stop_kinds import ResumeEligibility, classify_session
@@ -69,10 +70,11 @@ def _checkpoint_of(record: dict[str, Any]) -> CheckpointRecord | None:
 def read_stop_facts(path: Path, tail_window: int = DEFAULT_TAIL_WINDOW) -> StopFactsResult:
     """Read the stop facts of one session file from its tail.
 
-    Raises FileNotFoundError when the file is gone. Bytes read: ``tail_window``,
+    Raises FileNotFoundError when the file is gone, OSError ELOOP for a symbolic link
+    (never followed). Bytes read: ``tail_window``,
     doubled only while the window holds fewer than the last two complete records.
     """
-    with path.open("rb") as handle:
+    with read_session_file(path) as handle:
         tail = read_tail(handle.fileno(), want=2, window=tail_window)
     records, total_read = tail.records, tail.bytes_read
     if not records:

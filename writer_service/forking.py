@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 
 from shared.errors import InvalidArgumentError, SessionStateError
+from shared.layout import read_session_file
 from shared.records import RecordType
 
 
@@ -39,7 +40,7 @@ def _records(path: Path, start: int = 0) -> Iterator[tuple[int, int, dict[str, A
 
     Reads the file in chunks: memory stays bounded whatever its size.
     """
-    with path.open("rb") as handle:
+    with read_session_file(path) as handle:
         handle.seek(start)
         offset = start
         pending = b""
@@ -58,7 +59,7 @@ def _records(path: Path, start: int = 0) -> Iterator[tuple[int, int, dict[str, A
 
 def _first_line_end(path: Path) -> int:
     """The offset just after the first line (0 when the file has no complete line)."""
-    with path.open("rb") as handle:
+    with read_session_file(path) as handle:
         size = 0
         while chunk := handle.read(64 * 1024):
             cut = chunk.find(b"\n")

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import orjson
 
+from shared.layout import open_session_file, read_session_file, session_file_stat
 from writer_service.files import fsync_dir
 
 log = logging.getLogger(__name__)
@@ -54,7 +55,7 @@ def repair_torn_tail(path: Path) -> int:
 
     Raises OSError when the file cannot be read, written or synced.
     """
-    size = path.stat().st_size
+    size = session_file_stat(path).st_size
     if size == 0:  # a creation cut short before its first byte: no session, free the id
         sidecar = _sidecar_path(path)
         os.rename(path, sidecar)
@@ -62,7 +63,7 @@ def repair_torn_tail(path: Path) -> int:
         log.warning("moved the empty file %s aside as %s", path.name, sidecar.name)
         return 0
     window = min(size, REPAIR_WINDOW_BYTES)
-    with path.open("rb") as handle:
+    with read_session_file(path) as handle:
         handle.seek(size - window)
         tail = handle.read(window)
     if tail.endswith(b"\n"):
@@ -77,7 +78,7 @@ def repair_torn_tail(path: Path) -> int:
         if good is not None or window == size:
             break
         window = min(size, window * 4)
-        with path.open("rb") as handle:
+        with read_session_file(path) as handle:
             handle.seek(size - window)
             tail = handle.read(window)
     good_end = good or 0
@@ -94,10 +95,12 @@ def repair_torn_tail(path: Path) -> int:
         side.write(damaged)
         side.flush()
         os.fsync(side.fileno())
-    with path.open("r+b") as handle:
-        handle.truncate(good_end)
-        handle.flush()
-        os.fsync(handle.fileno())
+    fd = open_session_file(path, os.O_RDWR)
+    try:
+        os.ftruncate(fd, good_end)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
     fsync_dir(path.parent)
     log.warning(
         "repaired torn tail of %s: %d bytes moved to %s, file cut to %d bytes",

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from shared.errors import FileNameError
-from shared.layout import DataRoot
+from shared.layout import DataRoot, open_session_file
 from shared.naming import FILE_SUFFIX, parse_file_name
 from shared.records import RecordType
 from shared.tail import Tail, read_tail
@@ -68,7 +68,7 @@ def entry_from_tail(name: str, tail: Tail) -> IndexEntry:
 
 def read_entry(path: Path) -> IndexEntry:
     """Read one session file's entry from its tail (I/O thread). Raises OSError when unreadable."""
-    fd = os.open(path, os.O_RDONLY)
+    fd = open_session_file(path)
     try:
         return entry_from_tail(path.name, read_tail(fd, want=1, window=STARTUP_TAIL_WINDOW))
     finally:
@@ -114,7 +114,7 @@ def build_index(root: DataRoot) -> SessionIndex:
             continue
         path = folder / name
         try:
-            fd = os.open(path, os.O_RDONLY)
+            fd = open_session_file(path)
             try:
                 tail = read_tail(fd, want=1, window=STARTUP_TAIL_WINDOW)
             finally:
@@ -122,7 +122,7 @@ def build_index(root: DataRoot) -> SessionIndex:
             if not tail.clean_end:
                 if repair_torn_tail(path):
                     repaired += 1
-                if not path.exists():  # moved aside whole: it held no complete record
+                if not os.path.lexists(path):  # moved aside whole: it held no complete record
                     continue
                 entry = read_entry(path)
             else:

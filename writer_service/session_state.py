@@ -35,6 +35,8 @@ from typing import Any
 
 import orjson
 
+from shared.layout import open_session_file
+
 log = logging.getLogger(__name__)
 
 STATE_DIR = "writer-state"
@@ -80,7 +82,7 @@ def save_state(root: Path, session_id: str, path: Path, state: SessionState) -> 
     """
     target = state_path(root, session_id)
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = open_session_file(path)
         try:
             check = _check(fd, state.offset)
             inode = os.fstat(fd).st_ino

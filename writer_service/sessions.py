@@ -47,7 +47,7 @@ from shared.errors import (
     SessionStateError,
     storage_error,
 )
-from shared.layout import DELEGATION_ID_MAX_BYTES, DataRoot
+from shared.layout import DELEGATION_ID_MAX_BYTES, DataRoot, open_session_file
 from shared.naming import build_file_name, new_session_id, validate_agent_name, validate_session_id
 from shared.rebuild import collector_paused
 from shared.rebuild_index import index_rebuild
@@ -314,7 +314,7 @@ class SessionLedger:
             return None
         calls, meta, size, saved_offset = kept
         try:
-            fd = os.open(path, os.O_RDWR | os.O_APPEND)
+            fd = open_session_file(path, os.O_RDWR | os.O_APPEND)
         except OSError:
             return None  # the slow path names the problem
         if os.fstat(fd).st_size != size:
@@ -621,7 +621,7 @@ def _load(root: Path, path: Path, session_id: str, entry: IndexEntry, quick: boo
         if not entry.fresh:
             repair_torn_tail(path)
             entry = read_entry(path)
-        fd = os.open(path, os.O_RDWR | os.O_APPEND)
+        fd = open_session_file(path, os.O_RDWR | os.O_APPEND)
     except FileNotFoundError as exc:  # moved aside by repair, or removed outside the ledger
         raise SessionNotFoundError(session_id) from exc
     except OSError as exc:
