@@ -36,8 +36,9 @@ class DigestStatus(enum.StrEnum):
 
 
 def checkpoint_status(checkpoint: CheckpointRecord, computed: str, message_count: int) -> DigestStatus:
-    """VERIFIED when the recomputed digest and message count equal the checkpoint's, else MISMATCH."""
-    matches = computed == checkpoint.digest and checkpoint.message_count == message_count
+    """VERIFIED when the recomputed digest and message count equal the checkpoint's and the
+    checkpoint is sound (no damage before it, its lines digest holds), else MISMATCH."""
+    matches = checkpoint.sound and computed == checkpoint.digest and checkpoint.message_count == message_count
     return DigestStatus.VERIFIED if matches else DigestStatus.MISMATCH
 
 
@@ -124,6 +125,8 @@ def _single_reasoning_verifies(rebuilt: Rebuild, payloads_of: PayloadsOf) -> boo
     """True (and a note added) when the last checkpoint matches the single-reasoning reading."""
     checkpoint, covered = rebuilt.last_checkpoint, rebuilt.checkpoint_messages
     if checkpoint is None or covered is None or checkpoint.message_count != len(covered):
+        return False
+    if not checkpoint.sound:
         return False
     legacy = single_reasoning_digest(payloads_of(covered), len(covered))
     if legacy != checkpoint.digest:
@@ -226,9 +229,17 @@ def verify_findings(summary: ReplayFacts) -> tuple[bool, list[str]]:
         f"{rebuilt.records} records, seqs 0..{rebuilt.last_seq}, {rebuilt.committed_bytes} committed bytes,"
         f" {summary.message_count} messages in the rebuilt sequence"
     ]
+    if rebuilt.unchecked_lines:
+        findings.append(
+            f"{rebuilt.unchecked_lines} lines carry no line check (written before line checks existed)"
+        )
     checkpoint = rebuilt.last_checkpoint
     if summary.digest_status is DigestStatus.VERIFIED and checkpoint is not None:
         findings.append(f"last checkpoint (seq {checkpoint.seq}) verifies: {summary.computed_digest}")
+    elif checkpoint is not None and not checkpoint.sound:
+        findings.append(
+            f"last checkpoint (seq {checkpoint.seq}) does NOT verify: lines before it are damaged (below)"
+        )
     elif summary.digest_status is DigestStatus.MISMATCH and checkpoint is not None:
         findings.append(
             f"last checkpoint (seq {checkpoint.seq}) does NOT verify: stored {checkpoint.digest},"

@@ -130,6 +130,7 @@ def checkpoint_to_proto(checkpoint: CheckpointRecord) -> records_pb2.AgentCheckp
         covers_seq=checkpoint.covers_seq,
         stop_kind=checkpoint.stop_kind,
         seq=checkpoint.seq,
+        lines_digest=checkpoint.lines_digest,
     )
 
 
@@ -300,6 +301,7 @@ def stop_facts_to_proto(
     eligibility = eligibility_of(facts, dict(meta))
     message.resume.replayable = eligibility.replayable
     message.resume.reason = eligibility.reason
+    message.damage.extend(degraded_to_proto(entry) for entry in facts.damage)
     return message
 
 

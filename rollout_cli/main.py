@@ -663,6 +663,8 @@ def stop_facts(session_id: str, reader: str) -> None:
         click.echo(f"digest:      {cp.digest}")
     if not facts.has_stop_record:
         click.echo("stop record: missing (killed between checkpoint and stop): still a stopped session")
+    for entry in facts.damage:
+        click.echo(f"DAMAGE:      {entry.kind} at byte {entry.offset}: {entry.detail}")
     verdict = "may be continued exactly" if facts.resume.replayable else "may not be continued as-is"
     click.echo(f"resume:      {verdict}: {facts.resume.reason}")
     click.echo(f"tail read:   {facts.tail_bytes_read} bytes")
@@ -714,7 +716,10 @@ def stop_command(session_id: str, writer: str, kind: str, reason: str) -> None:
 @click.argument("session_id", callback=_session_id)
 @writer_option
 @click.option(
-    "--force", is_flag=True, help="Re-open even a session whose stop kind is not replayable as-is (recorded)."
+    "--force",
+    is_flag=True,
+    help="Re-open even a session whose stop kind is not replayable as-is, or whose file is damaged"
+    " (recorded in the session; damage stays reported).",
 )
 def resume(session_id: str, writer: str, force: bool) -> None:
     """Re-open a paused or cancelled session for appending (closes calls left without an output)."""

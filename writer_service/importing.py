@@ -41,7 +41,7 @@ from writer_service.file_facts import file_facts, refuse_damage
 from writer_service.files import TEMPORARY_MARK, fsync_dir, write_all
 from writer_service.open_session import RecordTimes, RequestRecords, encode_records
 from writer_service.session_index import IndexEntry
-from writer_service.sessions import STOP_TEXT_MAX_CHARS, SessionLedger
+from writer_service.sessions import STOP_TEXT_MAX_CHARS, SessionLedger, stop_lines
 
 log = logging.getLogger(__name__)
 
@@ -183,19 +183,7 @@ class SessionImport:
         found = await self._ledger.run_io(file_facts, staged.staging, True)
         refuse_damage(found.damage, staged.name, "import")
         checkpoint_seq = staged.next_seq
-        ts = ts or now_timestamp()
-        checkpoint = {
-            "digest": found.digest,
-            "message_count": found.message_count,
-            "covers_seq": checkpoint_seq - 1,
-            "stop_kind": str(kind),
-        }
-        stop: dict[str, Any] = {"stop_kind": str(kind), "reason": reason}
-        if error:
-            stop["error"] = error
-        stop["checkpoint_seq"] = checkpoint_seq
-        lines = encode_line(checkpoint_seq, ts, RecordType.AGENT_CHECKPOINT, checkpoint)
-        lines += encode_line(checkpoint_seq + 1, ts, RecordType.STOP, stop)
+        lines = stop_lines(checkpoint_seq, ts or now_timestamp(), found, kind, reason, error)
         await self._ledger.run_io(_finish_staging, staged.fd, lines)
         staged.next_seq += 2
         staged.stopped_kind = str(kind)

@@ -2,7 +2,10 @@
 
 A crash mid-write can leave a session file ending in a partial line (no ``\\n``),
 a line that is not JSON, or a run of NUL bytes (space the file system allocated
-but never filled). Only the writer repairs, and only the tail: the damaged bytes
+but never filled). Any last line that is not a complete valid record of the session
+is treated the same way (valid JSON included: ``{}``, a line whose check fails, a
+record whose seq does not follow the one before it; shared.tail.record_fits).
+Only the writer repairs, and only the tail: the damaged bytes
 are copied to a sidecar ``<file>.torn-<n>`` next to the file (never lost), the
 file is truncated to the end of its last complete record and fsynced, and the
 repair is logged. Damage in the middle of a file is left alone; the reader
@@ -15,9 +18,8 @@ import logging
 import os
 from pathlib import Path
 
-import orjson
-
 from shared.layout import open_session_file, read_session_file, session_file_stat
+from shared.tail import record_fits
 from writer_service.files import fsync_dir
 
 log = logging.getLogger(__name__)
@@ -27,9 +29,10 @@ REPAIR_WINDOW_BYTES = 1 << 20
 
 
 def _good_end(tail: bytes, base: int) -> int | None:
-    """Offset (absolute) just after the last parseable complete line in ``tail``, if any.
+    """Offset (absolute) just after the last complete line in ``tail`` that is a valid record
+    of the session (shared.tail.record_fits), if any.
 
-    ``tail`` starts at absolute offset ``base``; None when no complete line parses.
+    ``tail`` starts at absolute offset ``base``; None when no such line is found.
     """
     end = len(tail)
     while True:
@@ -37,15 +40,11 @@ def _good_end(tail: bytes, base: int) -> int | None:
         if cut < 0:
             return None
         start = tail.rfind(b"\n", 0, cut) + 1
-        line = tail[start:cut]
         if start == 0 and base > 0:
             return None  # the line may begin before the window; caller widens it
-        try:
-            orjson.loads(line)
-        except orjson.JSONDecodeError:
-            end = cut
-            continue
-        return base + cut + 1
+        if record_fits(tail, start, cut, base):
+            return base + cut + 1
+        end = cut
 
 
 def repair_torn_tail(path: Path) -> int:
@@ -68,11 +67,8 @@ def repair_torn_tail(path: Path) -> int:
         tail = handle.read(window)
     if tail.endswith(b"\n"):
         last_start = tail.rfind(b"\n", 0, len(tail) - 1) + 1
-        try:
-            orjson.loads(tail[last_start:-1])
+        if (last_start > 0 or size == window) and record_fits(tail, last_start, len(tail) - 1, size - window):
             return 0
-        except orjson.JSONDecodeError:
-            pass
     while True:
         good = _good_end(tail, size - window)
         if good is not None or window == size:

@@ -63,7 +63,7 @@ from shared.session_meta import TEXT_FIELDS, SessionSpec, resolve_role, session_
 from shared.stop_kinds import StopKind
 from writer_service.branching import ForkResult, ResumeResult, fork_session, resume_session
 from writer_service.committer import CommitConfig, GroupCommitter, SessionLog, StorageHealth
-from writer_service.file_facts import RebuiltFacts, file_facts, refuse_damage
+from writer_service.file_facts import FORCE_HINT, RebuiltFacts, file_facts, refuse_damage
 from writer_service.files import create_file, create_marker
 from writer_service.idempotency import RememberedAppend, RequestMemory, fingerprint
 from writer_service.open_session import CallView, OpenSession, RecordTimes, RequestRecords, apply_record
@@ -504,22 +504,10 @@ class SessionLedger:
         state.busy = "Stop"
         try:
             found = await self.rebuild_exclusive(state, True)
-            refuse_damage(found.damage, state.path.name, "stop")
+            refuse_damage(found.unaccepted_damage, state.path.name, "stop", FORCE_HINT)
             checkpoint_seq = state.next_seq
             message_digest = found.digest
-            ts = ts or now_timestamp()
-            checkpoint = {
-                "digest": message_digest,
-                "message_count": found.message_count,
-                "covers_seq": checkpoint_seq - 1,
-                "stop_kind": str(kind),
-            }
-            stop: dict[str, Any] = {"stop_kind": str(kind), "reason": reason}
-            if error:
-                stop["error"] = error
-            stop["checkpoint_seq"] = checkpoint_seq
-            lines = encode_line(checkpoint_seq, ts, RecordType.AGENT_CHECKPOINT, checkpoint)
-            lines += encode_line(checkpoint_seq + 1, ts, RecordType.STOP, stop)
+            lines = stop_lines(checkpoint_seq, ts or now_timestamp(), found, kind, reason, error)
             # Stopped from the moment the lines are queued: a caller cancelled while they
             # are written must not leave the session open behind its stop record. A failed
             # write drops this in-memory view (the log's on_failure), so it cannot lie.
@@ -595,6 +583,33 @@ class SessionLedger:
             done.result()
         self._sessions.clear()
         self._executor.shutdown(wait=True)
+
+
+def stop_lines(
+    checkpoint_seq: int,
+    ts: str,
+    found: RebuiltFacts,
+    kind: StopKind,
+    reason: str,
+    error: dict[str, str] | None,
+) -> bytes:
+    """The ``agent_checkpoint`` and ``stop`` lines of a Stop (SPEC §2.6) over a rebuild of the
+    whole file: the checkpoint carries the message digest and the lines digest of every line
+    before it (shared.records), the stop names the checkpoint's seq."""
+    checkpoint = {
+        "digest": found.digest,
+        "message_count": found.message_count,
+        "covers_seq": checkpoint_seq - 1,
+        "stop_kind": str(kind),
+        "lines_digest": found.lines_digest,
+    }
+    stop: dict[str, Any] = {"stop_kind": str(kind), "reason": reason}
+    if error:
+        stop["error"] = error
+    stop["checkpoint_seq"] = checkpoint_seq
+    return encode_line(checkpoint_seq, ts, RecordType.AGENT_CHECKPOINT, checkpoint) + encode_line(
+        checkpoint_seq + 1, ts, RecordType.STOP, stop
+    )
 
 
 def _retire(root: Path, state: OpenSession, snapshot: SessionState | None) -> None:
