@@ -167,6 +167,14 @@ async def _serve_until_signal(start: Any, label: str) -> None:
     help="Largest stored line (bytes); larger records are refused, never truncated. Clients replaying"
     " such records need a gRPC receive limit above it.",
 )
+@click.option(
+    "--repair-retry-seconds",
+    type=click.FloatRange(0.1),
+    default=5.0,
+    show_default=True,
+    help="How often a session whose file could not be repaired at start-up (a full disk) is tried"
+    " again; it is also tried at each call on it.",
+)
 def serve_writer(
     data_dir: Path,
     address: str,
@@ -178,6 +186,7 @@ def serve_writer(
     linger_ms: float,
     metrics_port: int | None,
     max_record_bytes: int,
+    repair_retry_seconds: float,
 ) -> None:
     """Run the writer service alone (one per data root)."""
     from prometheus_client import start_http_server
@@ -208,6 +217,7 @@ def serve_writer(
             round_sync=RoundSync(round_sync),
         ),
         max_record_bytes=max_record_bytes,
+        repair_retry_seconds=repair_retry_seconds,
     )
     try:
         asyncio.run(_serve_until_signal(start_writer(config, address), "writer"))

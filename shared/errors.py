@@ -11,6 +11,8 @@ The hierarchy::
     ├── SessionStateError            FAILED_PRECONDITION (stopped session, seq mismatch)
     ├── SessionBusyError             ABORTED           (a Stop or Resume in progress; retry)
     ├── CorruptSessionError          DATA_LOSS         (names the file and byte offset)
+    ├── SessionUnavailableError      UNAVAILABLE       (the session's file awaits a repair that
+    │                                                   failed; retried; ErrorInfo names errno)
     ├── ResourceLimitError           RESOURCE_EXHAUSTED
     │   ├── QueueFullError           RESOURCE_EXHAUSTED (a session's queue; retry with backoff)
     │   └── ReplyTooLargeError       RESOURCE_EXHAUSTED (use the streaming RPC)
@@ -92,6 +94,18 @@ class SessionBusyError(LedgerError):
 
 class CorruptSessionError(LedgerError):
     """A session file cannot be used as asked; the message names the file and offset."""
+
+
+class SessionUnavailableError(LedgerError):
+    """One session cannot be served until its file is repaired (its torn tail could not be
+    set aside, or the file cannot be read); every other session serves. The repair is retried.
+
+    ``errno_name`` is e.g. ``ENOSPC`` / ``EACCES`` / ``ELOOP`` ("" when not an OS error).
+    """
+
+    def __init__(self, message: str, *, errno_name: str = "") -> None:
+        super().__init__(message)
+        self.errno_name = errno_name
 
 
 class ResourceLimitError(LedgerError):

@@ -35,6 +35,7 @@ from shared.errors import (
     SessionExistsError,
     SessionNotFoundError,
     SessionStateError,
+    SessionUnavailableError,
     StorageWriteError,
     storage_error,
 )
@@ -85,6 +86,13 @@ def _status_of(error: LedgerError, prefix: str) -> tuple[grpc.StatusCode, str, l
             return grpc.StatusCode.ABORTED, message, []
         case CorruptSessionError():
             return grpc.StatusCode.DATA_LOSS, message, []
+        case SessionUnavailableError():
+            info = error_details_pb2.ErrorInfo(
+                reason=error.errno_name or "REPAIR_FAILED",
+                domain="rollout-ledger",
+                metadata={"operation": "repair"},
+            )
+            return grpc.StatusCode.UNAVAILABLE, message, [info]
         case ResourceLimitError():
             return grpc.StatusCode.RESOURCE_EXHAUSTED, message, []
         case StorageWriteError():

@@ -6,6 +6,8 @@
 * ``rollout_flush_seconds``: write + sync time per durability round (slow ones are also logged).
 * ``rollout_write_errors_total``: failed batches (write or fsync errors).
 * ``rollout_storage_healthy``: 1 after a good batch, 0 after a failed one.
+* ``rollout_repair_failures_total``: torn-tail repairs (or reads of a session file) that failed.
+* ``rollout_sessions_awaiting_repair``: sessions refused until their repair succeeds.
 """
 
 from __future__ import annotations
@@ -31,3 +33,9 @@ FLUSH_SECONDS = Histogram(
 WRITE_ERRORS = Counter("rollout_write_errors", "Durability rounds whose write or sync failed.")
 STORAGE_HEALTHY = Gauge("rollout_storage_healthy", "1 when the last batch was written, 0 after a failure.")
 STORAGE_HEALTHY.set(1)
+REPAIR_FAILURES = Counter(
+    "rollout_repair_failures", "Torn-tail repairs or session file reads that failed (retried later)."
+)
+SESSIONS_AWAITING_REPAIR = Gauge(
+    "rollout_sessions_awaiting_repair", "Sessions refused (UNAVAILABLE) until their file is repaired."
+)

@@ -10,17 +10,26 @@ are copied to a sidecar ``<file>.torn-<n>`` next to the file (never lost), the
 file is truncated to the end of its last complete record and fsynced, and the
 repair is logged. Damage in the middle of a file is left alone; the reader
 reports it as degraded.
+
+A repair that cannot be done (no space for the sidecar, a file that cannot be read
+or written) raises, leaving the file as it was and no sidecar behind (never an
+empty one): the writer then refuses that session (UNAVAILABLE, with the reason),
+serves every other one, and tries again later (writer_service.session_index).
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 
+from shared.errors import SessionUnavailableError
 from shared.layout import open_session_file, read_session_file, session_file_stat
 from shared.tail import record_fits
-from writer_service.files import fsync_dir
+from writer_service import metrics
+from writer_service.files import fsync_dir, write_all
 
 log = logging.getLogger(__name__)
 
@@ -87,10 +96,7 @@ def repair_torn_tail(path: Path) -> int:
         log.warning("moved %s aside as %s: it holds no complete record", path.name, sidecar.name)
         return size
     damaged = tail[good_end - (size - window) :]
-    with sidecar.open("xb") as side:
-        side.write(damaged)
-        side.flush()
-        os.fsync(side.fileno())
+    _write_sidecar(sidecar, damaged)
     fd = open_session_file(path, os.O_RDWR)
     try:
         os.ftruncate(fd, good_end)
@@ -108,6 +114,20 @@ def repair_torn_tail(path: Path) -> int:
     return len(damaged)
 
 
+def _write_sidecar(sidecar: Path, damaged: bytes) -> None:
+    """Write the set-aside bytes to a new sidecar, durably; on any failure remove it (no empty
+    or partial sidecar is ever left) and raise the OSError."""
+    fd = os.open(sidecar, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    try:
+        write_all(fd, damaged)
+        os.fsync(fd)
+    except OSError:
+        os.close(fd)
+        sidecar.unlink(missing_ok=True)
+        raise
+    os.close(fd)
+
+
 def _sidecar_path(path: Path) -> Path:
     number = 1
     while True:
@@ -115,3 +135,51 @@ def _sidecar_path(path: Path) -> Path:
         if not candidate.exists():
             return candidate
         number += 1
+
+
+def unavailable(name: str, exc: OSError) -> SessionUnavailableError:
+    """The refusal of a session whose file could not be repaired or read (``exc``)."""
+    return SessionUnavailableError(
+        f"session file {name} could not be repaired or read ({exc.strerror or exc}); this session is"
+        " refused until it is (the writer retries in the background and at each call); every other"
+        " session serves",
+        errno_name=errno.errorcode.get(exc.errno or 0, ""),
+    )
+
+
+class RepairBacklog:
+    """Sessions refused because their file could not be repaired or read (session id -> reason).
+
+    Exported as ``rollout_sessions_awaiting_repair`` (and each failure counted in
+    ``rollout_repair_failures_total``); observers hear whether the backlog is empty
+    after each change (the server turns that into the writer's gRPC health).
+    Event loop only, but for :func:`writer_service.session_index.build_index`, which
+    fills it before serving starts.
+    """
+
+    def __init__(self) -> None:
+        self.pending: dict[str, str] = {}
+        self._observers: list[Callable[[bool], None]] = []
+
+    def observe(self, observer: Callable[[bool], None]) -> None:
+        self._observers.append(observer)
+
+    def failed(self, session_id: str, reason: str) -> None:
+        """A repair or read of ``session_id`` failed (again)."""
+        metrics.REPAIR_FAILURES.inc()
+        log.error("%s", reason)
+        was_empty = not self.pending
+        self.pending[session_id] = reason
+        self._changed(was_empty)
+
+    def repaired(self, session_id: str) -> None:
+        """``session_id`` serves again."""
+        if self.pending.pop(session_id, None) is not None:
+            log.warning("session %s serves again: its file was repaired", session_id)
+            self._changed(False)
+
+    def _changed(self, was_empty: bool) -> None:
+        metrics.SESSIONS_AWAITING_REPAIR.set(len(self.pending))
+        if was_empty != (not self.pending):
+            for observer in self._observers:
+                observer(not self.pending)

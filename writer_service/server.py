@@ -284,12 +284,14 @@ def _stop_fields(request: writer_pb2.StopRequest) -> tuple[StopKind, dict[str, s
     return stop_kind_from_proto(request.stop_kind), error, ts
 
 
-def _health_observer(health: HealthServicer) -> Callable[[bool], None]:
-    """Mirror storage health into the writer's gRPC health status."""
+def _health_observer(health: HealthServicer, ledger: SessionLedger) -> Callable[[bool], None]:
+    """Mirror storage health into the writer's gRPC health status: NOT_SERVING after a failed
+    round, or while a session awaits a repair that failed (the others keep serving)."""
     loop = asyncio.get_running_loop()
     pending: set[asyncio.Task[None]] = set()
 
-    def observe(healthy: bool) -> None:
+    def observe(_: bool) -> None:
+        healthy = ledger.storage_health.healthy and not ledger.index.repairs.pending
         status = (
             health_pb2.HealthCheckResponse.SERVING if healthy else health_pb2.HealthCheckResponse.NOT_SERVING
         )
@@ -298,6 +300,14 @@ def _health_observer(health: HealthServicer) -> Callable[[bool], None]:
         task.add_done_callback(pending.discard)
 
     return observe
+
+
+async def _retry_repairs(ledger: SessionLedger, interval: float) -> None:
+    """Every ``interval`` seconds, try again the repairs that failed (until the server stops)."""
+    while True:
+        await asyncio.sleep(interval)
+        if ledger.index.repairs.pending:
+            await ledger.retry_repairs()
 
 
 @dataclass
@@ -309,9 +319,14 @@ class RunningWriter:
     lock: FileLock
     health: HealthServicer
     port: int
+    repairs: asyncio.Task[None] | None = None
 
     async def stop(self, grace: float = 5.0) -> None:
         """Stop accepting, let in-flight calls finish, drain queues, release the lock."""
+        if self.repairs is not None:
+            self.repairs.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.repairs
         await self.health.enter_graceful_shutdown()
         await self.server.stop(grace)
         await self.ledger.close()
@@ -364,9 +379,16 @@ async def start_writer(config: WriterConfig, address: str = "127.0.0.1:0") -> Ru
         )
         port = bind(server, address, "writer")
         await server.start()
-        await health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
-        await health.set("", health_pb2.HealthCheckResponse.SERVING)
-        ledger.storage_health.observe(_health_observer(health))
+        serving = health_pb2.HealthCheckResponse.SERVING
+        await health.set(
+            SERVICE_NAME,
+            health_pb2.HealthCheckResponse.NOT_SERVING if ledger.index.repairs.pending else serving,
+        )
+        await health.set("", serving)
+        observer = _health_observer(health, ledger)
+        ledger.storage_health.observe(observer)
+        ledger.index.repairs.observe(observer)
+        repairs = asyncio.ensure_future(_retry_repairs(ledger, config.repair_retry_seconds))
     except BaseException:
         lock.release()
         raise
@@ -376,4 +398,4 @@ async def start_writer(config: WriterConfig, address: str = "127.0.0.1:0") -> Ru
         config.data_dir,
         durable_write_method(config.commit),
     )
-    return RunningWriter(server, ledger, lock, health, port)
+    return RunningWriter(server, ledger, lock, health, port, repairs)

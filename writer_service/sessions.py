@@ -26,6 +26,7 @@ public API below: :meth:`SessionLedger.open_session`,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 from collections import OrderedDict
@@ -41,10 +42,12 @@ import orjson
 from shared.errors import (
     CorruptSessionError,
     InvalidArgumentError,
+    LedgerError,
     QueueFullError,
     SessionExistsError,
     SessionNotFoundError,
     SessionStateError,
+    SessionUnavailableError,
     storage_error,
 )
 from shared.layout import DELEGATION_ID_MAX_BYTES, DataRoot, open_session_file
@@ -67,7 +70,7 @@ from writer_service.file_facts import FORCE_HINT, RebuiltFacts, file_facts, refu
 from writer_service.files import create_file, create_marker
 from writer_service.idempotency import RememberedAppend, RequestMemory, fingerprint
 from writer_service.open_session import CallView, OpenSession, RecordTimes, RequestRecords, apply_record
-from writer_service.recovery import repair_torn_tail
+from writer_service.recovery import repair_torn_tail, unavailable
 from writer_service.session_index import IndexEntry, SessionIndex, build_index, read_entry
 from writer_service.session_state import (
     SAVE_EVERY_BYTES,
@@ -106,6 +109,8 @@ class WriterConfig:
     io_threads: int = 4
     #: Session files kept open; idle ones beyond it are closed, least recently used first.
     max_open_sessions: int = 256
+    #: Seconds between two background attempts at the repairs that failed (writer_service.recovery).
+    repair_retry_seconds: float = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,7 +360,9 @@ class SessionLedger:
 
         Raises FileNameError for an id that is not a lowercase UUID,
         SessionNotFoundError (an unknown id, answered from memory; or a file gone),
-        CorruptSessionError (no session_meta), StorageWriteError (unreadable).
+        CorruptSessionError (no session_meta), SessionUnavailableError (its file
+        could not be repaired or read: retried at each call and in the background,
+        :meth:`retry_repairs`), StorageWriteError.
         """
         state = self._sessions.get(session_id)
         if state is not None:
@@ -394,8 +401,14 @@ class SessionLedger:
             )
             self._sessions[session_id] = state
             self._close_idle()
+            self.index.repairs.repaired(session_id)
             future.set_result(state)
             return state
+        except SessionUnavailableError as exc:
+            self.index.repairs.failed(session_id, str(exc))
+            future.set_exception(exc)
+            future.exception()
+            raise
         except BaseException as exc:
             future.set_exception(exc)
             future.exception()  # mark retrieved: waiters re-raise it themselves
@@ -547,6 +560,8 @@ class SessionLedger:
         Raises FileNameError, SessionNotFoundError (unknown id, from memory).
         """
         state = self._sessions.get(session_id)
+        if state is None and session_id in self.index.repairs.pending:
+            state = await self.open_session(session_id)  # tries the repair again, or refuses
         if state is not None:
             await state.log.drain()
             return state.path
@@ -564,6 +579,13 @@ class SessionLedger:
         """A new session from the source's records up to a fork point (SPEC §2.8); see
         :func:`writer_service.branching.fork_session`."""
         return await fork_session(self, source_id, at_seq, before_user_message)
+
+    async def retry_repairs(self) -> int:
+        """Try again every repair that failed (opening each such session); returns how many still fail."""
+        for session_id in list(self.index.repairs.pending):
+            with contextlib.suppress(LedgerError):
+                await self.open_session(session_id)
+        return len(self.index.repairs.pending)
 
     async def close(self) -> None:
         """Drain every session's queue, save their states, close files and the I/O threads."""
@@ -630,7 +652,8 @@ def _load(root: Path, path: Path, session_id: str, entry: IndexEntry, quick: boo
     With ``quick`` (the event loop's try) only a matching state with at most
     :data:`SAVE_ON_CLOSE_BYTES` after it is used; otherwise None, having read
     nothing more. Raises SessionNotFoundError (the file is gone),
-    CorruptSessionError (no session_meta), StorageWriteError (unreadable).
+    CorruptSessionError (no session_meta), SessionUnavailableError (its tail could
+    not be repaired, or it cannot be opened), StorageWriteError (unreadable).
     """
     try:
         if not entry.fresh:
@@ -640,7 +663,7 @@ def _load(root: Path, path: Path, session_id: str, entry: IndexEntry, quick: boo
     except FileNotFoundError as exc:  # moved aside by repair, or removed outside the ledger
         raise SessionNotFoundError(session_id) from exc
     except OSError as exc:
-        raise storage_error(exc, "read", f"opening {path.name}") from exc
+        raise unavailable(path.name, exc) from exc
     try:
         size = os.fstat(fd).st_size
         saved = load_state(root, session_id, fd)
