@@ -83,6 +83,9 @@ they meet the checkpoint, so a line changed, removed or added anywhere before a
 checkpoint (a line without a check included, or a line whose check was recomputed)
 makes that checkpoint fail, in every later reading. Older checkpoints have no
 ``lines_digest`` and are verified by their message digest alone (SPEC §4).
+
+An ``event`` whose ``kind`` is in :data:`RESERVED_EVENT_KINDS` is the writer's own
+record (Resume, Fork); clients may not append one.
 """
 
 from __future__ import annotations
@@ -123,6 +126,10 @@ class RecordType(enum.StrEnum):
     AGENT_CHECKPOINT = "agent_checkpoint"
     STOP = "stop"
 
+
+#: Event kinds the writer uses for its own records (Resume's ``resumed``, Fork's ``forked``);
+#: an Append or an import that names one is refused (INVALID_ARGUMENT), so they cannot be forged.
+RESERVED_EVENT_KINDS = frozenset({"resumed", "forked"})
 
 #: The key of the line check (the last key of every line the writer writes).
 LINE_CHECK_KEY = "crc32c"

@@ -28,7 +28,7 @@ from google.protobuf import struct_pb2
 
 from rollout.v1 import records_pb2, writer_pb2
 from shared.errors import InvalidArgumentError, RecordValidationError
-from shared.records import RecordType, attached_reasoning, normalize_timestamp
+from shared.records import RESERVED_EVENT_KINDS, RecordType, attached_reasoning, normalize_timestamp
 from shared.session_meta import SessionRole, SessionSpec
 from shared.stop_kinds import StopKind
 
@@ -261,8 +261,8 @@ def append_payloads(record: writer_pb2.AppendRecord, index: int) -> list[tuple[R
     A message with N reasoning blocks becomes N ``reasoning`` records then the
     ``message`` (SPEC §2.5 and its §1 addition). Raises RecordValidationError
     (naming ``index``) for an empty record, reasoning on a non-assistant message,
-    both ``reasoning`` and ``reasoning_blocks`` set, an event without a kind, or
-    a NaN / infinite number in an opaque object (content parts, turn context,
+    both ``reasoning`` and ``reasoning_blocks`` set, an event without a kind or of
+    a kind the writer reserves (shared.records.RESERVED_EVENT_KINDS), or a NaN / infinite number in an opaque object (content parts, turn context,
     event body).
     """
     try:
@@ -311,6 +311,13 @@ def _append_payloads(record: writer_pb2.AppendRecord, index: int) -> list[tuple[
     if kind == "event":
         if not record.event.kind:
             raise RecordValidationError(index, "event.kind", "is empty")
+        if record.event.kind in RESERVED_EVENT_KINDS:
+            raise RecordValidationError(
+                index,
+                "event.kind",
+                f"{record.event.kind!r} is reserved for the writer's own records"
+                f" ({', '.join(sorted(RESERVED_EVENT_KINDS))}); name the event something else",
+            )
         return [(_EVENT, {"kind": record.event.kind, "body": struct_to_python(record.event.body)})]
     raise RecordValidationError(index, "record", f"has an unknown kind {kind!r}")
 

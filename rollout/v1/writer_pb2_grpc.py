@@ -94,7 +94,8 @@ class RolloutWriterServicer:
         after the records are written (and made durable in the default durability
         mode: one durability round may sync many sessions' files together).
         INVALID_ARGUMENT: a record failed validation; the BadRequest detail names
-        the record index and field; nothing of the request is written.
+        the record index and field; nothing of the request is written. Event
+        kinds the writer reserves ("resumed", "forked") are refused here.
         NOT_FOUND: unknown session (answered from the writer's index, without
         touching the disk).
         FAILED_PRECONDITION: the session is stopped (call Resume), or

@@ -11,6 +11,8 @@ from pathlib import Path
 import grpc
 import orjson
 import pytest
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
 
 from rollout.v1 import reader_pb2, records_pb2, writer_pb2
 
@@ -59,6 +61,14 @@ def new_session(writer, *records: writer_pb2.AppendRecord) -> str:
     sid = writer.CreateSession(writer_pb2.CreateSessionRequest()).session_id
     writer.Append(writer_pb2.AppendRequest(session_id=sid, records=list(records)))
     return sid
+
+
+def field_paths(error: grpc.RpcError) -> list[str]:
+    """The fields a refusal's google.rpc.BadRequest detail names."""
+    (detail,) = rpc_status.from_call(error).details
+    bad_request = error_details_pb2.BadRequest()
+    assert detail.Unpack(bad_request)
+    return [violation.field for violation in bad_request.field_violations]
 
 
 def refused(call) -> grpc.RpcError:
@@ -165,3 +175,35 @@ def test_stop_facts_report_a_changed_stop_record_and_deny_resume(writer, reader,
     assert [(entry.kind, entry.offset) for entry in facts.damage] == [("line_check_failed", offset)]
     assert not facts.resume.replayable
     assert "damaged" in facts.resume.reason
+
+
+@pytest.mark.parametrize("kind", ["resumed", "forked"])
+def test_clients_cannot_forge_the_writers_own_events(writer, data_dir, kind) -> None:
+    """Hole 5: an Append or an import naming an event kind the writer reserves is INVALID_ARGUMENT
+    (field records[i].event.kind); importers' own kinds (codex.*, claude.*) stay allowed."""
+    sid = new_session(writer, msg("user", "hi"))
+    before = file_of(data_dir, sid).read_bytes()
+    forged = writer_pb2.AppendRecord(event=records_pb2.Event(kind=kind))
+    forged.event.body.update({"forced": True, "damage": [{"kind": "seq_gap"}]})
+    error = refused(
+        lambda: writer.Append(writer_pb2.AppendRequest(session_id=sid, records=[msg("user", "a"), forged]))
+    )
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "reserved" in error.details()
+    assert field_paths(error) == ["records[1].event.kind"]
+    assert file_of(data_dir, sid).read_bytes() == before
+
+    imported = iter(
+        [
+            writer_pb2.ImportSessionsRequest(
+                create=writer_pb2.CreateSessionRequest(session_id="01a22c15-89a6-7d3d-b5b7-165622bd350c")
+            ),
+            writer_pb2.ImportSessionsRequest(records=writer_pb2.ImportRecords(records=[forged])),
+            writer_pb2.ImportSessionsRequest(stop=writer_pb2.StopRequest(stop_kind=PAUSED)),
+        ]
+    )
+    error = refused(lambda: writer.ImportSessions(imported))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert field_paths(error) == ["sessions[0].records[0].event.kind"]
+    allowed = writer_pb2.AppendRecord(event=records_pb2.Event(kind="codex.resumed"))
+    writer.Append(writer_pb2.AppendRequest(session_id=sid, records=[allowed]))
