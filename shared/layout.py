@@ -211,14 +211,14 @@ class DataRoot:
             self._index[parsed.session_id] = parsed
             self._names[parsed.session_id] = name
 
-    def locate(self, session_id: str) -> tuple[SessionFileName, Path]:
+    def locate(self, session_id: str, field: str = "session_id") -> tuple[SessionFileName, Path]:
         """The parsed name and path of a session's file.
 
-        Raises FileNameError for an id that is not a lowercase UUID,
-        SessionNotFoundError when no file holds it (after a fresh scan) and
-        OSError ``ELOOP`` when its file is a symbolic link (never followed).
+        Raises FileNameError (naming ``field``, the request field that carried the id)
+        for an id that is not a lowercase UUID, SessionNotFoundError when no file holds
+        it (after a fresh scan) and OSError ``ELOOP`` when its file is a symbolic link.
         """
-        validate_session_id(session_id)
+        validate_session_id(session_id, field)
         for attempt in range(2):
             with self._lock:
                 name = self._names.get(session_id)

@@ -220,10 +220,15 @@ def normalize_timestamp(text: str) -> str:
     return formatted[:17] + "60" + formatted[19:] if leap else formatted
 
 
-def clip(value: object, limit: int = 100) -> str:
-    """``value`` as text of at most ``limit`` characters, for echoing client input in errors."""
+#: Characters of client input an error message quotes (:func:`clip`).
+QUOTE_CHARS = 100
+
+
+def clip(value: object, limit: int = QUOTE_CHARS) -> str:
+    """``value`` as text of at most ``limit`` characters, for echoing client input in errors;
+    longer text is cut and says so: ``abc… (clipped to 100 of 20000 characters)``."""
     text = str(value)
-    return text if len(text) <= limit else text[:limit] + f"… ({len(text)} characters)"
+    return text if len(text) <= limit else text[:limit] + f"… (clipped to {limit} of {len(text)} characters)"
 
 
 def now_timestamp() -> str:

@@ -331,13 +331,13 @@ def stop_kind_to_proto(kind: str) -> records_pb2.StopKind:
 def stop_kind_from_proto(value: int) -> StopKind:
     """The stop kind a request names (SPEC §1 vocabulary).
 
-    Raises RecordValidationError (field ``stop_kind``) for UNSPECIFIED or an
+    Raises InvalidArgumentError (field ``stop_kind``) for UNSPECIFIED or an
     undeclared number.
     """
     if value == records_pb2.STOP_KIND_UNSPECIFIED:
-        raise RecordValidationError(0, "stop_kind", "is unspecified; name why the run stopped")
+        raise InvalidArgumentError("stop_kind", "is unspecified; name why the run stopped")
     if value not in records_pb2.StopKind.values():
-        raise RecordValidationError(0, "stop_kind", f"{value} is not a declared StopKind value")
+        raise InvalidArgumentError("stop_kind", f"{value} is not a declared StopKind value")
     return StopKind(records_pb2.StopKind.Name(value).removeprefix("STOP_KIND_").lower())
 
 

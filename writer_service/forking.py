@@ -19,7 +19,7 @@ import orjson
 
 from shared.errors import InvalidArgumentError, SessionStateError
 from shared.layout import read_session_file
-from shared.records import RecordType
+from shared.records import RecordType, clip
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,8 +131,8 @@ def check_fork_keeps_pairs(path: Path, point: ForkPoint, unanswered_call_ids: Co
             if call_id in unanswered_call_ids:
                 seq = record.get("seq")
                 raise SessionStateError(
-                    f"fork point seq {point.seq} falls between tool call {call_id!r} and its output at"
+                    f"fork point seq {point.seq} falls between tool call {clip(call_id)!r} and its output at"
                     f" seq {seq}; fork at seq {seq} or later, or before the call",
                     subject=f"seq/{point.seq}",
-                    precondition=f"tool pair {call_id!r} ends at seq {seq}",
+                    precondition=f"tool pair {clip(call_id)!r} ends at seq {seq}",
                 )

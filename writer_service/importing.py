@@ -154,6 +154,12 @@ class SessionImport:
         staged.received += len(records)
         await self._ledger.run_io(_write_staged, staged.fd, b"".join(lines))
 
+    def named(self, error: InvalidArgumentError, opening: bool = False) -> InvalidArgumentError:
+        """A refused field of a create, records or stop message, named in the stream: field
+        ``sessions[k].<field>``, ``k`` the session being opened (``opening``) or the open one."""
+        position = len(self._sessions) if opening or not self._sessions else self._sessions[-1].position
+        return InvalidArgumentError(f"{self._where(position)}.{error.field}", error.description)
+
     def refusal(self, error: RecordValidationError) -> InvalidArgumentError:
         """A record refused in the open session's current message, named over the whole stream:
         field ``sessions[k].records[i].<field>``, ``i`` counted over all of the session's records."""

@@ -68,7 +68,8 @@ PROTO_TO_LINE_BOUND = 6
 def request_payloads(
     request: writer_pb2.AppendRequest | writer_pb2.ImportRecords, max_record_bytes: int
 ) -> tuple[RequestRecords, RecordTimes]:
-    """The payloads and source times of every record of a request (RecordValidationError on bad ones).
+    """The payloads and source times of every record of a request (RecordValidationError on bad ones,
+    InvalidArgumentError, field ``records``, when there are none).
 
     Times are None when no record carries one (the writer's clock for all), else
     one per record in the ledger's ``ts`` form ("" where absent). A record whose
@@ -77,7 +78,7 @@ def request_payloads(
     is made: a rejected large request costs no more memory than gRPC's own.
     """
     if not request.records:
-        raise RecordValidationError(0, "records", "an Append needs at least one record")
+        raise InvalidArgumentError("records", "is empty: an Append needs at least one record")
     ceiling = PROTO_TO_LINE_BOUND * max_record_bytes
     payloads = []
     times: list[str] | None = None
@@ -238,7 +239,11 @@ class RolloutWriterServicer(writer_pb2_grpc.RolloutWriterServicer):
                     check_decoded(request)
                     part = request.WhichOneof("part")
                     if part == "create":
-                        await session_import.create(session_spec(request.create))
+                        try:
+                            spec = session_spec(request.create)
+                        except InvalidArgumentError as exc:
+                            raise session_import.named(exc, opening=True) from exc
+                        await session_import.create(spec)
                     elif part == "records":
                         try:
                             payloads, times = request_payloads(
@@ -246,9 +251,14 @@ class RolloutWriterServicer(writer_pb2_grpc.RolloutWriterServicer):
                             )
                         except RecordValidationError as exc:
                             raise session_import.refusal(exc) from exc
+                        except InvalidArgumentError as exc:
+                            raise session_import.named(exc) from exc
                         await session_import.append(payloads, times)
                     elif part == "stop":
-                        kind, error, ts = _stop_fields(request.stop)
+                        try:
+                            kind, error, ts = _stop_fields(request.stop)
+                        except InvalidArgumentError as exc:
+                            raise session_import.named(exc) from exc
                         await session_import.stop(kind, request.stop.reason, error, ts)
                     else:
                         raise InvalidArgumentError("part", "is empty: set create, records or stop")

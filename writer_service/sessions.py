@@ -197,11 +197,11 @@ class SessionLedger:
         validate_agent_name(spec.agent_name)
         role = resolve_role(spec)
         if spec.parent_session_id:
-            validate_session_id(spec.parent_session_id)
+            validate_session_id(spec.parent_session_id, "parent_session_id")
             if self.index.get(spec.parent_session_id) is None and spec.parent_session_id not in staged:
                 raise InvalidArgumentError(
                     "parent_session_id", f"names no session in the ledger ({spec.parent_session_id})"
-                )
+                )  # the id is a validated UUID: quoted whole
         if len(spec.delegation_id.encode()) > DELEGATION_ID_MAX_BYTES:
             raise InvalidArgumentError(
                 "delegation_id", f"is longer than {DELEGATION_ID_MAX_BYTES} UTF-8 bytes"
