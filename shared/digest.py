@@ -24,8 +24,12 @@ The lines digest (a checkpoint's ``lines_digest``, an addition to SPEC §1 besid
 digest above, which stays as it is) pins the lines a checkpoint covers:
 ``"sha256:lines:v1:<64 hex>"`` over::
 
-    b"rollout-ledger/lines-digest/v1\x00" + for each line before the checkpoint, in file
-    order: its check as 4 bytes, little endian
+    b"rollout-ledger/lines-digest/v1\x00" + for each line after the first and before the
+    checkpoint, in file order: its check as 4 bytes, little endian
+
+The first line, the ``session_meta``, is left out: a fork copies its source's other
+lines byte for byte under a ``session_meta`` of its own, so the checkpoints it copies
+keep verifying (a fork of a fork too); the ``session_meta`` has its line check.
 
 where a line's check is its ``crc32c`` value when it has one (shared.records: the
 value itself is verified against the line's bytes separately) and the CRC32C of its

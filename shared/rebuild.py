@@ -311,9 +311,11 @@ class Rebuilder:
         self.pairings: dict[str, _Pairing] = {}
         #: (payload, line, offset) of the reasoning records waiting for their assistant message.
         self.pending_reasoning: list[tuple[dict[str, Any], int, int]] = []
-        #: The lines digest of the lines read, and the checks of lines not yet added to it.
+        #: The lines digest of the lines read after the first, and the checks of lines not yet
+        #: added to it (the first line's, the session_meta a fork replaces, is left out once).
         self.lines_digest = LinesDigest()
         self.checks: array[int] = array(LINE_CHECKS_TYPECODE)
+        self.first_line_left_out = False
         #: Whether a damage entry has been found (a checkpoint after it is not sound).
         self.damaged = False
 
@@ -457,20 +459,28 @@ class Rebuilder:
                 f"record type {record_type!r} is unknown to this reader; kept, not replayed",
             )
 
+    def add_checks(self) -> None:
+        """Add the checks collected so far to the lines digest (the first line's left out)."""
+        checks = self.checks
+        if not self.first_line_left_out and checks:
+            del checks[0]
+            self.first_line_left_out = False
+        self.lines_digest.add(checks)
+        del checks[:]
+
     def checkpoint(self, seq: int, payload: dict[str, Any], line: int, offset: int) -> None:
         """Take an ``agent_checkpoint``: check its lines digest against the lines before it."""
         pinned = payload.get("lines_digest")
         sound = not self.damaged
         if pinned is not None:
-            self.lines_digest.add(self.checks)
-            del self.checks[:]
+            self.add_checks()
             found = self.lines_digest.result()
             if pinned != found:
                 self.degrade(
                     DegradedKind.LINES_DIGEST_MISMATCH,
                     line,
                     offset,
-                    f"the checkpoint pins the {line - 1} lines before it as {clip(pinned, 80)!r}, they now"
+                    f"the checkpoint pins the {line - 2} lines between the first and it as {clip(pinned, 80)!r}, they now"
                     f" give {found!r}: a line before it was changed, removed or added",
                 )
                 sound = False
@@ -514,7 +524,8 @@ class Rebuilder:
 
     def finish(self, max_messages: int) -> Rebuild:
         result = self.result
-        result.lines_digest = self.lines_digest.result(self.checks)
+        pending = self.checks if self.first_line_left_out else self.checks[1:]
+        result.lines_digest = self.lines_digest.result(pending)
         self.flush_dangling_reasoning()
         result.call_ids = set(self.pairings)
         for call_id, pairing in self.pairings.items():
@@ -634,8 +645,7 @@ class Rebuilder:
             else:
                 self.record(seq, record_type, payload, line_no, start)
             add_check(check)
-        self.lines_digest.add(self.checks)
-        del self.checks[:]
+        self.add_checks()
         result.records += records
         if records:
             result.last_seq = last_seq

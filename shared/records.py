@@ -77,7 +77,8 @@ another tool) are read as before and counted as unchecked, never as damage; a fo
 copies its source's lines byte for byte, checks included.
 
 Each ``agent_checkpoint`` written since also carries ``lines_digest``: the digest of
-the lines before it, each taken by its line check (the CRC32C of an unchecked line
+the lines between the first (the ``session_meta``, which a fork replaces) and it, each
+taken by its line check (the CRC32C of an unchecked line
 is computed over its whole bytes), see :mod:`shared.digest`. Readers compare it when
 they meet the checkpoint, so a line changed, removed or added anywhere before a
 checkpoint (a line without a check included, or a line whose check was recomputed)

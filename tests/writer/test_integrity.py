@@ -17,6 +17,7 @@ from grpc_status import rpc_status
 from rollout.v1 import reader_pb2, records_pb2, writer_pb2
 
 PAUSED = records_pb2.STOP_KIND_PAUSED
+UNKNOWN_PARENT = "01a22c15-89a6-7d3d-b5b7-165622bd350c"
 DAMAGE = {
     "line_check_failed",
     "lines_digest_mismatch",
@@ -207,3 +208,51 @@ def test_clients_cannot_forge_the_writers_own_events(writer, data_dir, kind) -> 
     assert field_paths(error) == ["sessions[0].records[0].event.kind"]
     allowed = writer_pb2.AppendRecord(event=records_pb2.Event(kind="codex.resumed"))
     writer.Append(writer_pb2.AppendRequest(session_id=sid, records=[allowed]))
+
+
+def test_an_unknown_parent_is_refused_and_no_delegation_folder_is_made(writer, data_dir) -> None:
+    """Hole 6: CreateSession or an import naming a parent that is not in the ledger is INVALID_ARGUMENT
+    (field parent_session_id) and creates nothing: no session, no delegation folder for the parent."""
+    child = writer_pb2.CreateSessionRequest(
+        parent_session_id=UNKNOWN_PARENT, delegation_id="call_1", role=writer_pb2.SESSION_ROLE_CHILD
+    )
+    error = refused(lambda: writer.CreateSession(child))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert field_paths(error) == ["parent_session_id"]
+
+    imported_child = writer_pb2.CreateSessionRequest(
+        session_id="01a22c15-89a6-7d3d-b5b7-165622bd3500",
+        parent_session_id=UNKNOWN_PARENT,
+        delegation_id="call_1",
+        role=writer_pb2.SESSION_ROLE_CHILD,
+    )
+    stream = iter(
+        [
+            writer_pb2.ImportSessionsRequest(create=imported_child),
+            writer_pb2.ImportSessionsRequest(stop=writer_pb2.StopRequest(stop_kind=PAUSED)),
+        ]
+    )
+    error = refused(lambda: writer.ImportSessions(stream))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert field_paths(error) == ["sessions[0].parent_session_id"]
+    assert not (data_dir / "delegations").exists() or list((data_dir / "delegations").iterdir()) == []
+    assert list((data_dir / "sessions").glob("*.jsonl")) == []
+
+
+def test_checkpoints_a_fork_copies_keep_verifying_in_forks_of_forks(writer, reader) -> None:
+    """A fork copies its source's checkpoints byte for byte under its own session_meta: they still verify
+    there (the lines digest leaves the session_meta out), in a fork of the fork too."""
+    sid = new_session(writer, msg("user", "one"), msg("assistant", "two"))
+    writer.Stop(writer_pb2.StopRequest(session_id=sid, stop_kind=PAUSED, reason="p"))
+    writer.Resume(writer_pb2.ResumeRequest(session_id=sid))
+    writer.Append(writer_pb2.AppendRequest(session_id=sid, records=[msg("user", "three")]))
+    writer.Stop(writer_pb2.StopRequest(session_id=sid, stop_kind=PAUSED, reason="p"))
+    last = writer.Resume(writer_pb2.ResumeRequest(session_id=sid)).next_seq - 1
+    fork = writer.Fork(writer_pb2.ForkRequest(session_id=sid, at_seq=last)).session_id
+    writer.Append(writer_pb2.AppendRequest(session_id=fork, records=[msg("user", "four")]))
+    writer.Stop(writer_pb2.StopRequest(session_id=fork, stop_kind=PAUSED, reason="p"))
+    fork_of_fork = writer.Fork(writer_pb2.ForkRequest(session_id=fork, at_seq=last + 3)).session_id
+    for session_id in (fork, fork_of_fork):
+        report = reader.VerifySession(reader_pb2.VerifyRequest(session_id=session_id))
+        assert report.ok, report.findings
+        assert damage_of(report.degraded) == []
