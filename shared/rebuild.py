@@ -464,7 +464,7 @@ class Rebuilder:
         checks = self.checks
         if not self.first_line_left_out and checks:
             del checks[0]
-            self.first_line_left_out = False
+            self.first_line_left_out = True
         self.lines_digest.add(checks)
         del checks[:]
 

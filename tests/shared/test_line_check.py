@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from shared.digest import LINES_DIGEST_PREFIX, digest
-from shared.rebuild import DAMAGE_KINDS, DegradedKind, rebuild
+from shared.rebuild import DAMAGE_KINDS, DegradedKind, Rebuilder, rebuild
 from shared.rebuild_index import index_rebuild
 from shared.records import LINE_CHECK_MARK, encode_line, line_check, parse_record
 from shared.tail import read_tail
@@ -208,3 +208,23 @@ def test_a_tail_read_reports_a_record_whose_check_fails_with_its_offset(tmp_path
     (entry,) = tail.damage
     assert (entry.kind, entry.offset) == (DegradedKind.LINE_CHECK_FAILED, len(b"".join(lines[:3])))
     assert not tail.clean_end, "a last line whose check fails is not a clean end"
+
+
+def test_a_pass_fed_in_pieces_finds_what_one_pass_finds() -> None:
+    """The replay cache feeds the rebuild as the file grows: any split into runs gives the same lines
+    digest, checkpoints and damage as one pass (the first line is left out once, not per piece)."""
+    lines = lines_of(user("a"), event("x", {"n": 1}))
+    lines.append(checkpoint_line(3, b"".join(lines)))
+    lines.append(encode_line(4, TS, *user("b")).replace(b'"b"', b'"B"'))
+    lines.append(checkpoint_line(5, b"".join(lines)))
+    data = b"".join(lines)
+    whole = rebuild(data)
+    assert [entry.kind for entry in damage(whole)] == [DegradedKind.LINE_CHECK_FAILED]
+    raw = [line[:-1] for line in lines]
+    for cut in range(len(raw) + 1):
+        pass_ = Rebuilder()
+        line_no, offset = pass_.run(raw[:cut])
+        line_no, offset = pass_.run(raw[cut:], line_no, offset)
+        found = pass_.finish(0)
+        assert found.lines_digest == whole.lines_digest, cut
+        assert found.degraded == whole.degraded, cut
