@@ -28,6 +28,16 @@ from __future__ import annotations
 
 import errno
 
+#: Characters of client input an error message quotes (:func:`clip`).
+QUOTE_CHARS = 100
+
+
+def clip(value: object, limit: int = QUOTE_CHARS) -> str:
+    """``value`` as text of at most ``limit`` characters, for echoing client input in errors;
+    longer text is cut and says so: ``abc… (clipped to 100 of 20000 characters)``."""
+    text = str(value)
+    return text if len(text) <= limit else text[:limit] + f"… (clipped to {limit} of {len(text)} characters)"
+
 
 class LedgerError(Exception):
     """Base class of every error the ledger raises on purpose."""
@@ -64,7 +74,7 @@ class SessionNotFoundError(LedgerError):
     """No session with this id exists under the data root."""
 
     def __init__(self, session_id: str) -> None:
-        super().__init__(f"session {session_id[:100]!r} not found")
+        super().__init__(f"session {clip(session_id)!r} not found")
         self.session_id = session_id
 
 
@@ -72,7 +82,7 @@ class SessionExistsError(LedgerError):
     """CreateSession was given an id that is already in the ledger."""
 
     def __init__(self, session_id: str) -> None:
-        super().__init__(f"session {session_id[:100]!r} already exists")
+        super().__init__(f"session {clip(session_id)!r} already exists")
         self.session_id = session_id
 
 

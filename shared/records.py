@@ -100,7 +100,9 @@ from typing import Any
 import crc32c
 import orjson
 
+from shared.errors import QUOTE_CHARS as QUOTE_CHARS
 from shared.errors import RecordValidationError
+from shared.errors import clip as clip
 
 LINE_FORMAT_VERSION = 1
 
@@ -219,17 +221,6 @@ def normalize_timestamp(text: str) -> str:
     moment, leap = _parse_rfc3339(text)
     formatted = format_timestamp(moment)
     return formatted[:17] + "60" + formatted[19:] if leap else formatted
-
-
-#: Characters of client input an error message quotes (:func:`clip`).
-QUOTE_CHARS = 100
-
-
-def clip(value: object, limit: int = QUOTE_CHARS) -> str:
-    """``value`` as text of at most ``limit`` characters, for echoing client input in errors;
-    longer text is cut and says so: ``abc… (clipped to 100 of 20000 characters)``."""
-    text = str(value)
-    return text if len(text) <= limit else text[:limit] + f"… (clipped to {limit} of {len(text)} characters)"
 
 
 def now_timestamp() -> str:

@@ -7,8 +7,8 @@ unless forced, and a file that fails verification (a failed line check, a seq ga
 or repeat, a checkpoint that does not match) is refused (DATA_LOSS) unless forced:
 a forced Resume over damage records the damage in its ``resumed`` event, which
 readers report as damage from then on (nothing re-blesses it), and after which the
-writer's Stop accepts that damage (shared.rebuild.Rebuild.unaccepted_damage). Fork copies the source's records up to a fork point, byte for byte,
-into a new session whose ``session_meta.forked_from`` names source, seq and digest;
+writer's Stop accepts that damage (shared.rebuild.Rebuild.unaccepted_damage).
+Fork copies the source's records up to a fork point, byte for byte, into a new session whose ``session_meta.forked_from`` names source, seq and digest;
 the source is drained first when open, and never written. Both read the whole
 file with the shared rebuild in bounded memory (writer_service.file_facts), after
 draining (SPEC §2.7); a fork's bytes are copied in the kernel (``copy_file_range``).
