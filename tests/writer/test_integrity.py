@@ -14,7 +14,7 @@ import pytest
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
-from rollout.v1 import reader_pb2, records_pb2, writer_pb2
+from rollout.v1 import reader_pb2, reader_pb2_grpc, records_pb2, writer_pb2, writer_pb2_grpc
 
 PAUSED = records_pb2.STOP_KIND_PAUSED
 UNKNOWN_PARENT = "01a22c15-89a6-7d3d-b5b7-165622bd350c"
@@ -256,3 +256,57 @@ def test_checkpoints_a_fork_copies_keep_verifying_in_forks_of_forks(writer, read
         report = reader.VerifySession(reader_pb2.VerifyRequest(session_id=session_id))
         assert report.ok, report.findings
         assert damage_of(report.degraded) == []
+
+
+def test_an_older_file_whose_message_changed_under_its_checkpoint_is_refused_and_never_reblessed(
+    data_dir, tmp_path
+) -> None:
+    """Hole 1c for files written before line checks: the older checkpoint's message digest finds the
+    change, Resume refuses it (DATA_LOSS, checkpoint_mismatch), and after a forced Resume and a Stop the
+    file still fails verification."""
+    from datetime import UTC, datetime
+
+    from shared.digest import digest
+    from shared.naming import build_file_name
+    from tests.conftest import start_service
+
+    sid = "01a22c15-89a6-7d3d-b5b7-165622bd3511"
+    ts = "2026-11-30T10:00:00.000000Z"
+    messages = [{"role": "user", "content": "deploy to staging"}, {"role": "assistant", "content": "done"}]
+    records = [
+        ("session_meta", {"session_id": sid, "tenant": "t", "created_at": ts}),
+        *(("message", message) for message in messages),
+        (
+            "agent_checkpoint",
+            {"digest": digest(messages), "message_count": 2, "covers_seq": 2, "stop_kind": "paused"},
+        ),
+        ("stop", {"stop_kind": "paused", "reason": "p", "checkpoint_seq": 3}),
+    ]
+    older = b"".join(
+        orjson.dumps({"v": 1, "seq": seq, "ts": ts, "type": kind, "payload": payload}) + b"\n"
+        for seq, (kind, payload) in enumerate(records)
+    )
+    (data_dir / "sessions").mkdir()
+    path = data_dir / "sessions" / build_file_name(datetime(2026, 11, 30, tzinfo=UTC), sid)
+    path.write_bytes(older.replace(b"staging", b"prodxyz"))
+    writer_process = start_service("writer", data_dir)
+    reader_process = start_service("reader", data_dir)
+    try:
+        with (
+            grpc.insecure_channel(writer_process.address) as w,
+            grpc.insecure_channel(reader_process.address) as r,
+        ):
+            writer, reader = writer_pb2_grpc.RolloutWriterStub(w), reader_pb2_grpc.RolloutReaderStub(r)
+            error = refused(lambda: writer.Resume(writer_pb2.ResumeRequest(session_id=sid)))
+            assert error.code() == grpc.StatusCode.DATA_LOSS
+            assert "line 4" in error.details()
+            assert "checkpoint_mismatch" in error.details()
+            writer.Resume(writer_pb2.ResumeRequest(session_id=sid, force=True))
+            writer.Stop(writer_pb2.StopRequest(session_id=sid, stop_kind=PAUSED, reason="again"))
+            report = reader.VerifySession(reader_pb2.VerifyRequest(session_id=sid))
+            assert not report.ok
+            assert [kind for kind, _, _ in damage_of(report.degraded)] == ["resumed_over_damage"]
+            assert report.digest_status == reader_pb2.DIGEST_STATUS_MISMATCH
+    finally:
+        writer_process.stop()
+        reader_process.stop()
