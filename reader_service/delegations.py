@@ -32,7 +32,7 @@ class DelegationLink:
 
 
 def _link(index: ListingIndex, child_session_id: str) -> DelegationLink:
-    parsed, path = index.locate(child_session_id)
+    parsed, path = index.locate(child_session_id, "child_session_id")
     meta = index.meta(path.name)
     return DelegationLink(
         parent_session_id=str(meta.get("parent_session_id", "")),
@@ -52,7 +52,7 @@ def find_children(index: ListingIndex, parent_session_id: str, delegation_id: st
     (or one the caller may not see: shared.tenancy). Markers whose child file does not
     exist (a crash between the two), or whose child the caller may not see, are skipped.
     """
-    index.locate(parent_session_id)
+    index.locate(parent_session_id, "parent_session_id")
     links = []
     for _, child in index.root.delegations_of(parent_session_id, delegation_id):
         try:

@@ -32,6 +32,7 @@ from reader_service.listing_index import Activity, ListingIndex, SortKey
 from reader_service.stop_facts import StopFactsResult, eligibility_of
 from shared.errors import InvalidArgumentError
 from shared.naming import SessionFileName, validate_session_id
+from shared.records import clip, parse_timestamp
 from shared.stop_kinds import StopKind
 
 log = logging.getLogger(__name__)
@@ -57,10 +58,10 @@ class SessionFilters:
 
     def __post_init__(self) -> None:
         if self.parent_session_id:
-            validate_session_id(self.parent_session_id)
+            validate_session_id(self.parent_session_id, "parent_session_id")
         if self.stop_state not in STOP_STATES:
             raise InvalidArgumentError(
-                "stop_state", f"must be one of {list(STOP_STATES)}, got {self.stop_state!r}"
+                "stop_state", f"must be one of {list(STOP_STATES)}, got {clip(self.stop_state)!r}"
             )
 
     def matches_name(self, name: SessionFileName) -> bool:
@@ -127,10 +128,10 @@ def decode_cursor(token: str) -> tuple[datetime, str]:
     try:
         raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
         fields = orjson.loads(raw)
-        moment, session_id = datetime.fromisoformat(fields["t"]), fields["id"]
+        moment, session_id = parse_timestamp(fields["t"]), fields["id"]
     except (binascii.Error, ValueError, KeyError, TypeError) as exc:
         raise InvalidArgumentError("page_token", "is not a token returned by ListSessions") from exc
-    if moment.tzinfo is None or not isinstance(session_id, str):
+    if not isinstance(session_id, str):
         raise InvalidArgumentError("page_token", "is not a token returned by ListSessions")
     return moment, session_id
 
@@ -184,7 +185,10 @@ def list_sessions(
     means 50) or a negative scan cap.
     """
     if not 0 <= page_size <= MAX_PAGE_SIZE:
-        raise InvalidArgumentError("page_size", f"must be between 1 and {MAX_PAGE_SIZE}, got {page_size}")
+        raise InvalidArgumentError(
+            "page_size",
+            f"must be between 0 and {MAX_PAGE_SIZE} (0: the default, {DEFAULT_PAGE_SIZE}), got {page_size}",
+        )
     if max_scan < 0:
         raise InvalidArgumentError("max_scan", f"must be >= 0, got {max_scan}")
     size = page_size or DEFAULT_PAGE_SIZE

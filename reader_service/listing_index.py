@@ -46,7 +46,7 @@ import orjson
 
 from reader_service.stop_facts import DEFAULT_TAIL_WINDOW, StopFactsResult, read_stop_facts
 from shared.errors import SessionNotFoundError
-from shared.layout import DataRoot
+from shared.layout import DataRoot, read_session_file, session_file_stat
 from shared.naming import SessionFileName
 from shared.session_meta import read_session_meta, tenant_of
 from shared.tenancy import current_caller
@@ -126,7 +126,7 @@ def count_messages(path: Path, start: Count, limit: int | None = None) -> Count:
     Raises OSError when the file cannot be read.
     """
     position, count, preview = start.counted_bytes, start.message_count, start.preview
-    with path.open("rb") as handle:
+    with read_session_file(path) as handle:
         handle.seek(position)
         pending = b""
         while True:
@@ -251,14 +251,15 @@ class ListingIndex:
 
     # -- lookups --------------------------------------------------------------------------------
 
-    def locate(self, session_id: str) -> tuple[SessionFileName, Path]:
+    def locate(self, session_id: str, field: str = "session_id") -> tuple[SessionFileName, Path]:
         """The parsed name and path of a session's file, for the current caller (shared.tenancy).
 
         Every reader RPC resolves a session id through here: a session of another tenant
         than an authenticated caller's is SessionNotFoundError, exactly as one that does
-        not exist. Raises FileNameError for a malformed id, SessionNotFoundError.
+        not exist. Raises FileNameError (naming ``field``) for a malformed id,
+        SessionNotFoundError, OSError ``ELOOP`` when the file is a symbolic link.
         """
-        parsed, path = self.root.locate(session_id)
+        parsed, path = self.root.locate(session_id, field)
         caller = current_caller()
         if caller.tenant is not None and not caller.sees(tenant_of(self.meta(path.name))):
             raise SessionNotFoundError(session_id)
@@ -320,7 +321,7 @@ class ListingIndex:
         Raises FileNotFoundError when the file is gone; another OSError when it cannot be read.
         """
         path = self.root.sessions_dir / name
-        stat = os.stat(path)
+        stat = session_file_stat(path)
         with self._lock:
             known = self._activity.get(name)
         if known is not None and known.current(stat):
@@ -391,7 +392,7 @@ class ListingIndex:
 
     def _count_whole(self, name: str) -> None:
         path = self.root.sessions_dir / name
-        stat = os.stat(path)
+        stat = session_file_stat(path)
         with self._lock:
             known = self._activity.get(name)
         fresh = self._refresh(name, path, stat, known, None)

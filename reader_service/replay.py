@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from shared.digest import DigestBuilder, single_reasoning_digest
+from shared.layout import read_session_file
 from shared.rebuild import DAMAGE_KINDS, CheckpointRecord, DegradedEntry, DegradedKind, Rebuild, rebuild
 from shared.rebuild_index import MessageSource, index_rebuild
 
@@ -35,8 +36,9 @@ class DigestStatus(enum.StrEnum):
 
 
 def checkpoint_status(checkpoint: CheckpointRecord, computed: str, message_count: int) -> DigestStatus:
-    """VERIFIED when the recomputed digest and message count equal the checkpoint's, else MISMATCH."""
-    matches = computed == checkpoint.digest and checkpoint.message_count == message_count
+    """VERIFIED when the recomputed digest and message count equal the checkpoint's and the
+    checkpoint is sound (no damage before it, its lines digest holds), else MISMATCH."""
+    matches = checkpoint.sound and computed == checkpoint.digest and checkpoint.message_count == message_count
     return DigestStatus.VERIFIED if matches else DigestStatus.MISMATCH
 
 
@@ -124,6 +126,8 @@ def _single_reasoning_verifies(rebuilt: Rebuild, payloads_of: PayloadsOf) -> boo
     checkpoint, covered = rebuilt.last_checkpoint, rebuilt.checkpoint_messages
     if checkpoint is None or covered is None or checkpoint.message_count != len(covered):
         return False
+    if not checkpoint.sound:
+        return False
     legacy = single_reasoning_digest(payloads_of(covered), len(covered))
     if legacy != checkpoint.digest:
         return False
@@ -158,8 +162,11 @@ def replay_bytes(data: bytes, max_messages: int = 0) -> ReplayFacts:
 
 
 def replay_file(path: Path, max_messages: int = 0) -> ReplayFacts:
-    """Replay one session file, read once, in memory. Raises OSError when it cannot be read."""
-    return replay_bytes(path.read_bytes(), max_messages)
+    """Replay one session file, read once, in memory. Raises OSError when it cannot be read
+    (ELOOP for a symbolic link: never followed)."""
+    with read_session_file(path) as handle:
+        data = handle.read()
+    return replay_bytes(data, max_messages)
 
 
 #: Canonical bytes of messages gathered into one StreamReplay chunk (~ its size on the wire).
@@ -222,9 +229,17 @@ def verify_findings(summary: ReplayFacts) -> tuple[bool, list[str]]:
         f"{rebuilt.records} records, seqs 0..{rebuilt.last_seq}, {rebuilt.committed_bytes} committed bytes,"
         f" {summary.message_count} messages in the rebuilt sequence"
     ]
+    if rebuilt.unchecked_lines:
+        findings.append(
+            f"{rebuilt.unchecked_lines} lines carry no line check (written before line checks existed)"
+        )
     checkpoint = rebuilt.last_checkpoint
     if summary.digest_status is DigestStatus.VERIFIED and checkpoint is not None:
         findings.append(f"last checkpoint (seq {checkpoint.seq}) verifies: {summary.computed_digest}")
+    elif checkpoint is not None and not checkpoint.sound:
+        findings.append(
+            f"last checkpoint (seq {checkpoint.seq}) does NOT verify: lines before it are damaged (below)"
+        )
     elif summary.digest_status is DigestStatus.MISMATCH and checkpoint is not None:
         findings.append(
             f"last checkpoint (seq {checkpoint.seq}) does NOT verify: stored {checkpoint.digest},"

@@ -53,6 +53,7 @@ import orjson
 from reader_service.replay import ReplayFacts, checkpoint_verification, digest_status_of
 from reader_service.wire import message_entry
 from shared.digest import digest_of_framed, framed_canonical
+from shared.layout import open_session_file
 from shared.rebuild import PendingReasoning, Rebuilder, collector_paused
 
 #: Bytes read from a session file at a time (a longer line is carried over whole).
@@ -221,7 +222,7 @@ class ReplayCache:
 
         Raises OSError (FileNotFoundError when gone) naming the file when it cannot be read.
         """
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = open_session_file(path)
         try:
             return self._rendered(str(path), fd, max_messages)
         except OSError as exc:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-import os
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -43,7 +42,7 @@ from reader_service.stop_facts import DEFAULT_TAIL_WINDOW, StopFactsResult, read
 from reader_service.watch import SessionFileChangedError, WatchClosedError, WatchHub
 from rollout.v1 import reader_pb2, reader_pb2_grpc
 from shared.errors import InvalidArgumentError
-from shared.layout import DataRoot
+from shared.layout import DataRoot, session_file_stat
 from shared.serving import PLAINTEXT, RunningService, ServerSettings, ServiceServer
 from shared.status import rich_status, status_mapping
 from shared.tenancy import caller_tenant
@@ -126,7 +125,7 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
             wire.check_replay_request(request)
             session_id, limit = request.session_id, self.config.max_reply_bytes
             _, path = self.index.locate(session_id)
-            size = os.stat(path).st_size
+            size = session_file_stat(path).st_size
             if not request.max_messages:
                 replies.check_unary_size("GetReplay", "StreamReplay", session_id, size, limit)
             await self._admit(context, unary_reply_cost(size, limit))
@@ -147,7 +146,7 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
         async with status_mapping(context, "StreamReplay"):
             wire.check_replay_request(request)
             _, path = self.index.locate(request.session_id)
-            await self._admit(context, bounded_read_cost(os.stat(path).st_size, STREAM_CHUNK_BYTES))
+            await self._admit(context, bounded_read_cost(session_file_stat(path).st_size, STREAM_CHUNK_BYTES))
             chunks = replies.replay_chunks(
                 request.session_id, path, request.token_budget, request.max_messages
             )
@@ -168,7 +167,7 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
             viewer = self._viewer(request)
             session_id, limit = request.session_id, self.config.max_reply_bytes
             _, path = self.index.locate(session_id)
-            size = os.stat(path).st_size
+            size = session_file_stat(path).st_size
             replies.check_unary_size("GetMemoryView", "StreamMemoryView", session_id, size, limit)
             await self._admit(context, unary_reply_cost(size, limit))
             return await self._heavy_run(replies.memory_view_reply, session_id, path, viewer, limit)
@@ -180,7 +179,9 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
         async with status_mapping(context, "StreamMemoryView"):
             viewer = self._viewer(request)
             _, path = self.index.locate(request.session_id)
-            await self._admit(context, bounded_read_cost(os.stat(path).st_size, replies.CHUNK_BYTES))
+            await self._admit(
+                context, bounded_read_cost(session_file_stat(path).st_size, replies.CHUNK_BYTES)
+            )
             async for chunk in self._stream(replies.memory_view_chunks(request.session_id, path, viewer)):
                 yield chunk
 
@@ -189,7 +190,7 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
     ) -> reader_pb2.VerifyReport:
         async with status_mapping(context, "VerifySession"):
             _, path = self.index.locate(request.session_id)
-            await self._admit(context, bounded_read_cost(os.stat(path).st_size, STREAM_CHUNK_BYTES))
+            await self._admit(context, bounded_read_cost(session_file_stat(path).st_size, STREAM_CHUNK_BYTES))
             facts = await self._heavy_run(verify_session, path)
             ok, findings = verify_findings(facts)
             return wire.verify_report(request.session_id, facts, ok, findings)

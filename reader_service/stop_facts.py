@@ -12,15 +12,19 @@ so the bytes read do not depend on the file's size. A last line without
   process was killed between the two): still a stopped session;
 * anything else: ``found=false``, shown as "unknown" (running, or killed before
   any Stop), never "cannot continue".
+
+A record read whose line check fails (shared.records) is reported in ``damage``
+(its byte offset), and such a session is never eligible to resume as-is.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from shared.rebuild import CheckpointRecord
+from shared.layout import read_session_file
+from shared.rebuild import CheckpointRecord, DegradedEntry
 from shared.records import RecordType
 from shared.stop_kinds import ResumeEligibility, classify_session
 from shared.tail import DEFAULT_TAIL_WINDOW as DEFAULT_TAIL_WINDOW  # listing and server take it from here
@@ -32,7 +36,8 @@ class StopFactsResult:
     """What the tail says; ``tail_bytes_read`` is the cost of finding out (bytes).
 
     ``last_record_ts`` is the ``ts`` of the last complete record (when the session last
-    changed; empty when the tail holds none); ``next_seq`` the seq after it (0 when none).
+    changed; empty when the tail holds none); ``next_seq`` the seq after it (0 when none);
+    ``damage`` the records read whose line check fails (shared.tail).
     """
 
     found: bool
@@ -45,6 +50,7 @@ class StopFactsResult:
     tail_bytes_read: int = 0
     last_record_ts: str = ""
     next_seq: int = 0
+    damage: list[DegradedEntry] = field(default_factory=list)
 
 
 def _int(value: Any) -> int:
@@ -62,6 +68,7 @@ def _checkpoint_of(record: dict[str, Any]) -> CheckpointRecord | None:
             int(payload["message_count"]),
             int(payload["covers_seq"]),
             str(payload.get("stop_kind", "")),
+            lines_digest=str(payload.get("lines_digest", "")),
         )
     except (KeyError, TypeError, ValueError):
         return None
@@ -70,12 +77,13 @@ def _checkpoint_of(record: dict[str, Any]) -> CheckpointRecord | None:
 def read_stop_facts(path: Path, tail_window: int = DEFAULT_TAIL_WINDOW) -> StopFactsResult:
     """Read the stop facts of one session file from its tail.
 
-    Raises FileNotFoundError when the file is gone. Bytes read: ``tail_window``,
+    Raises FileNotFoundError when the file is gone, OSError ELOOP for a symbolic link
+    (never followed). Bytes read: ``tail_window``,
     doubled only while the window holds fewer than the last two complete records.
     """
-    with path.open("rb") as handle:
+    with read_session_file(path) as handle:
         tail = read_tail(handle.fileno(), want=2, window=tail_window)
-    records, total_read = tail.records, tail.bytes_read
+    records, total_read, damage = tail.records, tail.bytes_read, tail.damage
     if not records:
         return StopFactsResult(found=False, tail_bytes_read=total_read)
     last = records[0]
@@ -100,6 +108,7 @@ def read_stop_facts(path: Path, tail_window: int = DEFAULT_TAIL_WINDOW) -> StopF
             tail_bytes_read=total_read,
             last_record_ts=last_ts,
             next_seq=next_seq,
+            damage=damage,
         )
     if record_type == RecordType.AGENT_CHECKPOINT:
         checkpoint = _checkpoint_of(last)
@@ -112,8 +121,11 @@ def read_stop_facts(path: Path, tail_window: int = DEFAULT_TAIL_WINDOW) -> StopF
             tail_bytes_read=total_read,
             last_record_ts=last_ts,
             next_seq=next_seq,
+            damage=damage,
         )
-    return StopFactsResult(found=False, tail_bytes_read=total_read, last_record_ts=last_ts, next_seq=next_seq)
+    return StopFactsResult(
+        found=False, tail_bytes_read=total_read, last_record_ts=last_ts, next_seq=next_seq, damage=damage
+    )
 
 
 UNKNOWN_ELIGIBILITY = ResumeEligibility(
@@ -124,9 +136,16 @@ UNKNOWN_ELIGIBILITY = ResumeEligibility(
 def eligibility_of(facts: StopFactsResult, meta: dict[str, Any]) -> ResumeEligibility:
     """Resume eligibility of a session from its stop facts and session_meta (default-deny).
 
-    No stop facts: not replayable, reason "unknown"; otherwise
-    :func:`shared.stop_kinds.classify_session`, as the writer's Resume.
+    No stop facts: not replayable, reason "unknown"; a damaged tail: not replayable;
+    otherwise :func:`shared.stop_kinds.classify_session`, as the writer's Resume.
     """
+    if facts.damage:
+        first = facts.damage[0]
+        return ResumeEligibility(
+            False,
+            f"the tail is damaged: a record at byte {first.offset} fails its line check (see rollout verify)",
+            None,
+        )
     if not facts.found:
         return UNKNOWN_ELIGIBILITY
     return classify_session(facts.stop_kind or None, meta)

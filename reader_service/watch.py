@@ -42,6 +42,7 @@ from typing import Any, NamedTuple
 import orjson
 from inotify_simple import INotify, flags
 
+from shared.layout import open_session_file
 from shared.records import RecordType
 
 log = logging.getLogger(__name__)
@@ -355,7 +356,7 @@ class WatchHub:
         if tail is not None and tail.failure is None:
             return tail
         inotify = self._ensure_inotify()
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = open_session_file(path)  # never follows a link (shared.layout)
         stat = os.fstat(fd)
         tail = SessionTail(session_id, path, fd, (stat.st_dev, stat.st_ino))
         try:

@@ -77,8 +77,8 @@ def _timestamp_filter(field: str, text: str) -> datetime | None:
         return None
     try:
         return parse_timestamp(text)
-    except ValueError as exc:
-        raise InvalidArgumentError(field, f"is not an RFC 3339 timestamp: {text!r}") from exc
+    except ValueError as exc:  # the reason quotes the text clipped (shared.records.clip)
+        raise InvalidArgumentError(field, str(exc)) from exc
 
 
 def listing_filters(request: reader_pb2.ListSessionsRequest) -> SessionFilters:
@@ -293,6 +293,7 @@ def checkpoint_to_proto(checkpoint: CheckpointRecord) -> records_pb2.AgentCheckp
         covers_seq=checkpoint.covers_seq,
         stop_kind=checkpoint.stop_kind,
         seq=checkpoint.seq,
+        lines_digest=checkpoint.lines_digest,
     )
 
 
@@ -464,6 +465,7 @@ def stop_facts_to_proto(
     eligibility = eligibility_of(facts, dict(meta))
     message.resume.replayable = eligibility.replayable
     message.resume.reason = eligibility.reason
+    message.damage.extend(degraded_to_proto(entry) for entry in facts.damage)
     return message
 
 

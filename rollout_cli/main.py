@@ -361,7 +361,10 @@ def stop_command(session_id: str, writer: str, kind: str, reason: str) -> None:
 @click.argument("session_id", callback=_session_id)
 @writer_option
 @click.option(
-    "--force", is_flag=True, help="Re-open even a session whose stop kind is not replayable as-is (recorded)."
+    "--force",
+    is_flag=True,
+    help="Re-open even a session whose stop kind is not replayable as-is, or whose file is damaged"
+    " (recorded in the session; damage stays reported).",
 )
 def resume(session_id: str, writer: str, force: bool) -> None:
     """Re-open a paused or cancelled session for appending (closes calls left without an output)."""

@@ -169,6 +169,8 @@ def print_stop_facts(session_id: str, facts: StopFacts) -> None:
         click.echo(f"digest:      {checkpoint.digest}")
     if not facts.has_stop_record:
         click.echo("stop record: missing (killed between checkpoint and stop): still a stopped session")
+    for entry in facts.damage:
+        click.echo(f"DAMAGE:      {entry.kind} at byte {entry.offset}: {entry.detail}")
     verdict = "may be continued exactly" if facts.replayable else "may not be continued as-is"
     click.echo(f"resume:      {verdict}: {facts.resume_reason}")
     click.echo(f"tail read:   {facts.tail_bytes_read} bytes")

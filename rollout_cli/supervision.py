@@ -150,6 +150,14 @@ async def serve_until_signal(start: Any, label: str) -> None:
     help="Appends to unknown session ids answered per second per connection once a burst of 200 is"
     " spent (later ones are answered late, never dropped); 0: no pacing.",
 )
+@click.option(
+    "--repair-retry-seconds",
+    type=click.FloatRange(0.1),
+    default=5.0,
+    show_default=True,
+    help="How often a session whose file could not be repaired at start-up (a full disk) is tried"
+    " again; it is also tried at each call on it.",
+)
 @service_options
 def serve_writer(
     data_dir: Path,
@@ -163,6 +171,7 @@ def serve_writer(
     metrics_port: int | None,
     max_record_bytes: int,
     unknown_id_rate: float,
+    repair_retry_seconds: float,
     serving: ServeOptions,
 ) -> None:
     """Run the writer service alone (one per data root)."""
@@ -187,6 +196,7 @@ def serve_writer(
         ),
         max_record_bytes=max_record_bytes,
         unknown_id_rate=unknown_id_rate,
+        repair_retry_seconds=repair_retry_seconds,
     )
     try:
         asyncio.run(

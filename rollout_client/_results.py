@@ -194,7 +194,8 @@ class StopFacts:
     ``found=False`` means unknown (running, or killed before any Stop), never "cannot continue".
     ``replayable`` and ``resume_reason`` are the default-deny resume eligibility.
     ``tail_bytes_read``: what the reader read to answer; ``next_seq``: the seq after the last
-    record written (0 when unknown; from ``Session.stop_facts()`` only, not in listings)."""
+    record written (0 when unknown; from ``Session.stop_facts()`` only, not in listings);
+    ``damage``: tail records whose line check fails."""
 
     session_id: str
     found: bool
@@ -208,6 +209,8 @@ class StopFacts:
     resume_reason: str
     tail_bytes_read: int = 0
     next_seq: int = 0
+    #: Records of the tail whose line check fails: the facts above come from changed bytes.
+    damage: tuple[DegradedEntry, ...] = ()
 
     @classmethod
     def from_proto(cls, facts: reader_pb2.StopFacts) -> StopFacts:
@@ -229,6 +232,7 @@ class StopFacts:
             resume_reason=facts.resume.reason,
             tail_bytes_read=facts.tail_bytes_read,
             next_seq=facts.next_seq,
+            damage=tuple(DegradedEntry.from_proto(entry) for entry in facts.damage),
         )
 
 

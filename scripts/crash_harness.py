@@ -11,7 +11,8 @@ writer with SIGKILL after a random 0.1-0.6 s. Clients remember every record the
 writer acknowledged. At the end every session file is checked:
 
 * every acknowledged record is present exactly once, at its acknowledged seq, in order;
-* every file parses after recovery (no torn line, no seq gap or repeat);
+* every file parses after recovery (no torn line, no seq gap or repeat) and every
+  line passes its check (crc32c), every checkpoint its lines digest;
 * every checkpoint covers exactly the records before it and its digest matches
   the shared rebuild of the file up to it;
 * every stop record directly follows its checkpoint.
@@ -37,7 +38,7 @@ import orjson
 
 from rollout.v1 import records_pb2, writer_pb2, writer_pb2_grpc
 from shared.digest import digest
-from shared.rebuild import DegradedKind, rebuild
+from shared.rebuild import DAMAGE_KINDS, DegradedKind, rebuild
 
 # The service-process harness lives in the test suite (tests/processes.py), imported from the checkout.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -45,14 +46,8 @@ from tests.processes import ServiceProcess, start_service
 
 REPO = Path(__file__).resolve().parent.parent
 _LISTENING = re.compile(r"listening on (\S+:\d+)")
-_DAMAGE = {
-    DegradedKind.UNPARSEABLE_LINE,
-    DegradedKind.NUL_RUN,
-    DegradedKind.MALFORMED_RECORD,
-    DegradedKind.SEQ_GAP,
-    DegradedKind.SEQ_REPEAT,
-    DegradedKind.UNCOMMITTED_TAIL,
-}
+#: Every kind of damage (line checks and checkpoints' lines digests included), and a torn tail.
+_DAMAGE = DAMAGE_KINDS | {DegradedKind.UNCOMMITTED_TAIL}
 
 
 @dataclass

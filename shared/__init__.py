@@ -26,6 +26,7 @@ from shared.errors import (
     SessionExistsError,
     SessionNotFoundError,
     SessionStateError,
+    SessionUnavailableError,
     StorageWriteError,
 )
 from shared.naming import SessionFileName, build_file_name, new_session_id, parse_file_name
@@ -55,6 +56,7 @@ __all__ = [
     "SessionFileName",
     "SessionNotFoundError",
     "SessionStateError",
+    "SessionUnavailableError",
     "StopKind",
     "StorageWriteError",
     "build_file_name",

@@ -12,6 +12,8 @@ The hierarchy::
     ├── SessionStateError            FAILED_PRECONDITION (stopped session, seq mismatch)
     ├── SessionBusyError             ABORTED           (a Stop or Resume in progress; retry)
     ├── CorruptSessionError          DATA_LOSS         (names the file and byte offset)
+    ├── SessionUnavailableError      UNAVAILABLE       (the session's file awaits a repair that
+    │                                                   failed; retried; ErrorInfo names errno)
     ├── ResourceLimitError           RESOURCE_EXHAUSTED
     │   ├── QueueFullError           RESOURCE_EXHAUSTED (a session's queue; retry with backoff)
     │   └── ReplyTooLargeError       RESOURCE_EXHAUSTED (use the streaming RPC)
@@ -26,6 +28,16 @@ The services translate these in one place each (``writer_service/server.py`` and
 from __future__ import annotations
 
 import errno
+
+#: Characters of client input an error message quotes (:func:`clip`).
+QUOTE_CHARS = 100
+
+
+def clip(value: object, limit: int = QUOTE_CHARS) -> str:
+    """``value`` as text of at most ``limit`` characters, for echoing client input in errors;
+    longer text is cut and says so: ``abc… (clipped to 100 of 20000 characters)``."""
+    text = str(value)
+    return text if len(text) <= limit else text[:limit] + f"… (clipped to {limit} of {len(text)} characters)"
 
 
 class LedgerError(Exception):
@@ -73,7 +85,7 @@ class SessionNotFoundError(LedgerError):
     """No session with this id exists under the data root."""
 
     def __init__(self, session_id: str) -> None:
-        super().__init__(f"session {session_id[:100]!r} not found")
+        super().__init__(f"session {clip(session_id)!r} not found")
         self.session_id = session_id
 
 
@@ -81,7 +93,7 @@ class SessionExistsError(LedgerError):
     """CreateSession was given an id that is already in the ledger."""
 
     def __init__(self, session_id: str) -> None:
-        super().__init__(f"session {session_id[:100]!r} already exists")
+        super().__init__(f"session {clip(session_id)!r} already exists")
         self.session_id = session_id
 
 
@@ -103,6 +115,18 @@ class SessionBusyError(LedgerError):
 
 class CorruptSessionError(LedgerError):
     """A session file cannot be used as asked; the message names the file and offset."""
+
+
+class SessionUnavailableError(LedgerError):
+    """One session cannot be served until its file is repaired (its torn tail could not be
+    set aside, or the file cannot be read); every other session serves. The repair is retried.
+
+    ``errno_name`` is e.g. ``ENOSPC`` / ``EACCES`` / ``ELOOP`` ("" when not an OS error).
+    """
+
+    def __init__(self, message: str, *, errno_name: str = "") -> None:
+        super().__init__(message)
+        self.errno_name = errno_name
 
 
 class ResourceLimitError(LedgerError):

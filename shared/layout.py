@@ -20,6 +20,10 @@ set-aside bytes, saved states, import staging files, delegation markers, the loc
 folders ``0700`` (:data:`PRIVATE_DIR_MODE`, :func:`make_private_dirs`). A reader must
 therefore run as the writer's user; it needs read access only.
 
+Session files are opened without following symbolic links (:func:`open_session_file`,
+``O_NOFOLLOW``), by both services: a link planted in the sessions folder is reported
+(an OSError ``ELOOP`` saying so: UNAVAILABLE with ErrorInfo ``ELOOP``), never read.
+
 Clients only ever hold session ids (SPEC §6); this module is the one place that
 turns an id into a path, so another storage can replace it without touching a
 client. An id is resolved through an in-process index of the directory, which
@@ -31,11 +35,14 @@ from __future__ import annotations
 
 import base64
 import binascii
+import errno
 import os
+import stat
 import threading
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import BinaryIO
 
 from shared.errors import FileNameError, SessionNotFoundError
 from shared.naming import FILE_SUFFIX, SessionFileName, parse_file_name, validate_session_id
@@ -69,6 +76,49 @@ def make_private_dirs(folder: Path) -> None:
         except FileExistsError:
             if not path.is_dir():
                 raise
+
+
+#: Why a session file that is a symbolic link is refused (the strerror of its ELOOP).
+LINK_REFUSED = "it is a symbolic link; session files are never opened through links"
+
+
+def _link_error(path: Path) -> OSError:
+    return OSError(errno.ELOOP, LINK_REFUSED, os.fspath(path))
+
+
+def open_session_file(path: Path, flags: int = os.O_RDONLY) -> int:
+    """Open a session file (or its sidecar) without following a symbolic link; returns the fd.
+
+    ``flags`` are os.open's (``O_NOFOLLOW`` and ``O_CLOEXEC`` are added). Raises
+    OSError: ``ELOOP`` naming the file when it is a link, as os.open otherwise.
+    """
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _link_error(path) from exc
+        raise
+
+
+def read_session_file(path: Path) -> BinaryIO:
+    """A session file opened for reading (binary, buffered) without following a link.
+
+    Raises OSError as :func:`open_session_file`.
+    """
+    fd = open_session_file(path)
+    try:
+        return os.fdopen(fd, "rb")
+    except OSError as exc:  # e.g. a directory in its place: name the file, not the descriptor
+        os.close(fd)
+        raise OSError(exc.errno, exc.strerror, os.fspath(path)) from exc
+
+
+def session_file_stat(path: Path) -> os.stat_result:
+    """``lstat`` of a session file; OSError ``ELOOP`` when it is a symbolic link (never followed)."""
+    status = os.lstat(path)
+    if stat.S_ISLNK(status.st_mode):
+        raise _link_error(path)
+    return status
 
 
 def delegation_key(delegation_id: str) -> str:
@@ -189,20 +239,22 @@ class DataRoot:
             self._index[parsed.session_id] = parsed
             self._names[parsed.session_id] = name
 
-    def locate(self, session_id: str) -> tuple[SessionFileName, Path]:
+    def locate(self, session_id: str, field: str = "session_id") -> tuple[SessionFileName, Path]:
         """The parsed name and path of a session's file.
 
-        Raises FileNameError for an id that is not a lowercase UUID and
-        SessionNotFoundError when no file holds it (after a fresh scan).
+        Raises FileNameError (naming ``field``, the request field that carried the id)
+        for an id that is not a lowercase UUID, SessionNotFoundError when no file holds
+        it (after a fresh scan) and OSError ``ELOOP`` when its file is a symbolic link.
         """
-        validate_session_id(session_id)
+        validate_session_id(session_id, field)
         for attempt in range(2):
             with self._lock:
                 name = self._names.get(session_id)
                 parsed = self._index.get(session_id)
             if name is not None and parsed is not None:
                 path = self.sessions_dir / name
-                if path.exists():
+                if os.path.lexists(path):
+                    session_file_stat(path)
                     return parsed, path
             if attempt == 0:
                 self.scan()

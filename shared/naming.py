@@ -60,10 +60,11 @@ def is_session_id(session_id: str) -> bool:
     return _SESSION_ID.fullmatch(session_id) is not None
 
 
-def validate_session_id(session_id: str) -> str:
-    """Return ``session_id`` if it is a lowercase UUID; raise FileNameError otherwise."""
+def validate_session_id(session_id: str, field: str = "session_id") -> str:
+    """Return ``session_id`` if it is a lowercase UUID; raise FileNameError naming ``field`` (the
+    request field that carried it: ``session_id``, ``parent_session_id``, ...) otherwise."""
     if not _SESSION_ID.fullmatch(session_id):
-        raise FileNameError("session_id", f"must be a lowercase UUID, got {clip(session_id)!r}")
+        raise FileNameError(field, f"must be a lowercase UUID, got {clip(session_id)!r}")
     return session_id
 
 

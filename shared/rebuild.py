@@ -20,6 +20,12 @@ every reader path (replay, verify). It reads every line once:
   missing ``session_meta``, a message cap and an uncommitted last line (no
   ``\\n``) are one degraded entry each, with the 1-based line number and byte
   offset. A bad line never hides the good lines after it.
+* Integrity (the line format's additions, shared.records): a line whose check
+  (``crc32c``) fails, a checkpoint whose ``lines_digest`` no longer matches the lines
+  before it, and a Resume forced over damage are damage entries too. A checkpoint
+  is ``sound`` only when nothing before it is damaged and its lines digest (if it has
+  one) matches: a later checkpoint never makes earlier damage verify. Lines without
+  a check are counted (``unchecked_lines``), never reported.
 
 The memory view (a lossy model-facing summary) is a different function and is
 never used here.
@@ -33,14 +39,17 @@ import enum
 import gc
 import threading
 import time
+from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+from crc32c import crc32c
 
-from shared.records import RecordType, attached_reasoning
+from shared.digest import LINE_CHECKS_TYPECODE, LinesDigest
+from shared.records import LINE_CHECK_KEY, LINE_CHECK_MARK, RecordType, attached_reasoning, clip
 
 
 class DegradedKind(enum.StrEnum):
@@ -61,10 +70,20 @@ class DegradedKind(enum.StrEnum):
     UNCOMMITTED_TAIL = "uncommitted_tail"
     NO_CHECKPOINT = "no_checkpoint"
     SINGLE_REASONING_CHECKPOINT = "single_reasoning_checkpoint"
+    #: A line's ``crc32c`` does not match its bytes: it changed after it was written.
+    LINE_CHECK_FAILED = "line_check_failed"
+    #: A checkpoint's ``lines_digest`` does not match the lines before it (changed, removed, added).
+    LINES_DIGEST_MISMATCH = "lines_digest_mismatch"
+    #: A checkpoint without a lines digest (an older one) whose message digest does not match
+    #: (reported by the writer's Stop, Resume and Fork; replies report it as the digest status).
+    CHECKPOINT_MISMATCH = "checkpoint_mismatch"
+    #: A Resume an operator forced over damage (its ``resumed`` event records what it found).
+    RESUMED_OVER_DAMAGE = "resumed_over_damage"
 
 
 #: Degraded kinds that mean the file itself is damaged (not merely a compaction or
-#: an unanswered call): a checkpoint is never written over them.
+#: an unanswered call): a checkpoint is never written over them (unless a forced
+#: Resume accepted them: :attr:`Rebuild.unaccepted_damage`).
 DAMAGE_KINDS = frozenset(
     {
         DegradedKind.UNPARSEABLE_LINE,
@@ -73,8 +92,15 @@ DAMAGE_KINDS = frozenset(
         DegradedKind.SEQ_GAP,
         DegradedKind.SEQ_REPEAT,
         DegradedKind.MISSING_SESSION_META,
+        DegradedKind.LINE_CHECK_FAILED,
+        DegradedKind.LINES_DIGEST_MISMATCH,
+        DegradedKind.CHECKPOINT_MISMATCH,
+        DegradedKind.RESUMED_OVER_DAMAGE,
     }
 )
+
+#: Event kind of the writer's Resume record (shared.records.RESERVED_EVENT_KINDS).
+RESUMED_EVENT = "resumed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +115,12 @@ class DegradedEntry:
 
 @dataclass(frozen=True, slots=True)
 class CheckpointRecord:
-    """An ``agent_checkpoint`` line as found in the file (``offset``: its first byte, 0 when unknown)."""
+    """An ``agent_checkpoint`` line as found in the file (``offset``: its first byte, 0 when unknown).
+
+    ``lines_digest`` is its pin of the lines before it ("" on older checkpoints);
+    ``sound`` is False when a line before it is damaged or its lines digest does
+    not match them: such a checkpoint never verifies, whatever its message digest.
+    """
 
     seq: int
     line: int
@@ -98,6 +129,8 @@ class CheckpointRecord:
     covers_seq: int
     stop_kind: str
     offset: int = 0
+    lines_digest: str = ""
+    sound: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +153,10 @@ class Rebuild:
     ``committed_bytes`` is the length of the file up to its last ``\\n``;
     ``call_ids`` the tool calls an output may still answer (the current view's:
     a compaction resets them to its replacement history's); ``unanswered_call_ids``
-    those of them still without an output, in call order.
+    those of them still without an output, in call order. ``lines_digest`` pins every
+    committed line (what a checkpoint written now carries); ``unchecked_lines``
+    counts lines without a line check (older lines); ``accepted_damage_offset`` is
+    the offset of the last ``resumed`` event an operator forced over damage (-1: none).
     """
 
     messages: list[Any] = field(default_factory=list)
@@ -137,11 +173,20 @@ class Rebuild:
     last_seq: int = -1
     records: int = 0
     committed_bytes: int = 0
+    lines_digest: str = ""
+    unchecked_lines: int = 0
+    accepted_damage_offset: int = -1
 
     @property
     def damage(self) -> DegradedEntry | None:
         """The first entry of :data:`DAMAGE_KINDS`, or None when the file is sound."""
         return next((entry for entry in self.degraded if entry.kind in DAMAGE_KINDS), None)
+
+    def unaccepted_damage(self) -> list[DegradedEntry]:
+        """The damage entries after the last Resume forced over damage (that Resume recorded
+        what it accepted), in order: what the writer's Stop and Resume refuse."""
+        accepted = self.accepted_damage_offset
+        return [entry for entry in self.degraded if entry.kind in DAMAGE_KINDS and entry.offset > accepted]
 
 
 # Plain str constants for the per-line dispatch: comparing a str to a StrEnum member
@@ -270,9 +315,35 @@ class Rebuilder:
         self.pairings: dict[str, _Pairing] = {}
         #: (payload, line, offset) of the reasoning records waiting for their assistant message.
         self.pending_reasoning: list[tuple[dict[str, Any], int, int]] = []
+        #: The lines digest of the lines read after the first, and the checks of lines not yet
+        #: added to it (the first line's, the session_meta a fork replaces, is left out once).
+        self.lines_digest = LinesDigest()
+        self.checks: array[int] = array(LINE_CHECKS_TYPECODE)
+        self.first_line_left_out = False
+        #: Whether a damage entry has been found (a checkpoint after it is not sound).
+        self.damaged = False
 
     def degrade(self, kind: DegradedKind, line: int, offset: int, detail: str) -> None:
+        if kind in DAMAGE_KINDS:
+            self.damaged = True
         self.result.degraded.append(DegradedEntry(kind, line, offset, detail))
+
+    def odd_line_check(self, raw: bytes, check: Any, line: int, offset: int) -> int:
+        """The lines digest's check of a line whose ``crc32c`` is absent or wrong (the slow path
+        of :meth:`run`): an absent check is counted (the line's own CRC32C stands in for it);
+        a wrong one is damage (the stored value stands in, so that a line whose check was
+        recomputed after an edit changes every later lines digest)."""
+        if check is None:
+            self.result.unchecked_lines += 1
+            return crc32c(raw)
+        self.degrade(
+            DegradedKind.LINE_CHECK_FAILED,
+            line,
+            offset,
+            f"the line's crc32c is {clip(check, 20)} but its bytes give {crc32c(raw[: raw.rfind(LINE_CHECK_MARK)])}:"
+            " it changed after it was written",
+        )
+        return check & 0xFFFFFFFF if type(check) is int else crc32c(raw)
 
     def keep(self, payload: dict[str, Any], offset: int, index: int, reasoning: PendingReasoning) -> Any:
         """What the sequence holds for a message: the payload, its reasoning blocks attached in
@@ -360,30 +431,15 @@ class Rebuilder:
             self.add_message(payload, line, offset)
         elif record_type == _REASONING:
             self.pending_reasoning.append((payload, line, offset))
-        elif record_type in (_EVENT, _TURN_CONTEXT):
+        elif record_type == _EVENT:
+            if payload.get("kind") == RESUMED_EVENT:
+                self.resumed(payload.get("body"), line, offset)
+        elif record_type == _TURN_CONTEXT:
             pass
         elif record_type == _COMPACTED:
             self.compact(payload, line, offset)
         elif record_type == _AGENT_CHECKPOINT:
-            try:
-                result.last_checkpoint = CheckpointRecord(
-                    seq,
-                    line,
-                    str(payload["digest"]),
-                    int(payload["message_count"]),
-                    int(payload["covers_seq"]),
-                    str(payload.get("stop_kind", "")),
-                    offset,
-                )
-            except (KeyError, TypeError, ValueError):
-                self.degrade(
-                    DegradedKind.MALFORMED_RECORD,
-                    line,
-                    offset,
-                    "agent_checkpoint lacks digest, message_count or covers_seq",
-                )
-                return
-            result.checkpoint_messages = list(self.messages)
+            self.checkpoint(seq, payload, line, offset)
         elif record_type == _STOP:
             result.last_stop = payload
         elif record_type == _SESSION_META:
@@ -405,8 +461,73 @@ class Rebuilder:
                 f"record type {record_type!r} is unknown to this reader; kept, not replayed",
             )
 
+    def add_checks(self) -> None:
+        """Add the checks collected so far to the lines digest (the first line's left out)."""
+        checks = self.checks
+        if not self.first_line_left_out and checks:
+            del checks[0]
+            self.first_line_left_out = True
+        self.lines_digest.add(checks)
+        del checks[:]
+
+    def checkpoint(self, seq: int, payload: dict[str, Any], line: int, offset: int) -> None:
+        """Take an ``agent_checkpoint``: check its lines digest against the lines before it."""
+        pinned = payload.get("lines_digest")
+        sound = not self.damaged
+        if pinned is not None:
+            self.add_checks()
+            found = self.lines_digest.result()
+            if pinned != found:
+                self.degrade(
+                    DegradedKind.LINES_DIGEST_MISMATCH,
+                    line,
+                    offset,
+                    f"the checkpoint pins the {line - 2} lines between the first and it as {clip(pinned, 80)!r}, they now"
+                    f" give {found!r}: a line before it was changed, removed or added",
+                )
+                sound = False
+        try:
+            self.result.last_checkpoint = CheckpointRecord(
+                seq,
+                line,
+                str(payload["digest"]),
+                int(payload["message_count"]),
+                int(payload["covers_seq"]),
+                str(payload.get("stop_kind", "")),
+                offset,
+                str(pinned or ""),
+                sound,
+            )
+        except (KeyError, TypeError, ValueError):
+            self.degrade(
+                DegradedKind.MALFORMED_RECORD,
+                line,
+                offset,
+                "agent_checkpoint lacks digest, message_count or covers_seq",
+            )
+            return
+        self.result.checkpoint_messages = list(self.messages)
+
+    def resumed(self, body: Any, line: int, offset: int) -> None:
+        """A ``resumed`` event: when an operator forced it over damage, that stays damage."""
+        if not isinstance(body, dict) or not body.get("forced") or not body.get("damage"):
+            return
+        damage = body["damage"]
+        first = damage[0] if isinstance(damage, list) and isinstance(damage[0], dict) else {}
+        self.degrade(
+            DegradedKind.RESUMED_OVER_DAMAGE,
+            line,
+            offset,
+            f"Resume was forced over damage ({clip(first.get('kind', ''), 40)} at line"
+            f" {clip(first.get('line', '?'), 20)}, byte {clip(first.get('offset', '?'), 20)}); the damage"
+            " stays reported",
+        )
+        self.result.accepted_damage_offset = offset
+
     def finish(self, max_messages: int) -> Rebuild:
         result = self.result
+        pending = self.checks if self.first_line_left_out else self.checks[1:]
+        result.lines_digest = self.lines_digest.result(pending)
         self.flush_dangling_reasoning()
         result.call_ids = set(self.pairings)
         for call_id, pairing in self.pairings.items():
@@ -458,6 +579,8 @@ class Rebuilder:
         loads = orjson.loads
         decode_error = orjson.JSONDecodeError
         add_message = self.add_message
+        add_check = self.checks.append
+        check_key, check_mark = LINE_CHECK_KEY, LINE_CHECK_MARK
         expected_seq = result.last_seq + 1
         records, last_seq, last_type = 0, result.last_seq, result.last_record_type
         for raw in lines:
@@ -467,6 +590,7 @@ class Rebuilder:
             try:
                 record = loads(raw)
             except decode_error:
+                add_check(crc32c(raw))
                 stripped = raw.lstrip(b"\x00")
                 if len(stripped) != len(raw):
                     self.degrade(
@@ -480,6 +604,8 @@ class Rebuilder:
                                 DegradedKind.UNPARSEABLE_LINE, line_no, start, f"not JSON: {stripped[:60]!r}"
                             )
                         continue
+                    self.checks.pop()  # the record after the NULs has a check of its own
+                    raw = stripped
                 else:
                     self.degrade(DegradedKind.UNPARSEABLE_LINE, line_no, start, f"not JSON: {raw[:60]!r}")
                     continue
@@ -491,6 +617,7 @@ class Rebuilder:
                 self.degrade(
                     DegradedKind.MALFORMED_RECORD, line_no, start, "a record needs seq, type and payload"
                 )
+                add_check(crc32c(raw))
                 continue
             # type() rather than isinstance(): orjson builds exact types, and this runs on every line.
             if type(seq) is not int or type(record_type) is not str or type(payload) is not dict:
@@ -500,7 +627,14 @@ class Rebuilder:
                     start,
                     "seq must be an integer, type a string and payload an object",
                 )
+                add_check(crc32c(raw))
                 continue
+            # The line check (shared.records.line_check, inline): the CRC32C of the bytes before
+            # the last ',"crc32c":' is the stored value. Added to the lines digest after the record
+            # is applied: a checkpoint's lines digest covers the lines before it.
+            check = record.get(check_key)
+            if type(check) is not int or crc32c(raw[: raw.rfind(check_mark)]) != check:
+                check = self.odd_line_check(raw, check, line_no, start)
             if seq != expected_seq:
                 kind = DegradedKind.SEQ_GAP if seq > expected_seq else DegradedKind.SEQ_REPEAT
                 self.degrade(kind, line_no, start, f"expected seq {expected_seq}, found {seq}")
@@ -512,6 +646,8 @@ class Rebuilder:
                 add_message(payload, line_no, start)
             elif record_type != _EVENT and record_type != _TURN_CONTEXT:  # those only count
                 self.record(seq, record_type, payload, line_no, start)
+            add_check(check)
+        self.add_checks()
         result.records += records
         if records:
             result.last_seq = last_seq

@@ -25,6 +25,7 @@ from typing import Any, BinaryIO
 
 import orjson
 
+from shared.layout import read_session_file
 from shared.rebuild import PendingReasoning, Rebuild, Rebuilder
 
 CHUNK_BYTES = 4 * 1024 * 1024
@@ -56,7 +57,7 @@ def index_rebuild(path: Path, *, max_messages: int = 0, end: int | None = None) 
     Raises OSError when the file cannot be read.
     """
     state = _IndexRebuilder()
-    with path.open("rb") as handle:
+    with read_session_file(path) as handle:
         reader = _ChunkedLines(handle, end)
         line_no, offset = state.run(reader)
     state.uncommitted(reader.tail, line_no, offset)
@@ -91,7 +92,7 @@ class MessageSource:
     """Reads the payloads that handles name from one open session file."""
 
     def __init__(self, path: Path) -> None:
-        self._file = path.open("rb")
+        self._file = read_session_file(path)
         self._cached_offset = -1
         self._cached: dict[str, Any] = {}
 

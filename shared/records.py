@@ -3,7 +3,10 @@
 A session file holds one record per line: UTF-8, ``\\n``-terminated, compact JSON
 written by orjson, no BOM. Every line has exactly these keys, in this order::
 
-    {"v":1,"seq":17,"ts":"2026-11-30T10:15:30.123456Z","type":"message","payload":{...}}
+    {"v":1,"seq":17,"ts":"2026-11-30T10:15:30.123456Z","type":"message","payload":{...},"crc32c":2143289344}
+
+(``crc32c``, the line check, is an addition to SPEC §1; lines written before it have
+the first five keys only, and stay readable: see "The line check" below.)
 
 * ``seq`` starts at 0 (the ``session_meta`` line) and grows by one per record;
   the writer assigns it and never reuses one. A gap or repeat is corruption.
@@ -56,6 +59,34 @@ Documented additions to the SPEC §1 table (readers must accept them):
 
 Unknown ``type`` values (a newer writer) are preserved by readers and reported as
 degraded, never dropped and never a crash.
+
+The line check (an addition to SPEC §1, as etcd's WAL and Kafka check every record):
+every line the writer writes ends with a ``crc32c`` key, the last of the object::
+
+    {"v":1,"seq":0,...,"payload":{...},"crc32c":<unsigned 32-bit integer>}
+
+Its value is the CRC32C (Castagnoli, as in iSCSI and ext4) of the line's bytes before
+``,"crc32c":``, i.e. of the line without its last ``}`` and the check. A reader finds
+the last ``,"crc32c":`` of the line (the key is the record's last, so any key of that
+name inside the payload comes before it), computes the CRC32C of the bytes before it
+and compares: a line whose check fails changed after it was written, and is reported
+as damage with its line number and byte offset (:func:`line_check`). Nothing is
+re-serialized, on either side: the writer splices the key in before the closing brace
+(:func:`seal_line`). Lines without the key (written before the check existed, or by
+another tool) are read as before and counted as unchecked, never as damage; a fork
+copies its source's lines byte for byte, checks included.
+
+Each ``agent_checkpoint`` written since also carries ``lines_digest``: the digest of
+the lines between the first (the ``session_meta``, which a fork replaces) and it, each
+taken by its line check (the CRC32C of an unchecked line
+is computed over its whole bytes), see :mod:`shared.digest`. Readers compare it when
+they meet the checkpoint, so a line changed, removed or added anywhere before a
+checkpoint (a line without a check included, or a line whose check was recomputed)
+makes that checkpoint fail, in every later reading. Older checkpoints have no
+``lines_digest`` and are verified by their message digest alone (SPEC §4).
+
+An ``event`` whose ``kind`` is in :data:`RESERVED_EVENT_KINDS` is the writer's own
+record (Resume, Fork); clients may not append one.
 """
 
 from __future__ import annotations
@@ -66,9 +97,12 @@ from collections.abc import Container, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import crc32c
 import orjson
 
+from shared.errors import QUOTE_CHARS as QUOTE_CHARS
 from shared.errors import RecordValidationError
+from shared.errors import clip as clip
 
 LINE_FORMAT_VERSION = 1
 
@@ -95,6 +129,15 @@ class RecordType(enum.StrEnum):
     AGENT_CHECKPOINT = "agent_checkpoint"
     STOP = "stop"
 
+
+#: Event kinds the writer uses for its own records (Resume's ``resumed``, Fork's ``forked``);
+#: an Append or an import that names one is refused (INVALID_ARGUMENT), so they cannot be forged.
+RESERVED_EVENT_KINDS = frozenset({"resumed", "forked"})
+
+#: The key of the line check (the last key of every line the writer writes).
+LINE_CHECK_KEY = "crc32c"
+#: What precedes the check's value in a line: the check covers every byte before it.
+LINE_CHECK_MARK = b',"crc32c":'
 
 #: Record types a client may send through Append; the others are written by
 #: CreateSession (session_meta) and Stop (agent_checkpoint, stop) only.
@@ -180,27 +223,69 @@ def normalize_timestamp(text: str) -> str:
     return formatted[:17] + "60" + formatted[19:] if leap else formatted
 
 
-def clip(value: object, limit: int = 100) -> str:
-    """``value`` as text of at most ``limit`` characters, for echoing client input in errors."""
-    text = str(value)
-    return text if len(text) <= limit else text[:limit] + f"… ({len(text)} characters)"
-
-
 def now_timestamp() -> str:
     """The current UTC time in the record ``ts`` format."""
     return format_timestamp(datetime.now(UTC))
 
 
 def encode_line(seq: int, ts: str, record_type: str, payload: dict[str, Any]) -> bytes:
-    """Encode one record as its JSONL line, ``\\n`` included.
+    """Encode one record as its JSONL line, line check and ``\\n`` included (see the module doc).
 
     Raises TypeError (from orjson) when the payload holds a string that is not
     valid UTF-8 (a lone surrogate) or a value JSON cannot hold.
     """
-    return orjson.dumps(
-        {"v": LINE_FORMAT_VERSION, "seq": seq, "ts": ts, "type": record_type, "payload": payload},
-        option=orjson.OPT_APPEND_NEWLINE,
+    return seal_line(
+        orjson.dumps(
+            {"v": LINE_FORMAT_VERSION, "seq": seq, "ts": ts, "type": record_type, "payload": payload}
+        )
     )
+
+
+def seal_line(record: bytes) -> bytes:
+    """The line of one compact JSON record object (bytes, no newline): the ``crc32c`` key
+    spliced in before its closing brace, then ``\\n``. The record is not re-serialized:
+    the check is the CRC32C of ``record`` without its last byte (measured fastest as a
+    slice and one concatenation: ~0.4 µs for a 1 KB line, orjson's own dump is as much)."""
+    covered = record[:-1]
+    return covered + b',"crc32c":%d}\n' % crc32c.crc32c(covered)
+
+
+def line_check(raw: bytes, record: Mapping[str, Any]) -> bool | None:
+    """Whether the line ``raw`` (without its ``\\n``), parsed as ``record``, passes its check.
+
+    None when the line carries no check (an older line: unchecked, not damaged);
+    False when its bytes changed since the check was computed (or the check is not
+    an unsigned integer, or not the last key). The rebuild's loop applies the same
+    rule inline (shared.rebuild), at the same cost: one search from the line's end
+    and one CRC32C (~0.2 µs for 1 KB with the CPU's instruction).
+    """
+    stored = record.get(LINE_CHECK_KEY)
+    if stored is None:
+        return None
+    return type(stored) is int and crc32c.crc32c(raw[: raw.rfind(LINE_CHECK_MARK)]) == stored
+
+
+def parse_record(raw: bytes) -> dict[str, Any] | None:
+    """The record one complete line holds (``raw`` without its ``\\n``), or None when it holds none.
+
+    A record is a JSON object with an integer ``seq``, a string ``type`` and an object
+    ``payload`` whose line check holds (or which has none: an older line). Anything
+    else (not JSON, ``{}``, a failed check) is no record: tail repair moves such a last
+    line aside, and tail reads skip it.
+    """
+    try:
+        record = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    if (
+        not isinstance(record, dict)
+        or type(record.get("seq")) is not int
+        or not isinstance(record.get("type"), str)
+        or not isinstance(record.get("payload"), dict)
+        or line_check(raw, record) is False
+    ):
+        return None
+    return record
 
 
 def validate_message(

@@ -26,6 +26,7 @@ from typing import Any
 import orjson
 
 from shared.errors import InvalidArgumentError
+from shared.layout import read_session_file
 
 #: Bytes read from a file's start for its session_meta line (grown only for a longer line).
 HEAD_WINDOW = 64 * 1024
@@ -142,8 +143,8 @@ def is_child(meta: Mapping[str, Any]) -> bool:
 def read_session_meta(path: Path) -> dict[str, Any] | None:
     """The payload of a session's first line: {} if it is not a session_meta, None if the line
     is not complete yet (no newline). Reads :data:`HEAD_WINDOW` bytes at a time. Raises
-    OSError when the file cannot be read."""
-    with path.open("rb") as handle:
+    OSError when the file cannot be read (ELOOP when it is a symbolic link: never followed)."""
+    with read_session_file(path) as handle:
         head = handle.read(HEAD_WINDOW)
         while b"\n" not in head:
             more = handle.read(HEAD_WINDOW)

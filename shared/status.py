@@ -6,6 +6,13 @@ rich details (BadRequest field violations, PreconditionFailure), an OSError
 (a session file that cannot be read) into NOT_FOUND or UNAVAILABLE, and any other
 exception into INTERNAL with a short message: a client never sees a traceback.
 The table is in :mod:`shared.errors`.
+
+Every status fits gRPC's metadata limits whatever a client sent: messages quote
+client input clipped (shared.records.clip, 100 characters), and as a last guard a
+status message is cut at :data:`MAX_STATUS_MESSAGE_BYTES` and each detail text at
+:data:`MAX_DETAIL_TEXT_BYTES` (UTF-8), saying so. A status beyond the client's
+metadata limit would otherwise reach it as RESOURCE_EXHAUSTED, which the protos call
+retryable.
 """
 
 from __future__ import annotations
@@ -36,11 +43,34 @@ from shared.errors import (
     SessionExistsError,
     SessionNotFoundError,
     SessionStateError,
+    SessionUnavailableError,
     StorageWriteError,
     storage_error,
 )
 
 log = logging.getLogger(__name__)
+
+#: Longest status message sent (UTF-8 bytes; a non-ASCII one travels percent-encoded, up to 3x).
+MAX_STATUS_MESSAGE_BYTES = 1024
+#: Longest field name, description or subject of a rich detail (UTF-8 bytes).
+MAX_DETAIL_TEXT_BYTES = 512
+
+
+def bounded(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` UTF-8 bytes (on a character boundary), saying it was cut."""
+    raw = text.encode("utf-8", "surrogatepass")
+    if len(raw) <= limit:
+        return text
+    mark = f"… (cut at {limit} bytes)"
+    return raw[: limit - len(mark.encode())].decode("utf-8", "ignore") + mark
+
+
+def _field_violation(error: InvalidArgumentError) -> error_details_pb2.BadRequest:
+    violation = error_details_pb2.BadRequest.FieldViolation(
+        field=bounded(error.field, MAX_DETAIL_TEXT_BYTES),
+        description=bounded(error.description, MAX_DETAIL_TEXT_BYTES),
+    )
+    return error_details_pb2.BadRequest(field_violations=[violation])
 
 
 def _status_of(error: LedgerError, prefix: str) -> tuple[grpc.StatusCode, str, list[Message]]:
@@ -48,7 +78,8 @@ def _status_of(error: LedgerError, prefix: str) -> tuple[grpc.StatusCode, str, l
     match error:
         case RecordValidationError():
             violation = error_details_pb2.BadRequest.FieldViolation(
-                field=f"records[{error.index}].{error.field}", description=error.description
+                field=bounded(f"records[{error.index}].{error.field}", MAX_DETAIL_TEXT_BYTES),
+                description=bounded(error.description, MAX_DETAIL_TEXT_BYTES),
             )
             return (
                 grpc.StatusCode.INVALID_ARGUMENT,
@@ -56,14 +87,7 @@ def _status_of(error: LedgerError, prefix: str) -> tuple[grpc.StatusCode, str, l
                 [error_details_pb2.BadRequest(field_violations=[violation])],
             )
         case InvalidArgumentError():
-            violation = error_details_pb2.BadRequest.FieldViolation(
-                field=error.field, description=error.description
-            )
-            return (
-                grpc.StatusCode.INVALID_ARGUMENT,
-                message,
-                [error_details_pb2.BadRequest(field_violations=[violation])],
-            )
+            return grpc.StatusCode.INVALID_ARGUMENT, message, [_field_violation(error)]
         case PermissionDeniedError():
             return grpc.StatusCode.PERMISSION_DENIED, message, []
         case SessionNotFoundError():
@@ -72,7 +96,9 @@ def _status_of(error: LedgerError, prefix: str) -> tuple[grpc.StatusCode, str, l
             return grpc.StatusCode.ALREADY_EXISTS, message, []
         case SessionStateError():
             violation = error_details_pb2.PreconditionFailure.Violation(
-                type="SESSION_STATE", subject=error.subject, description=error.precondition
+                type="SESSION_STATE",
+                subject=bounded(error.subject, MAX_DETAIL_TEXT_BYTES),
+                description=bounded(error.precondition, MAX_DETAIL_TEXT_BYTES),
             )
             return (
                 grpc.StatusCode.FAILED_PRECONDITION,
@@ -83,6 +109,13 @@ def _status_of(error: LedgerError, prefix: str) -> tuple[grpc.StatusCode, str, l
             return grpc.StatusCode.ABORTED, message, []
         case CorruptSessionError():
             return grpc.StatusCode.DATA_LOSS, message, []
+        case SessionUnavailableError():
+            info = error_details_pb2.ErrorInfo(
+                reason=error.errno_name or "REPAIR_FAILED",
+                domain="rollout-ledger",
+                metadata={"operation": "repair"},
+            )
+            return grpc.StatusCode.UNAVAILABLE, message, [info]
         case ResourceLimitError():
             return grpc.StatusCode.RESOURCE_EXHAUSTED, message, []
         case StorageWriteError():
@@ -98,8 +131,9 @@ def _status_of(error: LedgerError, prefix: str) -> tuple[grpc.StatusCode, str, l
 
 
 def rich_status(code: grpc.StatusCode, message: str, details: list[Message]) -> grpc.Status:
-    """A grpc.Status carrying google.rpc details in its trailing metadata."""
-    status = status_pb2.Status(code=code.value[0], message=message)
+    """A grpc.Status carrying google.rpc details in its trailing metadata (the message cut at
+    :data:`MAX_STATUS_MESSAGE_BYTES`)."""
+    status = status_pb2.Status(code=code.value[0], message=bounded(message, MAX_STATUS_MESSAGE_BYTES))
     for detail in details:
         packed = any_pb2.Any()
         packed.Pack(detail)

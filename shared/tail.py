@@ -7,15 +7,24 @@ of every session, never a whole-file read). :func:`read_tail` reads a window of
 does not yet hold ``want`` complete records, so the bytes read depend on the size
 of the last records, not of the file. A last line without ``\\n`` is not
 committed and is never returned; unparseable lines and NUL padding are skipped.
+A returned record whose line check fails (shared.records) is reported in
+``Tail.damage`` with its byte offset: whoever uses it knows it changed.
+
+What makes a file's end clean for the writer (:func:`record_fits`): its last line is
+complete, a valid record (shared.records.parse_record: ``{}`` is not one, nor a
+line whose check fails) and the record after the one before it (seq + 1).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+
+from shared.rebuild import DegradedEntry, DegradedKind
+from shared.records import line_check, parse_record
 
 DEFAULT_TAIL_WINDOW = 64 * 1024
 
@@ -25,50 +34,79 @@ class Tail:
     """The last records of a file, newest first, and what reading them cost.
 
     ``bytes_read`` counts every byte read (the cost); ``clean_end`` is true when the
-    file ends with ``\\n`` and its last line parses as a record object (nothing for
-    the writer's start-up repair to do); ``size`` is the file size in bytes.
+    file ends with a complete valid record of the session (:func:`record_fits`:
+    nothing for the writer's start-up repair to do); ``size`` is the file size in
+    bytes; ``damage`` holds a ``line_check_failed`` entry (line 0: not counted from
+    a tail; the byte offset exact) per returned record whose line check fails.
     """
 
     records: list[dict[str, Any]]
     bytes_read: int
     clean_end: bool
     size: int
+    damage: list[DegradedEntry] = field(default_factory=list)
 
 
-def last_records(tail: bytes, partial_first: bool, want: int) -> list[dict[str, Any]]:
-    """Up to ``want`` last parseable records (objects with an object ``payload``) of ``tail``, newest first.
+def last_records(
+    tail: bytes, partial_first: bool, want: int, base: int = 0
+) -> tuple[list[dict[str, Any]], list[DegradedEntry]]:
+    """Up to ``want`` last parseable records (objects with an object ``payload``) of ``tail``, newest
+    first, and the damage entries of those whose line check fails.
 
     ``partial_first``: the first line of ``tail`` may be cut (the window starts
-    inside it) and is skipped. Bytes after the last ``\\n`` are ignored.
+    inside it) and is skipped. Bytes after the last ``\\n`` are ignored. ``base`` is
+    the file offset of ``tail``'s first byte (for the offsets of damage entries).
     """
-    end = tail.rfind(b"\n")
-    if end < 0:
-        return []
-    lines = tail[:end].split(b"\n")
-    if partial_first:
-        lines = lines[1:]
     found: list[dict[str, Any]] = []
-    for raw in reversed(lines):
+    damage: list[DegradedEntry] = []
+    cut = tail.rfind(b"\n")
+    while cut >= 0 and len(found) < want:
+        start = tail.rfind(b"\n", 0, cut) + 1
+        if start == 0 and partial_first:
+            break
+        raw = tail[start:cut].lstrip(b"\x00")
+        cut = start - 1
         try:
-            record = orjson.loads(raw.lstrip(b"\x00"))
+            record = orjson.loads(raw)
         except orjson.JSONDecodeError:
             continue
         if isinstance(record, dict) and isinstance(record.get("payload"), dict):
             found.append(record)
-            if len(found) == want:
-                break
-    return found
+            if line_check(raw, record) is False:
+                damage.append(
+                    DegradedEntry(
+                        DegradedKind.LINE_CHECK_FAILED,
+                        0,
+                        base + start,
+                        "the line's crc32c does not match its bytes: it changed after it was written",
+                    )
+                )
+    return found, damage
 
 
-def _ends_clean(tail: bytes) -> bool:
+def record_fits(tail: bytes, start: int, end: int, base: int) -> bool:
+    """Whether the line ``tail[start:end]`` is a valid record of its session: a record
+    (shared.records.parse_record) whose seq is one more than the record on the line
+    before it, when that line is in ``tail`` and holds a record (the first line of a
+    file has none before it; a damaged one before it is mid-file damage, not this line's).
+    ``base`` is the file offset of ``tail[0]``."""
+    record = parse_record(tail[start:end])
+    if record is None:
+        return False
+    if start == 0:
+        return True  # the file's first line, or the previous line is outside the window
+    previous_start = tail.rfind(b"\n", 0, start - 1) + 1
+    if previous_start == 0 and base > 0:
+        return True  # the previous line may begin before the window: not known here
+    previous = parse_record(tail[previous_start : start - 1])
+    return previous is None or previous["seq"] == record["seq"] - 1
+
+
+def _ends_clean(tail: bytes, base: int) -> bool:
     if not tail.endswith(b"\n"):
         return False
     start = tail.rfind(b"\n", 0, len(tail) - 1) + 1
-    try:
-        record = orjson.loads(tail[start:-1])
-    except orjson.JSONDecodeError:
-        return False
-    return isinstance(record, dict)
+    return record_fits(tail, start, len(tail) - 1, base)
 
 
 def read_tail(fd: int, want: int, window: int = DEFAULT_TAIL_WINDOW) -> Tail:
@@ -81,9 +119,10 @@ def read_tail(fd: int, want: int, window: int = DEFAULT_TAIL_WINDOW) -> Tail:
     window = min(window, size)
     total = 0
     while True:
-        tail = os.pread(fd, window, size - window)
+        base = size - window
+        tail = os.pread(fd, window, base)
         total += len(tail)
-        records = last_records(tail, partial_first=window < size, want=want)
+        records, damage = last_records(tail, partial_first=window < size, want=want, base=base)
         if len(records) >= want or window >= size:
-            return Tail(records, total, _ends_clean(tail), size)
+            return Tail(records, total, _ends_clean(tail, base), size, damage)
         window = min(size, window * 2)

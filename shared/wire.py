@@ -28,7 +28,7 @@ from google.protobuf import struct_pb2
 
 from rollout.v1 import records_pb2, writer_pb2
 from shared.errors import InvalidArgumentError, RecordValidationError
-from shared.records import RecordType, attached_reasoning, normalize_timestamp
+from shared.records import RESERVED_EVENT_KINDS, RecordType, attached_reasoning, normalize_timestamp
 from shared.session_meta import SessionRole, SessionSpec
 from shared.stop_kinds import StopKind
 
@@ -261,8 +261,8 @@ def append_payloads(record: writer_pb2.AppendRecord, index: int) -> list[tuple[R
     A message with N reasoning blocks becomes N ``reasoning`` records then the
     ``message`` (SPEC §2.5 and its §1 addition). Raises RecordValidationError
     (naming ``index``) for an empty record, reasoning on a non-assistant message,
-    both ``reasoning`` and ``reasoning_blocks`` set, an event without a kind, or
-    a NaN / infinite number in an opaque object (content parts, turn context,
+    both ``reasoning`` and ``reasoning_blocks`` set, an event without a kind or of
+    a kind the writer reserves (shared.records.RESERVED_EVENT_KINDS), or a NaN / infinite number in an opaque object (content parts, turn context,
     event body).
     """
     try:
@@ -311,6 +311,13 @@ def _append_payloads(record: writer_pb2.AppendRecord, index: int) -> list[tuple[
     if kind == "event":
         if not record.event.kind:
             raise RecordValidationError(index, "event.kind", "is empty")
+        if record.event.kind in RESERVED_EVENT_KINDS:
+            raise RecordValidationError(
+                index,
+                "event.kind",
+                f"{record.event.kind!r} is reserved for the writer's own records"
+                f" ({', '.join(sorted(RESERVED_EVENT_KINDS))}); name the event something else",
+            )
         return [(_EVENT, {"kind": record.event.kind, "body": struct_to_python(record.event.body)})]
     raise RecordValidationError(index, "record", f"has an unknown kind {kind!r}")
 
@@ -324,13 +331,13 @@ def stop_kind_to_proto(kind: str) -> records_pb2.StopKind:
 def stop_kind_from_proto(value: int) -> StopKind:
     """The stop kind a request names (SPEC §1 vocabulary).
 
-    Raises RecordValidationError (field ``stop_kind``) for UNSPECIFIED or an
+    Raises InvalidArgumentError (field ``stop_kind``) for UNSPECIFIED or an
     undeclared number.
     """
     if value == records_pb2.STOP_KIND_UNSPECIFIED:
-        raise RecordValidationError(0, "stop_kind", "is unspecified; name why the run stopped")
+        raise InvalidArgumentError("stop_kind", "is unspecified; name why the run stopped")
     if value not in records_pb2.StopKind.values():
-        raise RecordValidationError(0, "stop_kind", f"{value} is not a declared StopKind value")
+        raise InvalidArgumentError("stop_kind", f"{value} is not a declared StopKind value")
     return StopKind(records_pb2.StopKind.Name(value).removeprefix("STOP_KIND_").lower())
 
 

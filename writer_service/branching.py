@@ -3,8 +3,12 @@
 Resume re-opens a session for appending to the same file: every tool call left
 without an output gets an appended synthetic output, then a ``resumed`` event;
 nothing written is rewritten. Eligibility is default-deny (shared.stop_kinds)
-unless forced. Fork copies the source's records up to a fork point, byte for byte,
-into a new session whose ``session_meta.forked_from`` names source, seq and digest;
+unless forced, and a file that fails verification (a failed line check, a seq gap
+or repeat, a checkpoint that does not match) is refused (DATA_LOSS) unless forced:
+a forced Resume over damage records the damage in its ``resumed`` event, which
+readers report as damage from then on (nothing re-blesses it), and after which the
+writer's Stop accepts that damage (shared.rebuild.Rebuild.unaccepted_damage).
+Fork copies the source's records up to a fork point, byte for byte, into a new session whose ``session_meta.forked_from`` names source, seq and digest;
 the source is drained first when open, and never written. Both read the whole
 file with the shared rebuild in bounded memory (writer_service.file_facts), after
 draining (SPEC §2.7); a fork's bytes are copied in the kernel (``copy_file_range``).
@@ -20,9 +24,10 @@ from typing import TYPE_CHECKING, Any
 
 from shared.errors import SessionStateError
 from shared.naming import build_file_name, new_session_id
+from shared.rebuild import DegradedEntry
 from shared.records import RecordType, encode_line, format_timestamp, now_timestamp
 from shared.stop_kinds import classify_session
-from writer_service.file_facts import file_facts, refuse_damage
+from writer_service.file_facts import FORCE_HINT, file_facts, refuse_damage
 from writer_service.forking import check_fork_keeps_pairs, find_fork_point
 from writer_service.open_session import OpenSession
 
@@ -34,6 +39,8 @@ log = logging.getLogger(__name__)
 
 #: The content of the tool output Resume writes for a call left without one.
 SYNTHETIC_OUTPUT = "Error: interrupted before the tool returned"
+#: Damage entries a forced Resume records in its event (the first ones; their number too).
+RECORDED_DAMAGE_ENTRIES = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,9 +67,10 @@ async def resume_session(ledger: SessionLedger, session_id: str, force: bool = F
 
     Appends one synthetic tool message per unanswered call, then a ``resumed``
     event, in one batch. A stopped session whose stop kind is not replayable
-    as-is is refused unless ``force``. Raises SessionNotFoundError,
-    SessionStateError (not replayable), SessionBusyError (a Stop or Resume in
-    progress), StorageWriteError.
+    as-is is refused unless ``force``, and so is a damaged file (see the module
+    doc). Raises SessionNotFoundError, SessionStateError (not replayable),
+    CorruptSessionError (damaged: DATA_LOSS naming line and byte offset),
+    SessionBusyError (a Stop or Resume in progress), StorageWriteError.
     """
     state = await ledger.open_session(session_id)
     state.refuse_if_busy()
@@ -71,6 +79,9 @@ async def resume_session(ledger: SessionLedger, session_id: str, force: bool = F
     state.busy = "Resume"
     try:
         found = await ledger.rebuild_exclusive(state, False)
+        damage = found.unaccepted_damage
+        if not force:
+            refuse_damage(damage, state.path.name, "resume", FORCE_HINT)
         closed = found.unanswered_call_ids
         previous = state.stopped_kind or ""
         ts = now_timestamp()
@@ -85,10 +96,11 @@ async def resume_session(ledger: SessionLedger, session_id: str, force: bool = F
             }
             lines += encode_line(seq, ts, RecordType.MESSAGE, output)
             seq += 1
-        event = {
-            "kind": "resumed",
-            "body": {"previous_stop_kind": previous, "closed_call_ids": closed, "forced": force},
-        }
+        body: dict[str, Any] = {"previous_stop_kind": previous, "closed_call_ids": closed, "forced": force}
+        if damage is not None:
+            body["damage"] = _recorded_damage(found.unaccepted)
+            body["damage_count"] = len(found.unaccepted)
+        event = {"kind": "resumed", "body": body}
         lines += encode_line(seq, ts, RecordType.EVENT, event)
         seq += 1
         durable = state.queue(lines, seq - state.next_seq, set(found.call_ids))
@@ -98,6 +110,14 @@ async def resume_session(ledger: SessionLedger, session_id: str, force: bool = F
     await durable
     log.info("resumed %s (was %s), closed %d dangling calls", session_id, previous or "open", len(closed))
     return ResumeResult(closed, previous, seq)
+
+
+def _recorded_damage(entries: list[DegradedEntry]) -> list[dict[str, Any]]:
+    """The damage a forced Resume accepted, as its event records it (the first entries)."""
+    return [
+        {"kind": str(entry.kind), "line": entry.line, "offset": entry.offset, "detail": entry.detail}
+        for entry in entries[:RECORDED_DAMAGE_ENTRIES]
+    ]
 
 
 def _check_resumable(state: OpenSession) -> None:

@@ -6,6 +6,11 @@ never the payloads) and, when asked, streams the digest of the rebuilt messages
 (:class:`shared.digest.DigestBuilder`, reading each message's line back by its
 offset). So a 500 MB session is stopped, resumed or forked with memory that grows
 with its number of messages and open tool calls, not with its bytes.
+
+The rebuild finds every damaged line (line checks, seqs, the lines digests of the
+checkpoints: shared.rebuild). A checkpoint written before lines digests existed is
+verified here by its message digest (as a reader does; its single-reasoning reading
+included), so that Stop, Resume and Fork refuse a file that fails any verification.
 """
 
 from __future__ import annotations
@@ -14,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shared.digest import DigestBuilder
+from shared.digest import DigestBuilder, single_reasoning_digest
 from shared.errors import CorruptSessionError
-from shared.rebuild import DegradedEntry, collector_paused
+from shared.rebuild import DegradedEntry, DegradedKind, Rebuild, collector_paused
 from shared.rebuild_index import MessageSource, index_rebuild
 
 
@@ -24,13 +29,17 @@ from shared.rebuild_index import MessageSource, index_rebuild
 class RebuiltFacts:
     """What Stop, Resume and Fork need of a rebuild, without its payloads.
 
-    ``damage`` is the first damaged line (None: sound); ``digest`` the shared.digest
-    of the rebuilt messages ("" when not asked for); ``call_ids`` the calls an
-    output may still answer, ``unanswered_call_ids`` those without one, in call
-    order; ``committed_bytes`` the length up to the last ``\\n`` read.
+    ``damage`` is the first damaged line (None: sound) and ``unaccepted`` the damage
+    no forced Resume accepted, in order (shared.rebuild.Rebuild.unaccepted_damage);
+    ``digest`` the shared.digest of the rebuilt messages ("" when not asked for);
+    ``lines_digest`` the digest of every committed line (a checkpoint's pin);
+    ``call_ids`` the calls an output may still answer, ``unanswered_call_ids`` those
+    without one, in call order; ``committed_bytes`` the length up to the last ``\\n`` read.
     """
 
     damage: DegradedEntry | None
+    unaccepted: list[DegradedEntry]
+    lines_digest: str
     digest: str
     message_count: int
     unanswered_call_ids: list[str]
@@ -38,6 +47,11 @@ class RebuiltFacts:
     session_meta: dict[str, Any] | None
     last_seq: int
     committed_bytes: int
+
+    @property
+    def unaccepted_damage(self) -> DegradedEntry | None:
+        """The first damage entry no forced Resume accepted, or None."""
+        return self.unaccepted[0] if self.unaccepted else None
 
 
 def file_facts(path: Path, with_digest: bool, end: int | None = None) -> RebuiltFacts:
@@ -51,14 +65,17 @@ def file_facts(path: Path, with_digest: bool, end: int | None = None) -> Rebuilt
     with collector_paused():
         found = index_rebuild(path, end=end)
         message_digest = ""
-        if with_digest:
-            builder = DigestBuilder(len(found.messages))
-            with MessageSource(path) as source:
+        with MessageSource(path) as source:
+            _check_older_checkpoint(found, source)
+            if with_digest:
+                builder = DigestBuilder(len(found.messages))
                 for handle in found.messages:
                     builder.add(source.message(handle))
-            message_digest = builder.result()
+                message_digest = builder.result()
         facts = RebuiltFacts(
             found.damage,
+            found.unaccepted_damage(),
+            found.lines_digest,
             message_digest,
             len(found.messages),
             found.unanswered_call_ids,
@@ -71,10 +88,48 @@ def file_facts(path: Path, with_digest: bool, end: int | None = None) -> Rebuilt
     return facts
 
 
-def refuse_damage(damage: DegradedEntry | None, name: str, operation: str) -> None:
-    """Raise CorruptSessionError (DATA_LOSS) naming the first damaged line of a rebuild, if any."""
+def _check_older_checkpoint(found: Rebuild, source: MessageSource) -> None:
+    """Add a ``checkpoint_mismatch`` damage entry when the last checkpoint has no lines digest
+    (an older one) and its message digest does not match the sequence it covers (under
+    either reading of several reasoning blocks, as readers verify it)."""
+    checkpoint, covered = found.last_checkpoint, found.checkpoint_messages
+    if checkpoint is None or covered is None or checkpoint.lines_digest or not checkpoint.sound:
+        return  # none; pinned (the rebuild checked it); or already unsound, hence reported
+    if checkpoint.message_count == len(covered):
+        builder = DigestBuilder(len(covered))
+        for handle in covered:
+            builder.add(source.message(handle))
+        if builder.result() == checkpoint.digest:
+            return
+        legacy = single_reasoning_digest(map(source.message, covered), len(covered))
+        if legacy == checkpoint.digest:
+            return
+    found.degraded.append(
+        DegradedEntry(
+            DegradedKind.CHECKPOINT_MISMATCH,
+            checkpoint.line,
+            checkpoint.offset,
+            f"the checkpoint's digest {checkpoint.digest[:80]!r} ({checkpoint.message_count} messages) does"
+            f" not match the {len(covered)} messages rebuilt from the lines it covers",
+        )
+    )
+
+
+#: What a refusal over damage tells an operator who wants to go on anyway.
+FORCE_HINT = (
+    "; an operator may re-open it anyway with Resume force (rollout resume --force), which records"
+    " the damage in the session, where it stays reported"
+)
+
+
+def refuse_damage(damage: DegradedEntry | None, name: str, operation: str, force_hint: str = "") -> None:
+    """Raise CorruptSessionError (DATA_LOSS) naming the first damaged line of a rebuild, if any.
+
+    ``force_hint`` is added to the message (how an operator may go on anyway).
+    """
     if damage is not None:
         raise CorruptSessionError(
             f"cannot {operation}: session file {name} is damaged at line {damage.line} (byte"
             f" {damage.offset}): {damage.kind}: {damage.detail}; nothing was written (see rollout verify)"
+            f"{force_hint}"
         )

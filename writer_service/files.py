@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 
 from shared.errors import SessionExistsError, storage_error
-from shared.layout import PRIVATE_FILE_MODE, make_private_dirs
+from shared.layout import PRIVATE_FILE_MODE, make_private_dirs, open_session_file, read_session_file
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ def copy_range(source: Path, fd: int, start: int, end: int) -> None:
     small in memory); where the kernel cannot copy between the two files, they are
     copied in 1 MiB reads. Raises OSError.
     """
-    with source.open("rb") as handle:
+    with read_session_file(source) as handle:
         src = handle.fileno()
         offset = start
         try:
@@ -106,7 +106,7 @@ def create_file(
         operation = "fsync"
         fsync_dir(path.parent)
         operation = "open"
-        return os.open(path, os.O_RDWR | os.O_APPEND)
+        return open_session_file(path, os.O_RDWR | os.O_APPEND)
     except OSError as exc:
         temporary.unlink(missing_ok=True)
         raise storage_error(exc, operation, f"creating session file {path.name}") from exc

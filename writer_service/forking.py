@@ -18,7 +18,8 @@ from typing import Any
 import orjson
 
 from shared.errors import InvalidArgumentError, SessionStateError
-from shared.records import RecordType
+from shared.layout import read_session_file
+from shared.records import RecordType, clip
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +40,7 @@ def _records(path: Path, start: int = 0) -> Iterator[tuple[int, int, dict[str, A
 
     Reads the file in chunks: memory stays bounded whatever its size.
     """
-    with path.open("rb") as handle:
+    with read_session_file(path) as handle:
         handle.seek(start)
         offset = start
         pending = b""
@@ -58,7 +59,7 @@ def _records(path: Path, start: int = 0) -> Iterator[tuple[int, int, dict[str, A
 
 def _first_line_end(path: Path) -> int:
     """The offset just after the first line (0 when the file has no complete line)."""
-    with path.open("rb") as handle:
+    with read_session_file(path) as handle:
         size = 0
         while chunk := handle.read(64 * 1024):
             cut = chunk.find(b"\n")
@@ -130,8 +131,8 @@ def check_fork_keeps_pairs(path: Path, point: ForkPoint, unanswered_call_ids: Co
             if call_id in unanswered_call_ids:
                 seq = record.get("seq")
                 raise SessionStateError(
-                    f"fork point seq {point.seq} falls between tool call {call_id!r} and its output at"
+                    f"fork point seq {point.seq} falls between tool call {clip(call_id)!r} and its output at"
                     f" seq {seq}; fork at seq {seq} or later, or before the call",
                     subject=f"seq/{point.seq}",
-                    precondition=f"tool pair {call_id!r} ends at seq {seq}",
+                    precondition=f"tool pair {clip(call_id)!r} ends at seq {seq}",
                 )

@@ -43,7 +43,7 @@ from writer_service.file_facts import file_facts, refuse_damage
 from writer_service.files import TEMPORARY_MARK, create_marker, fsync_dir, write_all
 from writer_service.open_session import RecordTimes, RequestRecords, encode_records
 from writer_service.session_index import IndexEntry
-from writer_service.sessions import STOP_TEXT_MAX_CHARS, SessionLedger
+from writer_service.sessions import STOP_TEXT_MAX_CHARS, SessionLedger, stop_lines
 
 log = logging.getLogger(__name__)
 
@@ -158,6 +158,12 @@ class SessionImport:
         staged.received += len(records)
         await self._ledger.run_io(_write_staged, staged.fd, b"".join(lines))
 
+    def named(self, error: InvalidArgumentError, opening: bool = False) -> InvalidArgumentError:
+        """A refused field of a create, records or stop message, named in the stream: field
+        ``sessions[k].<field>``, ``k`` the session being opened (``opening``) or the open one."""
+        position = len(self._sessions) if opening or not self._sessions else self._sessions[-1].position
+        return InvalidArgumentError(f"{self._where(position)}.{error.field}", error.description)
+
     def refusal(self, error: RecordValidationError) -> InvalidArgumentError:
         """A record refused in the open session's current message, named over the whole stream:
         field ``sessions[k].records[i].<field>``, ``i`` counted over all of the session's records."""
@@ -187,19 +193,7 @@ class SessionImport:
         found = await self._ledger.run_io(file_facts, staged.staging, True)
         refuse_damage(found.damage, staged.name, "import")
         checkpoint_seq = staged.next_seq
-        ts = ts or now_timestamp()
-        checkpoint = {
-            "digest": found.digest,
-            "message_count": found.message_count,
-            "covers_seq": checkpoint_seq - 1,
-            "stop_kind": str(kind),
-        }
-        stop: dict[str, Any] = {"stop_kind": str(kind), "reason": reason}
-        if error:
-            stop["error"] = error
-        stop["checkpoint_seq"] = checkpoint_seq
-        lines = encode_line(checkpoint_seq, ts, RecordType.AGENT_CHECKPOINT, checkpoint)
-        lines += encode_line(checkpoint_seq + 1, ts, RecordType.STOP, stop)
+        lines = stop_lines(checkpoint_seq, ts or now_timestamp(), found, kind, reason, error)
         await self._ledger.run_io(_finish_staging, staged.fd, lines)
         staged.next_seq += 2
         staged.stopped_kind = str(kind)

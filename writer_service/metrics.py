@@ -13,6 +13,8 @@
   in its index.
 
 Per-RPC counts, latencies and status codes (``grpc_server_*``) are shared.rpc_observer's.
+* ``rollout_repair_failures_total``: torn-tail repairs (or reads of a session file) that failed.
+* ``rollout_sessions_awaiting_repair``: sessions refused until their repair succeeds.
 """
 
 from __future__ import annotations
@@ -77,3 +79,11 @@ def watch_sessions(ledger: Any) -> None:
     """Export the open sessions and the index size of the process's ledger."""
     OPEN_SESSIONS.set_function(_weakly(ledger, lambda current: current.open_sessions))
     SESSIONS.set_function(_weakly(ledger, lambda current: len(current.index)))
+
+
+REPAIR_FAILURES = Counter(
+    "rollout_repair_failures", "Torn-tail repairs or session file reads that failed (retried later)."
+)
+SESSIONS_AWAITING_REPAIR = Gauge(
+    "rollout_sessions_awaiting_repair", "Sessions refused (UNAVAILABLE) until their file is repaired."
+)

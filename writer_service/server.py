@@ -143,7 +143,8 @@ def screen_append(raw: bytes, max_record_bytes: int, trimmer: HeapTrimmer) -> Re
 def request_payloads(
     request: writer_pb2.AppendRequest | writer_pb2.ImportRecords,
 ) -> tuple[RequestRecords, RecordTimes]:
-    """The payloads and source times of every record of a request (RecordValidationError on bad ones).
+    """The payloads and source times of every record of a request (RecordValidationError on bad ones,
+    InvalidArgumentError, field ``records``, when there are none).
 
     Times are None when no record carries one (the writer's clock for all), else
     one per record in the ledger's ``ts`` form ("" where absent). Records provably
@@ -151,7 +152,7 @@ def request_payloads(
     the line limit itself is checked when they are encoded.
     """
     if not request.records:
-        raise RecordValidationError(0, "records", "an Append needs at least one record")
+        raise InvalidArgumentError("records", "is empty: an Append needs at least one record")
     payloads = []
     times: list[str] | None = None
     for index, record in enumerate(request.records):
@@ -319,15 +320,24 @@ class RolloutWriterServicer(writer_pb2_grpc.RolloutWriterServicer):
                     check_decoded(request)
                     part = request.WhichOneof("part")
                     if part == "create":
-                        await session_import.create(session_spec(request.create))
+                        try:
+                            spec = session_spec(request.create)
+                        except InvalidArgumentError as exc:
+                            raise session_import.named(exc, opening=True) from exc
+                        await session_import.create(spec)
                     elif part == "records":
                         try:
                             payloads, times = request_payloads(request.records)
                         except RecordValidationError as exc:
                             raise session_import.refusal(exc) from exc
+                        except InvalidArgumentError as exc:
+                            raise session_import.named(exc) from exc
                         await session_import.append(payloads, times)
                     elif part == "stop":
-                        kind, error, ts = _stop_fields(request.stop)
+                        try:
+                            kind, error, ts = _stop_fields(request.stop)
+                        except InvalidArgumentError as exc:
+                            raise session_import.named(exc) from exc
                         await session_import.stop(kind, request.stop.reason, error, ts)
                     else:
                         raise InvalidArgumentError("part", "is empty: set create, records or stop")
@@ -364,12 +374,14 @@ def _stop_fields(request: writer_pb2.StopRequest) -> tuple[StopKind, dict[str, s
     return stop_kind_from_proto(request.stop_kind), error, ts
 
 
-def _health_observer(health: HealthServicer) -> Callable[[bool], None]:
-    """Mirror storage health into the writer's gRPC health status."""
+def _health_observer(health: HealthServicer, ledger: SessionLedger) -> Callable[[bool], None]:
+    """Mirror storage health into the writer's gRPC health status: NOT_SERVING after a failed
+    round, or while a session awaits a repair that failed (the others keep serving)."""
     loop = asyncio.get_running_loop()
     pending: set[asyncio.Task[None]] = set()
 
-    def observe(healthy: bool) -> None:
+    def observe(_: bool) -> None:
+        healthy = ledger.storage_health.healthy and not ledger.index.repairs.pending
         status = (
             health_pb2.HealthCheckResponse.SERVING if healthy else health_pb2.HealthCheckResponse.NOT_SERVING
         )
@@ -380,6 +392,14 @@ def _health_observer(health: HealthServicer) -> Callable[[bool], None]:
     return observe
 
 
+async def _retry_repairs(ledger: SessionLedger, interval: float) -> None:
+    """Every ``interval`` seconds, try again the repairs that failed (until the server stops)."""
+    while True:
+        await asyncio.sleep(interval)
+        if ledger.index.repairs.pending:
+            await ledger.retry_repairs()
+
+
 @dataclass
 class RunningWriter(RunningService):
     """A started writer server; ``address`` is the bound host:port, ``port`` its port."""
@@ -387,9 +407,14 @@ class RunningWriter(RunningService):
     service: ServiceServer
     ledger: SessionLedger
     lock: FileLock
+    repairs: asyncio.Task[None] | None = None
 
     async def stop(self, grace: float = 5.0) -> None:
         """Stop accepting, let in-flight calls finish, drain queues, release the lock."""
+        if self.repairs is not None:
+            self.repairs.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.repairs
         await self.service.stop(grace)
         await self.ledger.close()
         self.lock.release()
@@ -437,7 +462,12 @@ async def start_writer(
         service.add(SERVICE, RolloutWriterServicer(ledger), {"Append": screen, "AppendStream": screen})
         bound = service.bind(address)
         await service.start()
-        ledger.storage_health.observe(_health_observer(service.health))
+        if ledger.index.repairs.pending:
+            await service.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.NOT_SERVING)
+        observer = _health_observer(service.health, ledger)
+        ledger.storage_health.observe(observer)
+        ledger.index.repairs.observe(observer)
+        repairs = asyncio.ensure_future(_retry_repairs(ledger, config.repair_retry_seconds))
     except BaseException:
         lock.release()
         raise
@@ -447,4 +477,4 @@ async def start_writer(
         config.data_dir,
         durable_write_method(config.commit),
     )
-    return RunningWriter(service, ledger, lock)
+    return RunningWriter(service, ledger, lock, repairs)

@@ -11,6 +11,13 @@ seen at its next start.
 
 An entry is small (~200 bytes): 20,000 sessions take a few MB. An entry marked
 not ``fresh`` (after a failed write) is re-read from its file's tail when next used.
+
+One bad session never stops the start-up: a file whose torn tail cannot be repaired
+(no space for the sidecar) or that cannot be read (permissions, a symbolic link,
+which is never followed) is indexed not fresh and put in the index's
+:class:`~writer_service.recovery.RepairBacklog`: calls on it are refused
+(UNAVAILABLE, with the reason) and its repair is retried, while every other session
+serves.
 """
 
 from __future__ import annotations
@@ -22,12 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from shared.errors import FileNameError
-from shared.layout import DataRoot
+from shared.layout import DataRoot, open_session_file
 from shared.naming import FILE_SUFFIX, parse_file_name
 from shared.records import RecordType
 from shared.tail import Tail, read_tail
 from writer_service.files import remove_stale_temporaries
-from writer_service.recovery import repair_torn_tail
+from writer_service.recovery import RepairBacklog, repair_torn_tail, unavailable
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +75,7 @@ def entry_from_tail(name: str, tail: Tail) -> IndexEntry:
 
 def read_entry(path: Path) -> IndexEntry:
     """Read one session file's entry from its tail (I/O thread). Raises OSError when unreadable."""
-    fd = os.open(path, os.O_RDONLY)
+    fd = open_session_file(path)
     try:
         return entry_from_tail(path.name, read_tail(fd, want=1, window=STARTUP_TAIL_WINDOW))
     finally:
@@ -76,10 +83,12 @@ def read_entry(path: Path) -> IndexEntry:
 
 
 class SessionIndex:
-    """Session id -> :class:`IndexEntry` (event loop only; not thread-safe)."""
+    """Session id -> :class:`IndexEntry` (event loop only; not thread-safe), and the sessions
+    refused until their file is repaired (``repairs``)."""
 
     def __init__(self, entries: dict[str, IndexEntry] | None = None) -> None:
         self.entries: dict[str, IndexEntry] = entries or {}
+        self.repairs = RepairBacklog()
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -96,14 +105,15 @@ def build_index(root: DataRoot) -> SessionIndex:
 
     Reads each file's tail only (:data:`STARTUP_TAIL_WINDOW` bytes, more only for
     a longer last record); a file whose end is torn is repaired first (its damaged
-    bytes moved to a sidecar). Files that cannot be read are logged and left out
-    (one bad session never stops the start-up); names that are not of the session
-    shape are skipped. Returns the index.
+    bytes moved to a sidecar). A file that cannot be repaired or read is indexed
+    as awaiting repair (see the module doc: one bad session never stops the
+    start-up); names that are not of the session shape are skipped. Returns the index.
     """
     root.ensure()
     folder = root.sessions_dir
     remove_stale_temporaries(folder)
     entries: dict[str, IndexEntry] = {}
+    failed: dict[str, str] = {}
     repaired = 0
     for name in os.listdir(folder):
         if not name.endswith(FILE_SUFFIX):
@@ -114,7 +124,7 @@ def build_index(root: DataRoot) -> SessionIndex:
             continue
         path = folder / name
         try:
-            fd = os.open(path, os.O_RDONLY)
+            fd = open_session_file(path)
             try:
                 tail = read_tail(fd, want=1, window=STARTUP_TAIL_WINDOW)
             finally:
@@ -122,16 +132,19 @@ def build_index(root: DataRoot) -> SessionIndex:
             if not tail.clean_end:
                 if repair_torn_tail(path):
                     repaired += 1
-                if not path.exists():  # moved aside whole: it held no complete record
+                if not os.path.lexists(path):  # moved aside whole: it held no complete record
                     continue
                 entry = read_entry(path)
             else:
                 entry = entry_from_tail(name, tail)
         except OSError as exc:
-            log.error("start-up: cannot read %s (%s); it is left out until the next start", name, exc)
-            continue
+            entry = IndexEntry(name, 0, None, fresh=False)
+            failed[parsed.session_id] = str(unavailable(name, exc))
         entries[parsed.session_id] = entry
     if repaired:
         log.warning("start-up recovery repaired %d session files", repaired)
-    log.info("indexed %d sessions", len(entries))
-    return SessionIndex(entries)
+    index = SessionIndex(entries)
+    for session_id, reason in failed.items():
+        index.repairs.failed(session_id, reason)
+    log.info("indexed %d sessions (%d awaiting repair)", len(entries), len(failed))
+    return index

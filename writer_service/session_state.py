@@ -35,7 +35,7 @@ from typing import Any
 
 import orjson
 
-from shared.layout import PRIVATE_FILE_MODE, make_private_dirs
+from shared.layout import PRIVATE_FILE_MODE, make_private_dirs, open_session_file
 from writer_service.files import write_all
 
 log = logging.getLogger(__name__)
@@ -83,7 +83,7 @@ def save_state(root: Path, session_id: str, path: Path, state: SessionState) -> 
     """
     target = state_path(root, session_id)
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = open_session_file(path)
         try:
             check = _check(fd, state.offset)
             inode = os.fstat(fd).st_ino

@@ -26,6 +26,7 @@ public API below: :meth:`SessionLedger.open_session`,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 from collections import OrderedDict
@@ -41,13 +42,15 @@ import orjson
 from shared.errors import (
     CorruptSessionError,
     InvalidArgumentError,
+    LedgerError,
     QueueFullError,
     SessionExistsError,
     SessionNotFoundError,
     SessionStateError,
+    SessionUnavailableError,
     storage_error,
 )
-from shared.layout import DELEGATION_ID_MAX_BYTES, DataRoot
+from shared.layout import DELEGATION_ID_MAX_BYTES, DataRoot, open_session_file
 from shared.naming import (
     build_file_name,
     is_session_id,
@@ -71,12 +74,12 @@ from shared.tenancy import caller_tenant, current_caller
 from writer_service import metrics
 from writer_service.branching import ForkResult, ResumeResult, fork_session, resume_session
 from writer_service.committer import CommitConfig, GroupCommitter, SessionLog, StorageHealth
-from writer_service.file_facts import RebuiltFacts, file_facts, refuse_damage
+from writer_service.file_facts import FORCE_HINT, RebuiltFacts, file_facts, refuse_damage
 from writer_service.files import create_file, create_marker
 from writer_service.heap_trim import HeapTrimmer
 from writer_service.idempotency import RememberedAppend, RequestMemory, fingerprint
 from writer_service.open_session import CallView, OpenSession, RecordTimes, RequestRecords, apply_record
-from writer_service.recovery import repair_torn_tail
+from writer_service.recovery import repair_torn_tail, unavailable
 from writer_service.refusal_pacing import DEFAULT_RATE
 from writer_service.session_index import IndexEntry, SessionIndex, build_index, read_entry
 from writer_service.session_state import (
@@ -120,6 +123,8 @@ class WriterConfig:
     #: Appends to unknown ids answered per second per peer once a burst is spent (0: no pacing;
     #: writer_service.refusal_pacing).
     unknown_id_rate: float = DEFAULT_RATE
+    #: Seconds between two background attempts at the repairs that failed (writer_service.recovery).
+    repair_retry_seconds: float = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,11 +222,11 @@ class SessionLedger:
         role = resolve_role(spec)
         spec = replace(spec, tenant=caller_tenant(spec.tenant))
         if spec.parent_session_id:
-            validate_session_id(spec.parent_session_id)
+            validate_session_id(spec.parent_session_id, "parent_session_id")
             if self.visible_entry(spec.parent_session_id) is None and spec.parent_session_id not in staged:
                 raise InvalidArgumentError(
                     "parent_session_id", f"names no session in the ledger ({spec.parent_session_id})"
-                )
+                )  # the id is a validated UUID: quoted whole
         if len(spec.delegation_id.encode()) > DELEGATION_ID_MAX_BYTES:
             raise InvalidArgumentError(
                 "delegation_id", f"is longer than {DELEGATION_ID_MAX_BYTES} UTF-8 bytes"
@@ -341,7 +346,7 @@ class SessionLedger:
             return None
         calls, meta, size, saved_offset = kept
         try:
-            fd = os.open(path, os.O_RDWR | os.O_APPEND)
+            fd = open_session_file(path, os.O_RDWR | os.O_APPEND)
         except OSError:
             return None  # the slow path names the problem
         if os.fstat(fd).st_size != size:
@@ -420,7 +425,9 @@ class SessionLedger:
 
         Raises FileNameError for an id that is not a lowercase UUID,
         SessionNotFoundError (an unknown id, answered from memory; or a file gone),
-        CorruptSessionError (no session_meta), StorageWriteError (unreadable).
+        CorruptSessionError (no session_meta), SessionUnavailableError (its file
+        could not be repaired or read: retried at each call and in the background,
+        :meth:`retry_repairs`), StorageWriteError.
         """
         state = self._sessions.get(session_id)
         if state is not None:
@@ -460,8 +467,14 @@ class SessionLedger:
             )
             self._sessions[session_id] = state
             self._close_idle()
+            self.index.repairs.repaired(session_id)
             future.set_result(state)
             return state
+        except SessionUnavailableError as exc:
+            self.index.repairs.failed(session_id, str(exc))
+            future.set_exception(exc)
+            future.exception()
+            raise
         except BaseException as exc:
             future.set_exception(exc)
             future.exception()  # mark retrieved: waiters re-raise it themselves
@@ -571,22 +584,10 @@ class SessionLedger:
         state.busy = "Stop"
         try:
             found = await self.rebuild_exclusive(state, True)
-            refuse_damage(found.damage, state.path.name, "stop")
+            refuse_damage(found.unaccepted_damage, state.path.name, "stop", FORCE_HINT)
             checkpoint_seq = state.next_seq
             message_digest = found.digest
-            ts = ts or now_timestamp()
-            checkpoint = {
-                "digest": message_digest,
-                "message_count": found.message_count,
-                "covers_seq": checkpoint_seq - 1,
-                "stop_kind": str(kind),
-            }
-            stop: dict[str, Any] = {"stop_kind": str(kind), "reason": reason}
-            if error:
-                stop["error"] = error
-            stop["checkpoint_seq"] = checkpoint_seq
-            lines = encode_line(checkpoint_seq, ts, RecordType.AGENT_CHECKPOINT, checkpoint)
-            lines += encode_line(checkpoint_seq + 1, ts, RecordType.STOP, stop)
+            lines = stop_lines(checkpoint_seq, ts or now_timestamp(), found, kind, reason, error)
             # Stopped from the moment the lines are queued: a caller cancelled while they
             # are written must not leave the session open behind its stop record. A failed
             # write drops this in-memory view (the log's on_failure), so it cannot lie.
@@ -629,6 +630,8 @@ class SessionLedger:
         Raises FileNameError, SessionNotFoundError (unknown id, from memory).
         """
         state = self._sessions.get(session_id)
+        if state is None and session_id in self.index.repairs.pending:
+            state = await self.open_session(session_id)  # tries the repair again, or refuses
         if state is not None:
             self._check_visible(state)
             await state.log.drain()
@@ -647,6 +650,13 @@ class SessionLedger:
         """A new session from the source's records up to a fork point (SPEC §2.8); see
         :func:`writer_service.branching.fork_session`."""
         return await fork_session(self, source_id, at_seq, before_user_message)
+
+    async def retry_repairs(self) -> int:
+        """Try again every repair that failed (opening each such session); returns how many still fail."""
+        for session_id in list(self.index.repairs.pending):
+            with contextlib.suppress(LedgerError):
+                await self.open_session(session_id)
+        return len(self.index.repairs.pending)
 
     async def close(self) -> None:
         """Drain every session's queue, save their states, close files, the rounds' thread and the I/O threads."""
@@ -670,6 +680,33 @@ class SessionLedger:
         self._executor.shutdown(wait=True)
 
 
+def stop_lines(
+    checkpoint_seq: int,
+    ts: str,
+    found: RebuiltFacts,
+    kind: StopKind,
+    reason: str,
+    error: dict[str, str] | None,
+) -> bytes:
+    """The ``agent_checkpoint`` and ``stop`` lines of a Stop (SPEC §2.6) over a rebuild of the
+    whole file: the checkpoint carries the message digest and the lines digest of every line
+    before it (shared.records), the stop names the checkpoint's seq."""
+    checkpoint = {
+        "digest": found.digest,
+        "message_count": found.message_count,
+        "covers_seq": checkpoint_seq - 1,
+        "stop_kind": str(kind),
+        "lines_digest": found.lines_digest,
+    }
+    stop: dict[str, Any] = {"stop_kind": str(kind), "reason": reason}
+    if error:
+        stop["error"] = error
+    stop["checkpoint_seq"] = checkpoint_seq
+    return encode_line(checkpoint_seq, ts, RecordType.AGENT_CHECKPOINT, checkpoint) + encode_line(
+        checkpoint_seq + 1, ts, RecordType.STOP, stop
+    )
+
+
 def _retire(root: Path, state: OpenSession, snapshot: SessionState | None) -> None:
     """Save a closed session's state (when it changed since the last save) and close its file (I/O thread)."""
     try:
@@ -688,17 +725,18 @@ def _load(root: Path, path: Path, session_id: str, entry: IndexEntry, quick: boo
     With ``quick`` (the event loop's try) only a matching state with at most
     :data:`SAVE_ON_CLOSE_BYTES` after it is used; otherwise None, having read
     nothing more. Raises SessionNotFoundError (the file is gone),
-    CorruptSessionError (no session_meta), StorageWriteError (unreadable).
+    CorruptSessionError (no session_meta), SessionUnavailableError (its tail could
+    not be repaired, or it cannot be opened), StorageWriteError (unreadable).
     """
     try:
         if not entry.fresh:
             repair_torn_tail(path)
             entry = read_entry(path)
-        fd = os.open(path, os.O_RDWR | os.O_APPEND)
+        fd = open_session_file(path, os.O_RDWR | os.O_APPEND)
     except FileNotFoundError as exc:  # moved aside by repair, or removed outside the ledger
         raise SessionNotFoundError(session_id) from exc
     except OSError as exc:
-        raise storage_error(exc, "read", f"opening {path.name}") from exc
+        raise unavailable(path.name, exc) from exc
     try:
         size = os.fstat(fd).st_size
         saved = load_state(root, session_id, fd)

@@ -178,7 +178,7 @@ class StopFactsRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ...) -> None: ...
 
 class StopFacts(_message.Message):
-    __slots__ = ("session_id", "found", "stop_kind", "reason", "error", "checkpoint", "has_stop_record", "stop_seq", "tail_bytes_read", "resume", "next_seq")
+    __slots__ = ("session_id", "found", "stop_kind", "reason", "error", "checkpoint", "has_stop_record", "stop_seq", "tail_bytes_read", "resume", "next_seq", "damage")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     FOUND_FIELD_NUMBER: _ClassVar[int]
     STOP_KIND_FIELD_NUMBER: _ClassVar[int]
@@ -190,6 +190,7 @@ class StopFacts(_message.Message):
     TAIL_BYTES_READ_FIELD_NUMBER: _ClassVar[int]
     RESUME_FIELD_NUMBER: _ClassVar[int]
     NEXT_SEQ_FIELD_NUMBER: _ClassVar[int]
+    DAMAGE_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     found: bool
     stop_kind: str
@@ -201,7 +202,8 @@ class StopFacts(_message.Message):
     tail_bytes_read: int
     resume: ResumeEligibility
     next_seq: int
-    def __init__(self, session_id: _Optional[str] = ..., found: _Optional[bool] = ..., stop_kind: _Optional[str] = ..., reason: _Optional[str] = ..., error: _Optional[_Union[_records_pb2.StopError, _Mapping]] = ..., checkpoint: _Optional[_Union[_records_pb2.AgentCheckpoint, _Mapping]] = ..., has_stop_record: _Optional[bool] = ..., stop_seq: _Optional[int] = ..., tail_bytes_read: _Optional[int] = ..., resume: _Optional[_Union[ResumeEligibility, _Mapping]] = ..., next_seq: _Optional[int] = ...) -> None: ...
+    damage: _containers.RepeatedCompositeFieldContainer[_records_pb2.DegradedEntry]
+    def __init__(self, session_id: _Optional[str] = ..., found: _Optional[bool] = ..., stop_kind: _Optional[str] = ..., reason: _Optional[str] = ..., error: _Optional[_Union[_records_pb2.StopError, _Mapping]] = ..., checkpoint: _Optional[_Union[_records_pb2.AgentCheckpoint, _Mapping]] = ..., has_stop_record: _Optional[bool] = ..., stop_seq: _Optional[int] = ..., tail_bytes_read: _Optional[int] = ..., resume: _Optional[_Union[ResumeEligibility, _Mapping]] = ..., next_seq: _Optional[int] = ..., damage: _Optional[_Iterable[_Union[_records_pb2.DegradedEntry, _Mapping]]] = ...) -> None: ...
 
 class ResumeEligibility(_message.Message):
     __slots__ = ("replayable", "reason")

@@ -132,15 +132,19 @@ class RolloutReaderServicer:
         """The same view as GetMemoryView, streamed in chunks of ~1 MiB of messages
         (a chunk holds at least one message); the last chunk carries the
         counters. Any session size; server memory grows with the number of
-        messages (offsets only). Same status codes, without RESOURCE_EXHAUSTED.
+        messages (offsets only). Same status codes as GetMemoryView, without
+        RESOURCE_EXHAUSTED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def VerifySession(self, request, context):
-        """Full integrity check of one session: every line parsed, seq continuity,
-        the digest of the last checkpoint, every degraded entry. Bounded memory.
+        """Full integrity check of one session: every line parsed and its line check
+        (crc32c) verified, seq continuity, every checkpoint's lines digest, the
+        message digest of the last checkpoint, every degraded entry (damage with
+        its line and byte offset). ok is false on any damage, forever: a later
+        checkpoint never makes damage before it verify. Bounded memory.
         NOT_FOUND: unknown session.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -149,7 +153,8 @@ class RolloutReaderServicer:
 
     def GetStopFacts(self, request, context):
         """Why and where a session stopped, read from the file's tail only.
-        found=false means "unknown" (never "cannot continue").
+        found=false means "unknown" (never "cannot continue"). A record read whose
+        line check fails is listed in `damage` and denies resume.
         NOT_FOUND: unknown session.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

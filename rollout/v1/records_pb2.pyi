@@ -140,18 +140,20 @@ class SessionMeta(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., agent_name: _Optional[str] = ..., parent_session_id: _Optional[str] = ..., delegation_id: _Optional[str] = ..., tenant: _Optional[str] = ..., model: _Optional[str] = ..., cwd: _Optional[str] = ..., originator: _Optional[str] = ..., client_version: _Optional[str] = ..., forked_from: _Optional[_Union[ForkOrigin, _Mapping]] = ..., created_at: _Optional[str] = ...) -> None: ...
 
 class AgentCheckpoint(_message.Message):
-    __slots__ = ("digest", "message_count", "covers_seq", "stop_kind", "seq")
+    __slots__ = ("digest", "message_count", "covers_seq", "stop_kind", "seq", "lines_digest")
     DIGEST_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_COUNT_FIELD_NUMBER: _ClassVar[int]
     COVERS_SEQ_FIELD_NUMBER: _ClassVar[int]
     STOP_KIND_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
+    LINES_DIGEST_FIELD_NUMBER: _ClassVar[int]
     digest: str
     message_count: int
     covers_seq: int
     stop_kind: str
     seq: int
-    def __init__(self, digest: _Optional[str] = ..., message_count: _Optional[int] = ..., covers_seq: _Optional[int] = ..., stop_kind: _Optional[str] = ..., seq: _Optional[int] = ...) -> None: ...
+    lines_digest: str
+    def __init__(self, digest: _Optional[str] = ..., message_count: _Optional[int] = ..., covers_seq: _Optional[int] = ..., stop_kind: _Optional[str] = ..., seq: _Optional[int] = ..., lines_digest: _Optional[str] = ...) -> None: ...
 
 class StopError(_message.Message):
     __slots__ = ("message", "category")

@@ -96,7 +96,8 @@ class RolloutWriterServicer:
         after the records are written (and made durable in the default durability
         mode: one durability round may sync many sessions' files together).
         INVALID_ARGUMENT: a record failed validation; the BadRequest detail names
-        the record index and field; nothing of the request is written.
+        the record index and field; nothing of the request is written. Event
+        kinds the writer reserves ("resumed", "forked") are refused here.
         NOT_FOUND: unknown session (answered from the writer's index, without
         touching the disk).
         FAILED_PRECONDITION: the session is stopped (call Resume), or
@@ -132,8 +133,11 @@ class RolloutWriterServicer:
         over 16 KiB characters. NOT_FOUND: unknown session.
         FAILED_PRECONDITION: the session is already stopped.
         ABORTED: a Stop or Resume of the session is in progress; retry.
-        DATA_LOSS: the file is damaged (the message names line and byte offset);
-        no checkpoint is ever written over damage.
+        DATA_LOSS: the file is damaged (a line whose check fails, a seq gap or
+        repeat, a checkpoint that does not match: the message names line and
+        byte offset); no checkpoint is ever written over damage, except damage
+        an operator accepted with a forced Resume (recorded, and still reported
+        by every verification after it).
         UNAVAILABLE: the write or fsync failed.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -149,8 +153,12 @@ class RolloutWriterServicer:
         Resuming an open session is allowed (a client taking over after a crash)
         and closes only calls still unanswered; resuming twice adds nothing twice.
         Eligibility is default-deny, as in GetStopFacts: only paused, cancelled and
-        legacy stops without a kind re-open without `force`.
+        legacy stops without a kind re-open without `force`. A file that fails
+        verification (a line whose check fails, a seq gap or repeat, a checkpoint
+        that does not match) is never re-opened without `force` either.
         FAILED_PRECONDITION: not replayable as-is (the message gives the reason).
+        DATA_LOSS: the file is damaged (the message names line and byte offset);
+        nothing is written.
         ABORTED: a Stop or Resume of the session is in progress; retry.
         NOT_FOUND: unknown session. UNAVAILABLE: the write failed.
         """

@@ -54,6 +54,7 @@ def reference_reply(path: Path, token_budget: int = 0, max_messages: int = 0) ->
                 covers_seq=checkpoint.covers_seq,
                 stop_kind=checkpoint.stop_kind,
                 seq=checkpoint.seq,
+                lines_digest=checkpoint.lines_digest,
             )
         )
     if token_budget and facts.estimated_tokens > token_budget:

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rollout.v1 import records_pb2, writer_pb2
-from shared.errors import RecordValidationError
+from shared.errors import InvalidArgumentError, RecordValidationError
 from shared.rebuild import rebuild
 from shared.records import RecordType, encode_line
 from shared.stop_kinds import StopKind
@@ -221,7 +221,8 @@ def test_every_stop_kind_round_trips_through_its_proto_value(kind: StopKind) -> 
 
 @pytest.mark.parametrize("value", [records_pb2.STOP_KIND_UNSPECIFIED, 999])
 def test_an_unspecified_or_undeclared_stop_kind_is_refused(value: int) -> None:
-    """UNSPECIFIED or a number the proto does not declare is an INVALID_ARGUMENT on field stop_kind."""
-    with pytest.raises(RecordValidationError) as caught:
+    """UNSPECIFIED or a number the proto does not declare is an INVALID_ARGUMENT on field stop_kind
+    (a request field, not a record's: never reported as records[0].stop_kind)."""
+    with pytest.raises(InvalidArgumentError) as caught:
         stop_kind_from_proto(value)
     assert caught.value.field == "stop_kind"

@@ -38,7 +38,26 @@ def invalid_last_line(path: Path) -> bytes:
     return b'{"v":1,"seq":3,"ts":"x","type":"message","payload":{"role":\n'
 
 
-@pytest.mark.parametrize("damage", [torn_record, nul_padding, invalid_last_line], ids=lambda f: f.__name__)
+def not_a_record(path: Path) -> bytes:
+    """Valid JSON that is no record: the writer would append after it and the file stay malformed."""
+    return b"{}\n"
+
+
+def failed_line_check(path: Path) -> bytes:
+    """A complete record line whose bytes changed after its check was computed."""
+    return encode_line(3, TS, "message", {"role": "user", "content": "three"}).replace(b"three", b"thref")
+
+
+def seq_that_does_not_follow(path: Path) -> bytes:
+    """A valid record that is not the session's next one (its seq repeats the last)."""
+    return encode_line(2, TS, "message", {"role": "user", "content": "again"})
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [torn_record, nul_padding, invalid_last_line, not_a_record, failed_line_check, seq_that_does_not_follow],
+    ids=lambda f: f.__name__,
+)
 def test_damaged_tail_is_moved_aside_and_the_next_append_lands_on_its_own_line(
     data_dir, damage: Callable[[Path], bytes]
 ) -> None:
