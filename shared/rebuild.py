@@ -644,7 +644,10 @@ class Rebuilder:
             last_type = record_type
             if record_type == _MESSAGE:
                 add_message(payload, line_no, start)
-            elif record_type != _EVENT and record_type != _TURN_CONTEXT:  # those only count
+            elif record_type == _TURN_CONTEXT:
+                pass  # only counted
+            elif record_type != _EVENT or payload.get("kind") == RESUMED_EVENT:
+                # Events only count, except the writer's `resumed` (it may accept damage).
                 self.record(seq, record_type, payload, line_no, start)
             add_check(check)
         self.add_checks()

@@ -3,6 +3,8 @@ verify; their exact lines, exit statuses and one-line errors."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from rollout.v1 import reader_pb2, records_pb2, writer_pb2
 from tests.conftest import run_rollout
 
@@ -40,10 +42,21 @@ def _run(*args: str, code: int = 0) -> list[str]:
     return result.stdout.splitlines() if code == 0 else result.stderr.splitlines()
 
 
-def test_replay_and_stop_facts_print_the_session_as_stored(writer, reader, reader_process) -> None:
+def _session_file(data_dir: Path, session_id: str) -> bytes:
+    [path] = (data_dir / "sessions").glob(f"*{session_id}*.jsonl")
+    return path.read_bytes()
+
+
+def _offset_of_line(data: bytes, line: int) -> int:
+    """The byte offset of 1-based ``line`` in ``data``."""
+    return sum(len(raw) + 1 for raw in data.split(b"\n")[: line - 1])
+
+
+def test_replay_and_stop_facts_print_the_session_as_stored(writer, reader, reader_process, data_dir) -> None:
     """`rollout replay` prints each message (reasoning, text, calls) and the summary lines;
     `rollout stop-facts` says unknown for an open session and every fact for a stopped one."""
     session_id = _session_with_a_call(writer)
+    call_offset = _offset_of_line(_session_file(data_dir, session_id), 4)
     at = ("--reader", reader_process.address)
     tokens = reader.GetReplay(reader_pb2.ReplayRequest(session_id=session_id)).estimated_tokens
     assert _run("replay", session_id, *at) == [
@@ -54,7 +67,7 @@ def test_replay_and_stop_facts_print_the_session_as_stored(writer, reader, reade
         "  Looking",
         '  call call_1: grep({"q": "x"})',
         f"-- 2 messages, ~{tokens} tokens, superseded outputs 0, checkpoint no_checkpoint",
-        "-- degraded unanswered_tool_call (line 4, byte 461): tool call 'call_1' has no output",
+        f"-- degraded unanswered_tool_call (line 4, byte {call_offset}): tool call 'call_1' has no output",
         "-- degraded no_checkpoint (line 0, byte 0): no agent_checkpoint: nothing to verify against",
     ]
     assert _run("replay", session_id, "--width", "4", *at)[1:3] == [
@@ -79,12 +92,14 @@ def test_replay_and_stop_facts_print_the_session_as_stored(writer, reader, reade
     ]
     assert _run("replay", session_id, "--token-budget", "1", *at)[-3:] == [
         f"-- 2 messages, ~{tokens} tokens, superseded outputs 0, checkpoint verified",
-        "-- degraded unanswered_tool_call (line 4, byte 461): tool call 'call_1' has no output",
+        f"-- degraded unanswered_tool_call (line 4, byte {call_offset}): tool call 'call_1' has no output",
         f"-- REPLAY_TOO_LARGE: ~{tokens} tokens over the budget of 1",
     ]
 
 
-def test_stop_resume_fork_and_verify_say_what_they_did(writer, writer_process, reader_process) -> None:
+def test_stop_resume_fork_and_verify_say_what_they_did(
+    writer, writer_process, reader_process, data_dir
+) -> None:
     """stop, resume, fork and verify print one summary each; a refused resume and an unknown
     session exit 1 with the status and the service's sentence on stderr."""
     session_id = _session_with_a_call(writer)
@@ -103,9 +118,10 @@ def test_stop_resume_fork_and_verify_say_what_they_did(writer, writer_process, r
     assert words[6] != session_id
     assert words[7].startswith("(sha256:v1:")
     assert words[7].endswith(")")
+    size = len(_session_file(data_dir, session_id))
     assert _run("verify", session_id, "--reader", reader_process.address) == [
         f"{session_id}: OK",
-        "  - 8 records, seqs 0..7, 1441 committed bytes, 3 messages in the rebuilt sequence",
+        f"  - 8 records, seqs 0..7, {size} committed bytes, 3 messages in the rebuilt sequence",
         f"  - last checkpoint (seq 4) verifies: {digest}",
     ]
     assert _run("verify", UNKNOWN_ID, "--reader", reader_process.address, code=1) == [

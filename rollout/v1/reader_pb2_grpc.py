@@ -217,6 +217,8 @@ class RolloutReaderServicer:
         UNAVAILABLE: the reader is shutting down, or the session file cannot be
         read (ErrorInfo names the errno). Retry with backoff, with from_seq =
         the last received seq + 1.
+        DEADLINE_EXCEEDED / CANCELLED: the client's own deadline or cancellation
+        ended the stream of a session still open (nothing else ends it).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

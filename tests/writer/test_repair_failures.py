@@ -20,10 +20,10 @@ import pytest
 from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_status import rpc_status
-from rollout_cli.processes import ServiceProcess, start_service
 
 from rollout.v1 import records_pb2, writer_pb2, writer_pb2_grpc
 from shared.records import encode_line
+from tests.processes import ServiceProcess, start_service
 from tests.test_operations import _free_port
 
 TS = "2026-11-30T10:00:00.000000Z"
