@@ -190,20 +190,18 @@ class _Agent:
             )
             child_records, child_output_at = turn_records(self.rng, 0, f"{call_id}_child")
             child_records.insert(child_output_at, _message("tool", "ok", tool_call_id=f"{call_id}_child"))
-            if self._send(child, child_records, stop):
-                self._stop(child)
+            finished = self._send(child, child_records, stop)
+            self._stop(child, finished)  # every session a run creates is stopped, cut short or not
             result = "The child agent finished the task."
         output = _message("tool", result, tool_call_id=call_id)
         return self._send(session_id, [output, *records[output_at:]], stop)
 
-    def _stop(self, session_id: str) -> None:
+    def _stop(self, session_id: str, finished: bool = True) -> None:
+        """Stop a session the run created: completed, or interrupted when its turn was cut short."""
+        kind = records_pb2.STOP_KIND_COMPLETED if finished else records_pb2.STOP_KIND_INTERRUPTED
         try:
             self.stub.Stop(
-                writer_pb2.StopRequest(
-                    session_id=session_id,
-                    stop_kind=records_pb2.STOP_KIND_COMPLETED,
-                    reason="loadtest run ended",
-                )
+                writer_pb2.StopRequest(session_id=session_id, stop_kind=kind, reason="loadtest run ended")
             )
         except grpc.RpcError as exc:
             self._count(error=exc.code().name)

@@ -64,3 +64,49 @@ def test_loadtest_reports_figures_and_writes_only_its_own_stopped_sessions(
         assert records[-1]["type"] == "stop", path.name
         assert rebuild(path.read_bytes()).damage is None
     assert children > 0
+
+
+class _RecordingWriter:
+    """A stand-in writer stub that records the sessions created and stopped."""
+
+    def __init__(self) -> None:
+        self.created: list[str] = []
+        self.stopped: dict[str, int] = {}
+
+    def CreateSession(self, request):
+        session_id = f"s{len(self.created)}"
+        self.created.append(session_id)
+        return writer_pb2.CreateSessionResponse(session_id=session_id)
+
+    def Append(self, request):
+        return writer_pb2.AppendResponse(session_id=request.session_id)
+
+    def Stop(self, request):
+        self.stopped[request.session_id] = request.stop_kind
+        return writer_pb2.StopResponse()
+
+
+def test_a_child_cut_short_by_the_end_of_the_run_is_still_stopped() -> None:
+    """When the run ends while a child's turn is under way, the child is stopped (interrupted), never left open."""
+    import random
+    import threading
+
+    from rollout_cli.loadtest import LoadtestConfig, LoadtestReport, _Agent
+
+    stub = _RecordingWriter()
+    config = LoadtestConfig("unused", sessions=1, think_ms=50, delegate_every=1)
+    agent = _Agent(0, stub, config, LoadtestReport(), threading.Lock())  # type: ignore[arg-type]
+    agent.rng = random.Random(1)
+
+    class EndsOnceTheChildExists:
+        """The run's end, reached while the child's turn is under way."""
+
+        def wait(self, _timeout: float) -> bool:
+            return bool(stub.created)
+
+        def is_set(self) -> bool:
+            return bool(stub.created)
+
+    agent._turn("parent", 1, EndsOnceTheChildExists(), delegate=True)  # type: ignore[arg-type]
+    [child] = stub.created
+    assert stub.stopped[child] == records_pb2.STOP_KIND_INTERRUPTED
