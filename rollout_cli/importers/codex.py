@@ -11,6 +11,9 @@ session_meta                       CreateSession (id, created_at, cwd,
                                    originator, client_version) + an event
                                    ``codex.session_meta`` with the whole payload
 response_item message              message (role, content parts as given)
+event_msg item_completed with      user message (content parts as given) when
+item UserMessage (newest layout)   the file has no user response items; the
+                                   event stays, without the content
 response_item reasoning            reasoning (summary texts joined by a blank
                                    line; encrypted_content kept opaque)
 response_item function_call        assistant message with one tool call
@@ -94,6 +97,8 @@ class _Converter:
         self.open_calls: set[str] = set()
         self.last_item: str = ""
         self.last_event: str = ""
+        self.saw_user_item = False  # a response_item message with role user
+        self.user_events: list[tuple[int, dict[str, Any]]] = []  # item_completed UserMessage: (index, body)
         self.line = 0
         self.time = ""  # the time of the current line, or of the last line that had one
 
@@ -137,6 +142,7 @@ class _Converter:
     def response_item(self, item: dict[str, Any]) -> None:
         kind = str(item.get("type"))
         self.last_item = kind
+        self.saw_user_item = self.saw_user_item or (kind == "message" and item.get("role") == "user")
         if kind == "reasoning":
             summary = item.get("summary") or []
             texts = [part.get("text", "") for part in summary if isinstance(part, dict)]
@@ -192,6 +198,13 @@ class _Converter:
             if event_kind in _TURN_EVENTS:
                 self.last_event = event_kind
             body = {key: value for key, value in payload.items() if key != "type"}
+            item = payload.get("item")
+            if (
+                event_kind == "item_completed"
+                and isinstance(item, dict)
+                and item.get("type") == "UserMessage"
+            ):
+                self.user_events.append((len(self.session.records), body))
             self.append(_event(event_kind, body))
         elif kind == "compacted":
             compacted = records_pb2.Compacted(summary=str(payload.get("message", "")))
@@ -223,8 +236,24 @@ class _Converter:
         else:
             self.keep("codex.unknown", line)
 
+    def user_messages(self) -> None:
+        """The newest layout records what the user typed only as ``item_completed`` events: when
+        the file has no user response item, each becomes a user message before its event, and
+        the event keeps everything but the content (which now lives in the message)."""
+        if self.saw_user_item:
+            return
+        for index, body in reversed(self.user_events):
+            kept = self.session.records[index]
+            item = dict(body["item"])
+            message = _with_content(records_pb2.ChatMessage(role="user"), item.pop("content", None))
+            event = _event("item_completed", {**body, "item": item})
+            event.ts = kept.record.ts
+            user = SourceRecord(kept.line, writer_pb2.AppendRecord(message=message, ts=kept.record.ts))
+            self.session.records[index : index + 1] = [user, SourceRecord(kept.line, event)]
+
     def finish(self, fallback_id: str) -> ImportedSession:
         session = self.session
+        self.user_messages()
         session.session_id = ledger_session_id("codex", self.source_id or fallback_id)
         if not session.created_at:
             session.created_at = next((r.record.ts for r in session.records if r.record.ts), "")

@@ -31,10 +31,20 @@ def expected_messages(path: Path) -> list[dict[str, Any]]:
     """The model-visible sequence of a Codex rollout, parsed independently of the importer."""
     expected: list[dict[str, Any]] = []
     reasoning: list[dict[str, Any]] = []  # every reasoning item since the last assistant step
-    for raw in path.read_text(encoding="utf-8").splitlines():
-        if not raw.strip():
+    lines = [json.loads(raw) for raw in path.read_text(encoding="utf-8").splitlines() if raw.strip()]
+    # The newest layout has what the user typed only in item_completed events.
+    typed_only_in_events = not any(
+        line.get("type") == "response_item" and line["payload"].get("role") == "user" for line in lines
+    )
+    for line in lines:
+        payload = line.get("payload") or {}
+        if (
+            typed_only_in_events
+            and payload.get("type") == "item_completed"
+            and payload["item"]["type"] == "UserMessage"
+        ):
+            expected.append({"role": "user", "text": _parts_text(payload["item"]["content"])})
             continue
-        line = json.loads(raw)
         if line.get("type") != "response_item":
             continue
         item = line["payload"]

@@ -129,3 +129,33 @@ def test_several_reasoning_items_before_one_call_are_all_kept_in_order() -> None
     first = kinds.index("reasoning")
     assert kinds[first : first + 3] == ["reasoning", "reasoning", "message"]
     assert [session.records[first + i].record.reasoning.encrypted for i in (0, 1)] == ["enc-one", "enc-two"]
+
+
+def _typed(text: str) -> bytes:
+    item = {"type": "UserMessage", "id": "item-1", "content": [{"type": "text", "text": text}]}
+    return envelope("event_msg", {"type": "item_completed", "turn_id": "t1", "item": item})
+
+
+def test_what_the_user_typed_in_the_newest_layout_becomes_a_user_message() -> None:
+    """With no user response item in the file, an item_completed UserMessage becomes a user message
+    (its parts as given) and the event stays, without the content."""
+    session = convert_codex([META, _typed("add csv export")]).sessions[0]
+    [message] = [r.record.message for r in session.records if r.record.WhichOneof("record") == "message"]
+    assert message.role == "user"
+    assert message.parts.values[0].struct_value["text"] == "add csv export"
+    [event] = [r.record.event for r in session.records if r.record.event.kind == "item_completed"]
+    assert event.body["turn_id"] == "t1"
+    assert set(event.body["item"].keys()) == {"type", "id"}
+
+
+def test_a_file_with_user_response_items_does_not_get_the_typed_text_twice() -> None:
+    """When the user's words are also response items, the item_completed event is kept as it is."""
+    session = convert_codex([META, USER, _typed("hi")]).sessions[0]
+    users = [
+        r
+        for r in session.records
+        if r.record.WhichOneof("record") == "message" and r.record.message.role == "user"
+    ]
+    assert len(users) == 1
+    [event] = [r.record.event for r in session.records if r.record.event.kind == "item_completed"]
+    assert "content" in event.body["item"]
