@@ -23,6 +23,7 @@ from typing import Any, assert_never
 
 from shared.errors import RecordValidationError, SessionBusyError, SessionStateError
 from shared.records import RecordType, encode_line, now_timestamp, validate_message
+from shared.stop_kinds import classify_resume
 from writer_service.committer import SessionLog
 from writer_service.session_index import IndexEntry
 
@@ -135,10 +136,18 @@ class OpenSession:
             raise SessionBusyError(f"a {self.busy} of this session is in progress; retry when it ends")
 
     def check_appendable(self) -> None:
-        """Refuse a stopped session (SessionStateError) or a busy one (SessionBusyError)."""
+        """Refuse a stopped session (SessionStateError: FAILED_PRECONDITION, saying whether Resume
+        continues it or needs force, SPEC §5) or a busy one (SessionBusyError)."""
         if self.entry.stopped_kind is not None:
+            kind = self.entry.stopped_kind
+            eligibility = classify_resume(kind)
+            advice = (
+                "call Resume to continue it"
+                if eligibility.replayable
+                else f"it may not be replayed as-is ({eligibility.reason}); Resume it with force, or Fork it"
+            )
             raise SessionStateError(
-                f"session is stopped ({self.entry.stopped_kind or 'no stop kind'}); call Resume",
+                f"session is stopped ({kind or 'no stop kind'}); {advice}",
                 subject=f"session/{self.session_id}",
                 precondition="session is open",
             )

@@ -100,6 +100,18 @@ def test_appending_to_a_stopped_session_asks_for_resume(writer, paused_with_dang
     assert append(writer, sid, msg("user", "again")).seqs
 
 
+def test_appending_to_a_completed_session_says_resume_needs_force_or_a_fork(writer) -> None:
+    """A stop kind that may not be replayed as-is: the refusal names force and Fork, not a plain Resume."""
+    sid = writer.CreateSession(writer_pb2.CreateSessionRequest()).session_id
+    append(writer, sid, msg("user", "hi"), msg("assistant", "done"))
+    writer.Stop(writer_pb2.StopRequest(session_id=sid, stop_kind=records_pb2.STOP_KIND_COMPLETED))
+    with pytest.raises(grpc.RpcError) as caught:
+        append(writer, sid, msg("user", "again"))
+    assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "session is stopped (completed)" in caught.value.details()
+    assert "Resume it with force, or Fork it" in caught.value.details()
+
+
 def test_three_stops_give_three_checkpoints_and_the_last_one_verifies(writer, reader, data_dir) -> None:
     """stop, resume, stop, resume, stop leaves three checkpoints; replay verifies against the last."""
     sid = writer.CreateSession(writer_pb2.CreateSessionRequest()).session_id
