@@ -12,6 +12,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from rollout_cli.loadtest import LoadtestConfig, LoadtestReport, run_loadtest
+from rollout_cli.reachability import cleartext_token_message, unreachable_message
 from rollout_client import blocking_channel
 
 
@@ -20,14 +21,13 @@ def _check_reachable(config: LoadtestConfig) -> None:
     try:
         channel = blocking_channel(config.writer, token=config.token, tls_ca=config.tls_ca)
     except ValueError as exc:  # a token in clear text to a remote address
-        raise click.ClickException(str(exc)) from exc
+        raise click.ClickException(cleartext_token_message(exc)) from exc
     with channel:
         try:
             grpc.channel_ready_future(channel).result(timeout=3)
         except grpc.FutureTimeoutError as exc:
             raise click.ClickException(
-                f"cannot reach the writer at {config.writer}. Is it running (bash deploy/local/serve.sh)?"
-                " Point --writer / ROLLOUT_WRITER at it."
+                unreachable_message("writer", config.writer, tls_ca_given=config.tls_ca is not None)
             ) from exc
 
 

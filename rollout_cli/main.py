@@ -28,6 +28,7 @@ import click
 
 from rollout_cli import session_view
 from rollout_cli.loadtest import LoadtestConfig
+from rollout_cli.reachability import cleartext_token_message, unreachable_message
 from rollout_cli.supervision import DEFAULT_READER, DEFAULT_WRITER, serve, serve_reader, serve_writer
 from rollout_client import RetryPolicy, RolloutClient, RolloutError
 from shared.stop_kinds import StopKind
@@ -119,7 +120,7 @@ def _client(service: str, address: str) -> Iterator[RolloutClient]:
             writer, reader, retry=CLI_RETRY, token=credentials.token, tls_ca=credentials.tls_ca
         )
     except ValueError as exc:  # a token in clear text to a remote address
-        raise click.ClickException(str(exc)) from exc
+        raise click.ClickException(cleartext_token_message(exc)) from exc
     with client:
         try:
             yield client
@@ -133,10 +134,10 @@ def _fail(error: RolloutError, service: str, address: str) -> click.ClickExcepti
     if code is None:
         return click.ClickException(error.message)
     if code.name == "UNAVAILABLE" and "connect" in error.message:
-        option = "--writer / ROLLOUT_WRITER" if service == "writer" else "--reader / ROLLOUT_READER"
         return click.ClickException(
-            f"cannot reach the {service} at {address}. Is it running (bash deploy/local/serve.sh)?"
-            f" Point {option} at it."
+            unreachable_message(
+                service, address, error.message, tls_ca_given=_credentials().tls_ca is not None
+            )
         )
     if code.name == "UNIMPLEMENTED":
         return click.ClickException(

@@ -143,5 +143,5 @@ def test_client_commands_name_the_service_they_cannot_reach() -> None:
     assert result.returncode == 1
     assert result.stderr.splitlines() == [
         "Error: cannot reach the writer at 127.0.0.1:1. Is it running (bash deploy/local/serve.sh)?"
-        " Point --writer / ROLLOUT_WRITER at it."
+        " Point --writer / ROLLOUT_WRITER at it. If it serves TLS, pass its CA file with --tls-ca / ROLLOUT_TLS_CA."
     ]

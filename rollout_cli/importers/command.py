@@ -7,7 +7,8 @@ fails is named with its line and the others go on. A progress bar (files,
 records, bytes) runs on stderr while it works; the summary table (imported,
 skipped, failed, records kept as events) goes to stdout, or one JSON object per
 file with ``--json``. Exit status: 0 when every file was imported or skipped, 1
-when any failed or was not a file of that tool, 2 when the writer cannot be reached.
+when any failed or was not a file of that tool, or when the writer cannot be reached (the
+file being sent is then not kept, and the files after it are not tried).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from rollout_cli.importers import ImportedFile, Importer
 from rollout_cli.importers.claude import ClaudeImporter
 from rollout_cli.importers.codex import CodexImporter
 from rollout_cli.importers.upload import ImportRefusedError, UploadOutcome, upload_file
+from rollout_cli.reachability import cleartext_token_message, unreachable_message
 from rollout_client import blocking_channel
 
 IMPORTERS: dict[str, Importer] = {"codex": CodexImporter(), "claude": ClaudeImporter()}
@@ -44,12 +46,19 @@ class FileReport:
     sessions: list[UploadOutcome] = field(default_factory=list)
     kept_as_event: Counter[str] = field(default_factory=Counter)
     detail: str = ""
+    line: int = 0  # the source line a failure is about (0: the file as a whole)
+
+    @property
+    def where(self) -> str:
+        """``path:line`` of a failure at a line, else the path (as compilers name places)."""
+        return f"{self.path}:{self.line}" if self.line else str(self.path)
 
     def as_json(self) -> dict[str, Any]:
         return {
             "file": str(self.path),
             "status": self.status,
             "detail": self.detail,
+            "line": self.line,
             "kept_as_event": dict(self.kept_as_event),
             "sessions": [
                 {
@@ -100,9 +109,10 @@ def import_one(
     try:
         report.sessions = upload_file(stub, imported, tenant, on_records=progress)
     except ImportRefusedError as exc:
-        return FileReport(path, "failed", kept_as_event=report.kept_as_event, detail=str(exc))
+        return FileReport(path, "failed", detail=exc.reason, line=exc.line)
     if all(outcome.status == "skipped" for outcome in report.sessions):
         report.status = "skipped"
+        report.kept_as_event.clear()  # nothing of this file was written now
     notes = [*imported.notes, *(note for session in imported.sessions for note in session.notes)]
     report.detail = "; ".join(notes)
     return report
@@ -120,7 +130,7 @@ def _summary_table(reports: list[FileReport]) -> Table:
             str(len(report.sessions)),
             str(sum(outcome.records for outcome in report.sessions)),
             kept or "-",
-            report.detail,
+            f"line {report.line}: {report.detail}" if report.line else report.detail,
         )
     return table
 
@@ -129,7 +139,7 @@ def _channel(writer: str, token: str | None, tls_ca: Path | None) -> grpc.Channe
     try:
         return blocking_channel(writer, token=token, tls_ca=tls_ca)
     except ValueError as exc:  # a token in clear text to a remote address
-        raise click.ClickException(str(exc)) from exc
+        raise click.ClickException(cleartext_token_message(exc)) from exc
 
 
 def run_import(
@@ -177,13 +187,16 @@ def run_import(
             try:
                 report = import_one(stub, importer, path, tenant, on_records)
             except grpc.RpcError as exc:
-                message = f"the writer at {writer} failed: {exc.code().name}: {exc.details()}"
-                if exc.code() == grpc.StatusCode.UNAVAILABLE:
-                    message += (
-                        " (is it running? bash deploy/local/serve.sh; point --writer / ROLLOUT_WRITER at it)"
-                    )
-                click.echo(f"{path}: {message}; this file was not imported (nothing of it kept)", err=True)
-                return 2
+                details = exc.details() or ""
+                if exc.code() == grpc.StatusCode.UNAVAILABLE and "connect" in details:
+                    message = unreachable_message("writer", writer, details, tls_ca_given=tls_ca is not None)
+                else:
+                    message = f"the writer at {writer} failed: {exc.code().name}: {details}"
+                click.echo(f"Error: {message}", err=True)
+                click.echo(
+                    f"{path}: not imported (nothing of it kept); the files after it were not tried", err=True
+                )
+                return 1
             reports.append(report)
             progress.update(
                 task, advance=path.stat().st_size if path.is_file() else 0, files=f"{done}/{len(files)}"
@@ -191,14 +204,14 @@ def run_import(
             if as_json:
                 click.echo(orjson.dumps(report.as_json()).decode())
             elif report.status in ("failed", "not_a_source"):
-                click.echo(f"{path}: {report.detail}", err=True)
+                click.echo(f"{report.where}: {report.detail}", err=True)
     if not as_json:
         Console().print(_summary_table(reports))
         counts = Counter(report.status for report in reports)
-        kept = sum((report.kept_as_event for report in reports), Counter[str]())
+        kept = sum(sum(report.kept_as_event.values()) for report in reports if report.status == "imported")
         click.echo(
             f"{counts['imported']} imported, {counts['skipped']} skipped (already in the ledger),"
             f" {counts['failed'] + counts['not_a_source']} failed;"
-            f" {sum(kept.values())} records kept as events"
+            f" {kept} source record{'' if kept == 1 else 's'} kept as events"
         )
     return 1 if any(report.status in ("failed", "not_a_source") for report in reports) else 0

@@ -46,11 +46,13 @@ class UploadOutcome:
 
 
 class ImportRefusedError(Exception):
-    """The writer refused a source file; nothing of it was kept. ``line`` is the source line (0: none)."""
+    """The writer refused a source file; nothing of it was kept. ``line`` is the source line (0: none);
+    ``reason`` is the refusal without the file and line ("INVALID_ARGUMENT: ...")."""
 
     def __init__(self, imported: ImportedFile, line: int, code: grpc.StatusCode, message: str) -> None:
+        self.reason = f"{code.name}: {message}"
         where = f"{imported.source}:{line}" if line else str(imported.source)
-        super().__init__(f"{where}: {code.name}: {message}")
+        super().__init__(f"{where}: {self.reason}")
         self.source = imported.source
         self.line = line
         self.code = code

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.conftest import CORPUS, run_rollout
-from tests.e2e.secured import A_IMPORT, A, B, SecuredPair, local, start_secured_pair
+from tests.e2e.secured import A_IMPORT, A, B, SecuredPair, local, make_certificates, start_secured_pair
 
 CODEX = CORPUS / "codex" / "real-2026-06-exec-redacted.jsonl"
 
@@ -101,3 +101,36 @@ def test_loadtest_runs_with_a_token(pair) -> None:
     figures = json.loads(out)
     assert figures["errors"] == {}
     assert figures["appends"] > 0
+
+
+def test_a_tls_service_reached_without_a_ca_file_says_to_pass_one(pair) -> None:
+    """Plain text to a TLS service: one line that names --tls-ca / ROLLOUT_TLS_CA."""
+    result = run_rollout("--token", A, "ls", "--reader", local(pair.reader.address))
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1].endswith(
+        "If it serves TLS, pass its CA file with --tls-ca / ROLLOUT_TLS_CA."
+    )
+
+
+def test_a_ca_file_that_did_not_sign_the_service_certificate_is_named_as_a_failed_handshake(
+    pair, tmp_path
+) -> None:
+    """Another CA's file: the error says the TLS handshake failed, not that nothing listens."""
+    stranger = make_certificates(tmp_path)
+    for args in (
+        ["ls", "--reader", local(pair.reader.address)],
+        ["import", "codex", "--writer", local(pair.writer.address), str(CODEX)],
+    ):
+        result = run_rollout("--tls-ca", str(stranger.ca_file), "--token", A_IMPORT, *args)
+        assert result.returncode == 1, args
+        assert any(
+            line.startswith("Error: the TLS handshake with the") for line in result.stderr.splitlines()
+        ), result.stderr
+        assert "Traceback" not in result.stderr
+
+
+def test_a_token_in_clear_text_is_refused_naming_the_option() -> None:
+    """A token to a non-loopback address without TLS: refused before any call, naming --tls-ca."""
+    result = run_rollout("--token", A, "ls", "--reader", "192.0.2.1:50052")
+    assert result.returncode == 1
+    assert "would travel in clear text; pass --tls-ca / ROLLOUT_TLS_CA" in result.stderr

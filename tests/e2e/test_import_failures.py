@@ -39,6 +39,7 @@ def test_a_refused_record_names_file_and_line_and_nothing_of_the_file_is_kept(da
         )
         assert result.returncode == 1, result.stdout
         assert f"{broken}:{call_line + 1}: INVALID_ARGUMENT" in result.stderr
+        assert result.stderr.count(str(broken)) == 1  # named once, not once per layer
         assert "over the limit of 65536 bytes" in result.stderr
         assert "1 imported, 0 skipped (already in the ledger), 1 failed" in result.stdout
         with grpc.insecure_channel(reader.address) as channel:
@@ -66,3 +67,31 @@ def test_a_folder_is_walked_and_each_file_reported(writer_process, tmp_path: Pat
     reports = [json.loads(line) for line in result.stdout.splitlines()]
     assert sorted(Path(report["file"]).name for report in reports) == sorted(p.name for p in folder.iterdir())
     assert {report["status"] for report in reports} == {"imported"}
+
+
+def test_an_import_that_cannot_reach_the_writer_exits_1_and_says_how_to_point_it(tmp_path: Path) -> None:
+    """No writer: exit 1 like every other command, one error line naming the address and the option."""
+    source = CORPUS / "codex" / "real-2026-06-exec-redacted.jsonl"
+    result = run_rollout("import", "codex", "--writer", "127.0.0.1:1", str(source), timeout=120)
+    assert result.returncode == 1
+    assert "Error: cannot reach the writer at 127.0.0.1:1." in result.stderr
+    assert f"{source}: not imported (nothing of it kept)" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_importing_again_counts_nothing_kept_for_the_skipped_files(writer_process) -> None:
+    """The summary counts the source records kept as events only for the files imported now."""
+    source = CORPUS / "codex" / "synthetic-2026-modern-demo.jsonl"
+    arguments = ("import", "codex", "--writer", writer_process.address, str(source))
+    first = run_rollout(*arguments, timeout=120)
+    assert first.returncode == 0, first.stderr
+    assert (
+        "1 imported, 0 skipped (already in the ledger), 0 failed; 1 source record kept as events"
+        in first.stdout
+    )
+    again = run_rollout(*arguments, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert (
+        "0 imported, 1 skipped (already in the ledger), 0 failed; 0 source records kept as events"
+        in again.stdout
+    )
