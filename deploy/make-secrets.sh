@@ -5,9 +5,12 @@
 # localhost, the compose services and the Kubernetes services in namespace rollout-ledger), and
 # tokens.json with two new tokens of the tenant "default": one plain, one marked as an importer.
 # Needs openssl.
-# The containers run as uid 10001: the files are made readable by it (0644: for a machine of
-# your own; on a shared host, chown them to 10001 and chmod 0400 instead).
+# Every file is made private (umask 077). The containers run as uid 10001 and must read the key and
+# the tokens: run as root, the script gives those two to uid 10001 (0400); run as another user it
+# cannot, so it leaves them 0644 and says so (fine on a machine of your own; on a shared host, run
+# it as root or chown them to 10001 and chmod 0400 yourself).
 set -euo pipefail
+umask 077
 out="${1:-$(dirname "$0")/secrets}"
 names="DNS:localhost,DNS:writer,DNS:reader,IP:127.0.0.1"
 for service in rollout-writer rollout-reader; do
@@ -30,8 +33,15 @@ rm -f server.csr server.ext ca.srl
 agent="$(openssl rand -hex 24)"
 importer="$(openssl rand -hex 24)"
 printf '{"%s": "default", "%s": {"tenant": "default", "importer": true}}\n' "$agent" "$importer" > tokens.json
-chmod 0600 ca.key
-chmod 0644 ca.pem server.pem server.key tokens.json
+chmod 0644 ca.pem server.pem
+if [ "$(id -u)" = 0 ]; then
+  chown 10001:10001 server.key tokens.json
+  chmod 0400 server.key tokens.json
+else
+  chmod 0644 server.key tokens.json
+  echo "note: server.key and tokens.json are readable by every local user (0644) so the containers" \
+    "(uid 10001) can read them; on a shared host, chown them to 10001 and chmod 0400" >&2
+fi
 echo "made $out: ca.pem (for clients), server.pem, server.key, tokens.json"
 echo "agent token:    $agent"
 echo "importer token: $importer"

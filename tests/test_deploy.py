@@ -6,8 +6,10 @@ read-only volume for readers). deploy/make-secrets.sh makes files a TLS writer s
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -244,6 +246,14 @@ def test_make_secrets_makes_files_a_tls_writer_serves_with(tmp_path, data_dir) -
         ["bash", str(DEPLOY / "make-secrets.sh"), str(folder)], capture_output=True, text=True, check=False
     )
     assert done.returncode == 0, done.stderr
+    assert stat.S_IMODE((folder / "ca.key").stat().st_mode) == 0o600
+    for secret in ("server.key", "tokens.json"):
+        mode = stat.S_IMODE((folder / secret).stat().st_mode)
+        if os.geteuid() == 0:  # given to the containers' user alone
+            assert (mode, (folder / secret).stat().st_uid) == (0o400, 10001), secret
+        else:  # readable by the containers' user, and the script says so
+            assert mode == 0o644
+            assert "readable by every local user" in done.stderr
     names = subprocess.run(
         ["openssl", "x509", "-in", str(folder / "server.pem"), "-noout", "-ext", "subjectAltName"],
         capture_output=True,
