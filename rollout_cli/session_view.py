@@ -212,11 +212,12 @@ def _record_summary(record: WatchedRecord) -> str:
 
 def record_line(record: WatchedRecord, width: int) -> str:
     """One record of ``rollout tail`` as one line, at most ``width`` characters:
-    ``[seq] HH:MM:SS.mmm type/role summary`` (a damaged line as ``[?] damaged line: ...``)."""
+    ``[seq] YYYY-MM-DD HH:MM:SS.mmm type/role summary`` in UTC (imported sessions hold old dates),
+    a damaged line as ``[?] damaged line: ...``."""
     if record.seq < 0 or record.payload is None:
         text = record.line.decode("utf-8", "replace")
         return _fit(f"[?] damaged line: {text}", width)
-    clock = record.ts[11:23] if len(record.ts) >= 23 else record.ts
+    clock = f"{record.ts[:10]} {record.ts[11:23]}" if len(record.ts) >= 23 else record.ts
     label = str(record.payload.get("role", "message")) if record.type == "message" else record.type
     head = f"[{record.seq}] {clock} "
     line = _fit(f"{head}{label} {_record_summary(record)}".rstrip(), width)

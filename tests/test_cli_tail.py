@@ -9,7 +9,7 @@ import sys
 from rollout.v1 import records_pb2, writer_pb2
 from tests.conftest import REPO, run_rollout
 
-LINE = re.compile(r"^\[(\d+)\] \d\d:\d\d:\d\d\.\d{3} (\S+) ?(.*)$")
+LINE = re.compile(r"^\[(\d+)\] \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} (\S+) ?(.*)$")
 
 
 def _append(writer, session_id: str, *messages: records_pb2.ChatMessage) -> None:
