@@ -83,6 +83,25 @@ def _status_code(context: grpc.aio.ServicerContext, error: BaseException | None)
     return grpc.StatusCode.UNKNOWN
 
 
+#: How many exceptions of a chain (``__cause__`` / ``__context__``) lose their tracebacks.
+_CHAIN_LIMIT = 16
+
+
+def release_frames(error: BaseException) -> None:
+    """Drop the tracebacks of ``error`` and of the exceptions chained to it (``__cause__`` /
+    ``__context__``), so that the frames they passed through, and those frames' locals, are freed.
+
+    A traceback keeps every frame alive with its locals: a handler's request and what was
+    built from it (a refused 100 MB record's payload and its line).
+    """
+    current: BaseException | None = error
+    for _ in range(_CHAIN_LIMIT):
+        if current is None:
+            return
+        current.__traceback__ = None
+        current = current.__cause__ or current.__context__
+
+
 class _MethodMetrics:
     """The metric children of one method and call shape, looked up once (``labels()`` costs)."""
 
@@ -105,7 +124,17 @@ class _MethodMetrics:
 
 class RpcObserver(AsyncServerInterceptor):
     """Counts, times and logs every call of a server (see the module doc); ``service`` labels
-    its log lines ("writer", "reader")."""
+    its log lines ("writer", "reader").
+
+    An aborted call (``context.abort``: every refusal, mapped by
+    :func:`shared.status.status_mapping`, and authentication's) ends here: its AbortError
+    loses its tracebacks and the handler returns, and gRPC sends the status the abort set.
+    Raised on through gRPC, the error kept the handler's frames, with the request and what
+    was built from it, alive until a full garbage collection: measured with a plain
+    grpc.aio server, 8 concurrent 60 MB requests refused by ``abort`` left 1.2-4.0 GB
+    resident, growing each round, against none when the error stops in the handler (SPEC
+    §2.10, bounded memory per request).
+    """
 
     def __init__(self, service: str) -> None:
         self.service = service
@@ -132,6 +161,12 @@ class RpcObserver(AsyncServerInterceptor):
             return self._observe_stream(outcome, context, metrics, peer, started)
         try:
             response = await outcome
+        except grpc.aio.AbortError as error:
+            # The status is set; gRPC keeps this error and raises it itself once the handler
+            # returns (see the class doc for why it goes no further).
+            self._finish(context, metrics, peer, started, error)
+            release_frames(error)
+            return None
         except BaseException as error:
             self._finish(context, metrics, peer, started, error)
             raise
@@ -149,6 +184,10 @@ class RpcObserver(AsyncServerInterceptor):
         try:
             async for response in responses:
                 yield response
+        except grpc.aio.AbortError as error:
+            self._finish(context, metrics, peer, started, error)
+            release_frames(error)
+            return
         except BaseException as error:
             self._finish(context, metrics, peer, started, error)
             raise

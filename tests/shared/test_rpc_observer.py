@@ -1,0 +1,117 @@
+"""The per-call observer lets go of what a refused call built: its request and payloads are freed
+when the call ends, although gRPC keeps the call's abort error (SPEC §2.10, bounded memory).
+An aborted call ends in the observer (gRPC sends the status the abort set); other errors go on."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import weakref
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+import grpc.aio
+import pytest
+
+from shared.errors import RecordValidationError
+from shared.rpc_observer import RpcObserver
+
+
+class Built:
+    """Stands in for what a handler builds from a request (a payload, a line): weakly referable."""
+
+
+class RefusingContext:
+    """The parts of a servicer context the observer reads, for a call refused with INVALID_ARGUMENT."""
+
+    def peer(self) -> str:
+        return "ipv4:127.0.0.1:1"
+
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.INVALID_ARGUMENT
+
+    def details(self) -> str:
+        return "record 0: over the limit"
+
+
+def _encode(built: Built) -> None:
+    raise RecordValidationError(0, "message", "record is over the limit; it is rejected, never truncated")
+
+
+async def _refused_call(handler: Any, stream: bool) -> tuple[BaseException, weakref.ref[Built]]:
+    """Run ``handler`` (unary or streaming) through the observer; returns (the abort error, a weak
+    reference to what the handler built). The error is kept, as gRPC keeps a call's abort error,
+    and the observer ends the call without raising it."""
+    references: list[weakref.ref[Built]] = []
+    kept: list[BaseException] = []
+    outcome = RpcObserver("writer").intercept(
+        lambda request, context: handler(references, kept),
+        None,
+        RefusingContext(),
+        "/rollout.v1.RolloutWriter/Append",
+    )
+    if stream:
+        async for _ in await outcome:
+            pass
+    else:
+        assert await outcome is None
+    [error] = kept
+    return error, references[0]
+
+
+def _abort(kept: list[BaseException]) -> grpc.aio.AbortError:
+    """What ``context.abort`` does: the error is kept for gRPC, then raised."""
+    error = grpc.aio.AbortError("aborted")
+    kept.append(error)
+    return error
+
+
+async def _unary(references: list[weakref.ref[Built]], kept: list[BaseException]) -> None:
+    built = Built()
+    references.append(weakref.ref(built))
+    try:
+        _encode(built)
+    except RecordValidationError:
+        raise _abort(kept) from None
+
+
+async def _streaming(references: list[weakref.ref[Built]], kept: list[BaseException]) -> AsyncIterator[None]:
+    built = Built()
+    references.append(weakref.ref(built))
+    yield None
+    try:
+        _encode(built)
+    except RecordValidationError as error:
+        raise _abort(kept) from error
+
+
+@pytest.mark.parametrize(
+    ("handler", "stream"), [(_unary, False), (_streaming, True)], ids=["unary", "stream"]
+)
+def test_what_a_refused_call_built_is_freed_when_the_call_ends(handler: Any, stream: bool) -> None:
+    """After an aborted call (unary or streaming), nothing its frames held is alive, even while its
+    abort error is kept and before any garbage collection."""
+    gc.disable()
+    try:
+        error, built = asyncio.run(_refused_call(handler, stream))
+        assert error.__traceback__ is None
+        assert built() is None
+    finally:
+        gc.enable()
+
+
+def test_an_unexpected_error_keeps_its_traceback_for_the_log() -> None:
+    """An error that is not an abort (a bug) keeps its traceback: gRPC logs it with the stack."""
+
+    async def failing(request: object, context: object) -> None:
+        raise KeyError("bug")
+
+    async def scenario() -> BaseException:
+        try:
+            await RpcObserver("writer").intercept(failing, None, RefusingContext(), "/x.Y/Z")
+        except KeyError as error:
+            return error
+        raise AssertionError("the call did not fail")
+
+    assert asyncio.run(scenario()).__traceback__ is not None
