@@ -7,8 +7,10 @@ from ``/proc/<pid>/status``: ``VmRSS`` when idle, and for each step the peak
 (``VmHWM``, reset before the step through ``/proc/<pid>/clear_refs``) and ``VmRSS``
 a second after it. Steps:
 
-* ``rejected``: ``--large`` concurrent Appends of one ``--large-mb`` MB message each
-  (over the record limit: every one is refused with INVALID_ARGUMENT);
+* ``rejected``: ``--large`` concurrent Appends of one ``--large-mb`` MB message each, all
+  refused: over the request limit that follows the record limit (RESOURCE_EXHAUSTED, from
+  gRPC, with the default 3 MiB) or, with a larger ``--max-record-bytes`` such as 30000000,
+  decoded and over the record limit (INVALID_ARGUMENT);
 * ``stop``: Stop of the large session (paused), ``resume``: Resume of it,
   ``fork``: Fork of it at its last seq.
 
@@ -28,6 +30,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import grpc
@@ -38,6 +41,7 @@ from rollout.v1 import records_pb2, writer_pb2, writer_pb2_grpc
 
 REPO = Path(__file__).resolve().parent.parent
 OPTIONS = [("grpc.max_send_message_length", 128 * 1024 * 1024)]
+REFUSED = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED)
 
 
 def _mib(kb: int) -> float:
@@ -108,14 +112,21 @@ def main(argv: list[str] | None = None) -> int:
                         try:
                             stub.Append(request, timeout=120)
                         except grpc.RpcError as exc:
-                            if exc.code() != grpc.StatusCode.INVALID_ARGUMENT:
+                            # Over the record limit (INVALID_ARGUMENT), or over the request limit
+                            # that follows it, refused by gRPC before any decoding (RESOURCE_EXHAUSTED).
+                            if exc.code() not in REFUSED:
                                 raise
+                            refusals[exc.code().name] += 1
 
+                    refusals: Counter[str] = Counter()
                     threads = [threading.Thread(target=one) for _ in range(args.large)]
                     for thread in threads:
                         thread.start()
                     for thread in threads:
                         thread.join()
+                    print(f"refused: {dict(refusals)} (of {args.large})")
+                    if sum(refusals.values()) != args.large:
+                        raise RuntimeError("a large Append was not refused")
 
                 measure(pid, "rejected", idle, rejected)
                 big = info.session_id
