@@ -44,7 +44,7 @@ from rollout.v1 import reader_pb2, reader_pb2_grpc
 from shared.errors import InvalidArgumentError
 from shared.layout import DataRoot, session_file_stat
 from shared.serving import PLAINTEXT, RunningService, ServerSettings, ServiceServer
-from shared.status import rich_status, status_mapping
+from shared.status import abort_with, rich_status, status_mapping
 from shared.tenancy import caller_tenant
 
 log = logging.getLogger(__name__)
@@ -249,14 +249,15 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
                     yield reply
             except SessionFileChangedError as changed:
                 info = error_details_pb2.ErrorInfo(reason=changed.reason, domain="rollout-ledger")
-                await context.abort_with_status(rich_status(grpc.StatusCode.ABORTED, str(changed), [info]))
+                await abort_with(context, rich_status(grpc.StatusCode.ABORTED, str(changed), [info]))
             except WatchClosedError as closed:
-                await context.abort_with_status(
+                await abort_with(
+                    context,
                     rich_status(
                         grpc.StatusCode.UNAVAILABLE,
                         f"{closed}; watch again (from the last seq received + 1)",
                         [],
-                    )
+                    ),
                 )
 
     def close(self) -> None:

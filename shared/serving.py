@@ -8,10 +8,11 @@ interceptors, options, health checking and reflection), apart from what a status
   address without TLS logs a warning), or TLS from ``--tls-cert`` / ``--tls-key``;
   ``--tls-client-ca`` also requires each client to present a certificate signed by
   that CA (mTLS);
-* **interceptors**, outermost first: OpenTelemetry tracing when turned on
-  (:mod:`shared.tracing`), the RPC observer (metrics and one log line per refused or
-  failed call, :mod:`shared.rpc_observer`), then authentication (:mod:`shared.auth`)
-  when tokens or client certificates are configured;
+* **interceptors**, outermost first: the RPC observer (metrics, one log line per refused
+  or failed call, and where an aborted call ends, :mod:`shared.rpc_observer`),
+  OpenTelemetry tracing when turned on (:mod:`shared.tracing`: inside the observer, so
+  its spans record every abort), then authentication (:mod:`shared.auth`) when tokens or
+  client certificates are configured;
 * **standard services**: gRPC health checking (always open, also on an optional
   plaintext health-only address for probes that cannot speak TLS, such as Kubernetes'
   ``grpc`` probes) and server reflection, both ``grpc.reflection.v1`` and
@@ -94,10 +95,9 @@ class ServerSettings:
 
     def interceptors(self, service: str) -> list[grpc.aio.ServerInterceptor]:
         """The interceptors of a server of ``service`` (its label in metrics), outermost first."""
-        chosen: list[grpc.aio.ServerInterceptor] = []
+        chosen: list[grpc.aio.ServerInterceptor] = [RpcObserver(service)]
         if self.tracing is not None:
             chosen.append(self.tracing)
-        chosen.append(RpcObserver(service))
         if self.authenticated:
             chosen.append(AuthInterceptor(self.tokens, certificates=self.tls is not None))
         chosen.extend(self.extra_interceptors)

@@ -22,7 +22,7 @@ import os
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import grpc
 from google.protobuf import any_pb2
@@ -141,6 +141,14 @@ def rich_status(code: grpc.StatusCode, message: str, details: list[Message]) -> 
     return rpc_status.to_status(status)
 
 
+async def abort_with(context: grpc.aio.ServicerContext, status: grpc.Status) -> NoReturn:
+    """Abort the call with ``status`` (code, message, google.rpc details in its trailing
+    metadata); raises grpc.aio.AbortError. Through ``context.abort``, not ``abort_with_status``:
+    the same for gRPC, and OpenTelemetry's context wrapper records the code only on ``abort``."""
+    await context.abort(status.code, status.details, status.trailing_metadata)
+    raise AssertionError("unreachable: abort raises")
+
+
 def _file_error_status(error: OSError, rpc: str, prefix: str) -> grpc.Status:
     """NOT_FOUND for a session file that vanished; any other error reading one is mapped as
     :func:`shared.errors.storage_error` (operation ``read``; UNAVAILABLE + ErrorInfo errno)."""
@@ -169,16 +177,17 @@ async def status_mapping(
         yield
     except LedgerError as error:
         code, message, details = _status_of(error, prefix)
-        await context.abort_with_status(rich_status(code, message, details))
+        await abort_with(context, rich_status(code, message, details))
     except grpc.aio.AbortError:
         raise
     except OSError as error:  # reading a session file (writes raise StorageWriteError)
         log.exception("%s: file system error", rpc)
-        await context.abort_with_status(_file_error_status(error, rpc, prefix))
+        await abort_with(context, _file_error_status(error, rpc, prefix))
     except Exception:
         log.exception("%s failed unexpectedly", rpc)
-        await context.abort_with_status(
-            rich_status(grpc.StatusCode.INTERNAL, f"{rpc} failed unexpectedly; see the server log", [])
+        await abort_with(
+            context,
+            rich_status(grpc.StatusCode.INTERNAL, f"{rpc} failed unexpectedly; see the server log", []),
         )
 
 
@@ -237,7 +246,7 @@ def _wrap(method: Callable[..., Any], client_streaming: bool, server_streaming: 
         return method
 
     async def reject(request: RefusedRequest, context: grpc.aio.ServicerContext) -> None:
-        await context.abort_with_status(rich_status(*_status_of(request.error, "")))
+        await abort_with(context, rich_status(*_status_of(request.error, "")))
 
     if server_streaming:
 

@@ -345,25 +345,30 @@ def test_a_reader_serves_a_read_only_data_root_and_never_creates_one(data_dir, t
 
 
 class _Collector:
-    """An OTLP trace collector stand-in: keeps the span names it is sent."""
+    """An OTLP trace collector stand-in: keeps the spans it is sent, by name."""
 
     def __init__(self) -> None:
-        self.names: list[str] = []
+        self.spans: dict[str, object] = {}
         self.received = threading.Event()
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.spans)
 
     def Export(self, request, context):  # the TraceService's one RPC
         from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
         for resource_spans in request.resource_spans:
             for scope_spans in resource_spans.scope_spans:
-                self.names += [span.name for span in scope_spans.spans]
-        self.received.set()
+                self.spans.update((span.name, span) for span in scope_spans.spans)
+        if len(self.spans) >= 2:
+            self.received.set()
         return trace_service_pb2.ExportTraceServiceResponse()
 
 
 def test_otlp_tracing_exports_a_span_per_rpc_to_the_configured_endpoint(data_dir, monkeypatch) -> None:
     """--otlp-tracing sends a server span for each RPC to the OTLP endpoint the standard
-    OTEL_EXPORTER_OTLP_* variables name."""
+    OTEL_EXPORTER_OTLP_* variables name; a refused call's span carries its status code."""
     from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 
     collector = _Collector()
@@ -377,12 +382,19 @@ def test_otlp_tracing_exports_a_span_per_rpc_to_the_configured_endpoint(data_dir
     writer = start_service("writer", data_dir, "--otlp-tracing")
     try:
         with grpc.insecure_channel(writer.address) as channel:
-            writer_pb2_grpc.RolloutWriterStub(channel).CreateSession(writer_pb2.CreateSessionRequest())
+            stub = writer_pb2_grpc.RolloutWriterStub(channel)
+            stub.CreateSession(writer_pb2.CreateSessionRequest())
+            with pytest.raises(grpc.RpcError) as refusal:
+                stub.Stop(writer_pb2.StopRequest(session_id=str(uuid.uuid4())))
         assert collector.received.wait(20), writer.log()
     finally:
         writer.stop()
         server.stop(None)
     assert "/rollout.v1.RolloutWriter/CreateSession" in collector.names
+    refused = collector.spans["/rollout.v1.RolloutWriter/Stop"]
+    codes = {a.key: a.value.int_value for a in refused.attributes if a.key == "rpc.grpc.status_code"}
+    assert refusal.value.code() != grpc.StatusCode.OK
+    assert codes == {"rpc.grpc.status_code": refusal.value.code().value[0]}
 
 
 def test_serve_passes_tls_and_tokens_to_both_services(tmp_path, data_dir) -> None:

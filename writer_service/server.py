@@ -140,6 +140,12 @@ def screen_append(raw: bytes, max_record_bytes: int, trimmer: HeapTrimmer) -> Re
     return oversized_record(raw, max_record_bytes)
 
 
+def screen_import(raw: bytes, trimmer: HeapTrimmer) -> None:
+    """The screen of ImportSessions parts: refuses nothing (the records are checked as they are
+    staged) and has the heap trimmed after a large part, as :func:`screen_append` does."""
+    trimmer.after(len(raw))
+
+
 def request_payloads(
     request: writer_pb2.AppendRequest | writer_pb2.ImportRecords,
 ) -> tuple[RequestRecords, RecordTimes]:
@@ -459,7 +465,12 @@ async def start_writer(
         screen = functools.partial(
             screen_append, max_record_bytes=config.max_record_bytes, trimmer=ledger.heap_trimmer
         )
-        service.add(SERVICE, RolloutWriterServicer(ledger), {"Append": screen, "AppendStream": screen})
+        large_import_parts = functools.partial(screen_import, trimmer=ledger.heap_trimmer)
+        service.add(
+            SERVICE,
+            RolloutWriterServicer(ledger),
+            {"Append": screen, "AppendStream": screen, "ImportSessions": large_import_parts},
+        )
         bound = service.bind(address)
         await service.start()
         if ledger.index.repairs.pending:

@@ -115,3 +115,56 @@ def test_an_unexpected_error_keeps_its_traceback_for_the_log() -> None:
         raise AssertionError("the call did not fail")
 
     assert asyncio.run(scenario()).__traceback__ is not None
+
+
+async def _received(references: list[weakref.ref[Built]]) -> AsyncIterator[Built]:
+    """A request iterator as gRPC's: suspended at a message, it holds that message."""
+    built = Built()
+    references.append(weakref.ref(built))
+    yield built
+    yield Built()
+
+
+async def _reading_one_then_refusing(requests: AsyncIterator[Built], kept: list[BaseException]) -> None:
+    async for request in requests:
+        del request
+        raise _abort(kept)
+
+
+async def _reading_one_then_refusing_stream(
+    requests: AsyncIterator[Built], kept: list[BaseException]
+) -> AsyncIterator[None]:
+    yield None
+    await _reading_one_then_refusing(requests, kept)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["stream-unary", "bidi"])
+def test_a_refused_client_stream_lets_go_of_the_last_request_it_received(stream: bool) -> None:
+    """A client-streaming call refused after reading a request: its request iterator is closed when
+    the call ends, so that request is freed although the iterator itself is still referenced."""
+
+    async def scenario() -> None:
+        references: list[weakref.ref[Built]] = []
+        kept: list[BaseException] = []
+        requests = _received(references)  # referenced here, as gRPC's receiver holds its iterator
+        handler = _reading_one_then_refusing_stream if stream else _reading_one_then_refusing
+        outcome = RpcObserver("writer").intercept(
+            lambda iterator, context: handler(iterator, kept),
+            requests,
+            RefusingContext(),
+            "/rollout.v1.RolloutWriter/AppendStream",
+        )
+        if stream:
+            async for _ in await outcome:
+                pass
+        else:
+            assert await outcome is None
+        assert len(kept) == 1
+        # Checked before asyncio.run ends: its shutdown would close every async generator.
+        assert references[0]() is None
+
+    gc.disable()
+    try:
+        asyncio.run(scenario())
+    finally:
+        gc.enable()

@@ -433,8 +433,8 @@ def test_large_work_is_followed_by_one_heap_trim_and_small_work_by_none(monkeypa
 
 
 def test_a_large_request_and_a_large_stop_schedule_a_heap_trim(data_dir, monkeypatch) -> None:
-    """The Append screen has the heap trimmed after a request of LARGE_WORK_BYTES or more, and a Stop
-    of a session that large after its rebuild."""
+    """The Append and ImportSessions screens have the heap trimmed after a request of LARGE_WORK_BYTES
+    or more, and a Stop of a session that large after its rebuild."""
     from writer_service import heap_trim, server
 
     monkeypatch.setattr(heap_trim, "LARGE_WORK_BYTES", 4096)
@@ -453,11 +453,14 @@ def test_a_large_request_and_a_large_stop_schedule_a_heap_trim(data_dir, monkeyp
             server.screen_append(large, 1024 * 1024, trimmer)
             await asyncio.sleep(heap_trim.TRIM_DELAY_SECONDS + 0.1)
             assert trimmer.trims == 1
+            server.screen_import(large, trimmer)  # an ImportSessions part that large
+            await asyncio.sleep(heap_trim.TRIM_DELAY_SECONDS + 0.1)
+            assert trimmer.trims == 2
             session_id, _ = await ledger.create_session(SessionSpec())
             await ledger.append(session_id, [user("x" * 5000)])
             await ledger.stop(session_id, StopKind.PAUSED, "p")
             await asyncio.sleep(heap_trim.TRIM_DELAY_SECONDS + 0.1)
-            assert trimmer.trims == 2
+            assert trimmer.trims == 3
         finally:
             await ledger.close()
 
