@@ -21,11 +21,13 @@ its records are read and dropped, and the answer says ``already_present``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from shared.errors import (
     InvalidArgumentError,
@@ -81,6 +83,9 @@ class ImportedResult:
     digest: str
 
 
+_T = TypeVar("_T")
+
+
 class SessionImport:
     """One ImportSessions stream over a ledger; see the module docstring.
 
@@ -95,6 +100,20 @@ class SessionImport:
         self._sessions: list[StagedSession] = []
         self._ids: set[str] = set()
         self._finished = False
+        #: File work started and not yet done: a cancelled call's clean-up waits for it, so
+        #: that a staging file opened after the cancel is still removed.
+        self._in_flight: set[asyncio.Future[Any]] = set()
+
+    def _start_io(self, function: Callable[..., _T], *args: Any) -> asyncio.Future[_T]:
+        future = asyncio.ensure_future(self._ledger.run_io(function, *args))
+        self._in_flight.add(future)
+        future.add_done_callback(self._in_flight.discard)
+        return future
+
+    async def _io(self, function: Callable[..., _T], *args: Any) -> _T:
+        """Run ``function`` on an I/O thread; a cancel of the caller does not stop it (see
+        ``_in_flight``)."""
+        return await asyncio.shield(self._start_io(function, *args))
 
     @property
     def _open(self) -> StagedSession | None:
@@ -133,10 +152,15 @@ class SessionImport:
         self._ledger.reserve(session_id)
         self._sessions.append(staged)
         line = encode_line(0, now_timestamp(), RecordType.SESSION_META, meta)
-        staged.staging, staged.fd = await self._ledger.run_io(
-            _open_staging, self._ledger.root.sessions_dir, name
-        )
-        await self._ledger.run_io(_write_staged, staged.fd, line)
+        opened = self._start_io(_open_staging, self._ledger.root.sessions_dir, name)
+
+        def record_staging(done: asyncio.Future[tuple[Path, int]]) -> None:
+            if not done.cancelled() and done.exception() is None:
+                staged.staging, staged.fd = done.result()  # even when this call was cancelled
+
+        opened.add_done_callback(record_staging)
+        await asyncio.shield(opened)
+        await self._io(_write_staged, staged.fd, line)
 
     async def append(self, records: RequestRecords, times: RecordTimes) -> None:
         """Validate and stage records of the open session (nothing of a refused message is kept)."""
@@ -156,7 +180,7 @@ class SessionImport:
         staged.calls = view.committed()
         staged.next_seq += len(lines)
         staged.received += len(records)
-        await self._ledger.run_io(_write_staged, staged.fd, b"".join(lines))
+        await self._io(_write_staged, staged.fd, b"".join(lines))
 
     def named(self, error: InvalidArgumentError, opening: bool = False) -> InvalidArgumentError:
         """A refused field of a create, records or stop message, named in the stream: field
@@ -190,11 +214,11 @@ class SessionImport:
         if len(reason) > STOP_TEXT_MAX_CHARS:
             raise InvalidArgumentError(f"{where}.reason", f"is longer than {STOP_TEXT_MAX_CHARS} characters")
         assert staged.staging is not None
-        found = await self._ledger.run_io(file_facts, staged.staging, True)
+        found = await self._io(file_facts, staged.staging, True)
         refuse_damage(found.damage, staged.name, "import")
         checkpoint_seq = staged.next_seq
         lines = stop_lines(checkpoint_seq, ts or now_timestamp(), found, kind, reason, error)
-        await self._ledger.run_io(_finish_staging, staged.fd, lines)
+        await self._io(_finish_staging, staged.fd, lines)
         staged.next_seq += 2
         staged.stopped_kind = str(kind)
         staged.message_count = found.message_count
@@ -211,7 +235,7 @@ class SessionImport:
                 f"{self._where(len(self._sessions) - 1)}.stop", "the stream ended before this session's stop"
             )
         staged = [session for session in self._sessions if not session.already_present]
-        await self._ledger.run_io(self._publish, staged)
+        await self._io(self._publish, staged)
         self._finished = True
         self.close_files()
         for session in staged:
@@ -272,7 +296,12 @@ class SessionImport:
         if self._finished:
             return
         self._finished = True
-        await self._ledger.run_io(_remove_staging, [s for s in self._sessions if s.staging is not None])
+        if self._in_flight:  # file work a cancel left running: its staging file is known once done
+            await asyncio.shield(asyncio.gather(*self._in_flight, return_exceptions=True))
+        staged = [s for s in self._sessions if s.staging is not None]
+        # Shielded: a call cancelled (again) while its clean-up waits must not leave the removal
+        # unstarted; it then finishes on its I/O thread after the call is gone.
+        await asyncio.shield(self._ledger.run_io(_remove_staging, staged))
 
     def close_files(self) -> None:
         for session in self._sessions:
