@@ -11,9 +11,10 @@ session_meta                       CreateSession (id, created_at, cwd,
                                    originator, client_version) + an event
                                    ``codex.session_meta`` with the whole payload
 response_item message              message (role, content parts as given)
-event_msg item_completed with      user message (content parts as given) when
-item UserMessage (newest layout)   the file has no user response items; the
-                                   event stays, without the content
+event_msg item_completed with      user message (content parts as given) unless
+item UserMessage (newest layout)   a user response item of the same turn has
+                                   the same text; the event stays, without
+                                   the content
 response_item reasoning            reasoning (summary texts joined by a blank
                                    line; encrypted_content kept opaque)
 response_item function_call        assistant message with one tool call
@@ -49,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from google.protobuf.message import DecodeError
 
 from rollout.v1 import records_pb2, writer_pb2
 from rollout_cli.importers import (
@@ -89,6 +91,16 @@ def _with_content(message: records_pb2.ChatMessage, value: Any) -> records_pb2.C
     return message
 
 
+def _typed_text(content: Any) -> str:
+    """The text of a message's content as typed: a string, or the ``text`` of its parts joined
+    (what a user response item and an item_completed UserMessage are compared by)."""
+    if isinstance(content, str):
+        return content.strip()
+    if isinstance(content, list):
+        return "\n".join(str(part.get("text", "")) for part in content if isinstance(part, dict)).strip()
+    return ""
+
+
 class _Converter:
     def __init__(self, source: Path) -> None:
         self.session = ImportedSession(source=source, session_id="", originator="codex")
@@ -97,8 +109,10 @@ class _Converter:
         self.open_calls: set[str] = set()
         self.last_item: str = ""
         self.last_event: str = ""
-        self.saw_user_item = False  # a response_item message with role user
-        self.user_events: list[tuple[int, dict[str, Any]]] = []  # item_completed UserMessage: (index, body)
+        self.turn = 0  # counts task_started events: what the user typed is matched within a turn
+        self.user_items: set[tuple[int, str]] = set()  # (turn, text) of user response items
+        #: item_completed UserMessage events: (index in the records, body, turn)
+        self.user_events: list[tuple[int, dict[str, Any], int]] = []
         self.line = 0
         self.time = ""  # the time of the current line, or of the last line that had one
 
@@ -142,7 +156,8 @@ class _Converter:
     def response_item(self, item: dict[str, Any]) -> None:
         kind = str(item.get("type"))
         self.last_item = kind
-        self.saw_user_item = self.saw_user_item or (kind == "message" and item.get("role") == "user")
+        if kind == "message" and item.get("role") == "user":
+            self.user_items.add((self.turn, _typed_text(item.get("content"))))
         if kind == "reasoning":
             summary = item.get("summary") or []
             texts = [part.get("text", "") for part in summary if isinstance(part, dict)]
@@ -197,6 +212,8 @@ class _Converter:
             event_kind = str(payload.get("type", "event"))
             if event_kind in _TURN_EVENTS:
                 self.last_event = event_kind
+            if event_kind == "task_started":
+                self.turn += 1
             body = {key: value for key, value in payload.items() if key != "type"}
             item = payload.get("item")
             if (
@@ -204,7 +221,7 @@ class _Converter:
                 and isinstance(item, dict)
                 and item.get("type") == "UserMessage"
             ):
-                self.user_events.append((len(self.session.records), body))
+                self.user_events.append((len(self.session.records), body, self.turn))
             self.append(_event(event_kind, body))
         elif kind == "compacted":
             compacted = records_pb2.Compacted(summary=str(payload.get("message", "")))
@@ -237,12 +254,13 @@ class _Converter:
             self.keep("codex.unknown", line)
 
     def user_messages(self) -> None:
-        """The newest layout records what the user typed only as ``item_completed`` events: when
-        the file has no user response item, each becomes a user message before its event, and
-        the event keeps everything but the content (which now lives in the message)."""
-        if self.saw_user_item:
-            return
-        for index, body in reversed(self.user_events):
+        """The newest layout records what the user typed only as ``item_completed`` events: each
+        becomes a user message before its event, and the event keeps everything but the content
+        (which now lives in the message), unless a user response item of the same turn holds the
+        same text (older layouts write both; injected context is a response item of its own)."""
+        for index, body, turn in reversed(self.user_events):
+            if (turn, _typed_text(body["item"].get("content"))) in self.user_items:
+                continue
             kept = self.session.records[index]
             item = dict(body["item"])
             message = _with_content(records_pb2.ChatMessage(role="user"), item.pop("content", None))
@@ -275,8 +293,10 @@ def convert_codex(lines: Iterable[bytes], source: Path = Path("<codex>")) -> Imp
     """Convert the lines of one Codex rollout file into one session (see the module doc for the mapping).
 
     Never raises on bad content: an unparseable line is kept as a counted
-    ``codex.unparseable_line`` event. ``recognized`` counts the lines that were
-    Codex items; 0 means the file is not a Codex rollout.
+    ``codex.unparseable_line`` event, a line no record can hold (JSON nested deeper
+    than protobuf allows) as a counted ``codex.unrepresentable_line`` event with its
+    text. ``recognized`` counts the lines that were Codex items; 0 means the file is
+    not a Codex rollout.
     """
     converter = _Converter(source)
     imported = ImportedFile(source)
@@ -295,16 +315,26 @@ def convert_codex(lines: Iterable[bytes], source: Path = Path("<codex>")) -> Imp
             continue
         if isinstance(line, dict):
             converter.time = source_time(line.get("timestamp")) or converter.time
-        if not isinstance(line, dict):
-            converter.keep("codex.unknown", {"line": line})
-        elif "payload" in line and "type" in line:
-            if line["type"] in _ENVELOPE_TYPES:
-                imported.recognized += 1
-            converter.envelope(line)
-        else:
-            if (first and "id" in line and "timestamp" in line) or line.get("type") in _ITEM_TYPES:
-                imported.recognized += 1
-            converter.bare(line, first)
+        records, user_events = len(converter.session.records), len(converter.user_events)
+        try:
+            if not isinstance(line, dict):
+                converter.keep("codex.unknown", {"line": line})
+            elif "payload" in line and "type" in line:
+                if line["type"] in _ENVELOPE_TYPES:
+                    imported.recognized += 1
+                converter.envelope(line)
+            else:
+                if (first and "id" in line and "timestamp" in line) or line.get("type") in _ITEM_TYPES:
+                    imported.recognized += 1
+                converter.bare(line, first)
+        except (DecodeError, ValueError, RecursionError) as exc:
+            # JSON a record cannot hold (nested deeper than protobuf's limit of 100, say): the
+            # line is kept as its text instead of whatever part of it was converted.
+            del converter.session.records[records:], converter.user_events[user_events:]
+            reason = f"{type(exc).__name__}: {exc}"
+            converter.keep(
+                "codex.unrepresentable_line", {"text": raw.decode("utf-8", "replace"), "reason": reason}
+            )
         first = False
     # A file with no session id is named by its content: importing it again finds the same session.
     imported.sessions.append(converter.finish("content:" + content_hash.hexdigest()))

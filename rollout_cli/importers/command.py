@@ -99,6 +99,10 @@ def import_one(
             imported: ImportedFile = importer.convert(handle, path)
     except OSError as exc:
         return FileReport(path, "failed", detail=f"cannot read it: {exc.strerror or exc}")
+    except Exception as exc:  # content the converter did not foresee: this file fails, the others go on
+        return FileReport(
+            path, "failed", detail=f"cannot convert it ({type(exc).__name__}: {exc}); nothing imported"
+        )
     if not imported.recognized:
         return FileReport(
             path, "not_a_source", detail=f"not a {importer.label} (no line parsed as one); nothing imported"

@@ -32,18 +32,22 @@ def expected_messages(path: Path) -> list[dict[str, Any]]:
     expected: list[dict[str, Any]] = []
     reasoning: list[dict[str, Any]] = []  # every reasoning item since the last assistant step
     lines = [json.loads(raw) for raw in path.read_text(encoding="utf-8").splitlines() if raw.strip()]
-    # The newest layout has what the user typed only in item_completed events.
-    typed_only_in_events = not any(
-        line.get("type") == "response_item" and line["payload"].get("role") == "user" for line in lines
-    )
+    # The newest layout has what the user typed only in item_completed events; older ones also
+    # write it as a user response item of the same turn (turns start at task_started).
+    turn, typed_as_items = 0, set()
     for line in lines:
         payload = line.get("payload") or {}
-        if (
-            typed_only_in_events
-            and payload.get("type") == "item_completed"
-            and payload["item"]["type"] == "UserMessage"
-        ):
-            expected.append({"role": "user", "text": _parts_text(payload["item"]["content"])})
+        turn += payload.get("type") == "task_started"
+        if line.get("type") == "response_item" and payload.get("role") == "user":
+            typed_as_items.add((turn, _parts_text(payload["content"]).strip()))
+    turn = 0
+    for line in lines:
+        payload = line.get("payload") or {}
+        turn += payload.get("type") == "task_started"
+        if payload.get("type") == "item_completed" and payload["item"]["type"] == "UserMessage":
+            text = _parts_text(payload["item"]["content"])
+            if (turn, text.strip()) not in typed_as_items:
+                expected.append({"role": "user", "text": text})
             continue
         if line.get("type") != "response_item":
             continue

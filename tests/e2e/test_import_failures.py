@@ -95,3 +95,29 @@ def test_importing_again_counts_nothing_kept_for_the_skipped_files(writer_proces
         "0 imported, 1 skipped (already in the ledger), 0 failed; 0 source records kept as events"
         in again.stdout
     )
+
+
+def test_a_file_the_converter_cannot_handle_fails_by_name_and_the_next_file_is_tried(
+    writer_process, tmp_path: Path
+) -> None:
+    """A transcript the converter cannot turn into records (JSON nested past protobuf's depth limit):
+    that file fails with a sentence, no traceback, and the next file is imported."""
+    lines = (CORPUS / "claude" / "claude-code-small.jsonl").read_text(encoding="utf-8").splitlines()
+    record = json.loads(lines[1])
+    deep: object = "x"
+    for _ in range(150):
+        deep = {"a": deep}
+    record["toolUseResult"] = deep
+    broken = tmp_path / "a-deep.jsonl"
+    broken.write_text("\n".join([lines[0], json.dumps(record), *lines[2:]]) + "\n", encoding="utf-8")
+    good = tmp_path / "b-good.jsonl"
+    good.write_bytes((CORPUS / "claude" / "claude-code-1.0.98-a.jsonl").read_bytes())
+    result = run_rollout(
+        "import", "claude", "--json", "--writer", writer_process.address, str(broken), str(good)
+    )
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    reports = {Path(report["file"]).name: report for report in map(json.loads, result.stdout.splitlines())}
+    assert reports["a-deep.jsonl"]["status"] == "failed"
+    assert "cannot convert it" in reports["a-deep.jsonl"]["detail"]
+    assert reports["b-good.jsonl"]["status"] == "imported"

@@ -159,3 +159,39 @@ def test_a_file_with_user_response_items_does_not_get_the_typed_text_twice() -> 
     assert len(users) == 1
     [event] = [r.record.event for r in session.records if r.record.event.kind == "item_completed"]
     assert "content" in event.body["item"]
+
+
+def test_injected_context_as_a_user_item_does_not_hide_what_the_user_typed() -> None:
+    """A turn whose only user response item is injected context still gets the typed prompt of its
+    item_completed event as a user message; the same text in both is kept once."""
+    context = envelope(
+        "response_item",
+        {
+            "type": "message",
+            "role": "user",
+            "content": [{"type": "input_text", "text": "<environment_context/>"}],
+        },
+    )
+    started = envelope("event_msg", {"type": "task_started"})
+    lines = [META, started, context, _typed("add csv export"), _typed("<environment_context/>")]
+    session = convert_codex(lines).sessions[0]
+    users = [r.record.message for r in session.records if r.record.WhichOneof("record") == "message"]
+    assert [m.parts.values[0].struct_value["text"] for m in users] == [
+        "<environment_context/>",
+        "add csv export",
+    ]
+
+
+def test_a_line_nested_deeper_than_a_record_can_hold_is_kept_as_its_text() -> None:
+    """JSON nested past protobuf's depth limit: the line becomes a counted codex.unrepresentable_line
+    event holding its text, and the lines around it convert as usual."""
+    deep: object = "bottom"
+    for _ in range(150):
+        deep = {"inner": deep}
+    nested = envelope("event_msg", {"type": "token_count", "info": deep})
+    session = convert_codex([META, USER, nested, USER]).sessions[0]
+    assert session.kept_as_event["codex.unrepresentable_line"] == 1
+    [kept] = [r for r in session.records if r.record.event.kind == "codex.unrepresentable_line"]
+    assert kept.line == 3
+    assert orjson.loads(kept.record.event.body["text"]) == orjson.loads(nested)
+    assert [r.line for r in session.records if r.record.WhichOneof("record") == "message"] == [2, 4]
