@@ -23,7 +23,7 @@ from typing import Any, assert_never
 
 from shared.errors import RecordValidationError, SessionBusyError, SessionStateError
 from shared.records import RecordType, encode_line, now_timestamp, validate_message
-from shared.stop_kinds import classify_resume
+from shared.stop_kinds import classify_session
 from writer_service.committer import SessionLog
 from writer_service.session_index import IndexEntry
 
@@ -140,7 +140,7 @@ class OpenSession:
         continues it or needs force, SPEC §5) or a busy one (SessionBusyError)."""
         if self.entry.stopped_kind is not None:
             kind = self.entry.stopped_kind
-            eligibility = classify_resume(kind)
+            eligibility = classify_session(kind, self.meta)  # as Resume decides (SPEC §5)
             advice = (
                 "call Resume to continue it"
                 if eligibility.replayable

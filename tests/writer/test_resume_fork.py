@@ -112,6 +112,21 @@ def test_appending_to_a_completed_session_says_resume_needs_force_or_a_fork(writ
     assert "Resume it with force, or Fork it" in caught.value.details()
 
 
+def test_appending_to_a_paused_child_without_coordinates_says_what_resume_will_say(writer) -> None:
+    """The refusal judges the session as Resume does: a paused child without delegation coordinates
+    may not be replayed as-is, so the message does not promise a plain Resume."""
+    sid = writer.CreateSession(
+        writer_pb2.CreateSessionRequest(
+            agent_name="sub", role=writer_pb2.SESSION_ROLE_CHILD_WITHOUT_COORDINATES
+        )
+    ).session_id
+    writer.Stop(writer_pb2.StopRequest(session_id=sid, stop_kind=PAUSED))
+    with pytest.raises(grpc.RpcError) as caught:
+        append(writer, sid, msg("user", "again"))
+    assert "no delegation coordinates" in caught.value.details()
+    assert "call Resume to continue it" not in caught.value.details()
+
+
 def test_three_stops_give_three_checkpoints_and_the_last_one_verifies(writer, reader, data_dir) -> None:
     """stop, resume, stop, resume, stop leaves three checkpoints; replay verifies against the last."""
     sid = writer.CreateSession(writer_pb2.CreateSessionRequest()).session_id
