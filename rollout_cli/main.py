@@ -66,6 +66,7 @@ class Credentials:
 @click.option(
     "--tls-ca",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    callback=lambda _context, _parameter, value: _pem_certificates(value),
     default=lambda: os.environ.get("ROLLOUT_TLS_CA") or None,
     help="CA certificate file (PEM) of the services' TLS; client commands then use TLS (env ROLLOUT_TLS_CA).",
 )
@@ -74,6 +75,20 @@ def cli(context: click.Context, verbose: bool, token: str | None, tls_ca: Path |
     """The rollout ledger: the durable, append-only record of agent sessions."""
     _setup_logging(verbose)
     context.obj = Credentials(token, tls_ca)
+
+
+def _pem_certificates(path: Path | None) -> Path | None:
+    """``path`` when it holds a PEM certificate; click.BadParameter (exit 2) before any connection
+    when it cannot be read or holds none (gRPC would only say the handshake failed)."""
+    if path is None:
+        return None
+    try:
+        text = path.read_bytes()
+    except OSError as exc:
+        raise click.BadParameter(f"cannot read {path}: {exc.strerror or exc}") from exc
+    if b"-----BEGIN CERTIFICATE-----" not in text:
+        raise click.BadParameter(f"{path} holds no PEM certificate (-----BEGIN CERTIFICATE-----)")
+    return path
 
 
 def _credentials() -> Credentials:
@@ -139,6 +154,8 @@ def _fail(error: RolloutError, service: str, address: str) -> click.ClickExcepti
                 service, address, error.message, tls_ca_given=_credentials().tls_ca is not None
             )
         )
+    if code.name == "UNAUTHENTICATED" and _credentials().token is None:
+        return click.ClickException(f"{code.name}: {error.message}; pass --token / ROLLOUT_TOKEN")
     if code.name == "UNIMPLEMENTED":
         return click.ClickException(
             f"{address} does not serve the rollout {service} (is it the other service?)"

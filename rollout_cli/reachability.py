@@ -13,6 +13,11 @@ def unreachable_message(service: str, address: str, detail: str = "", *, tls_ca_
     """One line saying what to do when the ``service`` ("writer"/"reader") at ``address`` does not
     answer. ``detail`` is gRPC's own reason: a failed TLS handshake (a CA file that did not sign
     the service's certificate) reads differently from no service at all."""
+    if "WRONG_VERSION_NUMBER" in detail:  # a TLS hello answered by something that is not TLS
+        return (
+            f"the {service} at {address} does not speak TLS: drop --tls-ca / ROLLOUT_TLS_CA to reach it"
+            " in plaintext, or point at the address where it serves TLS."
+        )
     if "handshake" in detail.lower():
         return (
             f"the TLS handshake with the {service} at {address} failed: its certificate is not signed by"

@@ -71,6 +71,7 @@ def test_without_a_token_a_command_says_unauthenticated(pair) -> None:
     code, _, err = rollout(pair, "ls")
     assert code == 1
     assert "UNAUTHENTICATED" in err
+    assert err.rstrip().endswith("pass --token / ROLLOUT_TOKEN")
     assert "Traceback" not in err
 
 
@@ -127,6 +128,7 @@ def test_a_ca_file_that_did_not_sign_the_service_certificate_is_named_as_a_faile
             line.startswith("Error: the TLS handshake with the") for line in result.stderr.splitlines()
         ), result.stderr
         assert "Traceback" not in result.stderr
+        assert "ssl_transport_security" not in result.stderr  # gRPC's own log line stays out
 
 
 def test_a_token_in_clear_text_is_refused_naming_the_option() -> None:
@@ -134,3 +136,21 @@ def test_a_token_in_clear_text_is_refused_naming_the_option() -> None:
     result = run_rollout("--token", A, "ls", "--reader", "192.0.2.1:50052")
     assert result.returncode == 1
     assert "would travel in clear text; pass --tls-ca / ROLLOUT_TLS_CA" in result.stderr
+
+
+def test_a_ca_file_against_a_plaintext_service_says_it_does_not_speak_tls(reader_process, tmp_path) -> None:
+    """--tls-ca to a plaintext service: the error says the service does not speak TLS."""
+    ca_file = make_certificates(tmp_path).ca_file
+    result = run_rollout("--tls-ca", str(ca_file), "ls", "--reader", reader_process.address)
+    assert result.returncode == 1
+    assert f"Error: the reader at {reader_process.address} does not speak TLS" in result.stderr
+
+
+def test_a_ca_file_without_a_certificate_is_refused_before_connecting(tmp_path) -> None:
+    """--tls-ca naming a file that holds no PEM certificate: a usage error (exit 2) naming the file."""
+    not_a_certificate = tmp_path / "notes.txt"
+    not_a_certificate.write_text("hello\n")
+    result = run_rollout("--tls-ca", str(not_a_certificate), "ls", "--reader", "127.0.0.1:1")
+    assert result.returncode == 2
+    assert f"{not_a_certificate} holds no PEM certificate" in result.stderr
+    assert "Traceback" not in result.stderr
