@@ -42,6 +42,16 @@ async def _next(items: AsyncGenerator[T, None]) -> T:
     return await anext(items)
 
 
+async def _end_open_streams(loop: asyncio.AbstractEventLoop) -> None:
+    """Close the loop's open async generators and end its other tasks (gRPC's own, of calls
+    those generators held), so that stopping the loop leaves nothing pending."""
+    await loop.shutdown_asyncgens()
+    others = [task for task in asyncio.all_tasks(loop) if task is not asyncio.current_task()]
+    for task in others:
+        task.cancel()
+    await asyncio.gather(*others, return_exceptions=True)
+
+
 class _EventLoopThread:
     """An event loop running in a daemon thread; :meth:`run` blocks the caller until done."""
 
@@ -101,10 +111,18 @@ class RolloutClient:
         return self._loop.submit(coroutine)
 
     def close(self) -> None:
-        """Close the channels and stop the client's thread."""
+        """End every stream still open (a generator kept past the ``with`` block, say), close the
+        channels and stop the client's thread."""
         if not self._loop.loop.is_closed():
+            self.run(_end_open_streams(self._loop.loop))
             self.run(self.core.close())
             self._loop.stop()
+
+    def close_stream(self, items: AsyncGenerator[Any, None]) -> None:
+        """Close one of :attr:`core`'s async generators from a blocking generator's ``finally``;
+        nothing to do once the client is closed (:meth:`close` ended it)."""
+        if not self._loop.loop.is_closed():
+            self.run(items.aclose())
 
     def __enter__(self) -> Self:
         return self
@@ -177,7 +195,7 @@ class RolloutClient:
                 except StopAsyncIteration:
                     return
         finally:
-            self.run(pages.aclose())
+            self.close_stream(pages)
 
     def find_children(self, parent_session_id: str, delegation_id: str | None = None) -> list[Delegation]:
         """See :meth:`AsyncRolloutClient.find_children`."""
@@ -209,7 +227,7 @@ class ReplayStream:
                 except StopAsyncIteration:
                     return
         finally:
-            self._client.run(chunks.aclose())
+            self._client.close_stream(chunks)
 
 
 class Session:
@@ -281,4 +299,4 @@ class Session:
                 except StopAsyncIteration:
                     return
         finally:
-            self.client.run(batches.aclose())
+            self.client.close_stream(batches)

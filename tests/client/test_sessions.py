@@ -4,6 +4,8 @@ dicts, the session life cycle, listings, and typed errors with their google.rpc 
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 
 import pytest
 
@@ -24,6 +26,7 @@ from rollout_client import (
     user,
 )
 from tests.client.conftest import TEST_RETRY
+from tests.conftest import REPO
 
 CONVERSATION = [
     system("You are terse."),
@@ -214,3 +217,26 @@ def test_stop_kinds_outside_the_vocabulary_are_refused_before_sending(client) ->
     with pytest.raises(ValueError, match="finished"):
         session.stop("finished")
     assert not session.stop_facts().found
+
+
+def test_streams_kept_open_past_the_client_end_quietly(writer_process, reader_process) -> None:
+    """A watch, a replay stream and a listing left half-read when the client closes: the process
+    ends without 'Event loop is closed' or pending-task noise."""
+    code = f"""
+from rollout_client import RolloutClient
+with RolloutClient({writer_process.address!r}, {reader_process.address!r}) as client:
+    session = client.create_session()
+    session.append({{"role": "user", "content": "hi"}})
+    watch = session.watch(from_seq=0)
+    next(iter(watch))
+    replay = iter(session.stream_replay())
+    listing = client.list_sessions(page_size=2)
+    next(iter(listing))
+print("done")
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "done"
+    assert result.stderr == ""
