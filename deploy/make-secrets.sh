@@ -17,6 +17,7 @@ for service in rollout-writer rollout-reader; do
   names="$names,DNS:$service,DNS:$service.rollout-ledger.svc,DNS:$service.rollout-ledger.svc.cluster.local"
 done
 mkdir -p "$out"
+chmod 0755 "$out"  # ca.pem is for every client; the private files keep their own modes
 cd "$out"
 if [ -e server.key ]; then
   echo "$out already holds secrets; remove it to make new ones" >&2

@@ -247,6 +247,8 @@ def test_make_secrets_makes_files_a_tls_writer_serves_with(tmp_path, data_dir) -
     )
     assert done.returncode == 0, done.stderr
     assert stat.S_IMODE((folder / "ca.key").stat().st_mode) == 0o600
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o755  # ca.pem is for every client
+    assert stat.S_IMODE((folder / "ca.pem").stat().st_mode) == 0o644
     for secret in ("server.key", "tokens.json"):
         mode = stat.S_IMODE((folder / secret).stat().st_mode)
         if os.geteuid() == 0:  # given to the containers' user alone
