@@ -161,6 +161,13 @@ class RunningService:
         return self.service.port
 
 
+#: What to do when an address cannot be bound.
+_PORT_ADVICE = (
+    "is the port in use? Choose another address (--address; under rollout serve,"
+    " --writer-address / --reader-address)"
+)
+
+
 class ServiceServer:
     """A grpc.aio server of one service with the house's credentials, interceptors and
     standard services (see the module doc).
@@ -232,11 +239,10 @@ class ServiceServer:
             else:
                 port = self.server.add_secure_port(address, tls.credentials())
         except RuntimeError as exc:
-            raise BindError(
-                f"cannot bind the {self.label} to {address} ({exc}); is the port in use?"
-            ) from exc
+            reason = str(exc).split("; set GRPC_VERBOSITY")[0]  # gRPC's advice is not the operator's
+            raise BindError(f"cannot bind the {self.label} to {address} ({reason}); {_PORT_ADVICE}") from exc
         if port == 0:
-            raise BindError(f"cannot bind the {self.label} to {address}; is the port in use?")
+            raise BindError(f"cannot bind the {self.label} to {address}; {_PORT_ADVICE}")
         self.address = f"{host}:{port}"
         return self.address
 

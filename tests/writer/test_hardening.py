@@ -290,7 +290,8 @@ def test_a_port_in_use_is_refused_not_shared(data_dir, reader_process) -> None:
     """A second reader on a bound port exits with a clear message instead of sharing the port."""
     result = run_rollout("serve-reader", "--data-dir", str(data_dir), "--address", reader_process.address)
     assert result.returncode == 1
-    assert "is the port in use?" in result.stderr
+    assert "is the port in use? Choose another address (--address" in result.stderr
+    assert "set GRPC_VERBOSITY" not in result.stderr
 
 
 def test_import_refuses_a_file_that_is_not_a_codex_rollout(writer_process, tmp_path) -> None:
