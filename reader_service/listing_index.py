@@ -64,13 +64,19 @@ _MESSAGE_LINE = re.compile(rb'^\{"v":\d+,(?:"\w+":(?:-?\d+|"[^"\\\n]*"),)*?"type
 #: Text a client injects as a user message that the user did not type (Codex, Claude Code).
 _INJECTED = re.compile(r"\s*<[A-Za-z_][\w-]*>|\s*# AGENTS\.md instructions")
 _BLANKS = re.compile(r"\s+")
+#: A Claude Code slash command as sent: the command's name and what the user typed after it.
+_COMMAND_NAME = re.compile(r"<command-name>\s*([^<]*?)\s*</command-name>")
+_COMMAND_ARGS = re.compile(r"<command-args>\s*(.*?)\s*</command-args>", re.DOTALL)
+#: Codex's IDE extensions send the editor's context first, then the request after this heading.
+_IDE_REQUEST = "## My request for Codex:"
 
 SortKey = tuple[datetime, str]
 
 
 def preview_of(payload: Any) -> str:
     """The preview of a ``message`` payload: the text of a user message that is not injected
-    context, blanks collapsed, cut to :data:`PREVIEW_CHARS`; "" for anything else."""
+    context, blanks collapsed, cut to :data:`PREVIEW_CHARS`; "" for anything else. A slash
+    command shows as its name and arguments; an IDE message as the request after its context."""
     if not isinstance(payload, dict) or payload.get("role") != "user":
         return ""
     content = payload.get("content")
@@ -82,7 +88,14 @@ def preview_of(payload: Any) -> str:
         )
     else:
         return ""
-    if not text.strip() or _INJECTED.match(text):
+    if (command := _COMMAND_NAME.search(text)) is not None:  # "/name what the user typed"
+        arguments = _COMMAND_ARGS.search(text)
+        text = f"{command.group(1)} {arguments.group(1) if arguments else ''}"
+    elif _IDE_REQUEST in text:
+        text = text.split(_IDE_REQUEST, 1)[1]
+    elif _INJECTED.match(text):
+        return ""
+    if not text.strip():
         return ""
     collapsed = _BLANKS.sub(" ", text).strip()
     return collapsed if len(collapsed) <= PREVIEW_CHARS else collapsed[: PREVIEW_CHARS - 1] + "…"

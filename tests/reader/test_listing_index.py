@@ -203,6 +203,28 @@ def test_a_large_first_count_finishes_in_the_background(data_dir, monkeypatch) -
         ({"role": "assistant", "content": "not a prompt"}, ""),
         ({"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}, ""),
         ({"role": "user", "content": "y" * 300}, "y" * 199 + "…"),
+        (
+            {
+                "role": "user",
+                "content": "<command-message>orchestrator is running…</command-message>\n"
+                "<command-name>/orchestrator</command-name>\n<command-args>update CLAUDE.md</command-args>",
+            },
+            "/orchestrator update CLAUDE.md",
+        ),
+        ({"role": "user", "content": "<command-name>/init</command-name>"}, "/init"),
+        (
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "input_text",
+                        "text": "# Context from my IDE setup:\n\n## Active file: a.py\n\n"
+                        "## My request for Codex:\nEvaluate the package",
+                    }
+                ],
+            },
+            "Evaluate the package",
+        ),
     ],
 )
 def test_the_preview_is_the_users_own_text(payload, preview) -> None:
