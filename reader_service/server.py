@@ -298,5 +298,5 @@ async def start_reader(
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     servicer.index.start_warming()
     await service.start()
-    log.info("reader serving on %s, data root %s", bound, config.data_dir)
+    log.info("reader serving on %s (%s), data root %s", bound, settings.describe(), config.data_dir)
     return RunningReader(service, servicer)

@@ -88,6 +88,20 @@ class ServerSettings:
     tracing: grpc.aio.ServerInterceptor | None = None
     extra_interceptors: Sequence[grpc.aio.ServerInterceptor] = field(default_factory=tuple)
 
+    def describe(self) -> str:
+        """How callers reach the service, for its start-up log line: transport, authentication,
+        health-only address and tracing (e.g. "TLS with client certificates, bearer tokens")."""
+        if self.tls is None:
+            parts = ["plaintext"]
+        else:
+            parts = ["TLS with client certificates" if self.tls.client_ca is not None else "TLS"]
+        parts.append("bearer tokens required" if self.tokens is not None else "no tokens")
+        if self.health_address is not None:
+            parts.append(f"health checks also on {self.health_address} (plaintext)")
+        if self.tracing is not None:
+            parts.append("OTLP tracing")
+        return ", ".join(parts)
+
     @property
     def authenticated(self) -> bool:
         """True when callers must present credentials (tokens, or client certificates)."""
@@ -228,13 +242,6 @@ class ServiceServer:
         tls = self.settings.tls
         try:
             if tls is None:
-                if not is_loopback(host):
-                    log.warning(
-                        "the %s serves %s in plaintext: anyone who can reach it can read what is sent,"
-                        " tokens included; give --tls-cert and --tls-key",
-                        self.label,
-                        address,
-                    )
                 port: int = self.server.add_insecure_port(address)
             else:
                 port = self.server.add_secure_port(address, tls.credentials())
@@ -244,6 +251,13 @@ class ServiceServer:
         if port == 0:
             raise BindError(f"cannot bind the {self.label} to {address}; {_PORT_ADVICE}")
         self.address = f"{host}:{port}"
+        if tls is None and not is_loopback(host):
+            log.warning(
+                "the %s serves %s in plaintext: anyone who can reach it can read what is sent,"
+                " tokens included; give --tls-cert and --tls-key",
+                self.label,
+                self.address,
+            )
         return self.address
 
     async def start(self) -> None:

@@ -84,8 +84,9 @@ def test_the_announced_address_is_the_bound_one_and_plaintext_off_loopback_is_wa
             assert health.status == health_pb2.HealthCheckResponse.SERVING
     finally:
         writer.stop()
-    assert "serves 0.0.0.0:0 in plaintext" in writer.log()
+    assert f"serves 0.0.0.0:{port} in plaintext" in writer.log()  # the bound address
     assert "--tls-cert" in writer.log()
+    assert f"writer serving on 0.0.0.0:{port} (plaintext, no tokens)" in writer.log()
 
 
 def test_rollout_version_names_the_installed_version() -> None:
@@ -444,3 +445,18 @@ def test_serve_passes_tls_and_tokens_to_both_services(tmp_path, data_dir) -> Non
         assert serve.wait(30) == 0
         if serve.stdout is not None:
             serve.stdout.close()
+
+
+def test_the_start_up_line_says_how_callers_reach_the_service(tmp_path) -> None:
+    """The 'serving on' line names the transport, authentication and health-only address in force."""
+    from shared.auth import TokenTable
+    from shared.serving import ServerSettings, TlsFiles
+
+    certificates = make_certificates(tmp_path)
+    tls = TlsFiles(certificates.cert_file, certificates.key_file, client_ca=certificates.ca_file)
+    tokens = TokenTable(write_tokens(tmp_path / "tokens.json"))
+    assert ServerSettings().describe() == "plaintext, no tokens"
+    assert (
+        ServerSettings(tls=tls, tokens=tokens, health_address="0.0.0.0:8081").describe()
+        == "TLS with client certificates, bearer tokens required, health checks also on 0.0.0.0:8081 (plaintext)"
+    )

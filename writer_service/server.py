@@ -483,8 +483,9 @@ async def start_writer(
         lock.release()
         raise
     log.info(
-        "writer serving on %s, data root %s; durable writes: %s",
+        "writer serving on %s (%s), data root %s; durable writes: %s",
         bound,
+        settings.describe(),
         config.data_dir,
         durable_write_method(config.commit),
     )
