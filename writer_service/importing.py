@@ -235,13 +235,12 @@ class SessionImport:
                 f"{self._where(len(self._sessions) - 1)}.stop", "the stream ended before this session's stop"
             )
         staged = [session for session in self._sessions if not session.already_present]
-        await self._io(self._publish, staged)
-        self._finished = True
-        self.close_files()
-        for session in staged:
-            self._ledger.adopt(
-                session.session_id, IndexEntry(session.name, session.next_seq, session.stopped_kind)
-            )
+        # Publishing and adopting are one task that a cancel of the call does not stop: once the
+        # files are linked, the writer's index must know them (abort() waits for it).
+        publishing = asyncio.ensure_future(self._publish_and_adopt(staged))
+        self._in_flight.add(publishing)
+        publishing.add_done_callback(self._in_flight.discard)
+        await asyncio.shield(publishing)
         log.info("imported %d sessions (%d already present)", len(staged), len(self._sessions) - len(staged))
         return [
             ImportedResult(
@@ -253,6 +252,15 @@ class SessionImport:
             )
             for s in self._sessions
         ]
+
+    async def _publish_and_adopt(self, staged: list[StagedSession]) -> None:
+        await self._ledger.run_io(self._publish, staged)
+        self._finished = True
+        self.close_files()
+        for session in staged:
+            self._ledger.adopt(
+                session.session_id, IndexEntry(session.name, session.next_seq, session.stopped_kind)
+            )
 
     def _publish(self, staged: list[StagedSession]) -> None:
         """Markers, then links under the real names, then one folder fsync (I/O thread)."""
@@ -289,15 +297,20 @@ class SessionImport:
                 session.staging.unlink(missing_ok=True)
 
     async def abort(self) -> None:
-        """Remove every staging file of an import that did not commit (safe to call twice)."""
+        """Remove every staging file of an import that did not commit (safe to call twice).
+
+        Work a cancel left running (a staging file being opened, a commit publishing) is
+        waited for first: a staging file is then known, and a published session is in the
+        index before its id's reservation is released.
+        """
+        if self._in_flight:
+            await asyncio.shield(asyncio.gather(*self._in_flight, return_exceptions=True))
         for session in self._sessions:
             if not session.already_present:
                 self._ledger.release(session.session_id)
         if self._finished:
             return
         self._finished = True
-        if self._in_flight:  # file work a cancel left running: its staging file is known once done
-            await asyncio.shield(asyncio.gather(*self._in_flight, return_exceptions=True))
         staged = [s for s in self._sessions if s.staging is not None]
         # Shielded: a call cancelled (again) while its clean-up waits must not leave the removal
         # unstarted; it then finishes on its I/O thread after the call is gone.

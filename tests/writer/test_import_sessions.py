@@ -219,3 +219,47 @@ def test_a_writer_killed_mid_import_leaves_nothing_after_restart(data_dir, tmp_p
         assert [s.already_present for s in answer.sessions] == [False, False]
     finally:
         restarted.stop()
+
+
+def test_a_call_cancelled_while_its_commit_publishes_leaves_the_session_known(data_dir, monkeypatch) -> None:
+    """A cancel that lands while the commit links the files (a slow folder fsync here): the session
+    is published once, the writer's index knows it (Resume works), and a retry finds it present."""
+    import asyncio
+    import time
+
+    import writer_service.importing as importing
+    from writer_service.server import start_writer
+    from writer_service.sessions import WriterConfig
+
+    fsync_dir = importing.fsync_dir
+
+    def slow_fsync_dir(path: Path) -> None:
+        time.sleep(1.0)  # a slow disk: the client's cancel arrives meanwhile
+        fsync_dir(path)
+
+    monkeypatch.setattr(importing, "fsync_dir", slow_fsync_dir)
+    parts = [create(PARENT, role=writer_pb2.SESSION_ROLE_ROOT), records(message("user", "hello")), stop()]
+
+    async def scenario() -> None:
+        writer = await start_writer(WriterConfig(data_dir=data_dir), "127.0.0.1:0")
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{writer.port}") as channel:
+                stub = writer_pb2_grpc.RolloutWriterStub(channel)
+                call = stub.ImportSessions(iter(parts))
+                await asyncio.sleep(0.5)  # every part sent; the publish is under way
+                call.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await call
+                await asyncio.sleep(1.5)
+                assert PARENT in writer.ledger.index.entries
+                retry = await stub.ImportSessions(iter(parts))
+                assert [result.already_present for result in retry.sessions] == [True]
+                await stub.Resume(
+                    writer_pb2.ResumeRequest(session_id=PARENT, force=True)
+                )  # known, not NOT_FOUND
+        finally:
+            await writer.stop()
+
+    asyncio.run(scenario())
+    assert len(list((data_dir / "sessions").glob(f"*{PARENT}*"))) == 1
+    assert hidden_files(data_dir) == []
