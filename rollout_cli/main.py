@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import shlex
+import ssl
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -65,8 +66,7 @@ class Credentials:
 )
 @click.option(
     "--tls-ca",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    callback=lambda _context, _parameter, value: _pem_certificates(value),
+    type=click.Path(dir_okay=False, path_type=Path),
     default=lambda: os.environ.get("ROLLOUT_TLS_CA") or None,
     help="CA certificate file (PEM) of the services' TLS; client commands then use TLS (env ROLLOUT_TLS_CA).",
 )
@@ -77,24 +77,28 @@ def cli(context: click.Context, verbose: bool, token: str | None, tls_ca: Path |
     context.obj = Credentials(token, tls_ca)
 
 
-def _pem_certificates(path: Path | None) -> Path | None:
-    """``path`` when it holds a PEM certificate; click.BadParameter (exit 2) before any connection
-    when it cannot be read or holds none (gRPC would only say the handshake failed)."""
-    if path is None:
-        return None
+def _check_ca_file(path: Path) -> None:
+    """Raise click.BadParameter (exit 2) unless ``path`` holds PEM certificates a TLS client can
+    trust (gRPC itself would only say, later, that the handshake failed)."""
     try:
-        text = path.read_bytes()
-    except OSError as exc:
-        raise click.BadParameter(f"cannot read {path}: {exc.strerror or exc}") from exc
-    if b"-----BEGIN CERTIFICATE-----" not in text:
-        raise click.BadParameter(f"{path} holds no PEM certificate (-----BEGIN CERTIFICATE-----)")
-    return path
+        ssl.create_default_context(cafile=str(path))
+    except (ssl.SSLError, OSError, ValueError) as exc:
+        raise click.BadParameter(
+            f"{path} holds no usable PEM certificate ({exc})", param_hint="'--tls-ca' / ROLLOUT_TLS_CA"
+        ) from exc
 
 
 def _credentials() -> Credentials:
-    """The --token / --tls-ca of this invocation (none when a command runs outside the group)."""
+    """The --token / --tls-ca of this invocation (none when a command runs outside the group).
+
+    Only client commands ask, so a bad ROLLOUT_TLS_CA does not stop ``serve`` or ``--help``;
+    click.BadParameter when the CA file holds no usable certificate.
+    """
     obj = click.get_current_context().find_root().obj
-    return obj if isinstance(obj, Credentials) else Credentials()
+    credentials = obj if isinstance(obj, Credentials) else Credentials()
+    if credentials.tls_ca is not None:
+        _check_ca_file(credentials.tls_ca)
+    return credentials
 
 
 cli.add_command(serve_writer)

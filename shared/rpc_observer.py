@@ -79,7 +79,8 @@ def _status_code(context: grpc.aio.ServicerContext, error: BaseException | None)
         )
     if error is None:
         return grpc.StatusCode.OK
-    if isinstance(error, asyncio.CancelledError):
+    # GeneratorExit: gRPC closed a response stream whose client went away.
+    if isinstance(error, asyncio.CancelledError | GeneratorExit):
         return grpc.StatusCode.CANCELLED
     return grpc.StatusCode.UNKNOWN
 

@@ -111,6 +111,7 @@ class _Converter:
         self.last_event: str = ""
         self.turn = 0  # counts task_started events: what the user typed is matched within a turn
         self.user_items: set[tuple[int, str]] = set()  # (turn, text) of user response items
+        self.new_user_item: tuple[int, str] | None = None  # the user item the current line added
         #: item_completed UserMessage events: (index in the records, body, turn)
         self.user_events: list[tuple[int, dict[str, Any], int]] = []
         self.line = 0
@@ -157,7 +158,10 @@ class _Converter:
         kind = str(item.get("type"))
         self.last_item = kind
         if kind == "message" and item.get("role") == "user":
-            self.user_items.add((self.turn, _typed_text(item.get("content"))))
+            typed = (self.turn, _typed_text(item.get("content")))
+            if typed not in self.user_items:
+                self.user_items.add(typed)
+                self.new_user_item = typed
         if kind == "reasoning":
             summary = item.get("summary") or []
             texts = [part.get("text", "") for part in summary if isinstance(part, dict)]
@@ -315,7 +319,12 @@ def convert_codex(lines: Iterable[bytes], source: Path = Path("<codex>")) -> Imp
             continue
         if isinstance(line, dict):
             converter.time = source_time(line.get("timestamp")) or converter.time
-        records, user_events = len(converter.session.records), len(converter.user_events)
+        records, user_events, turn = (
+            len(converter.session.records),
+            len(converter.user_events),
+            converter.turn,
+        )
+        converter.new_user_item = None
         try:
             if not isinstance(line, dict):
                 converter.keep("codex.unknown", {"line": line})
@@ -331,6 +340,9 @@ def convert_codex(lines: Iterable[bytes], source: Path = Path("<codex>")) -> Imp
             # JSON a record cannot hold (nested deeper than protobuf's limit of 100, say): the
             # line is kept as its text instead of whatever part of it was converted.
             del converter.session.records[records:], converter.user_events[user_events:]
+            converter.turn = turn
+            if converter.new_user_item is not None:  # a user item this line would have added
+                converter.user_items.discard(converter.new_user_item)
             reason = f"{type(exc).__name__}: {exc}"
             converter.keep(
                 "codex.unrepresentable_line", {"text": raw.decode("utf-8", "replace"), "reason": reason}

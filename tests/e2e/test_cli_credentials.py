@@ -146,11 +146,18 @@ def test_a_ca_file_against_a_plaintext_service_says_it_does_not_speak_tls(reader
     assert f"Error: the reader at {reader_process.address} does not speak TLS" in result.stderr
 
 
-def test_a_ca_file_without_a_certificate_is_refused_before_connecting(tmp_path) -> None:
-    """--tls-ca naming a file that holds no PEM certificate: a usage error (exit 2) naming the file."""
-    not_a_certificate = tmp_path / "notes.txt"
-    not_a_certificate.write_text("hello\n")
+@pytest.mark.parametrize(
+    "content",
+    [b"hello\n", b"-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydGlmaWNhdGU=\n-----END CERTIFICATE-----\n"],
+    ids=["no-pem", "corrupt-body"],
+)
+def test_a_ca_file_without_a_usable_certificate_is_refused_before_connecting(tmp_path, content) -> None:
+    """--tls-ca naming a file with no usable PEM certificate: a usage error (exit 2) naming the file;
+    the same file in ROLLOUT_TLS_CA does not stop a command that makes no client call."""
+    not_a_certificate = tmp_path / "notes.pem"
+    not_a_certificate.write_bytes(content)
     result = run_rollout("--tls-ca", str(not_a_certificate), "ls", "--reader", "127.0.0.1:1")
     assert result.returncode == 2
-    assert f"{not_a_certificate} holds no PEM certificate" in result.stderr
+    assert f"{not_a_certificate} holds no usable PEM certificate" in result.stderr
     assert "Traceback" not in result.stderr
+    assert run_rollout("--tls-ca", str(not_a_certificate), "serve-writer", "--help").returncode == 0

@@ -195,3 +195,26 @@ def test_a_line_nested_deeper_than_a_record_can_hold_is_kept_as_its_text() -> No
     assert kept.line == 3
     assert orjson.loads(kept.record.event.body["text"]) == orjson.loads(nested)
     assert [r.line for r in session.records if r.record.WhichOneof("record") == "message"] == [2, 4]
+
+
+def test_a_user_item_that_cannot_be_held_does_not_hide_the_same_typed_text() -> None:
+    """A user response item kept as an unrepresentable line counts for nothing: the item_completed
+    event with the same text still becomes the user message."""
+    deep: object = "bottom"
+    for _ in range(150):
+        deep = [deep]
+    item = {
+        "type": "message",
+        "role": "user",
+        "content": [{"type": "input_text", "text": "PROMPT-ONE"}, {"type": "input_image", "nested": deep}],
+    }
+    lines = [
+        META,
+        envelope("event_msg", {"type": "task_started"}),
+        envelope("response_item", item),
+        _typed("PROMPT-ONE"),
+    ]
+    session = convert_codex(lines).sessions[0]
+    assert session.kept_as_event["codex.unrepresentable_line"] == 1
+    users = [r.record.message for r in session.records if r.record.WhichOneof("record") == "message"]
+    assert [m.parts.values[0].struct_value["text"] for m in users] == ["PROMPT-ONE"]

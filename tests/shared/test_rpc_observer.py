@@ -168,3 +168,32 @@ def test_a_refused_client_stream_lets_go_of_the_last_request_it_received(stream:
         asyncio.run(scenario())
     finally:
         gc.enable()
+
+
+class GoneContext(RefusingContext):
+    """A call whose client went away: no status was set."""
+
+    def code(self) -> None:  # type: ignore[override]
+        return None
+
+
+def test_a_response_stream_closed_because_its_client_left_counts_as_cancelled(caplog) -> None:
+    """gRPC closes the response stream of a client that went away (GeneratorExit inside it): the call
+    is logged and counted as CANCELLED at INFO, not as a server failure."""
+
+    async def replies(request: object, context: object) -> AsyncIterator[int]:
+        for number in range(10):
+            yield number
+
+    async def scenario() -> None:
+        stream = await RpcObserver("reader").intercept(
+            replies, None, GoneContext(), "/rollout.v1.RolloutReader/GetX"
+        )
+        assert await anext(stream) == 0
+        await stream.aclose()
+
+    with caplog.at_level("INFO", logger="rollout.rpc"):
+        asyncio.run(scenario())
+    [record] = [r for r in caplog.records if r.name == "rollout.rpc"]
+    assert record.levelname == "INFO"
+    assert "CANCELLED" in record.getMessage()
