@@ -148,6 +148,12 @@ class InternalError(RolloutError):
     """INTERNAL, UNKNOWN or another status no other class covers."""
 
 
+class ClientClosedError(RolloutError):
+    """The blocking client was closed (from another thread) before this call completed, or the
+    call came after :meth:`RolloutClient.close`. An append cut short this way may or may not
+    have been written: read the session (replay) before appending it again."""
+
+
 class AppendOutcomeUnknownError(RolloutError):
     """An append whose first attempt may have landed could not be settled without risking a
     second copy (see :mod:`rollout_client._appends`). Nothing was written twice; read the

@@ -19,6 +19,7 @@ from typing import Any, Self, TypeVar
 
 from rollout_client._aio import AsyncRolloutClient
 from rollout_client._appends import RetryPolicy
+from rollout_client._errors import ClientClosedError
 from rollout_client._records import Record
 from rollout_client._results import (
     AppendResult,
@@ -43,19 +44,25 @@ async def _next(items: AsyncGenerator[T, None]) -> T:
 
 
 async def _end_open_streams(loop: asyncio.AbstractEventLoop) -> None:
-    """Close the loop's open async generators and end its other tasks (gRPC's own, of calls
-    those generators held), so that stopping the loop leaves nothing pending."""
-    await loop.shutdown_asyncgens()
+    """End the loop's other tasks (calls in flight from other threads, gRPC's own), then close
+    its open async generators (streams held by unfinished iterators), so that stopping the
+    loop leaves nothing pending; tasks first, as a generator being iterated cannot be closed."""
     others = [task for task in asyncio.all_tasks(loop) if task is not asyncio.current_task()]
     for task in others:
         task.cancel()
     await asyncio.gather(*others, return_exceptions=True)
+    await loop.shutdown_asyncgens()
+
+
+#: How often a blocking call checks that the client's loop still runs (seconds).
+_CLOSED_POLL_S = 0.5
 
 
 class _EventLoopThread:
     """An event loop running in a daemon thread; :meth:`run` blocks the caller until done."""
 
     def __init__(self) -> None:
+        self.closing = False  # set once by RolloutClient.close, before the loop stops
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="rollout-client", daemon=True)
         self.thread.start()
@@ -69,9 +76,23 @@ class _EventLoopThread:
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop)
 
     def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run ``coroutine`` on the loop and wait for it; ClientClosedError when the client is
+        closed first (the loop stopped, or the call was cancelled by :meth:`RolloutClient.close`)."""
+        if self.closing:
+            coroutine.close()
+            raise ClientClosedError("the client is closed")
         future = self.submit(coroutine)
         try:
-            return future.result()
+            while True:
+                try:
+                    return future.result(timeout=_CLOSED_POLL_S)
+                except concurrent.futures.TimeoutError:
+                    if not self.thread.is_alive():  # stopped before it ran the call
+                        raise ClientClosedError("the client was closed before this call completed") from None
+                except concurrent.futures.CancelledError:
+                    if self.closing:
+                        raise ClientClosedError("the client was closed before this call completed") from None
+                    raise
         except BaseException:
             future.cancel()
             raise
@@ -100,6 +121,7 @@ class RolloutClient:
     ) -> None:
         self.core = AsyncRolloutClient(writer, reader, token=token, tls_ca=tls_ca, retry=retry)
         self._loop = _EventLoopThread()
+        self._close_lock = threading.Lock()
 
     def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         """Run a coroutine of :attr:`core` on the client's loop and wait for its result."""
@@ -112,16 +134,21 @@ class RolloutClient:
 
     def close(self) -> None:
         """End every stream still open (a generator kept past the ``with`` block, say), close the
-        channels and stop the client's thread."""
-        if not self._loop.loop.is_closed():
-            self.run(_end_open_streams(self._loop.loop))
-            self.run(self.core.close())
-            self._loop.stop()
+        channels and stop the client's thread. Safe to call twice and from several threads; a
+        call other threads have in flight raises ClientClosedError there."""
+        with self._close_lock:
+            if self._loop.closing:
+                return
+            self._loop.closing = True
+        loop = self._loop
+        asyncio.run_coroutine_threadsafe(_end_open_streams(loop.loop), loop.loop).result()
+        asyncio.run_coroutine_threadsafe(self.core.close(), loop.loop).result()
+        loop.stop()
 
     def close_stream(self, items: AsyncGenerator[Any, None]) -> None:
         """Close one of :attr:`core`'s async generators from a blocking generator's ``finally``;
         nothing to do once the client is closed (:meth:`close` ended it)."""
-        if not self._loop.loop.is_closed():
+        if not self._loop.closing:
             self.run(items.aclose())
 
     def __enter__(self) -> Self:

@@ -240,3 +240,52 @@ print("done")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "done"
     assert result.stderr == ""
+
+
+def test_close_from_another_thread_ends_calls_in_flight_with_client_closed(
+    writer_process, reader_process
+) -> None:
+    """close() while other threads iterate a watch and append: each of them gets ClientClosedError
+    (none hangs), close() twice and from two threads at once is fine, and nothing is printed."""
+    code = f"""
+import threading
+from rollout_client import ClientClosedError, RolloutClient
+client = RolloutClient({writer_process.address!r}, {reader_process.address!r})
+session = client.create_session()
+session.append({{"role": "user", "content": "hi"}})
+outcomes = []
+def watching():
+    try:
+        for _ in session.watch(from_seq=0):
+            pass
+    except ClientClosedError:
+        outcomes.append("watch closed")
+def appending():
+    try:
+        while True:
+            session.append({{"role": "user", "content": "more"}})
+    except ClientClosedError:
+        outcomes.append("append closed")
+threads = [threading.Thread(target=watching), threading.Thread(target=appending)]
+for thread in threads:
+    thread.start()
+threading.Event().wait(0.5)
+closers = [threading.Thread(target=client.close) for _ in range(2)]
+for closer in closers:
+    closer.start()
+for thread in closers + threads:
+    thread.join(10)
+    assert not thread.is_alive(), "a thread hung"
+client.close()
+try:
+    client.create_session()
+except ClientClosedError:
+    outcomes.append("after close")
+print(sorted(outcomes))
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "['after close', 'append closed', 'watch closed']"
+    assert result.stderr == ""
