@@ -45,19 +45,22 @@ async def _refused_call(handler: Any, stream: bool) -> tuple[BaseException, weak
     and the observer ends the call without raising it."""
     references: list[weakref.ref[Built]] = []
     kept: list[BaseException] = []
+    await _observed(lambda request, context: handler(references, kept), None, stream)
+    [error] = kept
+    return error, references[0]
+
+
+async def _observed(handler: Any, requests: Any, stream: bool) -> None:
+    """Run one call of ``handler`` through the observer to its end, as gRPC would: a unary
+    response awaited (an aborted call answers None), a response stream read to its end."""
     outcome = RpcObserver("writer").intercept(
-        lambda request, context: handler(references, kept),
-        None,
-        RefusingContext(),
-        "/rollout.v1.RolloutWriter/Append",
+        handler, requests, RefusingContext(), "/rollout.v1.RolloutWriter/X"
     )
     if stream:
         async for _ in await outcome:
             pass
     else:
         assert await outcome is None
-    [error] = kept
-    return error, references[0]
 
 
 def _abort(kept: list[BaseException]) -> grpc.aio.AbortError:
@@ -148,17 +151,7 @@ def test_a_refused_client_stream_lets_go_of_the_last_request_it_received(stream:
         kept: list[BaseException] = []
         requests = _received(references)  # referenced here, as gRPC's receiver holds its iterator
         handler = _reading_one_then_refusing_stream if stream else _reading_one_then_refusing
-        outcome = RpcObserver("writer").intercept(
-            lambda iterator, context: handler(iterator, kept),
-            requests,
-            RefusingContext(),
-            "/rollout.v1.RolloutWriter/AppendStream",
-        )
-        if stream:
-            async for _ in await outcome:
-                pass
-        else:
-            assert await outcome is None
+        await _observed(lambda iterator, context: handler(iterator, kept), requests, stream)
         assert len(kept) == 1
         # Checked before asyncio.run ends: its shutdown would close every async generator.
         assert references[0]() is None
