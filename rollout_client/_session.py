@@ -1,19 +1,19 @@
 """Sessions of the asyncio client: :class:`AsyncSession` (append, replay, stop, resume, fork,
 stop facts, verify) and :class:`AsyncReplayStream`. Obtained from
-:class:`rollout_client.AsyncRolloutClient` (``create_session``, ``session``); the blocking
+:class:`rollout_client.SessionClient` (``create_session``, ``session``); the blocking
 :class:`rollout_client.Session` runs these same calls on its client's loop.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from typing import Any, Protocol
 
 import grpc
 
-from rollout.v1 import reader_pb2, records_pb2, writer_pb2
-from rollout_client._appends import REFUSED_UNWRITTEN, Attempts, PendingAppend, is_retryable
+from rollout.v1 import reader_pb2, reader_pb2_grpc, records_pb2, writer_pb2, writer_pb2_grpc
+from rollout_client._appends import REFUSED_UNWRITTEN, Attempts, PendingAppend, RetryPolicy, is_retryable
 from rollout_client._errors import (
     AppendOutcomeUnknownError,
     FieldViolation,
@@ -36,15 +36,36 @@ from rollout_client._results import (
 from shared.errors import RecordValidationError
 from shared.wire import stop_kind_to_proto
 
-if TYPE_CHECKING:
-    from rollout_client._aio import AsyncRolloutClient
+
+class SessionClient(Protocol):
+    """What sessions use of their client (:class:`rollout_client.AsyncRolloutClient` is the one
+    implementation), so this module does not import it."""
+
+    retry: RetryPolicy
+
+    @property
+    def writer_stub(self) -> writer_pb2_grpc.RolloutWriterStub: ...
+
+    @property
+    def reader_stub(self) -> reader_pb2_grpc.RolloutReaderStub: ...
+
+    async def call(
+        self,
+        method: Callable[..., Awaitable[Any]],
+        request: Any,
+        retry_on: frozenset[grpc.StatusCode] = ...,
+    ) -> Any: ...
+
+    async def append(self, pending: PendingAppend) -> writer_pb2.AppendResponse: ...
+
+    async def next_seq(self, session_id: str) -> int: ...
 
 
 class AsyncReplayStream:
     """``async for message in session.stream_replay():`` message dicts in order, from chunks of
     ~1 MiB; :attr:`summary` is set once the last chunk has arrived."""
 
-    def __init__(self, client: AsyncRolloutClient, request: reader_pb2.ReplayRequest) -> None:
+    def __init__(self, client: SessionClient, request: reader_pb2.ReplayRequest) -> None:
         self._client = client
         self._request = request
         self.summary: ReplaySummary | None = None
@@ -74,7 +95,7 @@ class AsyncSession:
 
     def __init__(
         self,
-        client: AsyncRolloutClient,
+        client: SessionClient,
         session_id: str,
         *,
         next_seq: int | None = None,

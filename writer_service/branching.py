@@ -17,22 +17,51 @@ draining (SPEC §2.7); a fork's bytes are copied in the kernel (``copy_file_rang
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, TypeVar
 
 from shared.errors import SessionStateError
 from shared.naming import build_file_name, new_session_id
 from shared.rebuild import DegradedEntry
 from shared.records import RecordType, encode_line, format_timestamp, now_timestamp
 from shared.stop_kinds import classify_session
-from writer_service.file_facts import FORCE_HINT, file_facts, refuse_damage
+from writer_service.file_facts import FORCE_HINT, RebuiltFacts, file_facts, refuse_damage
 from writer_service.forking import check_fork_keeps_pairs, find_fork_point
+from writer_service.heap_trim import HeapTrimmer
 from writer_service.open_session import OpenSession
 
-if TYPE_CHECKING:
-    from writer_service.sessions import SessionLedger
+_T = TypeVar("_T")
+
+
+class SessionLedger(Protocol):
+    """What Resume and Fork use of the writer's ledger (:class:`writer_service.sessions.SessionLedger`
+    is the one implementation): its small public API, so this module does not import it."""
+
+    heap_trimmer: HeapTrimmer
+
+    async def open_session(self, session_id: str) -> OpenSession: ...
+
+    async def rebuild_exclusive(self, state: OpenSession, with_digest: bool) -> RebuiltFacts: ...
+
+    async def drained_path(self, session_id: str) -> Path: ...
+
+    async def run_io(self, function: Callable[..., _T], *args: Any) -> _T: ...
+
+    async def publish(
+        self,
+        session_id: str,
+        name: str,
+        body: bytes,
+        meta: dict[str, Any],
+        next_seq: int,
+        calls: set[str],
+        copy: tuple[Path, int, int] | None = None,
+        trailer: bytes = b"",
+    ) -> None: ...
+
 
 log = logging.getLogger(__name__)
 
