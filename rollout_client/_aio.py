@@ -128,8 +128,9 @@ class AsyncRolloutClient:
             try:
                 return await method(request, timeout=attempts.timeout())
             except grpc.aio.AioRpcError as exc:
-                if exc.code() not in retry_on or not await attempts.wait():
-                    raise error_from_rpc(exc) from exc
+                error = error_from_rpc(exc)
+                if not is_retryable(error, retry_on) or not await attempts.wait():
+                    raise error from exc
 
     async def append(self, pending: PendingAppend) -> writer_pb2.AppendResponse:
         """Send one Append until it is settled exactly once (rules in :mod:`rollout_client._appends`)."""

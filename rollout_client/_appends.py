@@ -62,6 +62,7 @@ import grpc
 
 from rollout.v1 import writer_pb2
 from rollout_client._errors import AppendOutcomeUnknownError, FailedPreconditionError, RolloutError
+from shared.errors import REPLY_TOO_LARGE
 from shared.wire import append_payloads
 
 #: Statuses after which the same request is sent again (backoff, within the deadline).
@@ -77,13 +78,17 @@ RETRYABLE = frozenset(
 REFUSED_UNWRITTEN = frozenset({grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.ABORTED})
 
 
-def is_retryable(error: RolloutError) -> bool:
-    """Whether sending the same request again may succeed: a :data:`RETRYABLE` status, except
-    gRPC's own refusal of a message over the service's size limit (RESOURCE_EXHAUSTED "larger
-    than max"), which the same request meets every time."""
-    if error.code not in RETRYABLE:
+def is_retryable(error: RolloutError, retry_on: frozenset[grpc.StatusCode] = RETRYABLE) -> bool:
+    """Whether sending the same request again may succeed: a status in ``retry_on``, except the
+    RESOURCE_EXHAUSTED refusals the same request meets every time: gRPC's own of a message over
+    the service's size limit ("larger than max") and the reader's reply too large for one
+    message (ErrorInfo reason ``REPLY_TOO_LARGE``: use the streaming call)."""
+    if error.code not in retry_on:
         return False
-    return not (error.code is grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in error.message)
+    if error.code is not grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return True
+    too_large = any(info.reason == REPLY_TOO_LARGE for info in error.error_info)
+    return not (too_large or "larger than max" in error.message)
 
 
 @dataclass(frozen=True)

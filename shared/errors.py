@@ -138,7 +138,13 @@ class QueueFullError(ResourceLimitError):
 
 
 class ReplyTooLargeError(ResourceLimitError):
-    """A unary reply would exceed the message size limit; use the streaming RPC."""
+    """A unary reply would exceed the message size limit; use the streaming RPC. Sent as
+    RESOURCE_EXHAUSTED with an ``ErrorInfo`` of reason :data:`REPLY_TOO_LARGE`, which clients
+    read as "not retryable" (the same request meets it every time)."""
+
+
+#: ErrorInfo reason of :class:`ReplyTooLargeError` (domain ``rollout-ledger``).
+REPLY_TOO_LARGE = "REPLY_TOO_LARGE"
 
 
 class StorageWriteError(LedgerError):

@@ -33,11 +33,13 @@ from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from shared.errors import (
+    REPLY_TOO_LARGE,
     CorruptSessionError,
     InvalidArgumentError,
     LedgerError,
     PermissionDeniedError,
     RecordValidationError,
+    ReplyTooLargeError,
     ResourceLimitError,
     SessionBusyError,
     SessionExistsError,
@@ -116,6 +118,9 @@ def _status_of(error: LedgerError, prefix: str) -> tuple[grpc.StatusCode, str, l
                 metadata={"operation": "repair"},
             )
             return grpc.StatusCode.UNAVAILABLE, message, [info]
+        case ReplyTooLargeError():  # the same request meets it every time: the reason says so
+            info = error_details_pb2.ErrorInfo(reason=REPLY_TOO_LARGE, domain="rollout-ledger")
+            return grpc.StatusCode.RESOURCE_EXHAUSTED, message, [info]
         case ResourceLimitError():
             return grpc.StatusCode.RESOURCE_EXHAUSTED, message, []
         case StorageWriteError():

@@ -137,3 +137,16 @@ def test_a_request_over_the_writers_size_limit_is_not_retried(data_dir, reader_p
             session.append(user("small"))  # the session is fine afterwards
     finally:
         writer.stop()
+
+
+def test_a_reply_too_large_or_a_message_over_the_limit_is_never_retried() -> None:
+    """RESOURCE_EXHAUSTED is retryable (backpressure) except when the same request meets it every
+    time: the reader's REPLY_TOO_LARGE reason and gRPC's own "larger than max"."""
+    from rollout_client import ErrorInfo, RolloutError
+    from rollout_client._appends import is_retryable
+
+    exhausted = grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert is_retryable(RolloutError("queue full; retry", code=exhausted))
+    too_large = (ErrorInfo("REPLY_TOO_LARGE", "rollout-ledger"),)
+    assert not is_retryable(RolloutError("use StreamReplay", code=exhausted, error_info=too_large))
+    assert not is_retryable(RolloutError("Received message larger than max (5 vs. 4)", code=exhausted))

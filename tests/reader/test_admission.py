@@ -8,6 +8,7 @@ from pathlib import Path
 import grpc
 import grpc.aio
 import pytest
+from google.rpc import error_details_pb2, status_pb2
 
 import reader_service.replies
 from reader_service.admission import ReadBudget
@@ -72,10 +73,19 @@ def test_a_unary_read_of_a_file_over_the_reply_limit_is_refused_before_it_is_rea
         ):
             with pytest.raises(grpc.aio.AioRpcError) as caught:
                 await call(request)
-            answers.append((caught.value.code(), caught.value.details()))
+            reasons = []
+            for key, value in caught.value.trailing_metadata() or ():
+                if key == "grpc-status-details-bin":
+                    for detail in status_pb2.Status.FromString(value).details:
+                        info = error_details_pb2.ErrorInfo()
+                        if detail.Unpack(info):
+                            reasons.append(info.reason)
+            answers.append((caught.value.code(), caught.value.details(), reasons))
         return answers
 
     (replay, view) = run(calls, ReaderConfig(data_dir=tmp_path, max_reply_bytes=2048))
+    # The reason tells clients not to retry: the same request meets the limit every time.
+    assert replay[2] == view[2] == ["REPLY_TOO_LARGE"]
     assert replay[0] == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert "over the 2048-byte unary reply limit" in replay[1]
     assert "use StreamReplay" in replay[1]
