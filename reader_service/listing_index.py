@@ -45,11 +45,10 @@ from typing import Any
 import orjson
 
 from reader_service.stop_facts import DEFAULT_TAIL_WINDOW, StopFactsResult, read_stop_facts
-from shared.errors import SessionNotFoundError
 from shared.layout import DataRoot, read_session_file, session_file_stat
 from shared.naming import SessionFileName
-from shared.session_meta import read_session_meta, tenant_of
-from shared.tenancy import current_caller
+from shared.session_meta import read_session_meta
+from shared.tenancy import check_visible
 
 log = logging.getLogger(__name__)
 
@@ -273,9 +272,7 @@ class ListingIndex:
         SessionNotFoundError, OSError ``ELOOP`` when the file is a symbolic link.
         """
         parsed, path = self.root.locate(session_id, field)
-        caller = current_caller()
-        if caller.tenant is not None and not caller.sees(tenant_of(self.meta(path.name))):
-            raise SessionNotFoundError(session_id)
+        check_visible(session_id, lambda: self.meta(path.name))
         return parsed, path
 
     # -- heads ----------------------------------------------------------------------------------

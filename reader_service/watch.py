@@ -42,7 +42,7 @@ from typing import Any, NamedTuple
 import orjson
 from inotify_simple import INotify, flags
 
-from shared.layout import open_session_file
+from shared.layout import open_session_file, session_file_stat
 from shared.records import RecordType
 
 log = logging.getLogger(__name__)
@@ -275,8 +275,8 @@ class SessionTail:
     def changed(self) -> SessionFileChangedError | None:
         """Whether the file at the session's path is still the one open here (stat calls)."""
         try:
-            current = os.stat(self.path)
-        except FileNotFoundError:
+            current = session_file_stat(self.path)  # a link put in its place counts as replaced
+        except OSError:  # gone (ENOENT) or a symbolic link now (ELOOP)
             current = None
         if current is None or (current.st_dev, current.st_ino) != self.identity:
             return SessionFileChangedError(
@@ -302,11 +302,6 @@ class WatchHub:
         self._tails: dict[str, SessionTail] = {}
         self._by_wd: dict[int, SessionTail] = {}
         self._closed = False
-
-    @property
-    def watched_sessions(self) -> int:
-        """Sessions with at least one watcher (each holds one inotify watch and one descriptor)."""
-        return len(self._tails)
 
     async def follow(self, session_id: str, path: Path, from_seq: int) -> AsyncIterator[bytes]:
         """Serialized WatchSessionResponses for ``session_id`` (file ``path``) from ``from_seq``:

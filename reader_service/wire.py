@@ -38,7 +38,7 @@ from reader_service.stop_facts import StopFactsResult, eligibility_of
 from rollout.v1 import reader_pb2, records_pb2
 from shared.errors import InvalidArgumentError, ReplyTooLargeError
 from shared.rebuild import CheckpointRecord, DegradedEntry
-from shared.records import parse_timestamp
+from shared.records import parse_timestamp, reasoning_blocks_of
 from shared.wire import fill_message
 
 if TYPE_CHECKING:
@@ -232,12 +232,7 @@ def _other_fields(payload: Mapping[str, Any], pieces: list[bytes]) -> None:
     if "truncation_marker" in payload:
         data = _utf8(payload["truncation_marker"])
         pieces += (_TRUNCATION_MARKER, _varint(len(data)), data)
-    reasoning = payload.get("reasoning")
-    blocks: list[Any] = []
-    if isinstance(reasoning, dict):
-        blocks = [reasoning]
-    elif isinstance(reasoning, list):
-        blocks = [block for block in reasoning if isinstance(block, dict)]
+    blocks = reasoning_blocks_of(payload)
     if len(blocks) == 1:
         data = _reasoning(blocks[0])
         pieces += (_REASONING, _varint(len(data)), data)

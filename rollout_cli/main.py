@@ -30,8 +30,8 @@ import click
 from rollout_cli import session_view
 from rollout_cli.loadtest import LoadtestConfig
 from rollout_cli.reachability import cleartext_token_message, unreachable_message
-from rollout_cli.supervision import DEFAULT_READER, DEFAULT_WRITER, serve, serve_reader, serve_writer
-from rollout_client import RetryPolicy, RolloutClient, RolloutError
+from rollout_cli.supervision import serve, serve_reader, serve_writer
+from rollout_client import DEFAULT_READER, DEFAULT_WRITER, RetryPolicy, RolloutClient, RolloutError
 from shared.stop_kinds import StopKind
 
 #: People wait for answers, not for retries against a service that is not there: a few quick

@@ -19,7 +19,7 @@ import click
 import orjson
 
 from rollout_client import ReplaySummary, SessionSummary, StopFacts, WatchedRecord
-from shared.records import parse_timestamp
+from shared.records import parse_timestamp, reasoning_blocks_of
 
 #: Columns assumed when stdout is not a terminal.
 DEFAULT_COLUMNS = 160
@@ -105,13 +105,6 @@ def message_text(message: Mapping[str, Any]) -> str:
     return "\n".join(texts)
 
 
-def _reasoning_blocks(message: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    reasoning = message.get("reasoning")
-    if isinstance(reasoning, list):
-        return [block for block in reasoning if isinstance(block, Mapping)]
-    return [reasoning] if isinstance(reasoning, Mapping) else []
-
-
 def print_message(index: int, message: Mapping[str, Any], width: int) -> None:
     """One replayed message: ``[index] role`` (what it answers, whether synthetic), then its
     reasoning blocks, text and tool calls, indented, each cut to ``width`` characters."""
@@ -121,7 +114,7 @@ def print_message(index: int, message: Mapping[str, Any], width: int) -> None:
     if message.get("synthetic"):
         head += " (synthetic)"
     click.echo(click.style(head, bold=True))
-    blocks = _reasoning_blocks(message)
+    blocks = reasoning_blocks_of(message)
     for number, block in enumerate(blocks, 1):
         label = "reasoning" if len(blocks) == 1 else f"reasoning {number}/{len(blocks)}"
         click.echo(textwrap.indent(f"{label}: {shorten(str(block.get('content', '')), width)}", "  "))

@@ -27,6 +27,7 @@ from typing import Any
 import click
 
 from rollout_cli.serve_options import ServeOptions, pair_options, reloading_tokens, service_options
+from rollout_client import DEFAULT_READER, DEFAULT_WRITER
 from shared.records import DEFAULT_MAX_RECORD_BYTES
 from shared.serving import BindError
 from writer_service.committer import CommitConfig, Durability, RoundSync, SyncCall
@@ -35,8 +36,6 @@ from writer_service.refusal_pacing import DEFAULT_RATE as DEFAULT_UNKNOWN_ID_RAT
 log = logging.getLogger(__name__)
 
 DEFAULT_DATA_DIR = "rollout-data"
-DEFAULT_WRITER = "127.0.0.1:50051"
-DEFAULT_READER = "127.0.0.1:50052"
 
 data_dir_option = click.option(
     "--data-dir",

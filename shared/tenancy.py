@@ -18,10 +18,13 @@ token may name: with authentication on it is visible to no caller.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import Any
 
 from shared.errors import PermissionDeniedError, SessionNotFoundError
+from shared.session_meta import tenant_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,9 +52,12 @@ def current_caller() -> Caller:
     return CALLER.get()
 
 
-def check_visible(session_id: str, tenant: str) -> None:
-    """Raise SessionNotFoundError (NOT_FOUND) unless the current caller sees a session of ``tenant``."""
-    if not CALLER.get().sees(tenant):
+def check_visible(session_id: str, meta: Callable[[], Mapping[str, Any]]) -> None:
+    """Raise SessionNotFoundError (NOT_FOUND, never a hint that the session exists) unless the
+    current caller sees the session whose ``session_meta`` payload ``meta()`` returns; ``meta``
+    is called only when authentication names a tenant (it may read the file's first line)."""
+    caller = CALLER.get()
+    if caller.tenant is not None and not caller.sees(tenant_of(meta())):
         raise SessionNotFoundError(session_id)
 
 

@@ -70,7 +70,7 @@ from shared.records import (
 )
 from shared.session_meta import TEXT_FIELDS, SessionSpec, resolve_role, session_meta_payload, tenant_of
 from shared.stop_kinds import StopKind
-from shared.tenancy import caller_tenant, current_caller
+from shared.tenancy import caller_tenant, check_visible, current_caller
 from writer_service import metrics
 from writer_service.branching import ForkResult, ResumeResult, fork_session, resume_session
 from writer_service.committer import CommitConfig, GroupCommitter, SessionLog, StorageHealth
@@ -399,9 +399,7 @@ class SessionLedger:
 
     def _check_visible(self, state: OpenSession) -> None:
         """Refuse (SessionNotFoundError) an open session the current caller may not see."""
-        caller = current_caller()
-        if caller.tenant is not None and not caller.sees(tenant_of(state.meta)):
-            raise SessionNotFoundError(state.session_id)
+        check_visible(state.session_id, lambda: state.meta)
 
     def unknown_id_message(self, session_id: str) -> str | None:
         """The NOT_FOUND message for a well-formed id the index does not hold, else None.

@@ -203,8 +203,9 @@ def _status_reason(error: grpc.RpcError) -> str:
 
 def test_a_file_replaced_under_a_watch_ends_it_aborted(data_dir, reader) -> None:
     """Another file renamed over the session's name ends the stream with ABORTED, reason
-    SESSION_FILE_REPLACED; so does removing it."""
-    for how in ("replace", "remove"):
+    SESSION_FILE_REPLACED; so does removing it, and so does a symbolic link put in its place,
+    even one to the same file (links are never followed)."""
+    for how in ("replace", "remove", "link"):
         session_id, path = _session_file(data_dir, 3)
         follower = Follower(reader, session_id)
         assert _seqs(follower.records_until(2)) == [0, 1, 2]
@@ -212,8 +213,12 @@ def test_a_file_replaced_under_a_watch_ends_it_aborted(data_dir, reader) -> None
             other = path.with_suffix(".new")
             other.write_bytes(path.read_bytes())
             os.replace(other, path)
-        else:
+        elif how == "remove":
             path.unlink()
+        else:
+            aside = path.with_suffix(".aside")
+            os.replace(path, aside)
+            path.symlink_to(aside)
         records, end = follower.rest()
         assert records == []
         assert end.code() == grpc.StatusCode.ABORTED, end
