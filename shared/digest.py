@@ -170,7 +170,7 @@ class LinesDigest:
 
     :meth:`add` takes line checks as an ``array("I")`` (4-byte unsigned, as the
     rebuild collects them) and hashes them; :meth:`result` is the digest of what was
-    added plus ``pending`` (not added), leaving this object unchanged.
+    added, leaving this object unchanged.
     """
 
     __slots__ = ("_hasher",)
@@ -184,17 +184,6 @@ class LinesDigest:
             checks.byteswap()
         self._hasher.update(checks)
 
-    def result(self, pending: array[int] | None = None) -> str:
-        hasher = self._hasher.copy()
-        if pending:
-            if sys.byteorder == "big":  # pragma: no cover
-                pending = array(LINE_CHECKS_TYPECODE, pending)
-                pending.byteswap()
-            hasher.update(pending)
-        return LINES_DIGEST_PREFIX + hasher.hexdigest()
-
-    def copy(self) -> LinesDigest:
-        """An independent digest of the same lines (for a pass that forks, as the replay cache's)."""
-        twin = LinesDigest.__new__(LinesDigest)
-        twin._hasher = self._hasher.copy()
-        return twin
+    def result(self) -> str:
+        """The digest of the checks added so far (the digest itself goes on taking more)."""
+        return LINES_DIGEST_PREFIX + self._hasher.hexdigest()

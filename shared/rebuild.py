@@ -526,8 +526,7 @@ class Rebuilder:
 
     def finish(self, max_messages: int) -> Rebuild:
         result = self.result
-        pending = self.checks if self.first_line_left_out else self.checks[1:]
-        result.lines_digest = self.lines_digest.result(pending)
+        result.lines_digest = self.lines_digest.result()  # run() added every check it collected
         self.flush_dangling_reasoning()
         result.call_ids = set(self.pairings)
         for call_id, pairing in self.pairings.items():

@@ -45,7 +45,7 @@ from writer_service.file_facts import file_facts, refuse_damage
 from writer_service.files import TEMPORARY_MARK, create_marker, fsync_dir, write_all
 from writer_service.open_session import RecordTimes, RequestRecords, encode_records
 from writer_service.session_index import IndexEntry
-from writer_service.sessions import STOP_TEXT_MAX_CHARS, SessionLedger, stop_lines
+from writer_service.sessions import SessionLedger, check_stop_text, stop_lines
 
 log = logging.getLogger(__name__)
 
@@ -210,9 +210,7 @@ class SessionImport:
         staged.closed = True
         if staged.already_present:
             return
-        where = self._where(staged.position)
-        if len(reason) > STOP_TEXT_MAX_CHARS:
-            raise InvalidArgumentError(f"{where}.reason", f"is longer than {STOP_TEXT_MAX_CHARS} characters")
+        check_stop_text(reason, error, f"{self._where(staged.position)}.")
         assert staged.staging is not None
         found = await self._io(file_facts, staged.staging, True)
         refuse_damage(found.damage, staged.name, "import")

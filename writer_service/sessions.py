@@ -571,12 +571,7 @@ class SessionLedger:
         progress), CorruptSessionError (the file is damaged: no checkpoint is
         written over damage), StorageWriteError.
         """
-        if len(reason) > STOP_TEXT_MAX_CHARS:
-            raise InvalidArgumentError("reason", f"is longer than {STOP_TEXT_MAX_CHARS} characters")
-        if error and any(len(value) > STOP_TEXT_MAX_CHARS for value in error.values()):
-            raise InvalidArgumentError(
-                "error", f"message and category are at most {STOP_TEXT_MAX_CHARS} characters"
-            )
+        check_stop_text(reason, error)
         state = await self.open_session(session_id)
         state.check_appendable()
         state.busy = "Stop"
@@ -676,6 +671,17 @@ class SessionLedger:
         if self._group is not None:
             self._group.close()
         self._executor.shutdown(wait=True)
+
+
+def check_stop_text(reason: str, error: dict[str, str] | None, where: str = "") -> None:
+    """Refuse (InvalidArgumentError, field ``{where}reason`` / ``{where}error``) a stop reason,
+    error message or category longer than :data:`STOP_TEXT_MAX_CHARS` (Stop and ImportSessions)."""
+    if len(reason) > STOP_TEXT_MAX_CHARS:
+        raise InvalidArgumentError(f"{where}reason", f"is longer than {STOP_TEXT_MAX_CHARS} characters")
+    if error and any(len(value) > STOP_TEXT_MAX_CHARS for value in error.values()):
+        raise InvalidArgumentError(
+            f"{where}error", f"message and category are at most {STOP_TEXT_MAX_CHARS} characters"
+        )
 
 
 def stop_lines(

@@ -23,4 +23,4 @@ def test_only_the_listing_index_resolves_session_ids_from_the_data_root() -> Non
     method = source[source.index("    def locate(") :]
     method = method[: method.index("\n    def ", 1)]
     assert "root.locate(" in method
-    assert "current_caller()" in method
+    assert "check_visible(" in method  # the tenant check of shared.tenancy

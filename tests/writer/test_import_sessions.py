@@ -138,6 +138,19 @@ def test_a_refused_record_midway_leaves_no_session_of_the_stream(writer, reader,
             id="a-time-that-is-not-rfc3339",
         ),
         pytest.param([create("")], "sessions[0].session_id", id="no-id"),
+        pytest.param(
+            [
+                create(PARENT),
+                writer_pb2.ImportSessionsRequest(
+                    stop=writer_pb2.StopRequest(
+                        stop_kind=records_pb2.STOP_KIND_FAILED,
+                        error=records_pb2.StopError(message="m" * (16 * 1024 + 1), category="tool"),
+                    )
+                ),
+            ],
+            "sessions[0].error",
+            id="an-error-text-over-the-stop-limit",
+        ),
     ],
 )
 def test_a_stream_out_of_order_is_refused_and_keeps_nothing(
