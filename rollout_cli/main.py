@@ -144,21 +144,19 @@ def _client(service: str, address: str) -> Iterator[RolloutClient]:
         try:
             yield client
         except RolloutError as error:
-            raise _fail(error, service, address) from error
+            raise _fail(error, service, address, credentials) from error
 
 
-def _fail(error: RolloutError, service: str, address: str) -> click.ClickException:
+def _fail(error: RolloutError, service: str, address: str, credentials: Credentials) -> click.ClickException:
     """A one-line error for a failed call: the status, or what to do when the service is not there."""
     code = error.code
     if code is None:
         return click.ClickException(error.message)
     if code.name == "UNAVAILABLE" and "connect" in error.message:
         return click.ClickException(
-            unreachable_message(
-                service, address, error.message, tls_ca_given=_credentials().tls_ca is not None
-            )
+            unreachable_message(service, address, error.message, tls_ca_given=credentials.tls_ca is not None)
         )
-    if code.name == "UNAUTHENTICATED" and _credentials().token is None:
+    if code.name == "UNAUTHENTICATED" and credentials.token is None:
         return click.ClickException(f"{code.name}: {error.message}; pass --token / ROLLOUT_TOKEN")
     if code.name == "UNIMPLEMENTED":
         return click.ClickException(

@@ -226,15 +226,14 @@ class PendingAppend:
         self.maybe_landed = False
         return None
 
-    def outcome_unknown(
-        self, last: Exception, actual_next_seq: int | None = None
-    ) -> AppendOutcomeUnknownError:
-        """The error raised when the deadline ends after an attempt that may have landed."""
+    def outcome_unknown(self, last: Exception) -> AppendOutcomeUnknownError:
+        """The error raised when the deadline ends after an attempt that may have landed (the
+        writer's next seq was never learned: ``actual_next_seq`` None)."""
         return AppendOutcomeUnknownError(
             f"append {self.request_id} to session {self.session_id} may have landed (its answer was"
             f" lost: {last}) and the retry deadline ran out; nothing was sent again",
             request_id=self.request_id,
             expected_next_seq=self.expected_next_seq,
-            actual_next_seq=actual_next_seq,
+            actual_next_seq=None,
             record_count=self.line_count,
         )

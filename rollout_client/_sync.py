@@ -145,11 +145,19 @@ class RolloutClient:
         asyncio.run_coroutine_threadsafe(self.core.close(), loop.loop).result()
         loop.stop()
 
-    def close_stream(self, items: AsyncGenerator[Any, None]) -> None:
-        """Close one of :attr:`core`'s async generators from a blocking generator's ``finally``;
-        nothing to do once the client is closed (:meth:`close` ended it)."""
-        if not self._loop.closing:
-            self.run(items.aclose())
+    def iterate(self, items: AsyncGenerator[T, None]) -> Generator[T, None, None]:
+        """The items of one of :attr:`core`'s async generators, each fetched on the client's loop;
+        leaving the loop closes the generator (nothing to do once the client is closed:
+        :meth:`close` ended it)."""
+        try:
+            while True:
+                try:
+                    yield self.run(_next(items))
+                except StopAsyncIteration:
+                    return
+        finally:
+            if not self._loop.closing:
+                self.run(items.aclose())
 
     def __enter__(self) -> Self:
         return self
@@ -215,14 +223,7 @@ class RolloutClient:
             max_scan=max_scan,
             page_token=page_token,
         )
-        try:
-            while True:
-                try:
-                    yield self.run(_next(pages))
-                except StopAsyncIteration:
-                    return
-        finally:
-            self.close_stream(pages)
+        yield from self.iterate(pages)
 
     def find_children(self, parent_session_id: str, delegation_id: str | None = None) -> list[Delegation]:
         """See :meth:`AsyncRolloutClient.find_children`."""
@@ -246,15 +247,8 @@ class ReplayStream:
         return self._stream.summary
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        chunks = self._stream.chunks()
-        try:
-            while True:
-                try:
-                    yield from self._client.run(_next(chunks))
-                except StopAsyncIteration:
-                    return
-        finally:
-            self._client.close_stream(chunks)
+        for chunk in self._client.iterate(self._stream.chunks()):
+            yield from chunk
 
 
 class Session:
@@ -318,12 +312,5 @@ class Session:
     def watch(self, from_seq: int = 0) -> Generator[WatchedRecord, None, None]:
         """See :meth:`AsyncSession.watch`: ``for record in session.watch():`` blocks between
         records; leaving the loop (or closing the iterator) cancels the stream."""
-        batches = self.core.watch_batches(from_seq)
-        try:
-            while True:
-                try:
-                    yield from self.client.run(_next(batches))
-                except StopAsyncIteration:
-                    return
-        finally:
-            self.client.close_stream(batches)
+        for batch in self.client.iterate(self.core.watch_batches(from_seq)):
+            yield from batch
