@@ -77,6 +77,11 @@ class ReaderConfig:
     read_budget_bytes: int = 512 * MiB
 
 
+def _located(index: ListingIndex, session_id: str) -> tuple[Path, int]:
+    _, path = index.locate(session_id)
+    return path, session_file_stat(path).st_size
+
+
 def _stop_facts_and_meta(index: ListingIndex, path: Path) -> tuple[StopFactsResult, dict[str, Any]]:
     return read_stop_facts(path, index.tail_window), index.meta(path.name)
 
@@ -107,6 +112,12 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
             self._heavy, contextvars.copy_context().run, function, *args
         )
 
+    async def _locate(self, session_id: str) -> tuple[Path, int]:
+        """The path and size (bytes) of a session's file, found off the event loop (a miss
+        rescans the sessions folder; a header may be read for the tenant check). Raises what
+        :meth:`ListingIndex.locate` raises."""
+        return await self._cheap_run(_located, self.index, session_id)
+
     async def _admit(self, context: grpc.aio.ServicerContext, cost: int) -> None:
         """Wait for ``cost`` bytes of the read budget, held until the RPC is done (reply sent)."""
         charge = await self.budget.acquire(cost)
@@ -124,8 +135,7 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
         async with status_mapping(context, "GetReplay"):
             wire.check_replay_request(request)
             session_id, limit = request.session_id, self.config.max_reply_bytes
-            _, path = self.index.locate(session_id)
-            size = session_file_stat(path).st_size
+            path, size = await self._locate(session_id)
             if not request.max_messages:
                 replies.check_unary_size("GetReplay", "StreamReplay", session_id, size, limit)
             await self._admit(context, unary_reply_cost(size, limit))
@@ -145,8 +155,8 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
     ) -> AsyncIterator[bytes]:
         async with status_mapping(context, "StreamReplay"):
             wire.check_replay_request(request)
-            _, path = self.index.locate(request.session_id)
-            await self._admit(context, bounded_read_cost(session_file_stat(path).st_size, STREAM_CHUNK_BYTES))
+            path, size = await self._locate(request.session_id)
+            await self._admit(context, bounded_read_cost(size, STREAM_CHUNK_BYTES))
             chunks = replies.replay_chunks(
                 request.session_id, path, request.token_budget, request.max_messages
             )
@@ -166,8 +176,7 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
         async with status_mapping(context, "GetMemoryView"):
             viewer = self._viewer(request)
             session_id, limit = request.session_id, self.config.max_reply_bytes
-            _, path = self.index.locate(session_id)
-            size = session_file_stat(path).st_size
+            path, size = await self._locate(session_id)
             replies.check_unary_size("GetMemoryView", "StreamMemoryView", session_id, size, limit)
             await self._admit(context, unary_reply_cost(size, limit))
             return await self._heavy_run(replies.memory_view_reply, session_id, path, viewer, limit)
@@ -178,10 +187,8 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
     ) -> AsyncIterator[bytes]:
         async with status_mapping(context, "StreamMemoryView"):
             viewer = self._viewer(request)
-            _, path = self.index.locate(request.session_id)
-            await self._admit(
-                context, bounded_read_cost(session_file_stat(path).st_size, replies.CHUNK_BYTES)
-            )
+            path, size = await self._locate(request.session_id)
+            await self._admit(context, bounded_read_cost(size, replies.CHUNK_BYTES))
             async for chunk in self._stream(replies.memory_view_chunks(request.session_id, path, viewer)):
                 yield chunk
 
@@ -189,8 +196,8 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
         self, request: reader_pb2.VerifyRequest, context: grpc.aio.ServicerContext
     ) -> reader_pb2.VerifyReport:
         async with status_mapping(context, "VerifySession"):
-            _, path = self.index.locate(request.session_id)
-            await self._admit(context, bounded_read_cost(session_file_stat(path).st_size, STREAM_CHUNK_BYTES))
+            path, size = await self._locate(request.session_id)
+            await self._admit(context, bounded_read_cost(size, STREAM_CHUNK_BYTES))
             facts = await self._heavy_run(verify_session, path)
             ok, findings = verify_findings(facts)
             return wire.verify_report(request.session_id, facts, ok, findings)
@@ -200,7 +207,7 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
         self, request: reader_pb2.StopFactsRequest, context: grpc.aio.ServicerContext
     ) -> reader_pb2.StopFacts:
         async with status_mapping(context, "GetStopFacts"):
-            _, path = self.index.locate(request.session_id)
+            path, _ = await self._locate(request.session_id)
             facts, meta = await self._cheap_run(_stop_facts_and_meta, self.index, path)
             return wire.stop_facts_to_proto(request.session_id, facts, meta)
         raise AssertionError("unreachable: status_mapping aborts")
@@ -243,7 +250,7 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
     ) -> AsyncIterator[bytes]:
         async with status_mapping(context, "WatchSession"):
             wire.check_watch_request(request)
-            _, path = self.index.locate(request.session_id)
+            path, _ = await self._locate(request.session_id)
             try:
                 async for reply in self.watches.follow(request.session_id, path, request.from_seq):
                     yield reply
