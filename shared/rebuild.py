@@ -49,7 +49,14 @@ import orjson
 from crc32c import crc32c
 
 from shared.digest import LINE_CHECKS_TYPECODE, LinesDigest
-from shared.records import LINE_CHECK_KEY, LINE_CHECK_MARK, RecordType, attached_reasoning, clip
+from shared.records import (
+    LINE_CHECK_KEY,
+    LINE_CHECK_MARK,
+    RESUMED_EVENT,
+    RecordType,
+    attached_reasoning,
+    clip,
+)
 
 
 class DegradedKind(enum.StrEnum):
@@ -98,9 +105,6 @@ DAMAGE_KINDS = frozenset(
         DegradedKind.RESUMED_OVER_DAMAGE,
     }
 )
-
-#: Event kind of the writer's Resume record (shared.records.RESERVED_EVENT_KINDS).
-RESUMED_EVENT = "resumed"
 
 
 @dataclass(frozen=True, slots=True)

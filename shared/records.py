@@ -130,9 +130,13 @@ class RecordType(enum.StrEnum):
     STOP = "stop"
 
 
-#: Event kinds the writer uses for its own records (Resume's ``resumed``, Fork's ``forked``);
-#: an Append or an import that names one is refused (INVALID_ARGUMENT), so they cannot be forged.
-RESERVED_EVENT_KINDS = frozenset({"resumed", "forked"})
+#: Event kind of the writer's Resume record (it may accept damage: the rebuild reads it).
+RESUMED_EVENT = "resumed"
+#: Event kind of the first record a Fork writes after the copied lines.
+FORKED_EVENT = "forked"
+#: Event kinds the writer uses for its own records; an Append or an import that names one is
+#: refused (INVALID_ARGUMENT), so they cannot be forged.
+RESERVED_EVENT_KINDS = frozenset({RESUMED_EVENT, FORKED_EVENT})
 
 #: The key of the line check (the last key of every line the writer writes).
 LINE_CHECK_KEY = "crc32c"

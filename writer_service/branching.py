@@ -26,7 +26,14 @@ from typing import Any, Protocol, TypeVar
 from shared.errors import SessionStateError
 from shared.naming import build_file_name, new_session_id
 from shared.rebuild import DegradedEntry
-from shared.records import RecordType, encode_line, format_timestamp, now_timestamp
+from shared.records import (
+    FORKED_EVENT,
+    RESUMED_EVENT,
+    RecordType,
+    encode_line,
+    format_timestamp,
+    now_timestamp,
+)
 from shared.stop_kinds import classify_session
 from writer_service.file_facts import FORCE_HINT, RebuiltFacts, file_facts, refuse_damage
 from writer_service.forking import check_fork_keeps_pairs, find_fork_point
@@ -129,7 +136,7 @@ async def resume_session(ledger: SessionLedger, session_id: str, force: bool = F
         if damage is not None:
             body["damage"] = _recorded_damage(found.unaccepted)
             body["damage_count"] = len(found.unaccepted)
-        event = {"kind": "resumed", "body": body}
+        event = {"kind": RESUMED_EVENT, "body": body}
         lines += encode_line(seq, ts, RecordType.EVENT, event)
         seq += 1
         durable = state.queue(lines, seq - state.next_seq, set(found.call_ids))
@@ -231,7 +238,7 @@ def _plan_fork(path: Path, source_id: str, at_seq: int | None, before_user_messa
     )
     ts = now_timestamp()
     event = {
-        "kind": "forked",
+        "kind": FORKED_EVENT,
         "body": {"source_session_id": source_id, "seq": cut.seq, "digest": found.digest},
     }
     head = encode_line(0, ts, RecordType.SESSION_META, meta)
