@@ -101,6 +101,19 @@ def test_a_line_without_a_check_is_unchecked_and_a_nested_key_of_that_name_is_no
     assert rebuild(b"".join(lines_of(user("a")))).unchecked_lines == 0
 
 
+def test_a_payload_key_named_crc32c_inside_a_checked_line_is_not_taken_for_its_check(tmp_path: Path) -> None:
+    """The check is the line's last ``,"crc32c":`` (SPEC section 1 addition): a payload key of that
+    name written earlier in the same line never makes a sound line look damaged."""
+    lines = lines_of(user("a"), event("x", {"a": 1, "crc32c": 5}), user("b"))
+    assert lines[2].count(LINE_CHECK_MARK) == 2
+    assert line_check(lines[2][:-1], orjson.loads(lines[2])) is True
+    path = tmp_path / "session.jsonl"
+    path.write_bytes(b"".join(lines))
+    for found in (rebuild(b"".join(lines)), index_rebuild(path)):
+        assert damage(found) == []
+        assert found.unchecked_lines == 0
+
+
 @pytest.mark.parametrize("rebuilder", ["rebuild", "index_rebuild"])
 def test_a_changed_message_in_an_open_session_is_damage_with_line_and_offset(
     tmp_path: Path, rebuilder

@@ -131,3 +131,40 @@ def test_an_80_mb_record_is_refused_naming_the_limit_and_nothing_is_written(writ
         )
     )
     assert list(ok.seqs) == [1]
+
+
+def test_the_record_limit_is_the_line_length_exactly(data_dir) -> None:
+    """A record whose line is within the limit is kept; the same record under a limit a few bytes
+    below its line length is refused (the limit counts the line's bytes, newline and check included)."""
+    import asyncio
+
+    from shared.errors import RecordValidationError
+    from shared.session_meta import SessionSpec
+    from shared.wire import append_payloads
+    from writer_service.sessions import SessionLedger, WriterConfig
+
+    record = append_payloads(
+        writer_pb2.AppendRecord(message=records_pb2.ChatMessage(role="user", text="x" * 5000)), 0
+    )
+
+    async def line_length() -> int:
+        ledger = SessionLedger(WriterConfig(data_dir=data_dir))
+        try:
+            session_id, _ = await ledger.create_session(SessionSpec())
+            await ledger.append(session_id, [record])
+        finally:
+            await ledger.close()
+        return len(session_file(data_dir, session_id).read_bytes().splitlines(keepends=True)[1])
+
+    async def append_under(limit: int, root: Path) -> None:
+        ledger = SessionLedger(WriterConfig(data_dir=root, max_record_bytes=limit))
+        try:
+            session_id, _ = await ledger.create_session(SessionSpec())
+            await ledger.append(session_id, [record])
+        finally:
+            await ledger.close()
+
+    length = asyncio.run(line_length())
+    asyncio.run(append_under(length + 12, data_dir.parent / "roomy"))  # the check's digits vary by a few
+    with pytest.raises(RecordValidationError, match="over the limit"):
+        asyncio.run(append_under(length - 12, data_dir.parent / "tight"))
