@@ -216,3 +216,35 @@ def test_no_request_behind_a_failed_batch_lands_or_is_acknowledged_before_the_fa
     records = [orjson.loads(line) for line in data.splitlines()]
     assert [r["seq"] for r in records] == [0, 1, 2, 3]
     assert [r["payload"].get("content") for r in records[1:]] == ["opened", "A", "D"]
+
+
+def test_a_retry_with_the_request_id_of_a_failed_write_writes_it_once(data_dir, monkeypatch) -> None:
+    """A request whose write failed is not remembered by its request_id: once storage recovers, the
+    same request with the same id is written (exactly once), not answered with the old failure."""
+    disk = FaultyDisk(fail_call=1, error=errno.EIO, on="pwritev2")
+    disk.install(monkeypatch)
+    monkeypatch.setattr(committer, "_dsync_writes", True)
+
+    async def scenario() -> tuple[str, object, list[int]]:
+        ledger = SessionLedger(WriterConfig(data_dir=data_dir))
+        try:
+            sid, _ = await ledger.create_session(SessionSpec())
+            records = [user("once")]
+            _, _, durable = await ledger.enqueue(sid, records, request_id="req-1")
+            try:
+                await durable
+                first: object = "written"
+            except StorageWriteError as exc:
+                first = exc
+            seqs, _, durable = await ledger.enqueue(sid, records, request_id="req-1")
+            await durable
+            return sid, first, seqs
+        finally:
+            await ledger.close()
+
+    sid, first, seqs = asyncio.run(scenario())
+    assert isinstance(first, StorageWriteError)
+    assert seqs == [1]
+    (path,) = (data_dir / "sessions").glob(f"*{sid}*")
+    texts = [orjson.loads(line)["payload"].get("content") for line in path.read_bytes().splitlines()[1:]]
+    assert texts == ["once"]
