@@ -14,6 +14,12 @@ of bench/_support.py) and times, in this process, in thread CPU time, per round:
   their canonical form (the order the replay cache renders them in);
 * digest: :func:`shared.digest.digest_of_framed` of the framed canonical bytes;
 * reply: :func:`reader_service.wire.replay_reply` joining the entries;
+* compiled floor: what every cold replay runs that is compiled code already, with no
+  rule and no rendering around it: read + split, ``orjson.loads`` of every line, the
+  CRC32C line check of every line, ``orjson.dumps`` (sorted keys) of every message
+  payload and sha256 over those bytes. Nothing written in Python can make a cold
+  replay cheaper than this; a served one adds gRPC and the client's parse on top
+  (bench/replay.py's "unchanged" figure is that part alone);
 * cold render: ``ReplayCache.rendered`` of a file it never saw, then
   ``replay_reply``: the work of a cold GetReplay on the reader's heavy thread. The
   caches stay alive across rounds, as a reader keeps its entries (each round's
@@ -31,6 +37,7 @@ parse) is bench/replay.py's cold figure minus this cold render.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import shlex
 import statistics
 import sys
@@ -41,13 +48,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import orjson
 from _support import MB, HelpFormatter, write_session
 from replay import raw_parse, turns_for_messages
 
 from reader_service import wire
 from reader_service.replay_cache import ReplayCache
 from shared.digest import digest_of_framed, framed_canonical
-from shared.rebuild import PendingReasoning, Rebuilder, collector_paused, rebuild
+from shared.rebuild import PendingReasoning, Rebuilder, collector_paused, crc32c, rebuild
+from shared.records import LINE_CHECK_MARK, RecordType
 
 
 class _Discarding(Rebuilder):
@@ -71,6 +80,20 @@ def read_and_split(path: Path) -> list[bytes]:
     return lines
 
 
+def compiled_floor(path: Path) -> str:
+    """Read, split, parse and line-check every line, dump and hash every message payload
+    (the compiled calls of a cold replay, nothing else); returns the hash (hex)."""
+    loads, dumps, sort_keys = orjson.loads, orjson.dumps, orjson.OPT_SORT_KEYS
+    mark, message = LINE_CHECK_MARK, RecordType.MESSAGE.value
+    hasher = hashlib.sha256()
+    for line in read_and_split(path):
+        record = loads(line)
+        crc32c(line[: line.rfind(mark)])
+        if record["type"] == message:
+            hasher.update(dumps(record["payload"], option=sort_keys))
+    return hasher.hexdigest()
+
+
 def measure_round(path: Path, kept: list[ReplayCache]) -> dict[str, float]:
     """One round's CPU milliseconds of every stage."""
     times = {"raw": cpu_ms(lambda: raw_parse(path))}
@@ -89,6 +112,7 @@ def measure_round(path: Path, kept: list[ReplayCache]) -> dict[str, float]:
     rendered = cache.rendered(path)
     assert rendered is not None
     times["reply"] = cpu_ms(lambda: wire.replay_reply("s", rendered.entries, rendered.facts, 0))
+    times["compiled floor"] = cpu_ms(lambda: compiled_floor(path))
     cache = ReplayCache(1 << 30)
     kept.append(cache)
 
@@ -130,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
             f"  ({min(ratios):.2f}-{max(ratios):.2f})"
         )
 
-    for name in ("raw", *STAGES, "cold render"):
+    for name in ("raw", *STAGES, "compiled floor", "cold render"):
         print(line(name, [one[name] for one in rounds]))
     print(
         line(
