@@ -52,6 +52,7 @@ import orjson
 
 from reader_service.replay import ReplayFacts, checkpoint_verification, digest_status_of
 from reader_service.wire import message_entry
+from shared.committed_lines import CommittedLines
 from shared.digest import digest_of_framed, framed_canonical
 from shared.layout import open_session_file
 from shared.rebuild import PendingReasoning, Rebuilder, collector_paused
@@ -143,25 +144,15 @@ class _Entry:
 
     def extend(self, fd: int, stat: os.stat_result) -> bytes:
         """Run the complete lines after the committed length; returns the uncommitted tail."""
-        size = stat.st_size
-        position = self.committed
-        pending = b""
+        reader = CommittedLines(fd, self.committed, stat.st_size, READ_BYTES)
         with collector_paused():
-            while position < size:
-                chunk = os.pread(fd, min(READ_BYTES, size - position), position)
-                if not chunk:
-                    break  # cut while being read: the tail is what was read
-                position += len(chunk)
-                lines = (pending + chunk if pending else chunk).split(b"\n")
-                pending = lines.pop()  # the bytes after the last newline
-                if not lines:
-                    continue
+            for lines in reader:
                 self.line_no, self.committed = self.state.run(lines, self.line_no, self.committed)
                 last = lines[-1]
                 self.last_line_start = self.committed - len(last) - 1
                 self.last_line = (last + b"\n")[:LINE_CHECK_BYTES]
-        self.seen_size, self.seen_mtime_ns = size, stat.st_mtime_ns
-        return pending
+        self.seen_size, self.seen_mtime_ns = stat.st_size, stat.st_mtime_ns
+        return reader.tail
 
     def replay(self, tail: bytes, max_messages: int) -> RenderedReplay:
         """The rendered replay of the lines applied plus ``tail`` (uncommitted), capped at ``max_messages``."""

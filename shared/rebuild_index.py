@@ -2,7 +2,7 @@
 
 :func:`index_rebuild` runs the very same rules as :func:`shared.rebuild.rebuild`
 (it subclasses the same rebuilder and overrides only what the sequence holds),
-reading the file in chunks; the sequence it returns holds small handles (byte
+reading the file in chunks (:mod:`shared.committed_lines`); the sequence it returns holds small handles (byte
 offsets) instead of payloads. :class:`MessageSource` turns handles back into the
 exact payloads, reading only the lines they name. Memory grows with the number
 of messages and open tool calls (one int or small tuple per message, one entry
@@ -19,16 +19,15 @@ the offsets of several (in order), or -1 for none.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import orjson
 
+from shared.committed_lines import CommittedLines
 from shared.layout import read_session_file
 from shared.rebuild import PendingReasoning, Rebuild, Rebuilder
 
-CHUNK_BYTES = 4 * 1024 * 1024
 MessageHandle = int | tuple[int, int, int | tuple[int, ...]]
 
 
@@ -58,34 +57,10 @@ def index_rebuild(path: Path, *, max_messages: int = 0, end: int | None = None) 
     """
     state = _IndexRebuilder()
     with read_session_file(path) as handle:
-        reader = _ChunkedLines(handle, end)
-        line_no, offset = state.run(reader)
+        reader = CommittedLines(handle.fileno(), 0, end)
+        line_no, offset = state.run(reader.lines())
     state.uncommitted(reader.tail, line_no, offset)
     return state.finish(max_messages)
-
-
-class _ChunkedLines:
-    """Iterate the complete lines of a file read in chunks; ``tail`` is what follows the last ``\\n``."""
-
-    def __init__(self, handle: BinaryIO, end: int | None = None) -> None:
-        self._handle = handle
-        self._left = end
-        self.tail = b""
-
-    def _read(self) -> bytes:
-        if self._left is None:
-            return self._handle.read(CHUNK_BYTES)
-        chunk = self._handle.read(min(CHUNK_BYTES, self._left))
-        self._left -= len(chunk)
-        return chunk
-
-    def __iter__(self) -> Iterator[bytes]:
-        pending = b""
-        while chunk := self._read():
-            lines = (pending + chunk).split(b"\n") if pending else chunk.split(b"\n")
-            pending = lines.pop()
-            yield from lines
-        self.tail = pending
 
 
 class MessageSource:

@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from shared.committed_lines import CommittedLines
 from shared.errors import InvalidArgumentError, SessionStateError
 from shared.layout import read_session_file
 from shared.records import RecordType, clip
@@ -41,20 +42,15 @@ def _records(path: Path, start: int = 0) -> Iterator[tuple[int, int, dict[str, A
     Reads the file in chunks: memory stays bounded whatever its size.
     """
     with read_session_file(path) as handle:
-        handle.seek(start)
         offset = start
-        pending = b""
-        while chunk := handle.read(READ_CHUNK_BYTES):
-            lines = (pending + chunk).split(b"\n")
-            pending = lines.pop()
-            for raw in lines:
-                try:
-                    record = orjson.loads(raw)
-                except orjson.JSONDecodeError:
-                    record = None
-                end = offset + len(raw) + 1
-                yield offset, end, record if isinstance(record, dict) else None
-                offset = end
+        for raw in CommittedLines(handle.fileno(), start, None, READ_CHUNK_BYTES).lines():
+            try:
+                record = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                record = None
+            end = offset + len(raw) + 1
+            yield offset, end, record if isinstance(record, dict) else None
+            offset = end
 
 
 def _first_line_end(path: Path) -> int:

@@ -35,6 +35,7 @@ from typing import Any
 
 import orjson
 
+from shared.committed_lines import CommittedLines
 from shared.layout import PRIVATE_FILE_MODE, make_private_dirs, open_session_file
 from writer_service.files import write_all
 
@@ -49,7 +50,8 @@ CHECK_BYTES = 64
 #: Bytes read at a time when replaying the lines after the saved offset.
 READ_CHUNK_BYTES = 256 * 1024
 
-# The read boundary, named so that tests can count what a reopen reads.
+# The read boundary, named so that tests can count what a reopen reads (with
+# shared.committed_lines.pread, which reads the lines after the saved offset).
 _os_pread = os.pread
 
 
@@ -141,12 +143,4 @@ def remove_state(root: Path, session_id: str) -> None:
 
 def lines_after(fd: int, offset: int, end: int) -> Iterator[bytes]:
     """The complete lines of ``fd`` between ``offset`` and ``end`` (without ``\\n``), read in chunks."""
-    pending = b""
-    while offset < end:
-        chunk = _os_pread(fd, min(READ_CHUNK_BYTES, end - offset), offset)
-        if not chunk:
-            break
-        offset += len(chunk)
-        lines = (pending + chunk).split(b"\n")
-        pending = lines.pop()
-        yield from lines
+    return CommittedLines(fd, offset, end, READ_CHUNK_BYTES).lines()

@@ -12,6 +12,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+import shared.committed_lines as committed_lines
 import writer_service.committer as committer
 import writer_service.session_state as session_state
 import writer_service.sessions as sessions
@@ -159,6 +160,7 @@ def test_reopening_a_session_reads_a_bounded_number_of_bytes_whatever_its_size(d
                 read.clear()
                 with monkeypatch.context() as patch:
                     patch.setattr(session_state, "_os_pread", counting_pread)
+                    patch.setattr(committed_lines, "pread", counting_pread)
                     patch.setattr(sessions, "index_rebuild", no_whole_file)
                     await ledger.append(grown, [output("early")])  # the call from the first request
                 seen.append((ledger.root.locate(grown)[1].stat().st_size, sum(read)))

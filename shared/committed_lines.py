@@ -1,0 +1,68 @@
+"""The complete lines of a session file, read in bounded chunks (every whole-file pass).
+
+A session file is a sequence of lines, each ended by ``\\n`` (SPEC §1); bytes after
+the last ``\\n`` are not committed yet (a write in progress, or a torn one).
+:class:`CommittedLines` reads a byte range of an open file descriptor with
+``os.pread`` (the descriptor's own offset is neither used nor moved), at most
+``chunk_bytes`` at a time, and yields the complete lines of each chunk together, as
+one list of ``bytes`` without their ``\\n``: a caller that applies lines in batches
+(the rebuild pass, the replay cache) takes the lists, one that wants lines takes
+:meth:`CommittedLines.lines`. A line longer than a chunk is carried over and yielded
+whole with the chunk that ends it, so memory is about one chunk plus the longest line.
+
+After the iteration, ``tail`` holds the bytes after the last ``\\n`` (``b""`` when the
+range ends on a line boundary). A file cut shorter while it is read ends the
+iteration where its bytes end. Reading errors propagate as OSError (``os.pread``'s,
+naming no file). Used by the index rebuild, the replay cache, the writer's reopen of
+a session after its saved state, and the fork-point search.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from itertools import chain
+
+#: Bytes read at a time unless a caller chooses otherwise.
+CHUNK_BYTES = 4 * 1024 * 1024
+
+#: ``os.pread``, looked up through the module so a test can count what a pass reads.
+pread = os.pread
+
+
+class CommittedLines:
+    """Iterate lists of complete lines of ``fd`` from ``start`` to ``stop`` (end of file when None)."""
+
+    def __init__(
+        self, fd: int, start: int = 0, stop: int | None = None, chunk_bytes: int = CHUNK_BYTES
+    ) -> None:
+        if chunk_bytes <= 0:
+            raise ValueError(f"chunk_bytes must be > 0, got {chunk_bytes}")
+        self.fd = fd
+        self.start = start
+        self.stop = stop
+        self.chunk_bytes = chunk_bytes
+        #: The bytes after the last ``\\n`` read (set once the iteration ends).
+        self.tail = b""
+
+    def __iter__(self) -> Iterator[list[bytes]]:
+        fd, stop, chunk_bytes = self.fd, self.stop, self.chunk_bytes
+        position = self.start
+        pending = b""
+        while True:
+            size = chunk_bytes if stop is None else min(chunk_bytes, stop - position)
+            if size <= 0:
+                break
+            chunk = pread(fd, size, position)
+            if not chunk:
+                break  # end of file, or the file was cut while being read
+            position += len(chunk)
+            lines = (pending + chunk if pending else chunk).split(b"\n")
+            pending = lines.pop()  # the bytes after the chunk's last newline
+            if lines:
+                yield lines
+        self.tail = pending
+
+    def lines(self) -> Iterator[bytes]:
+        """The complete lines one by one (``tail`` is set once it is exhausted)."""
+        return chain.from_iterable(self)
