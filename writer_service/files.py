@@ -69,6 +69,18 @@ def copy_range(source: Path, fd: int, start: int, end: int) -> None:
                 offset += len(chunk)
 
 
+def create_temporary(target: Path, flags: int = 0) -> tuple[Path, int]:
+    """Create the hidden temporary file that becomes ``target``: ``.<name>.tmp-<8 hex>`` in its
+    folder, mode 0600, opened ``O_WRONLY | O_CREAT | O_EXCL`` plus ``flags``.
+
+    Returns (path, fd). The name is the one start-up removes
+    (:func:`remove_stale_temporaries`); used for new session files, import staging
+    files and saved states. Raises OSError (FileExistsError on a name collision).
+    """
+    temporary = target.with_name(f".{target.name}{TEMPORARY_MARK}{os.urandom(4).hex()}")
+    return temporary, os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | flags, PRIVATE_FILE_MODE)
+
+
 def create_file(
     path: Path,
     data: bytes,
@@ -82,11 +94,11 @@ def create_file(
     Returns an O_RDWR | O_APPEND file descriptor. Raises SessionExistsError when
     the name is taken and StorageWriteError (errno named) when the disk refuses.
     """
-    temporary = path.with_name(f".{path.name}{TEMPORARY_MARK}{os.urandom(4).hex()}")
+    temporary: Path | None = None
     operation = "write"
     try:
         # copy_file_range refuses O_APPEND; the mode is the session file's (the link keeps it)
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE)
+        temporary, fd = create_temporary(path)
         try:
             write_all(fd, data)
             if copy is not None:
@@ -108,7 +120,8 @@ def create_file(
         operation = "open"
         return open_session_file(path, os.O_RDWR | os.O_APPEND)
     except OSError as exc:
-        temporary.unlink(missing_ok=True)
+        if temporary is not None:
+            temporary.unlink(missing_ok=True)
         raise storage_error(exc, operation, f"creating session file {path.name}") from exc
 
 
@@ -125,13 +138,14 @@ def create_marker(path: Path) -> None:
         raise storage_error(exc, "write", "creating the delegation marker") from exc
 
 
-def remove_stale_temporaries(folder: Path) -> int:
-    """Remove temporary files a crash left behind (never acknowledged); returns how many."""
+def remove_stale_temporaries(folder: Path, left_by: str = "an unfinished session creation") -> int:
+    """Remove the temporary files (:func:`create_temporary`) a crash left in ``folder``; they were
+    never acknowledged, ``left_by`` says what made them (logged). Returns how many."""
     removed = 0
     for entry in folder.glob(f".*{TEMPORARY_MARK}*"):
         entry.unlink(missing_ok=True)
         removed += 1
-        log.warning("removed %s: an unfinished session creation (never acknowledged)", entry.name)
+        log.warning("removed %s: %s (never acknowledged)", entry.name, left_by)
     if removed:
         fsync_dir(folder)
     return removed

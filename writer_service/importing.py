@@ -36,13 +36,12 @@ from shared.errors import (
     SessionExistsError,
     storage_error,
 )
-from shared.layout import PRIVATE_FILE_MODE
 from shared.records import RecordType, encode_line, now_timestamp
 from shared.session_meta import SessionSpec
 from shared.stop_kinds import StopKind
 from shared.tenancy import current_caller
 from writer_service.file_facts import file_facts, refuse_damage
-from writer_service.files import TEMPORARY_MARK, create_marker, fsync_dir, write_all
+from writer_service.files import create_marker, create_temporary, fsync_dir, write_all
 from writer_service.open_session import RecordTimes, RequestRecords, encode_records
 from writer_service.session_index import IndexEntry
 from writer_service.sessions import SessionLedger, check_stop_text, stop_lines
@@ -331,9 +330,8 @@ def _write_staged(fd: int, data: bytes) -> None:
 
 def _open_staging(folder: Path, name: str) -> tuple[Path, int]:
     """Create a hidden staging file for session file ``name`` (I/O thread)."""
-    path = folder / f".{name}{TEMPORARY_MARK}{os.urandom(4).hex()}"
     try:
-        return path, os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, PRIVATE_FILE_MODE)
+        return create_temporary(folder / name, os.O_APPEND)
     except OSError as exc:
         raise storage_error(exc, "write", f"staging imported session {name}") from exc
 

@@ -35,6 +35,7 @@ from shared.records import RecordType
 from shared.tail import Tail, read_tail
 from writer_service.files import remove_stale_temporaries
 from writer_service.recovery import RepairBacklog, repair_torn_tail, unavailable
+from writer_service.session_state import remove_stale_saves
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +113,7 @@ def build_index(root: DataRoot) -> SessionIndex:
     root.ensure()
     folder = root.sessions_dir
     remove_stale_temporaries(folder)
+    remove_stale_saves(root.root)
     entries: dict[str, IndexEntry] = {}
     failed: dict[str, str] = {}
     repaired = 0

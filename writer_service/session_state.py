@@ -15,7 +15,8 @@ about :data:`SAVE_EVERY_BYTES`: the writer saves again each time that many bytes
 were appended, when it closes an idle session's file and at shutdown).
 
 The state is derived, never the source of truth: it is written without fsync
-(temporary name, then rename), and a state whose inode, offset or check bytes do
+(temporary name, then rename; a temporary a crash left is removed at start-up,
+:func:`remove_stale_saves`), and a state whose inode, offset or check bytes do
 not match the file (a crash, a file replaced or cut back) is ignored, and the
 session is indexed from its whole file once (bounded memory,
 :func:`shared.rebuild_index.index_rebuild`), as is a session that has no state yet
@@ -36,8 +37,8 @@ from typing import Any
 import orjson
 
 from shared.committed_lines import CommittedLines
-from shared.layout import PRIVATE_FILE_MODE, make_private_dirs, open_session_file
-from writer_service.files import write_all
+from shared.layout import make_private_dirs, open_session_file
+from writer_service.files import create_temporary, remove_stale_temporaries, write_all
 
 log = logging.getLogger(__name__)
 
@@ -105,8 +106,7 @@ def save_state(root: Path, session_id: str, path: Path, state: SessionState) -> 
             }
         )
         make_private_dirs(target.parent)
-        temporary = target.with_name(f".{target.name}.tmp-{os.urandom(4).hex()}")
-        out = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE)
+        temporary, out = create_temporary(target)
         try:
             write_all(out, body)
         finally:
@@ -135,6 +135,14 @@ def load_state(root: Path, session_id: str, fd: int) -> SessionState | None:
         return SessionState(offset, int(saved["last_seq"]), list(saved["calls"]), dict(saved["meta"]))
     except (OSError, orjson.JSONDecodeError, KeyError, TypeError, ValueError):
         return None
+
+
+def remove_stale_saves(root: Path) -> int:
+    """Remove the temporary files of saves a crash cut short (start-up); returns how many."""
+    folder = root / STATE_DIR
+    if not folder.is_dir():
+        return 0
+    return remove_stale_temporaries(folder, "an unfinished save of a session's state")
 
 
 def remove_state(root: Path, session_id: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -10,10 +11,14 @@ import orjson
 import pytest
 
 from rollout.v1 import records_pb2, writer_pb2, writer_pb2_grpc
+from shared.layout import PRIVATE_FILE_MODE, DataRoot
 from shared.rebuild import rebuild
 from shared.records import encode_line
 from tests.conftest import start_service
+from writer_service.files import create_temporary
 from writer_service.recovery import repair_torn_tail
+from writer_service.session_index import build_index
+from writer_service.session_state import STATE_DIR
 
 TS = "2026-11-30T10:00:00.000000Z"
 
@@ -168,3 +173,34 @@ def test_sigterm_with_a_full_queue_loses_nothing_acknowledged(data_dir) -> None:
     assert acked
     assert all(records.get(seq) == text for seq, text in acked)
     assert not [e for e in rebuild(path.read_bytes()).degraded if e.kind != "no_checkpoint"]
+
+
+def test_start_up_removes_what_a_crash_left_under_temporary_names_and_nothing_else(tmp_path) -> None:
+    """A crash between creating a temporary file and linking or renaming it leaves it behind:
+    a session creation's and an import staging's in ``sessions/``, a saved state's in
+    ``writer-state/``. Start-up removes those (never acknowledged) and keeps every other file,
+    session files and saved states included."""
+    root = DataRoot(tmp_path)
+    root.ensure()
+    session = root.sessions_dir / "kept.jsonl"
+    session.write_bytes(encode_line(0, TS, "session_meta", {"session_id": "x"}))
+    creation, fd = create_temporary(root.sessions_dir / "2026-new.jsonl")
+    os.close(fd)
+    staging, fd = create_temporary(root.sessions_dir / "2026-imported.jsonl", os.O_APPEND)
+    os.close(fd)
+    states = tmp_path / STATE_DIR
+    states.mkdir()
+    saved = states / "kept.json"
+    saved.write_bytes(b"{}")
+    save, fd = create_temporary(saved)
+    os.close(fd)
+    assert oct(creation.stat().st_mode & 0o777) == oct(PRIVATE_FILE_MODE)
+    assert creation.name.startswith(".2026-new.jsonl.tmp-")
+
+    build_index(root)
+
+    assert not creation.exists()
+    assert not staging.exists()
+    assert not save.exists()
+    assert session.exists()
+    assert saved.exists()
