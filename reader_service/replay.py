@@ -23,9 +23,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shared.digest import DigestBuilder, single_reasoning_digest
+from shared.digest import DigestBuilder, digest_of_payloads
 from shared.layout import read_session_file
-from shared.rebuild import DAMAGE_KINDS, CheckpointRecord, DegradedEntry, DegradedKind, Rebuild, rebuild
+from shared.rebuild import (
+    DAMAGE_KINDS,
+    CheckpointReading,
+    DegradedEntry,
+    DegradedKind,
+    Rebuild,
+    read_checkpoint,
+    rebuild,
+)
 from shared.rebuild_index import MessageSource, index_rebuild
 
 
@@ -33,13 +41,6 @@ class DigestStatus(enum.StrEnum):
     VERIFIED = "verified"
     MISMATCH = "mismatch"
     NO_CHECKPOINT = "no_checkpoint"
-
-
-def checkpoint_status(checkpoint: CheckpointRecord, computed: str, message_count: int) -> DigestStatus:
-    """VERIFIED when the recomputed digest and message count equal the checkpoint's and the
-    checkpoint is sound (no damage before it, its lines digest holds), else MISMATCH."""
-    matches = checkpoint.sound and computed == checkpoint.digest and checkpoint.message_count == message_count
-    return DigestStatus.VERIFIED if matches else DigestStatus.MISMATCH
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,77 +71,49 @@ DigestOf = Callable[[list[Any]], str]
 PayloadsOf = Callable[[list[Any]], Iterable[Mapping[str, Any]]]
 
 
-def digest_of_payloads(payloads: Iterable[Mapping[str, Any]], count: int) -> str:
-    """The digest of ``count`` payloads fed one at a time (bounded memory)."""
-    builder = DigestBuilder(count)
-    for payload in payloads:
-        builder.add(payload)
-    return builder.result()
-
-
-def checkpoint_verification(rebuilt: Rebuild, digest_of: DigestOf) -> tuple[DigestStatus, str] | None:
-    """Verify the last checkpoint by its own pass when it covers another sequence than the one
-    returned (a message cap, or outputs superseded after it); None when the returned pass can.
-    """
+def checkpoint_verification(rebuilt: Rebuild, digest_of: DigestOf) -> str | None:
+    """The digest of the sequence the last checkpoint covers, by a pass of its own when that is
+    another sequence than the one returned (a message cap, or outputs superseded after it); None
+    when the returned pass gives it (or there is no checkpoint)."""
     checkpoint, covered = rebuilt.last_checkpoint, rebuilt.checkpoint_messages
     if checkpoint is None or covered is None or covered == rebuilt.messages:
         return None
-    computed = digest_of(covered)
-    return checkpoint_status(checkpoint, computed, len(covered)), computed
+    return digest_of(covered)
 
 
 def digest_status_of(
-    rebuilt: Rebuild,
-    separate: tuple[DigestStatus, str] | None,
-    returned_digest: str,
-    returned_count: int,
-    payloads_of: PayloadsOf,
+    rebuilt: Rebuild, separate: str | None, returned_digest: str, payloads_of: PayloadsOf
 ) -> tuple[DigestStatus, str]:
     """(status, digest) of a replay whose returned messages digest to ``returned_digest``.
 
-    ``separate`` is :func:`checkpoint_verification`'s answer. No checkpoint adds the
-    ``no_checkpoint`` degraded entry. A mismatch is looked at once more under the
-    reading of versions that attached only the last of several reasoning blocks
-    (:func:`shared.digest.single_reasoning_digest`): a checkpoint those versions
-    wrote over a sound file verifies, with a ``single_reasoning_checkpoint`` note.
+    ``separate`` is :func:`checkpoint_verification`'s answer. The last checkpoint is
+    read by :func:`shared.rebuild.read_checkpoint` (the writer's rule too): VERIFIED
+    when it is sound and its digest and message count are those of the sequence it
+    covers, or those of the reading of versions that attached only the last of
+    several reasoning blocks (then with a ``single_reasoning_checkpoint`` note);
+    MISMATCH otherwise. No checkpoint adds the ``no_checkpoint`` degraded entry.
     """
-    if separate is not None:
-        status, computed = separate
-    else:
-        checkpoint = rebuilt.last_checkpoint
-        if checkpoint is None:
-            rebuilt.degraded.append(
-                DegradedEntry(
-                    DegradedKind.NO_CHECKPOINT, 0, 0, "no agent_checkpoint: nothing to verify against"
-                )
-            )
-            return DigestStatus.NO_CHECKPOINT, returned_digest
-        status, computed = checkpoint_status(checkpoint, returned_digest, returned_count), returned_digest
-    if status is DigestStatus.MISMATCH and _single_reasoning_verifies(rebuilt, payloads_of):
-        return DigestStatus.VERIFIED, computed
-    return status, computed
-
-
-def _single_reasoning_verifies(rebuilt: Rebuild, payloads_of: PayloadsOf) -> bool:
-    """True (and a note added) when the last checkpoint matches the single-reasoning reading."""
     checkpoint, covered = rebuilt.last_checkpoint, rebuilt.checkpoint_messages
-    if checkpoint is None or covered is None or checkpoint.message_count != len(covered):
-        return False
-    if not checkpoint.sound:
-        return False
-    legacy = single_reasoning_digest(payloads_of(covered), len(covered))
-    if legacy != checkpoint.digest:
-        return False
-    rebuilt.degraded.append(
-        DegradedEntry(
-            DegradedKind.SINGLE_REASONING_CHECKPOINT,
-            checkpoint.line,
-            checkpoint.offset,
-            "the checkpoint was written by a version that attached only the last of several reasoning"
-            " blocks; it verifies under that reading, and replay returns every block",
+    if checkpoint is None or covered is None:
+        rebuilt.degraded.append(
+            DegradedEntry(DegradedKind.NO_CHECKPOINT, 0, 0, "no agent_checkpoint: nothing to verify against")
         )
-    )
-    return True
+        return DigestStatus.NO_CHECKPOINT, returned_digest
+    computed = returned_digest if separate is None else separate
+    reading = read_checkpoint(checkpoint, len(covered), computed, lambda: payloads_of(covered))
+    if reading is CheckpointReading.MISMATCH:
+        return DigestStatus.MISMATCH, computed
+    if reading is CheckpointReading.SINGLE_REASONING:
+        rebuilt.degraded.append(
+            DegradedEntry(
+                DegradedKind.SINGLE_REASONING_CHECKPOINT,
+                checkpoint.line,
+                checkpoint.offset,
+                "the checkpoint was written by a version that attached only the last of several reasoning"
+                " blocks; it verifies under that reading, and replay returns every block",
+            )
+        )
+    return DigestStatus.VERIFIED, computed
 
 
 def _same(items: list[Any]) -> list[Any]:
@@ -157,7 +130,7 @@ def replay_bytes(data: bytes, max_messages: int = 0) -> ReplayFacts:
     separate = checkpoint_verification(rebuilt, lambda items: digest_of_payloads(items, len(items)))
     builder = DigestBuilder(len(rebuilt.messages))
     tokens = sum((builder.add(message) + 3) // 4 for message in rebuilt.messages)
-    status, computed = digest_status_of(rebuilt, separate, builder.result(), len(rebuilt.messages), _same)
+    status, computed = digest_status_of(rebuilt, separate, builder.result(), _same)
     return ReplayFacts(rebuilt, status, computed, tokens, len(rebuilt.messages))
 
 
@@ -210,7 +183,7 @@ def stream_replay(
                 first, chunk, size = position + 1, [], 0
         if chunk:
             yield first, chunk, None
-        status, computed = digest_status_of(rebuilt, separate, builder.result(), len(handles), payloads_of)
+        status, computed = digest_status_of(rebuilt, separate, builder.result(), payloads_of)
     yield len(handles), [], ReplayFacts(rebuilt, status, computed, tokens, len(handles))
 
 

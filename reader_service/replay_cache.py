@@ -169,7 +169,7 @@ class _Entry:
         tokens = sum([(len(item) - 5) // 4 for item in framed])
         # Unless the checkpoint's own pass decides the status.
         returned = digest_of_framed(framed, len(framed)) if separate is None else ""
-        status, computed = digest_status_of(finished, separate, returned, len(messages), _payloads_of)
+        status, computed = digest_status_of(finished, separate, returned, _payloads_of)
         facts = ReplayFacts(finished, status, computed, tokens, len(messages))
         rendered = RenderedReplay(entries, facts)
         self.answer = (key, rendered)

@@ -138,7 +138,14 @@ def digest(messages: Sequence[Mapping[str, Any]]) -> str:
     under ``"reasoning"``. Raises TypeError when a message holds a value JSON
     cannot encode.
     """
-    builder = DigestBuilder(len(messages))
+    return digest_of_payloads(messages, len(messages))
+
+
+def digest_of_payloads(messages: Iterable[Mapping[str, Any]], count: int) -> str:
+    """:func:`digest` of ``count`` messages fed one at a time, e.g. read back from a file
+    (memory does not grow with the sequence). Raises ValueError when the iterable does not
+    give exactly ``count`` messages, TypeError as :func:`digest` does."""
+    builder = DigestBuilder(count)
     for message in messages:
         builder.add(message)
     return builder.result()

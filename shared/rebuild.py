@@ -40,7 +40,7 @@ import gc
 import threading
 import time
 from array import array
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,7 +48,7 @@ from typing import Any
 import orjson
 from crc32c import crc32c
 
-from shared.digest import LINE_CHECKS_TYPECODE, LinesDigest
+from shared.digest import LINE_CHECKS_TYPECODE, LinesDigest, single_reasoning_digest
 from shared.records import (
     LINE_CHECK_KEY,
     LINE_CHECK_MARK,
@@ -135,6 +135,39 @@ class CheckpointRecord:
     offset: int = 0
     lines_digest: str = ""
     sound: bool = True
+
+
+class CheckpointReading(enum.StrEnum):
+    """How a checkpoint's message digest reads against the sequence it covers (:func:`read_checkpoint`)."""
+
+    EXACT = "exact"
+    SINGLE_REASONING = "single_reasoning"
+    MISMATCH = "mismatch"
+
+
+def read_checkpoint(
+    checkpoint: CheckpointRecord,
+    count: int,
+    computed: str,
+    payloads: Callable[[], Iterable[Mapping[str, Any]]],
+) -> CheckpointReading:
+    """How ``checkpoint`` reads against the ``count`` messages it covers, which digest to ``computed``.
+
+    EXACT: the checkpoint is sound and its digest and message count are the
+    sequence's. SINGLE_REASONING: sound, the same count, and its digest is the one
+    versions that attached only the last of several reasoning blocks computed
+    (:func:`shared.digest.single_reasoning_digest` over ``payloads()``, called only
+    then, once). MISMATCH otherwise. SPEC §4 and §5 Replay: the writer (an older
+    checkpoint met at reopen) and the reader (a replay's digest status) both decide by
+    this one rule, so a file one calls sound the other never calls damaged.
+    """
+    if not checkpoint.sound or checkpoint.message_count != count:
+        return CheckpointReading.MISMATCH
+    if computed == checkpoint.digest:
+        return CheckpointReading.EXACT
+    if single_reasoning_digest(payloads(), count) == checkpoint.digest:
+        return CheckpointReading.SINGLE_REASONING
+    return CheckpointReading.MISMATCH
 
 
 @dataclass(frozen=True, slots=True)

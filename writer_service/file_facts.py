@@ -15,13 +15,21 @@ included), so that Stop, Resume and Fork refuse a file that fails any verificati
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shared.digest import DigestBuilder, single_reasoning_digest
+from shared.digest import digest_of_payloads
 from shared.errors import CorruptSessionError
-from shared.rebuild import DegradedEntry, DegradedKind, Rebuild, collector_paused
+from shared.rebuild import (
+    CheckpointReading,
+    DegradedEntry,
+    DegradedKind,
+    Rebuild,
+    collector_paused,
+    read_checkpoint,
+)
 from shared.rebuild_index import MessageSource, index_rebuild
 
 
@@ -68,10 +76,7 @@ def file_facts(path: Path, with_digest: bool, end: int | None = None) -> Rebuilt
         with MessageSource(path) as source:
             _check_older_checkpoint(found, source)
             if with_digest:
-                builder = DigestBuilder(len(found.messages))
-                for handle in found.messages:
-                    builder.add(source.message(handle))
-                message_digest = builder.result()
+                message_digest = digest_of_payloads(map(source.message, found.messages), len(found.messages))
         facts = RebuiltFacts(
             found.damage,
             found.unaccepted_damage(),
@@ -95,15 +100,13 @@ def _check_older_checkpoint(found: Rebuild, source: MessageSource) -> None:
     checkpoint, covered = found.last_checkpoint, found.checkpoint_messages
     if checkpoint is None or covered is None or checkpoint.lines_digest or not checkpoint.sound:
         return  # none; pinned (the rebuild checked it); or already unsound, hence reported
-    if checkpoint.message_count == len(covered):
-        builder = DigestBuilder(len(covered))
-        for handle in covered:
-            builder.add(source.message(handle))
-        if builder.result() == checkpoint.digest:
-            return
-        legacy = single_reasoning_digest(map(source.message, covered), len(covered))
-        if legacy == checkpoint.digest:
-            return
+
+    def payloads() -> Iterator[dict[str, Any]]:
+        return map(source.message, covered)
+
+    computed = digest_of_payloads(payloads(), len(covered))
+    if read_checkpoint(checkpoint, len(covered), computed, payloads) is not CheckpointReading.MISMATCH:
+        return
     found.degraded.append(
         DegradedEntry(
             DegradedKind.CHECKPOINT_MISMATCH,

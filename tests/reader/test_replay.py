@@ -15,11 +15,12 @@ from reader_service.memory_view import memory_view
 from reader_service.replay import DigestStatus, replay_file, stream_replay, verify_findings, verify_session
 from reader_service.replay_cache import ReplayCache
 from rollout.v1 import reader_pb2, records_pb2, writer_pb2
-from shared.digest import canonical_message
+from shared.digest import canonical_message, digest
 from shared.rebuild import DegradedKind, rebuild
 from shared.rebuild_index import MessageSource, index_rebuild
 from shared.records import encode_line
 from tests.conftest import run_rollout
+from writer_service.file_facts import file_facts
 
 TS = "2026-11-30T10:00:00.000000Z"
 META = {"session_id": "01a22c15-89a6-7d3d-b5b7-165622bd350c", "tenant": "t", "created_at": TS}
@@ -325,6 +326,45 @@ def test_a_changed_block_under_an_older_checkpoint_still_mismatches(tmp_path) ->
     path = write(tmp_path, _checkpointed(changed, _SINGLE_REASONING_DIGEST))
     assert replay_file(path).digest_status == DigestStatus.MISMATCH
     assert verify_session(path).digest_status == DigestStatus.MISMATCH
+
+
+def test_the_writer_and_the_reader_read_an_older_checkpoint_by_one_rule(tmp_path) -> None:
+    """An older checkpoint (no lines digest) is sound for the writer's reopen exactly when a replay
+    verifies it: the single-reasoning reading is accepted by both, a message count that is not the
+    rebuilt one or a changed block by neither (shared.rebuild.read_checkpoint)."""
+    plain = [msg("user", "q"), msg("assistant", "a")]
+    plain_digest = digest(rebuild(lines(*plain)).messages)
+    changed = [*_SINGLE_REASONING_ERA]
+    changed[2] = ("reasoning", {"content": "r2 edited", "encrypted": "e2"})
+    cases = {
+        "exact": (plain, plain_digest, 2, True),
+        "single reasoning": (_SINGLE_REASONING_ERA, _SINGLE_REASONING_DIGEST, 2, True),
+        "count not the rebuilt one": (plain, plain_digest, 3, False),
+        "single reasoning, count not the rebuilt one": (
+            _SINGLE_REASONING_ERA,
+            _SINGLE_REASONING_DIGEST,
+            3,
+            False,
+        ),
+        "changed block": (changed, _SINGLE_REASONING_DIGEST, 2, False),
+    }
+    for name, (records, checkpoint_digest, count, sound) in cases.items():
+        checkpoint = {
+            "digest": checkpoint_digest,
+            "message_count": count,
+            "covers_seq": len(records),
+            "stop_kind": "paused",
+        }
+        path = tmp_path / f"{name}.jsonl"
+        path.write_bytes(lines(*records, ("agent_checkpoint", checkpoint)))
+        expected = DigestStatus.VERIFIED if sound else DigestStatus.MISMATCH
+        assert replay_file(path).digest_status == expected, name
+        damage = file_facts(path, with_digest=False).damage
+        if sound:
+            assert damage is None, name
+        else:
+            assert damage is not None, name
+            assert damage.kind == DegradedKind.CHECKPOINT_MISMATCH, name
 
 
 def test_memory_view_rpc(writer, reader) -> None:

@@ -124,9 +124,13 @@ def test_no_checkpoint_is_written_except_on_stop(data_dir) -> None:
 def test_writer_checkpoint_and_reader_share_one_rebuild_and_one_digest() -> None:
     """The writer's checkpoint and the reader call the very same shared rebuild and digest functions."""
     # Both feed shared.digest's own builder (the one digest() is made of) from the shared
-    # bounded-memory rebuild (the same rules as rebuild(), subclassed, not copied).
-    assert writer_service.file_facts.DigestBuilder is digest_module.DigestBuilder
+    # bounded-memory rebuild (the same rules as rebuild(), subclassed, not copied), and read
+    # an older checkpoint by the one shared rule.
+    assert writer_service.file_facts.digest_of_payloads is digest_module.digest_of_payloads
+    assert reader_service.replay.digest_of_payloads is digest_module.digest_of_payloads
     assert reader_service.replay.DigestBuilder is digest_module.DigestBuilder
+    assert writer_service.file_facts.read_checkpoint is rebuild_module.read_checkpoint
+    assert reader_service.replay.read_checkpoint is rebuild_module.read_checkpoint
     assert writer_service.file_facts.index_rebuild is rebuild_index_module.index_rebuild
     assert reader_service.replay.index_rebuild is rebuild_index_module.index_rebuild
     assert reader_service.replay.rebuild is rebuild_module.rebuild
@@ -182,13 +186,14 @@ def test_stop_resume_and_fork_rebuild_on_an_io_thread_under_the_collector_pause(
         seen.append(("rebuild", threading.current_thread().name, gc.isenabled()))
         return real_rebuild(path, **options)
 
-    class SpyingDigest(digest_module.DigestBuilder):
-        def result(self) -> str:
-            seen.append(("digest", threading.current_thread().name, gc.isenabled()))
-            return super().result()
+    real_digest = writer_service.file_facts.digest_of_payloads
+
+    def spying_digest(messages: Any, count: int) -> str:
+        seen.append(("digest", threading.current_thread().name, gc.isenabled()))
+        return real_digest(messages, count)
 
     monkeypatch.setattr(writer_service.file_facts, "index_rebuild", spying_rebuild)
-    monkeypatch.setattr(writer_service.file_facts, "DigestBuilder", SpyingDigest)
+    monkeypatch.setattr(writer_service.file_facts, "digest_of_payloads", spying_digest)
     for name in ("find_fork_point", "check_fork_keeps_pairs"):
         real = getattr(writer_service.branching, name)
 
