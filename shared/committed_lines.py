@@ -7,8 +7,9 @@ the last ``\\n`` are not committed yet (a write in progress, or a torn one).
 ``chunk_bytes`` at a time, and yields the complete lines of each chunk together, as
 one list of ``bytes`` without their ``\\n``: a caller that applies lines in batches
 (the rebuild pass, the replay cache) takes the lists, one that wants lines takes
-:meth:`CommittedLines.lines`. A line longer than a chunk is carried over and yielded
-whole with the chunk that ends it, so memory is about one chunk plus the longest line.
+:meth:`CommittedLines.lines`. A line longer than a chunk is carried over as its pieces and
+joined once, with the chunk that ends it: reading it costs time in proportion to its
+length, and memory is about one chunk plus twice the longest line.
 
 After the iteration, ``tail`` holds the bytes after the last ``\\n`` (``b""`` when the
 range ends on a line boundary). A file cut shorter while it is read ends the
@@ -48,7 +49,7 @@ class CommittedLines:
     def __iter__(self) -> Iterator[list[bytes]]:
         fd, stop, chunk_bytes = self.fd, self.stop, self.chunk_bytes
         position = self.start
-        pending = b""
+        pending: list[bytes] = []  # the pieces of an unended line, joined once it ends
         while True:
             size = chunk_bytes if stop is None else min(chunk_bytes, stop - position)
             if size <= 0:
@@ -56,12 +57,22 @@ class CommittedLines:
             chunk = pread(fd, size, position)
             if not chunk:
                 break  # end of file, or the file was cut while being read
-            position += len(chunk)
-            lines = (pending + chunk if pending else chunk).split(b"\n")
-            pending = lines.pop()  # the bytes after the chunk's last newline
-            if lines:
-                yield lines
-        self.tail = pending
+            position += len(chunk)  # a read may be short
+            if b"\n" not in chunk:
+                pending.append(chunk)
+                continue
+            if pending:  # a carried line ends in this chunk: join its pieces once
+                end = chunk.index(b"\n")
+                pending.append(chunk[:end])
+                lines = [b"".join(pending), *chunk[end + 1 :].split(b"\n")]
+                pending.clear()
+            else:
+                lines = chunk.split(b"\n")
+            last = lines.pop()  # the bytes after the chunk's last newline
+            if last:
+                pending.append(last)
+            yield lines
+        self.tail = b"".join(pending)
 
     def lines(self) -> Iterator[bytes]:
         """The complete lines one by one (``tail`` is set once it is exhausted)."""

@@ -6,6 +6,7 @@ import os
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from unittest.mock import patch
 
 import pytest
 from hypothesis import given, settings
@@ -30,17 +31,23 @@ def open_bytes(data: bytes) -> Iterator[int]:
     chunk_bytes=st.integers(min_value=1, max_value=12),
     start_fraction=st.floats(min_value=0, max_value=1),
     stop_fraction=st.one_of(st.none(), st.floats(min_value=0, max_value=1)),
+    read_limit=st.one_of(st.none(), st.integers(min_value=1, max_value=5)),
 )
 def test_the_lines_tail_and_end_are_those_of_a_split_of_the_range(
-    data: bytes, chunk_bytes: int, start_fraction: float, stop_fraction: float | None
+    data: bytes, chunk_bytes: int, start_fraction: float, stop_fraction: float | None, read_limit: int | None
 ) -> None:
-    """Any range read in any chunk size: the lists joined are the range's complete lines, in order;
+    """Any range read in any chunk size, whole reads or short ones (at most ``read_limit`` bytes
+    each, as ``pread`` may return): the lists joined are the range's complete lines, in order;
     ``tail`` is what follows its last newline; no list is empty; the descriptor's own offset is not moved."""
     start = int(len(data) * start_fraction)
     stop = None if stop_fraction is None else start + int((len(data) - start) * stop_fraction)
     expected = data[start:stop].split(b"\n")
     expected_tail = expected.pop()
-    with open_bytes(data) as fd:
+
+    def short_pread(fd: int, size: int, offset: int) -> bytes:
+        return os.pread(fd, size if read_limit is None else min(size, read_limit), offset)
+
+    with open_bytes(data) as fd, patch.object(committed_lines, "pread", short_pread):
         os.lseek(fd, 3, os.SEEK_SET)
         reader = CommittedLines(fd, start, stop, chunk_bytes)
         batches = list(reader)
