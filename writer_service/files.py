@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import re
 from pathlib import Path
 
 from shared.errors import SessionExistsError, storage_error
@@ -20,6 +21,8 @@ from shared.layout import PRIVATE_FILE_MODE, make_private_dirs, open_session_fil
 log = logging.getLogger(__name__)
 
 TEMPORARY_MARK = ".tmp-"
+#: The whole name :func:`create_temporary` gives: ``.<name>.tmp-<8 lowercase hex>``.
+_TEMPORARY_NAME = re.compile(r"\..+" + re.escape(TEMPORARY_MARK) + r"[0-9a-f]{8}")
 
 
 def fsync_dir(folder: Path) -> None:
@@ -140,12 +143,27 @@ def create_marker(path: Path) -> None:
 
 def remove_stale_temporaries(folder: Path, left_by: str = "an unfinished session creation") -> int:
     """Remove the temporary files (:func:`create_temporary`) a crash left in ``folder``; they were
-    never acknowledged, ``left_by`` says what made them (logged). Returns how many."""
+    never acknowledged, ``left_by`` says what made them (logged). Returns how many.
+
+    Only regular files (not followed through a link) whose whole name is a temporary
+    name are removed; anything else is left as it is, and an entry that cannot be
+    removed is logged and left: start-up goes on. Raises OSError only when ``folder``
+    cannot be listed.
+    """
     removed = 0
-    for entry in folder.glob(f".*{TEMPORARY_MARK}*"):
-        entry.unlink(missing_ok=True)
-        removed += 1
-        log.warning("removed %s: %s (never acknowledged)", entry.name, left_by)
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            if _TEMPORARY_NAME.fullmatch(entry.name) is None or not entry.is_file(follow_symlinks=False):
+                continue
+            try:
+                os.unlink(entry.path)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                log.warning("could not remove %s, left by %s: %s", entry.name, left_by, exc)
+                continue
+            removed += 1
+            log.warning("removed %s: %s (never acknowledged)", entry.name, left_by)
     if removed:
         fsync_dir(folder)
     return removed

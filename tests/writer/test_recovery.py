@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -10,12 +11,14 @@ import grpc
 import orjson
 import pytest
 
+import writer_service.files
 from rollout.v1 import records_pb2, writer_pb2, writer_pb2_grpc
+from shared.errors import StorageWriteError
 from shared.layout import PRIVATE_FILE_MODE, DataRoot
 from shared.rebuild import rebuild
 from shared.records import encode_line
 from tests.conftest import start_service
-from writer_service.files import create_temporary
+from writer_service.files import create_file, create_temporary
 from writer_service.recovery import repair_torn_tail
 from writer_service.session_index import build_index
 from writer_service.session_state import STATE_DIR
@@ -196,6 +199,17 @@ def test_start_up_removes_what_a_crash_left_under_temporary_names_and_nothing_el
     os.close(fd)
     assert oct(creation.stat().st_mode & 0o777) == oct(PRIVATE_FILE_MODE)
     assert creation.name.startswith(".2026-new.jsonl.tmp-")
+    # Names that only resemble a temporary's, and a folder and a link that have one, are kept.
+    lookalikes = []
+    for folder in (root.sessions_dir, states):
+        for name in (".notes", ".notes.tmp-keep", ".backup.tmp-0123abcd.json", "notes.tmp-0123abcd"):
+            (folder / name).write_bytes(b"kept")
+            lookalikes.append(folder / name)
+        (folder / ".folder.tmp-0123abcd").mkdir()
+        (folder / ".link.tmp-4567cdef").symlink_to(session)
+        lookalikes += [folder / ".folder.tmp-0123abcd", folder / ".link.tmp-4567cdef"]
+    agent_session = root.sessions_dir / "2026-agent.tmp-0123abcd.jsonl"
+    agent_session.write_bytes(session.read_bytes())
 
     build_index(root)
 
@@ -204,3 +218,51 @@ def test_start_up_removes_what_a_crash_left_under_temporary_names_and_nothing_el
     assert not save.exists()
     assert session.exists()
     assert saved.exists()
+    assert agent_session.exists()
+    assert [path for path in lookalikes if not os.path.lexists(path)] == []
+
+
+def test_a_temporary_that_cannot_be_removed_is_logged_and_start_up_goes_on(
+    tmp_path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Start-up never fails over a stale temporary it may not remove: it says so and goes on."""
+    root = DataRoot(tmp_path)
+    root.ensure()
+    stuck, fd = create_temporary(root.sessions_dir / "2026-new.jsonl")
+    os.close(fd)
+    gone, fd = create_temporary(root.sessions_dir / "2026-other.jsonl")
+    os.close(fd)
+    real_unlink = os.unlink
+
+    def refusing_unlink(path: str | os.PathLike[str], *args: object, **options: object) -> None:
+        if os.fspath(path) == os.fspath(stuck):
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        real_unlink(path, *args, **options)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "unlink", refusing_unlink)
+    build_index(root)
+    assert stuck.exists()
+    assert not gone.exists()
+    assert f"could not remove {stuck.name}" in caplog.text
+
+
+@pytest.mark.parametrize("failing", ["write_all", "link"])
+def test_a_session_file_the_disk_refuses_leaves_no_temporary_behind(
+    tmp_path, monkeypatch: pytest.MonkeyPatch, failing: str
+) -> None:
+    """A creation the disk refuses (full while writing, or the link failing) raises StorageWriteError
+    naming the errno and removes its temporary at once: nothing waits for the next start-up."""
+    root = DataRoot(tmp_path)
+    root.ensure()
+
+    def full(*args: object) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(writer_service.files if failing == "write_all" else os, failing, full)
+    with pytest.raises(StorageWriteError) as caught:
+        create_file(root.sessions_dir / "2026-new.jsonl", b"line\n", "new")
+    assert (caught.value.errno_name, caught.value.operation) == (
+        "ENOSPC",
+        "write" if failing == "write_all" else "link",
+    )
+    assert list(root.sessions_dir.iterdir()) == []
