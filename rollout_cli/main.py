@@ -219,7 +219,13 @@ def import_claude(paths: tuple[Path, ...], writer: str, tenant: str, as_json: bo
 
 @cli.command("ls")
 @reader_option
-@click.option("--page-size", default=50, show_default=True, help="Sessions per page (1-1000).")
+@click.option(
+    "--page-size",
+    type=click.IntRange(0, 1000),
+    default=50,
+    show_default=True,
+    help="Sessions per page (1-1000; 0: 50).",
+)
 @click.option("--page-token", default="", help="Continue from a previous page.")
 @click.option("--tenant", default="", help="Only this tenant's sessions.")
 @click.option("--agent-name", default="", help="Only sessions of this agent.")
@@ -257,7 +263,11 @@ def list_command(
         )
         page = next(pages)
         pages.close()
-    session_view.print_sessions(page.sessions, datetime.now(UTC))
+    if page.sessions:
+        session_view.print_sessions(page.sessions, datetime.now(UTC))
+    elif not page.scan_capped:
+        filtered = any((tenant, agent_name, parent, stop_state, created_after, created_before))
+        click.echo("no session matches these filters" if filtered else "no sessions")
     if page.scan_capped:
         click.echo(f"(this page stopped after examining {page.scanned} sessions; more may match)")
     if page.next_page_token:
@@ -285,7 +295,13 @@ def _next_page_command(token: str) -> str:
 @click.argument("session_id", callback=_session_id)
 @reader_option
 @click.option("--token-budget", default=0, help="Estimated tokens allowed (0: none).")
-@click.option("--width", default=400, show_default=True, help="Characters shown per message (0: all).")
+@click.option(
+    "--width",
+    type=click.IntRange(min=0),
+    default=400,
+    show_default=True,
+    help="Characters shown per message (0: all).",
+)
 def replay(session_id: str, reader: str, token_budget: int, width: int) -> None:
     """Show the exact rebuilt message sequence of a session (streamed: any size)."""
     with _client("reader", reader) as client:
@@ -402,7 +418,12 @@ def resume(session_id: str, writer: str, force: bool) -> None:
 @click.argument("session_id", callback=_session_id)
 @writer_option
 @click.option("--at-seq", type=int, default=None, help="Keep the records with seq <= this.")
-@click.option("--before-user", type=int, default=None, help="Keep everything before the Nth user message.")
+@click.option(
+    "--before-user",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Keep everything before the Nth user message (1: the first).",
+)
 def fork(session_id: str, writer: str, at_seq: int | None, before_user: int | None) -> None:
     """Start a new session from a session's history up to a fork point."""
     if (at_seq is None) == (before_user is None):

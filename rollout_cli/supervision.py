@@ -29,7 +29,7 @@ import click
 from rollout_cli.serve_options import ServeOptions, pair_options, reloading_tokens, service_options
 from rollout_client import DEFAULT_READER, DEFAULT_WRITER
 from shared.records import DEFAULT_MAX_RECORD_BYTES
-from shared.serving import BindError
+from shared.serving import BindError, split_address
 from writer_service.committer import CommitConfig, Durability, RoundSync, SyncCall
 from writer_service.refusal_pacing import DEFAULT_RATE as DEFAULT_UNKNOWN_ID_RATE
 
@@ -284,6 +284,21 @@ def _service_preparation(serve_pid: int) -> Callable[[], None]:
     return prepare
 
 
+def _check_pair_addresses(writer_address: str, reader_address: str) -> None:
+    """Refuse (click usage errors, before either service starts) an address that is not host:port,
+    and one address given to both services (port 0, any free port, excepted)."""
+    parsed = []
+    for option, address in (("--writer-address", writer_address), ("--reader-address", reader_address)):
+        try:
+            parsed.append(split_address(address))
+        except BindError as exc:
+            raise click.BadParameter(str(exc), param_hint=option) from None
+    if parsed[0] == parsed[1] and parsed[0][1] != "0":
+        raise click.UsageError(
+            f"the writer and the reader cannot both bind {writer_address}: give one of them another port"
+        )
+
+
 @click.command()
 @data_dir_option
 @click.option(
@@ -308,6 +323,7 @@ def serve(
     serving: ServeOptions,
 ) -> None:
     """Run the writer and a reader as two processes on a local data root; Ctrl-C stops both."""
+    _check_pair_addresses(writer_address, reader_address)
     base = [sys.executable, "-m", "rollout_cli.main"]
     writer_options = ["--durability", durability, "--sync-call", sync_call, "--round-sync", round_sync]
     if metrics_port is not None:

@@ -145,3 +145,30 @@ def test_client_commands_name_the_service_they_cannot_reach() -> None:
         "Error: cannot reach the writer at 127.0.0.1:1. Is it running (bash deploy/local/serve.sh)?"
         " Point --writer / ROLLOUT_WRITER at it. If it serves TLS, pass its CA file with --tls-ca / ROLLOUT_TLS_CA."
     ]
+
+
+def test_option_values_out_of_range_are_refused_before_anything_runs(tmp_path: Path) -> None:
+    """A negative --width, a --before-user below 1, a page size over 1000, a serve address that is
+    not host:port or that both services are given: a usage error (exit 2) naming the option, before
+    any call is made or any service starts (no service runs here)."""
+    refused = {
+        ("replay", UNKNOWN_ID, "--width", "-5"): "--width",
+        ("fork", UNKNOWN_ID, "--before-user", "0"): "--before-user",
+        ("ls", "--page-size", "1001"): "--page-size",
+        ("serve", "--data-dir", str(tmp_path / "a"), "--writer-address", "127.0.0.1:5x"): "--writer-address",
+        (
+            "serve",
+            "--data-dir",
+            str(tmp_path / "b"),
+            "--writer-address",
+            "127.0.0.1:50999",
+            "--reader-address",
+            "127.0.0.1:50999",
+        ): "cannot both bind 127.0.0.1:50999",
+    }
+    for args, named in refused.items():
+        result = run_rollout(*args)
+        assert result.returncode == 2, (args, result.stdout, result.stderr)
+        assert named in result.stderr, (args, result.stderr)
+        assert "Traceback" not in result.stderr
+    assert list(tmp_path.iterdir()) == []  # neither serve created its data root

@@ -86,3 +86,14 @@ def test_relative_times_read_like_a_picker(seconds, shown) -> None:
     assert relative_time(then, now) == shown
     old = (now - timedelta(days=40)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     assert relative_time(old, now) == "2026-10-21"
+
+
+def test_an_empty_listing_says_so_instead_of_a_bare_header(writer, reader_process) -> None:
+    """No session at all, or none matching the filters: one line saying which, no table header."""
+    at = ("--reader", reader_process.address)
+    assert _rollout("ls", *at).splitlines() == ["no sessions"]
+    writer.CreateSession(writer_pb2.CreateSessionRequest())
+    assert _rollout("ls", *at, "--stop-state", "replayable").splitlines() == [
+        "no session matches these filters"
+    ]
+    assert _rollout("ls", *at).splitlines()[0].split()[:2] == ["UPDATED", "SESSION"]

@@ -144,7 +144,7 @@ class OpenSession:
             advice = (
                 "call Resume to continue it"
                 if eligibility.replayable
-                else f"it may not be replayed as-is ({eligibility.reason}); Resume it with force, or Fork it"
+                else f"it may not be continued as-is ({eligibility.reason}); Resume it with force, or Fork it"
             )
             raise SessionStateError(
                 f"session is stopped ({kind or 'no stop kind'}); {advice}",
