@@ -117,14 +117,12 @@ def _session_id(_context: click.Context, _parameter: click.Parameter, value: str
 writer_option = click.option(
     "--writer",
     default=lambda: os.environ.get("ROLLOUT_WRITER", DEFAULT_WRITER),
-    show_default=DEFAULT_WRITER,
-    help="Writer address (env ROLLOUT_WRITER).",
+    help=f"Writer address (env ROLLOUT_WRITER, else {DEFAULT_WRITER}).",
 )
 reader_option = click.option(
     "--reader",
     default=lambda: os.environ.get("ROLLOUT_READER", DEFAULT_READER),
-    show_default=DEFAULT_READER,
-    help="Reader address (env ROLLOUT_READER).",
+    help=f"Reader address (env ROLLOUT_READER, else {DEFAULT_READER}).",
 )
 
 

@@ -41,8 +41,7 @@ data_dir_option = click.option(
     "--data-dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=lambda: os.environ.get("ROLLOUT_DATA_DIR", DEFAULT_DATA_DIR),
-    show_default=DEFAULT_DATA_DIR,
-    help="Data root holding the session files (env ROLLOUT_DATA_DIR).",
+    help=f"Data root holding the session files (env ROLLOUT_DATA_DIR, else {DEFAULT_DATA_DIR}).",
 )
 
 # Writer options that `serve` also takes and hands to its writer: declared once for both.

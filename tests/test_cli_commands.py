@@ -172,3 +172,14 @@ def test_option_values_out_of_range_are_refused_before_anything_runs(tmp_path: P
         assert named in result.stderr, (args, result.stderr)
         assert "Traceback" not in result.stderr
     assert list(tmp_path.iterdir()) == []  # neither serve created its data root
+
+
+def test_importing_a_folder_without_session_files_says_so(tmp_path: Path) -> None:
+    """An empty folder (or one without the tool's files) is named with what was looked for; no
+    empty table, nothing sent (no writer runs here)."""
+    (tmp_path / "notes.txt").write_text("not a session")
+    for tool, label in (("codex", "Codex rollout"), ("claude", "Claude Code transcript")):
+        result = run_rollout("import", tool, "--writer", "127.0.0.1:1", str(tmp_path))
+        assert result.returncode == 0, result.stderr
+        assert result.stderr.strip() == f"no {label} files found under {tmp_path}; nothing imported"
+        assert "import summary" not in result.stdout

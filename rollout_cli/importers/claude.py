@@ -512,7 +512,7 @@ def convert_claude(lines: Iterable[bytes], source: Path = Path("<claude>")) -> I
             child.role, child.agent_name = SessionRole.CHILD_WITHOUT_COORDINATES, _DEFAULT_CHILD_NAME
             child.notes.append(
                 f"the sub-agent run starting at line {run.root.number} matches no Task call in this file:"
-                " imported as a child session without delegation coordinates (never resumable)"
+                " it is a child session without delegation coordinates (never resumable)"
             )
         writer = _SessionWriter(child)
         for line in sorted([*run.chain, *run.off_chain], key=lambda item: item.number):

@@ -162,6 +162,10 @@ def run_import(
     """
     importer = IMPORTERS[tool]
     files = list(source_files(importer, paths))
+    if not files:
+        where = ", ".join(str(path) for path in paths or (Path(importer.default_folder).expanduser(),))
+        click.echo(f"no {importer.label} files found under {where}; nothing imported", err=True)
+        return 0
     total_bytes = sum(path.stat().st_size for path in files if path.is_file())
     reports: list[FileReport] = []
     console = Console(stderr=True)
