@@ -304,9 +304,9 @@ def write_session(
 Service = ServiceProcess
 
 
-def start_service(kind: str, data_dir: Path, stderr_path: Path) -> ServiceProcess:
-    """``rollout serve-<kind>`` on a free port; waits for its "listening on" line."""
-    return start_service_process(kind, data_dir, stderr_path)
+def start_service(kind: str, data_dir: Path, stderr_path: Path, *extra: str) -> ServiceProcess:
+    """``rollout serve-<kind>`` on a free port, with the options ``extra``; waits for its "listening on" line."""
+    return start_service_process(kind, data_dir, stderr_path, *extra)
 
 
 def proc_status_kb(pid: int, field: str) -> int:

@@ -12,7 +12,13 @@ Prints each replay's status, size and seconds; the reader's idle RSS, its peak
 (``VmHWM``) and the growth; and the GetStopFacts latencies (median, p99, max).
 Targets: RSS growth <= 600 MiB, GetStopFacts max < 250 ms.
 
-    .venv/bin/python bench/replay_memory.py [--size-mb 250] [--clients 4] [--check]
+With the reader's default unary reply limit (64 MiB) the replays are refused before
+the file is read (RESOURCE_EXHAUSTED, pointing to StreamReplay). ``--max-reply-bytes``
+starts the reader with another limit: 300000000 has them answered, which measures
+the rebuilds under the read budget and what sending a ~190 MB reply costs the other
+calls (gRPC holds the reader's event loop for about a millisecond per MB sent).
+
+    .venv/bin/python bench/replay_memory.py [--size-mb 250] [--clients 4] [--max-reply-bytes N] [--check]
 
 Exit status: 0 whatever the figures; with ``--check``, 1 when a target fails;
 2 when a call answers something other than OK or RESOURCE_EXHAUSTED, or a
@@ -94,6 +100,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--size-mb", type=float, default=250, help="size of the large session (MB)")
     parser.add_argument("--clients", type=int, default=4, help="concurrent unary GetReplay calls")
+    parser.add_argument(
+        "--max-reply-bytes",
+        type=int,
+        default=None,
+        help="the reader's unary reply limit (its default when unset)",
+    )
     parser.add_argument("--check", action="store_true", help="exit 1 when a target fails")
     args = parser.parse_args(argv)
     if args.size_mb <= 0 or args.clients < 1:
@@ -116,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
             f" {args.clients} concurrent unary GetReplays of it, GetStopFacts of a small session every 25 ms"
             f" (generated in {time.perf_counter() - started:.1f} s)"
         )
-        reader = start_service("reader", sessions.parent, tmp / "reader.stderr")
+        limit = [] if args.max_reply_bytes is None else ["--max-reply-bytes", str(args.max_reply_bytes)]
+        reader = start_service("reader", sessions.parent, tmp / "reader.stderr", *limit)
         pid = reader.process.pid
         try:
             time.sleep(3)  # the listing index reads every file once at start

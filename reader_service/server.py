@@ -72,7 +72,7 @@ class ReaderConfig:
     tail_window: int = DEFAULT_TAIL_WINDOW
     io_threads: int = 4
     heavy_threads: int = 2
-    max_reply_bytes: int = 256 * MiB
+    max_reply_bytes: int = 64 * MiB
     replay_cache_bytes: int = 256 * MiB
     read_budget_bytes: int = 512 * MiB
 

@@ -210,7 +210,7 @@ def serve_writer(
 @click.option(
     "--max-reply-bytes",
     type=click.IntRange(1024),
-    default=256 * 1024 * 1024,
+    default=64 * 1024 * 1024,
     show_default=True,
     help="Largest unary reply; a GetReplay or GetMemoryView of a larger session is refused"
     " (RESOURCE_EXHAUSTED) before it is read: stream it.",

@@ -156,8 +156,8 @@ class AsyncSession:
         """The exact rebuilt message sequence (system, reasoning, full tool outputs), degraded
         ledger, digest status (``verified`` / ``mismatch`` / ``no_checkpoint``) and
         ``too_large`` when over ``token_budget`` (estimated tokens; messages still returned).
-        Raises NotFoundError; ResourceExhaustedError when over the reader's 256 MiB reply limit
-        (use :meth:`stream_replay`)."""
+        Raises NotFoundError; ResourceExhaustedError when over the reader's unary reply limit
+        (64 MiB by default; use :meth:`stream_replay`)."""
         response = await self.client.call(
             self.client.reader_stub.GetReplay, self._replay_request(token_budget, max_messages)
         )

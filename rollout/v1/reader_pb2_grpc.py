@@ -94,7 +94,7 @@ class RolloutReaderServicer:
         and the rebuilt messages.
         INVALID_ARGUMENT: negative budget or cap. NOT_FOUND: unknown session.
         RESOURCE_EXHAUSTED: the answer cannot fit in one reply (the reader's
-        unary reply limit, 256 MiB by default, `serve-reader --max-reply-bytes`):
+        unary reply limit, 64 MiB by default, `serve-reader --max-reply-bytes`):
         a session file larger than the limit is refused before it is read
         (unless max_messages is set); with max_messages, the call is refused
         as soon as the messages rendered exceed the limit. Use StreamReplay.
