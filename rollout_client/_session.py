@@ -18,6 +18,7 @@ from rollout_client._errors import (
     AppendOutcomeUnknownError,
     FieldViolation,
     InvalidArgumentError,
+    ResourceExhaustedError,
     SessionStoppedError,
     error_from_rpc,
 )
@@ -33,7 +34,7 @@ from rollout_client._results import (
     VerifyReport,
     WatchedRecord,
 )
-from shared.errors import RecordValidationError
+from shared.errors import REPLY_TOO_LARGE, RecordValidationError
 from shared.wire import stop_kind_to_proto
 
 
@@ -156,11 +157,23 @@ class AsyncSession:
         """The exact rebuilt message sequence (system, reasoning, full tool outputs), degraded
         ledger, digest status (``verified`` / ``mismatch`` / ``no_checkpoint``) and
         ``too_large`` when over ``token_budget`` (estimated tokens; messages still returned).
-        Raises NotFoundError; ResourceExhaustedError when over the reader's unary reply limit
-        (64 MiB by default; use :meth:`stream_replay`)."""
-        response = await self.client.call(
-            self.client.reader_stub.GetReplay, self._replay_request(token_budget, max_messages)
-        )
+
+        One unary GetReplay; a session whose answer is over the reader's unary reply limit
+        (64 MiB by default: ErrorInfo ``REPLY_TOO_LARGE``) is read with StreamReplay instead,
+        with the same result (held whole in memory here: use :meth:`stream_replay` to go
+        through a large session chunk by chunk). Raises NotFoundError, InvalidArgumentError.
+        """
+        request = self._replay_request(token_budget, max_messages)
+        try:
+            response = await self.client.call(self.client.reader_stub.GetReplay, request)
+        except ResourceExhaustedError as error:
+            if not any(info.reason == REPLY_TOO_LARGE for info in error.error_info):
+                raise
+            stream = AsyncReplayStream(self.client, request)
+            messages = [message async for message in stream]
+            if stream.summary is None:
+                raise error  # the stream ended without its summary: keep the first refusal
+            return Replay(self.id, messages, stream.summary)
         return Replay.from_proto(response)
 
     def stream_replay(self, token_budget: int | None = None) -> AsyncReplayStream:

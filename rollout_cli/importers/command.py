@@ -163,7 +163,9 @@ def run_import(
     importer = IMPORTERS[tool]
     files = list(source_files(importer, paths))
     if not files:
-        where = ", ".join(str(path) for path in paths or (Path(importer.default_folder).expanduser(),))
+        where = ", ".join(
+            dict.fromkeys(str(path) for path in paths or (Path(importer.default_folder).expanduser(),))
+        )
         click.echo(f"no {importer.label} files found under {where}; nothing imported", err=True)
         return 0
     total_bytes = sum(path.stat().st_size for path in files if path.is_file())

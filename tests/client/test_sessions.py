@@ -12,10 +12,12 @@ import pytest
 from rollout_client import (
     AsyncRolloutClient,
     Compaction,
+    ConversationMemory,
     Event,
     FieldViolation,
     InvalidArgumentError,
     NotFoundError,
+    RolloutClient,
     SessionStoppedError,
     TurnContext,
     assistant,
@@ -25,8 +27,9 @@ from rollout_client import (
     tool_result,
     user,
 )
+from rollout_client.agents import LedgerSession
 from tests.client.conftest import TEST_RETRY
-from tests.conftest import REPO
+from tests.conftest import REPO, start_service
 
 CONVERSATION = [
     system("You are terse."),
@@ -289,3 +292,27 @@ print(sorted(outcomes))
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "['after close', 'append closed', 'watch closed']"
     assert result.stderr == ""
+
+
+def test_a_replay_over_the_unary_reply_limit_is_streamed_with_the_same_result(
+    client, writer_process, data_dir
+) -> None:
+    """Session.replay() of a session whose answer is over the reader's unary limit (ErrorInfo
+    REPLY_TOO_LARGE) reads it with StreamReplay: the same Replay as a reader that answers in one
+    reply, capped or not; so do ConversationMemory.from_replay and the Agents SDK session."""
+    session = client.create_session()
+    session.append(system("rules"), *(user(f"{n} " + "y" * 900) for n in range(8)))
+    session.stop("paused", "test")
+    small = start_service("reader", data_dir, "--max-reply-bytes", "4096")
+    try:
+        with RolloutClient(writer_process.address, small.address, retry=TEST_RETRY) as limited:
+            over = limited.session(session.id)
+            for cap in (None, 6):
+                assert over.replay(max_messages=cap) == client.session(session.id).replay(max_messages=cap)
+            assert over.replay().digest_status == "verified"
+            memory = ConversationMemory.from_replay(over)
+            assert memory.snapshot() == client.session(session.id).replay().messages
+            items = asyncio.run(LedgerSession(session.id, client=limited).get_items())
+            assert len(items) == 9
+    finally:
+        small.stop()
