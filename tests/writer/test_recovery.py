@@ -202,7 +202,16 @@ def test_start_up_removes_what_a_crash_left_under_temporary_names_and_nothing_el
     # Names that only resemble a temporary's, and a folder and a link that have one, are kept.
     lookalikes = []
     for folder in (root.sessions_dir, states):
-        for name in (".notes", ".notes.tmp-keep", ".backup.tmp-0123abcd.json", "notes.tmp-0123abcd"):
+        for name in (
+            ".notes",
+            ".notes.tmp-keep",
+            ".notes.tmp-0123ABCD",
+            ".notes.tmp-0123abc",
+            ".notes.tmp-0123abcde",
+            ".notes.tmp-ghijklmn",
+            ".backup.tmp-0123abcd.json",
+            "notes.tmp-0123abcd",
+        ):
             (folder / name).write_bytes(b"kept")
             lookalikes.append(folder / name)
         (folder / ".folder.tmp-0123abcd").mkdir()
