@@ -87,8 +87,13 @@ def is_retryable(error: RolloutError, retry_on: frozenset[grpc.StatusCode] = RET
         return False
     if error.code is not grpc.StatusCode.RESOURCE_EXHAUSTED:
         return True
-    too_large = any(info.reason == REPLY_TOO_LARGE for info in error.error_info)
-    return not (too_large or "larger than max" in error.message)
+    return not (is_reply_too_large(error) or "larger than max" in error.message)
+
+
+def is_reply_too_large(error: RolloutError) -> bool:
+    """Whether ``error`` is the reader's refusal of an answer too large for one unary reply
+    (ErrorInfo reason ``REPLY_TOO_LARGE``): the streaming call serves it."""
+    return any(info.reason == REPLY_TOO_LARGE for info in error.error_info)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,14 @@ from typing import Any, Protocol
 import grpc
 
 from rollout.v1 import reader_pb2, reader_pb2_grpc, records_pb2, writer_pb2, writer_pb2_grpc
-from rollout_client._appends import REFUSED_UNWRITTEN, Attempts, PendingAppend, RetryPolicy, is_retryable
+from rollout_client._appends import (
+    REFUSED_UNWRITTEN,
+    Attempts,
+    PendingAppend,
+    RetryPolicy,
+    is_reply_too_large,
+    is_retryable,
+)
 from rollout_client._errors import (
     AppendOutcomeUnknownError,
     FieldViolation,
@@ -34,7 +41,7 @@ from rollout_client._results import (
     VerifyReport,
     WatchedRecord,
 )
-from shared.errors import REPLY_TOO_LARGE, RecordValidationError
+from shared.errors import RecordValidationError
 from shared.wire import stop_kind_to_proto
 
 
@@ -167,7 +174,7 @@ class AsyncSession:
         try:
             response = await self.client.call(self.client.reader_stub.GetReplay, request)
         except ResourceExhaustedError as error:
-            if not any(info.reason == REPLY_TOO_LARGE for info in error.error_info):
+            if not is_reply_too_large(error):
                 raise
             stream = AsyncReplayStream(self.client, request)
             messages = [message async for message in stream]

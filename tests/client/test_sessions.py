@@ -307,8 +307,10 @@ def test_a_replay_over_the_unary_reply_limit_is_streamed_with_the_same_result(
     try:
         with RolloutClient(writer_process.address, small.address, retry=TEST_RETRY) as limited:
             over = limited.session(session.id)
-            for cap in (None, 6):
-                assert over.replay(max_messages=cap) == client.session(session.id).replay(max_messages=cap)
+            for cap, budget in ((None, None), (6, None), (None, 10)):
+                streamed = over.replay(budget, max_messages=cap)
+                assert streamed == client.session(session.id).replay(budget, max_messages=cap)
+                assert (streamed.too_large is not None) == (budget is not None)
             assert over.replay().digest_status == "verified"
             memory = ConversationMemory.from_replay(over)
             assert memory.snapshot() == client.session(session.id).replay().messages
