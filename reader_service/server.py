@@ -29,6 +29,12 @@ from google.rpc import error_details_pb2
 from reader_service import metrics, replies, wire
 from reader_service.admission import ReadBudget, bounded_read_cost, unary_reply_cost
 from reader_service.delegations import find_children, find_parent
+from reader_service.limits import (
+    DEFAULT_MAX_REPLY_BYTES,
+    DEFAULT_READ_BUDGET_BYTES,
+    DEFAULT_REPLAY_CACHE_BYTES,
+    MiB,
+)
 from reader_service.listing import list_sessions
 from reader_service.listing_index import ListingIndex
 from reader_service.memory_view import (
@@ -51,7 +57,6 @@ log = logging.getLogger(__name__)
 
 SERVICE = reader_pb2.DESCRIPTOR.services_by_name["RolloutReader"]
 SERVICE_NAME = SERVICE.full_name
-MiB = 1024 * 1024
 #: How long a thread may hold the GIL while others wait (seconds; CPython's default is 0.005). A
 #: heavy read's Python loop then hands it to a cheap call's thread, or to the event loop, sooner.
 SWITCH_INTERVAL_S = 0.001
@@ -72,9 +77,9 @@ class ReaderConfig:
     tail_window: int = DEFAULT_TAIL_WINDOW
     io_threads: int = 4
     heavy_threads: int = 2
-    max_reply_bytes: int = 64 * MiB
-    replay_cache_bytes: int = 256 * MiB
-    read_budget_bytes: int = 512 * MiB
+    max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES
+    replay_cache_bytes: int = DEFAULT_REPLAY_CACHE_BYTES
+    read_budget_bytes: int = DEFAULT_READ_BUDGET_BYTES
 
 
 def _located(index: ListingIndex, session_id: str) -> tuple[Path, int]:

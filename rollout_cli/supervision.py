@@ -26,6 +26,12 @@ from typing import Any
 
 import click
 
+from reader_service.limits import (
+    DEFAULT_MAX_REPLY_BYTES,
+    DEFAULT_READ_BUDGET_BYTES,
+    DEFAULT_REPLAY_CACHE_BYTES,
+    MiB,
+)
 from rollout_cli.serve_options import ServeOptions, pair_options, reloading_tokens, service_options
 from rollout_client import DEFAULT_READER, DEFAULT_WRITER
 from shared.records import DEFAULT_MAX_RECORD_BYTES
@@ -210,7 +216,7 @@ def serve_writer(
 @click.option(
     "--max-reply-bytes",
     type=click.IntRange(1024),
-    default=64 * 1024 * 1024,
+    default=DEFAULT_MAX_REPLY_BYTES,
     show_default=True,
     help="Largest unary reply; a GetReplay or GetMemoryView of a larger session is refused"
     " (RESOURCE_EXHAUSTED) before it is read: stream it.",
@@ -218,14 +224,14 @@ def serve_writer(
 @click.option(
     "--replay-cache-mb",
     type=click.IntRange(0),
-    default=256,
+    default=DEFAULT_REPLAY_CACHE_BYTES // MiB,
     show_default=True,
     help="Memory for rendered replays of recently read sessions (MiB; 0: none).",
 )
 @click.option(
     "--read-budget-mb",
     type=click.IntRange(1),
-    default=512,
+    default=DEFAULT_READ_BUDGET_BYTES // MiB,
     show_default=True,
     help="Memory heavy reads in flight may hold together (MiB); more wait their turn.",
 )
@@ -245,8 +251,8 @@ def serve_reader(
     config = ReaderConfig(
         data_dir=data_dir,
         max_reply_bytes=max_reply_bytes,
-        replay_cache_bytes=replay_cache_mb * 1024 * 1024,
-        read_budget_bytes=read_budget_mb * 1024 * 1024,
+        replay_cache_bytes=replay_cache_mb * MiB,
+        read_budget_bytes=read_budget_mb * MiB,
     )
     try:
         asyncio.run(
