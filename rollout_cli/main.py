@@ -261,14 +261,15 @@ def list_command(
         )
         page = next(pages)
         pages.close()
+    filtered = any((tenant, agent_name, parent, stop_state, created_after, created_before))
     if page.sessions:
         session_view.print_sessions(page.sessions, datetime.now(UTC))
-    elif not page.scan_capped:
-        filtered = any((tenant, agent_name, parent, stop_state, created_after, created_before))
-        if page_token:
-            click.echo("no more sessions after this page token")
-        else:
-            click.echo("no session matches these filters" if filtered else "no sessions")
+    elif page.scan_capped:
+        pass  # the line below says more may match
+    elif page_token:
+        click.echo("no more sessions after this page token")
+    else:
+        click.echo("no session matches these filters" if filtered else "no sessions")
     if page.scan_capped:
         click.echo(f"(this page stopped after examining {page.scanned} sessions; more may match)")
     if page.next_page_token:

@@ -58,11 +58,11 @@ class CommittedLines:
             if not chunk:
                 break  # end of file, or the file was cut while being read
             position += len(chunk)  # a read may be short
-            if b"\n" not in chunk:
+            end = chunk.find(b"\n")
+            if end < 0:
                 pending.append(chunk)
                 continue
             if pending:  # a carried line ends in this chunk: join its pieces once
-                end = chunk.index(b"\n")
                 pending.append(chunk[:end])
                 lines = [b"".join(pending), *chunk[end + 1 :].split(b"\n")]
                 pending.clear()

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from reader_service.listing import encode_cursor
 from rollout.v1 import records_pb2, writer_pb2
 from rollout_cli.session_view import relative_time
 from tests.conftest import run_rollout
@@ -97,3 +98,8 @@ def test_an_empty_listing_says_so_instead_of_a_bare_header(writer, reader_proces
         "no session matches these filters"
     ]
     assert _rollout("ls", *at).splitlines()[0].split()[:2] == ["UPDATED", "SESSION"]
+    # A token past every session (they can be removed between pages): said as such.
+    past_the_end = encode_cursor((datetime(2000, 1, 1, tzinfo=UTC), "0" * 36))
+    assert _rollout("ls", *at, "--page-token", past_the_end).splitlines() == [
+        "no more sessions after this page token"
+    ]
