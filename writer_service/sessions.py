@@ -494,8 +494,9 @@ class SessionLedger:
         ``records`` holds, per request record, the payloads it becomes (a message
         with N reasoning blocks becomes N + 1). Raises SessionNotFoundError, SessionStateError
         (stopped, seq mismatch), SessionBusyError (a Stop or Resume in progress),
-        RecordValidationError (index and field named, nothing written),
-        QueueFullError, StorageWriteError.
+        RecordValidationError (index and field named, nothing written), QueueFullError
+        (the session's queue is full for now), InvalidArgumentError (more records than it
+        ever holds), StorageWriteError.
         """
         seqs, next_seq, durable = await self.enqueue(session_id, records, expected_next_seq, times=times)
         await durable
@@ -513,7 +514,9 @@ class SessionLedger:
 
         The first half of :meth:`append`, for pipelined streams: once this returns,
         the request holds its place in the session's order; await the future for
-        durability (it raises StorageWriteError on a failed round). A ``request_id``
+        durability (it raises StorageWriteError on a failed round). A request of more records
+        than a session's queue holds is refused (InvalidArgumentError, :func:`check_queue_fits`);
+        one that fits once the queue drains, QueueFullError. A ``request_id``
         seen before (writer_service.idempotency) returns the first answer and
         queues nothing. ``times``: per record, a source time (see OpenSession.encode).
         """
@@ -536,6 +539,7 @@ class SessionLedger:
                 subject=f"session/{session_id}",
                 precondition=f"next_seq={state.next_seq}",
             )
+        check_queue_fits(records, self.config.max_queued_records)
         lines, seqs, view = state.encode(records, self.config.max_record_bytes, times)
         count = len(lines)
         if state.log.queued_records + count > self.config.max_queued_records:
@@ -671,6 +675,19 @@ class SessionLedger:
         if self._group is not None:
             self._group.close()
         self._executor.shutdown(wait=True)
+
+
+def check_queue_fits(records: RequestRecords, max_queued_records: int) -> None:
+    """Refuse (InvalidArgumentError, field ``records``) a request of more records (lines: a
+    message with reasoning counts each reasoning block) than a session's queue ever holds: it
+    could never be queued, so the retryable QueueFullError would be a lie."""
+    count = sum(len(payloads) for payloads in records)
+    if count > max_queued_records:
+        raise InvalidArgumentError(
+            "records",
+            f"make {count} records, over the limit of {max_queued_records} records queued for one"
+            f" session; send them in requests of at most {max_queued_records} records",
+        )
 
 
 def check_stop_text(reason: str, error: dict[str, str] | None, where: str = "") -> None:
