@@ -87,6 +87,10 @@ def _located(index: ListingIndex, session_id: str) -> tuple[Path, int]:
     return path, session_file_stat(path).st_size
 
 
+def _next_chunk(chunks: Iterator[bytes]) -> bytes | None:
+    return next(chunks, None)
+
+
 def _stop_facts_and_meta(index: ListingIndex, path: Path) -> tuple[StopFactsResult, dict[str, Any]]:
     return read_stop_facts(path, index.tail_window), index.meta(path.name)
 
@@ -129,11 +133,23 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
         context.add_done_callback(lambda _: self.budget.release(charge))
 
     async def _stream(self, chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
-        """Each serialized chunk, made on a heavy I/O thread; the generator is closed there too."""
+        """Each serialized chunk, made on a heavy I/O thread; the generator is closed there too,
+        once no chunk is in the making (a stream cancelled meanwhile waits for it: closing a
+        generator another thread runs fails)."""
+        loop = asyncio.get_running_loop()
+        making: asyncio.Future[bytes | None] | None = None
         try:
-            while (chunk := await self._heavy_run(next, chunks, None)) is not None:
+            while True:
+                making = loop.run_in_executor(
+                    self._heavy, contextvars.copy_context().run, _next_chunk, chunks
+                )
+                chunk = await asyncio.shield(making)
+                if chunk is None:
+                    break
                 yield chunk
         finally:
+            if making is not None and not making.done():
+                await asyncio.wait([making])
             await self._heavy_run(getattr(chunks, "close", lambda: None))
 
     async def GetReplay(self, request: reader_pb2.ReplayRequest, context: grpc.aio.ServicerContext) -> bytes:
