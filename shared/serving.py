@@ -113,7 +113,8 @@ class ServerSettings:
         if self.tracing is not None:
             chosen.append(self.tracing)
         if self.authenticated:
-            chosen.append(AuthInterceptor(self.tokens, certificates=self.tls is not None))
+            certificates = self.tls is not None and self.tls.client_ca is not None
+            chosen.append(AuthInterceptor(self.tokens, certificates=certificates))
         chosen.extend(self.extra_interceptors)
         return chosen
 

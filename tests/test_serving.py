@@ -460,3 +460,97 @@ def test_the_start_up_line_says_how_callers_reach_the_service(tmp_path) -> None:
         ServerSettings(tls=tls, tokens=tokens, health_address="0.0.0.0:8081").describe()
         == "TLS with client certificates, bearer tokens required, health checks also on 0.0.0.0:8081 (plaintext)"
     )
+
+
+@pytest.mark.parametrize(
+    ("common_names", "message"),
+    [
+        (("acme", "other"), "names 2 common names (CN: 'acme', 'other')"),
+        ((), "names no subject common name (CN)"),
+    ],
+)
+def test_a_client_certificate_without_exactly_one_cn_is_refused(
+    tmp_path, data_dir, common_names, message
+) -> None:
+    """With client certificates naming the tenant, a certificate whose subject has two CNs is
+    refused UNAUTHENTICATED as ambiguous (never taken for its first CN), one without a CN too;
+    nothing is created."""
+    certificates = make_certificates(tmp_path)
+    writer = start_service(
+        "writer", data_dir, *tls_arguments(certificates, "--tls-client-ca", str(certificates.ca_file))
+    )
+    try:
+        pair = certificates.client_pair_with_subject(*common_names)
+        with (
+            tls_channel(writer.address, certificates, pair) as channel,
+            pytest.raises(grpc.RpcError) as caught,
+        ):
+            writer_pb2_grpc.RolloutWriterStub(channel).CreateSession(
+                writer_pb2.CreateSessionRequest(), timeout=10
+            )
+        assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED, caught.value.details()
+        assert message in caught.value.details()
+        if len(common_names) > 1:
+            assert "ambiguous" in caught.value.details()
+    finally:
+        writer.stop()
+    assert list((data_dir / "sessions").glob("*.jsonl")) == []
+
+
+def test_a_stream_ends_when_its_client_certificate_expires_and_later_calls_are_refused(tmp_path) -> None:
+    """A stream opened with a client certificate ends UNAUTHENTICATED at the certificate's notAfter
+    (the connection stays open: gRPC checks a certificate only when it connects), and a later call on
+    the same connection is refused as expired (the service's clock is the test's)."""
+    import asyncio
+
+    from shared.auth import AuthInterceptor, read_certificate
+    from shared.rpc_observer import RpcObserver
+
+    certificates = make_certificates(tmp_path)
+    key, chain = certificates.client_pair_with_subject("acme")
+    certificate = read_certificate(chain)
+    assert certificate is not None
+    now = [certificate.not_after - 1.0]  # the stream opens one second before notAfter
+
+    async def follow(request: bytes, context: grpc.aio.ServicerContext):
+        yield b"first"
+        await asyncio.Event().wait()  # ends only when its credentials do
+
+    async def echo(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        return request
+
+    async def scenario() -> tuple[grpc.StatusCode, str, grpc.StatusCode, str]:
+        server = grpc.aio.server(
+            interceptors=[RpcObserver("test"), AuthInterceptor(None, certificates=True, clock=lambda: now[0])]
+        )
+        handlers = {
+            "Follow": grpc.unary_stream_rpc_method_handler(follow),
+            "Echo": grpc.unary_unary_rpc_method_handler(echo),
+        }
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("test.Expiry", handlers),))
+        credentials = grpc.ssl_server_credentials(
+            [(certificates.key_file.read_bytes(), certificates.cert_file.read_bytes())],
+            root_certificates=certificates.ca_file.read_bytes(),
+            require_client_auth=True,
+        )
+        port = server.add_secure_port("127.0.0.1:0", credentials)
+        await server.start()
+        try:
+            channel_credentials = grpc.ssl_channel_credentials(certificates.ca_file.read_bytes(), key, chain)
+            async with grpc.aio.secure_channel(f"localhost:{port}", channel_credentials) as channel:
+                stream = channel.unary_stream("/test.Expiry/Follow")(b"", timeout=60)
+                assert await stream.read() == b"first"
+                now[0] = certificate.not_after + 10.0
+                with pytest.raises(grpc.aio.AioRpcError) as ended:
+                    await stream.read()  # nothing more comes: the stream ends at notAfter
+                with pytest.raises(grpc.aio.AioRpcError) as refused:
+                    await channel.unary_unary("/test.Expiry/Echo")(b"x", timeout=60)
+        finally:
+            await server.stop(None)
+        return ended.value.code(), ended.value.details(), refused.value.code(), refused.value.details()
+
+    ended_code, ended_details, refused_code, refused_details = asyncio.run(scenario())
+    assert ended_code == grpc.StatusCode.UNAUTHENTICATED, ended_details
+    assert "client certificate that opened this stream expired at" in ended_details
+    assert refused_code == grpc.StatusCode.UNAUTHENTICATED, refused_details
+    assert "client certificate expired at" in refused_details

@@ -4,6 +4,7 @@ of any RPC of either service, taken from the service descriptors."""
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +13,10 @@ from typing import Any
 import grpc
 import orjson
 import trustme
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from google.protobuf.descriptor import MethodDescriptor
 from google.protobuf.message_factory import GetMessageClass
 
@@ -42,6 +47,33 @@ class Certificates:
         """A client certificate signed by this CA whose subject CN is ``common_name``: (key, chain) PEM."""
         issued = self.ca.issue_cert(f"{common_name}.clients.test", common_name=common_name)
         return issued.private_key_pem.bytes(), b"".join(pem.bytes() for pem in issued.cert_chain_pems)
+
+    def client_pair_with_subject(
+        self, *common_names: str, not_after: datetime.datetime | None = None
+    ) -> tuple[bytes, bytes]:
+        """A client certificate signed by this CA whose subject holds each of ``common_names`` as a
+        CN attribute of its own (none, one or several), valid for a day or until ``not_after``:
+        (key, certificate) PEM."""
+        issuer = x509.load_pem_x509_certificate(self.ca.cert_pem.bytes())
+        issuer_key = serialization.load_pem_private_key(self.ca.private_key_pem.bytes(), None)
+        key = ec.generate_private_key(ec.SECP256R1())
+        now = datetime.datetime.now(datetime.UTC)
+        subject = [x509.NameAttribute(NameOID.COMMON_NAME, name) for name in common_names]
+        certificate = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "clients"), *subject]))
+            .issuer_name(issuer.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(hours=1))
+            .not_valid_after(not_after or now + datetime.timedelta(days=1))
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+            .sign(issuer_key, hashes.SHA256())
+        )
+        key_pem = key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+        return key_pem, certificate.public_bytes(serialization.Encoding.PEM)
 
 
 def make_certificates(folder: Path) -> Certificates:
