@@ -153,17 +153,23 @@ class StorageHealth:
 
     Exported as the ``rollout_storage_healthy`` gauge and, by the server, as the
     writer's gRPC health status (NOT_SERVING after a failed round, SERVING after
-    the next good one: the writer keeps accepting appends meanwhile).
+    the next good one, or once a probe of the storage passes: writer_service.storage_probe;
+    the writer keeps accepting appends meanwhile). ``failed_bytes``: the size of the
+    last round that failed (what a probe wants room for).
     """
 
     def __init__(self) -> None:
         self.healthy = True
+        self.failed_bytes = 0
         self._observers: list[Callable[[bool], None]] = []
 
     def observe(self, observer: Callable[[bool], None]) -> None:
         self._observers.append(observer)
 
-    def report(self, healthy: bool) -> None:
+    def report(self, healthy: bool, failed_bytes: int = 0) -> None:
+        """Note a round written (True) or failed (False, with the bytes it was to write)."""
+        if not healthy:
+            self.failed_bytes = failed_bytes
         if healthy != self.healthy:
             self.healthy = healthy
             metrics.STORAGE_HEALTHY.set(1 if healthy else 0)
@@ -466,7 +472,8 @@ class GroupCommitter:
                 # of these sessions is written, or acknowledged, between the failure and its delivery.
                 session.failing = True
                 failures.append((session, failed))
-        self._loop.call_soon_threadsafe(self._fail, failures, exc)
+        size = sum(len(batch.data) for batch in batches)
+        self._loop.call_soon_threadsafe(self._fail, failures, exc, size)
 
     def _acknowledge(self) -> None:
         """Resolve the futures of every round made durable since the last call (event loop).
@@ -484,14 +491,15 @@ class GroupCommitter:
             if not item.future.done():
                 item.future.set_result(None)
 
-    def _fail(self, failures: list[tuple[SessionLog, list[_Pending]]], exc: Exception) -> None:
-        """Refuse every request of a failed round and every one queued or submitted behind (event loop).
+    def _fail(self, failures: list[tuple[SessionLog, list[_Pending]]], exc: Exception, size: int) -> None:
+        """Refuse every request of a failed round (of ``size`` bytes) and every one queued or
+        submitted behind (event loop).
 
         Once this has run, each session queues again (its owner has reloaded its
         view of the file through ``on_failure``).
         """
         metrics.WRITE_ERRORS.inc()
-        self._health.report(False)
+        self._health.report(False, size)
         if isinstance(exc, _BatchWriteError):
             operation, cause = exc.operation, exc.cause
             errno_name = errno.errorcode.get(cause.errno or 0, "")

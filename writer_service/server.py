@@ -38,6 +38,7 @@ from writer_service.open_session import RecordTimes, RequestRecords
 from writer_service.refusal_pacing import RefusalPacer
 from writer_service.session_index import build_index
 from writer_service.sessions import SessionLedger, WriterConfig
+from writer_service.storage_probe import StorageProbe
 
 log = logging.getLogger(__name__)
 
@@ -414,6 +415,7 @@ class RunningWriter(RunningService):
     ledger: SessionLedger
     lock: FileLock
     repairs: asyncio.Task[None] | None = None
+    storage_probe: StorageProbe | None = None
 
     async def stop(self, grace: float = 5.0) -> None:
         """Stop accepting, let in-flight calls finish, drain queues, release the lock."""
@@ -421,6 +423,8 @@ class RunningWriter(RunningService):
             self.repairs.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self.repairs
+        if self.storage_probe is not None:
+            await self.storage_probe.close()
         await self.service.stop(grace)
         await self.ledger.close()
         self.lock.release()
@@ -477,6 +481,8 @@ async def start_writer(
             await service.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.NOT_SERVING)
         observer = _health_observer(service.health, ledger)
         ledger.storage_health.observe(observer)
+        storage_probe = StorageProbe(ledger.storage_health, config.data_dir, ledger.run_io)
+        ledger.storage_health.observe(storage_probe)
         ledger.index.repairs.observe(observer)
         repairs = asyncio.ensure_future(_retry_repairs(ledger, config.repair_retry_seconds))
     except BaseException:
@@ -489,4 +495,4 @@ async def start_writer(
         config.data_dir,
         durable_write_method(config.commit),
     )
-    return RunningWriter(service, ledger, lock, repairs)
+    return RunningWriter(service, ledger, lock, repairs, storage_probe)
