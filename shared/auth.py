@@ -61,8 +61,6 @@ from typing import Any
 import grpc
 import grpc.aio
 import orjson
-from cryptography import x509
-from cryptography.x509.oid import NameOID
 from grpc_interceptor.server import AsyncServerInterceptor
 
 from shared.errors import clip
@@ -228,6 +226,10 @@ def _text(value: str | bytes) -> str:
 def read_certificate(pem: bytes) -> ClientCertificate | None:
     """The :class:`ClientCertificate` of a PEM certificate (each distinct one parsed once), or None
     when it cannot be parsed. Every CN attribute of the subject counts, multi-valued RDNs included."""
+    # Imported here: a service without client certificates never loads the library (~5 MiB resident).
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
     try:
         certificate = x509.load_pem_x509_certificate(pem)
     except ValueError:
