@@ -32,7 +32,7 @@ from shared.stop_kinds import StopKind
 from shared.tenancy import check_importer, check_may_set_times
 from shared.wire import append_payloads, record_time, session_spec, stop_kind_from_proto
 from writer_service.committer import durable_write_method
-from writer_service.heap_trim import HeapTrimmer
+from writer_service.heap_trim import HeapTrimmer, keep_large_blocks_mapped
 from writer_service.importing import SessionImport
 from writer_service.open_session import RecordTimes, RequestRecords
 from writer_service.refusal_pacing import RefusalPacer
@@ -139,6 +139,13 @@ def screen_append(raw: bytes, max_record_bytes: int, trimmer: HeapTrimmer) -> Re
     request, refused or not (writer_service.heap_trim), so that RSS returns near idle."""
     trimmer.after(len(raw))
     return oversized_record(raw, max_record_bytes)
+
+
+def screen_request(raw: bytes, trimmer: HeapTrimmer) -> None:
+    """The screen of CreateSession, Stop, Resume and Fork requests: refuses nothing (their fields
+    are checked when decoded) and has the heap trimmed after a large one (a 20 MB field refused
+    by its limit), as :func:`screen_append` does."""
+    trimmer.after(len(raw))
 
 
 def screen_import(raw: bytes, trimmer: HeapTrimmer) -> None:
@@ -455,6 +462,7 @@ async def start_writer(
     when the address cannot be bound and OSError when a TLS file cannot be read.
     """
     lock = acquire_data_root(config)
+    keep_large_blocks_mapped()
     try:
         index = await asyncio.get_running_loop().run_in_executor(None, build_index, DataRoot(config.data_dir))
         ledger = SessionLedger(config, index)
@@ -470,10 +478,16 @@ async def start_writer(
             screen_append, max_record_bytes=config.max_record_bytes, trimmer=ledger.heap_trimmer
         )
         large_import_parts = functools.partial(screen_import, trimmer=ledger.heap_trimmer)
+        large_requests = functools.partial(screen_request, trimmer=ledger.heap_trimmer)
         service.add(
             SERVICE,
             RolloutWriterServicer(ledger),
-            {"Append": screen, "AppendStream": screen, "ImportSessions": large_import_parts},
+            {
+                "Append": screen,
+                "AppendStream": screen,
+                "ImportSessions": large_import_parts,
+                **dict.fromkeys(("CreateSession", "Stop", "Resume", "Fork"), large_requests),
+            },
         )
         bound = service.bind(address)
         await service.start()
