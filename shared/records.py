@@ -292,6 +292,34 @@ def parse_record(raw: bytes) -> dict[str, Any] | None:
     return record
 
 
+def non_object_part(content: list[Any]) -> int | None:
+    """The position of the first content part of ``content`` that is not a JSON object, or None.
+
+    Each part of a message's content is an object (protos/rollout/v1/records.proto,
+    ``ChatMessage.parts``): the writer refuses a message with any other part
+    (:func:`validate_message`) and importers keep such content as its JSON text.
+    """
+    for position, part in enumerate(content):
+        if type(part) is not dict:
+            return position
+    return None
+
+
+def _json_kind(value: object) -> str:
+    """What a JSON value is, in words ("a string", "a list", "null", ...)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    return type(value).__name__
+
+
 def validate_message(
     payload: dict[str, Any],
     index: int,
@@ -302,14 +330,26 @@ def validate_message(
 
     ``known_call_ids`` holds every tool call id already in the session or earlier
     in the same request. Raises :class:`RecordValidationError` naming ``index`` and
-    the field: unknown role, a tool message without ``tool_call_id`` or answering
-    no known call, a tool call without id or name, an unknown tool call type.
+    the field: unknown role, a content part that is not an object, a tool message
+    without ``tool_call_id`` or answering no known call, a tool call without id or
+    name, an unknown tool call type.
     """
     role = payload.get("role")
     if role not in MESSAGE_ROLES:
         raise RecordValidationError(
             index, f"{field_prefix}.role", f"must be one of {sorted(MESSAGE_ROLES)}, got {clip(role)!r}"
         )
+    content = payload.get("content")
+    if type(content) is list:
+        position = non_object_part(content)
+        if position is not None:
+            part = content[position]
+            raise RecordValidationError(
+                index,
+                f"{field_prefix}.content[{position}]",
+                f'a content part is an object (such as {{"type": "text", "text": ...}}),'
+                f" not {_json_kind(part)} ({clip(part)!r}); send text as the message's text",
+            )
     calls = payload.get("tool_calls")
     for position, call in enumerate(calls or ()):
         where = f"{field_prefix}.tool_calls[{position}]"
