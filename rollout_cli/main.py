@@ -32,6 +32,7 @@ from rollout_cli.loadtest import LoadtestConfig
 from rollout_cli.reachability import cleartext_token_message, unreachable_message
 from rollout_cli.supervision import serve, serve_reader, serve_writer
 from rollout_client import DEFAULT_READER, DEFAULT_WRITER, RetryPolicy, RolloutClient, RolloutError
+from shared.records import DEFAULT_MAX_RECORD_BYTES
 from shared.stop_kinds import StopKind
 
 #: People wait for answers, not for retries against a service that is not there: a few quick
@@ -182,6 +183,14 @@ def _import_options(command: Callable[..., None]) -> Callable[..., None]:
         help="Tenant of the imported sessions on a writer without authentication (empty: 'default');"
         " with a token the token's tenant, always.",
     )(command)
+    command = click.option(
+        "--max-line-bytes",
+        type=click.IntRange(1024, 1024 * 1024 * 1024),
+        default=DEFAULT_MAX_RECORD_BYTES,
+        show_default=True,
+        help="Longest source line read (bytes); a longer line fails its file, named with the line."
+        " The default is the writer's default --max-record-bytes; raise both together.",
+    )(command)
     return click.option("--json", "as_json", is_flag=True, help="One JSON object per file, no table.")(
         command
     )
@@ -189,19 +198,25 @@ def _import_options(command: Callable[..., None]) -> Callable[..., None]:
 
 @import_group.command("codex")
 @_import_options
-def import_codex(paths: tuple[Path, ...], writer: str, tenant: str, as_json: bool) -> None:
+def import_codex(
+    paths: tuple[Path, ...], writer: str, tenant: str, as_json: bool, max_line_bytes: int
+) -> None:
     """Import Codex CLI rollouts (files, or folders such as ~/.codex/sessions), one session each."""
     from rollout_cli.importers.command import run_import
 
     credentials = _credentials()
     raise SystemExit(
-        run_import("codex", paths, writer, tenant, as_json, credentials.token, credentials.tls_ca)
+        run_import(
+            "codex", paths, writer, tenant, as_json, credentials.token, credentials.tls_ca, max_line_bytes
+        )
     )
 
 
 @import_group.command("claude")
 @_import_options
-def import_claude(paths: tuple[Path, ...], writer: str, tenant: str, as_json: bool) -> None:
+def import_claude(
+    paths: tuple[Path, ...], writer: str, tenant: str, as_json: bool, max_line_bytes: int
+) -> None:
     """Import Claude Code transcripts (files, or folders such as ~/.claude/projects).
 
     A transcript becomes a session; each sub-agent run in it becomes a child
@@ -211,7 +226,9 @@ def import_claude(paths: tuple[Path, ...], writer: str, tenant: str, as_json: bo
 
     credentials = _credentials()
     raise SystemExit(
-        run_import("claude", paths, writer, tenant, as_json, credentials.token, credentials.tls_ca)
+        run_import(
+            "claude", paths, writer, tenant, as_json, credentials.token, credentials.tls_ca, max_line_bytes
+        )
     )
 
 

@@ -3,10 +3,13 @@ verify; their exact lines, exit statuses and one-line errors."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 from rollout.v1 import reader_pb2, records_pb2, writer_pb2
-from tests.conftest import run_rollout
+from tests.conftest import REPO, run_rollout
 
 UNKNOWN_ID = "0197a5e2-3c4d-7e8f-9a0b-1c2d3e4f5a6b"
 
@@ -174,12 +177,38 @@ def test_option_values_out_of_range_are_refused_before_anything_runs(tmp_path: P
     assert list(tmp_path.iterdir()) == []  # neither serve created its data root
 
 
-def test_importing_a_folder_without_session_files_says_so(tmp_path: Path) -> None:
-    """An empty folder (or one without the tool's files) is named with what was looked for; no
-    empty table, nothing sent (no writer runs here)."""
-    (tmp_path / "notes.txt").write_text("not a session")
+def test_importing_a_named_folder_without_session_files_fails_naming_it(tmp_path: Path) -> None:
+    """A folder named on the command line (even one named like a file, x.jsonl/) that holds none of
+    the tool's files is named with what was looked for and fails (exit 1); nothing is sent (no
+    writer runs here)."""
+    folder = tmp_path / "x.jsonl"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("not a session")
     for tool, label in (("codex", "Codex rollout"), ("claude", "Claude Code transcript")):
-        result = run_rollout("import", tool, "--writer", "127.0.0.1:1", str(tmp_path))
-        assert result.returncode == 0, result.stderr
-        assert result.stderr.strip() == f"no {label} files found under {tmp_path}; nothing imported"
-        assert "import summary" not in result.stdout
+        result = run_rollout("import", tool, "--writer", "127.0.0.1:1", f"{folder}/")
+        assert result.returncode == 1, result.stderr
+        assert (
+            result.stderr.strip()
+            == f"{folder}: a folder with no {label} (*.jsonl) under it; nothing imported"
+        )
+        assert "0 imported, 0 skipped (already in the ledger), 1 failed" in result.stdout
+
+
+def test_importing_from_the_tools_own_folder_when_it_holds_nothing_says_so(tmp_path: Path) -> None:
+    """With no PATH, the tool's own folder (under $HOME) missing or empty is nothing to do: it is
+    named, no table, exit 0."""
+    env = {**os.environ, "HOME": str(tmp_path)}
+    for tool, label, folder in (
+        ("codex", "Codex rollout", tmp_path / ".codex" / "sessions"),
+        ("claude", "Claude Code transcript", tmp_path / ".claude" / "projects"),
+    ):
+        for exists in (False, True):
+            if exists:
+                folder.mkdir(parents=True)
+            command = [sys.executable, "-m", "rollout_cli.main", "import", tool, "--writer", "127.0.0.1:1"]
+            result = subprocess.run(
+                command, capture_output=True, text=True, cwd=REPO, env=env, timeout=60, check=False
+            )
+            assert result.returncode == 0, result.stderr
+            assert result.stderr.strip() == f"no {label} files found under {folder}; nothing imported"
+            assert "import summary" not in result.stdout

@@ -26,6 +26,9 @@ The contract every importer keeps:
   so importing the same file again finds the session instead of making a second.
 * **Every record names its source line** (:class:`SourceRecord`), so a refusal
   names the file and the line.
+
+Every importer reads its files through :mod:`rollout_cli.importers.source_lines`
+(regular files only, no line longer than the record limit).
 """
 
 from __future__ import annotations
@@ -147,7 +150,9 @@ def source_time(value: object) -> str:
 
 
 def jsonl_files(folder: Path, pattern: str = "*.jsonl") -> Iterator[Path]:
-    """Every file matching ``pattern`` under ``folder`` (recursively), sorted by path; symlinks skipped."""
+    """Every entry matching ``pattern`` under ``folder`` (recursively) that is neither a folder nor
+    a symlink, sorted by path: a named pipe or a device so named is listed, and refused by name
+    when it is read (:mod:`rollout_cli.importers.source_lines`)."""
     for path in sorted(folder.rglob(pattern)):
-        if path.is_file() and not path.is_symlink():
+        if not path.is_symlink() and not path.is_dir():
             yield path

@@ -52,6 +52,7 @@ tool call answered -> completed; otherwise interrupted.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -424,7 +425,8 @@ def convert_claude(lines: Iterable[bytes], source: Path = Path("<claude>")) -> I
     """Convert the lines of one Claude Code transcript (see the module doc for the mapping).
 
     Returns the main session first (when the file has a main line), then one
-    child session per sub-agent run. Never raises on bad content.
+    child session per sub-agent run; a file with neither (titles only) gives no
+    session and a note saying what it held. Never raises on bad content.
     """
     parsed: list[_Line] = []
     for number, raw in enumerate(lines, 1):
@@ -522,6 +524,10 @@ def convert_claude(lines: Iterable[bytes], source: Path = Path("<claude>")) -> I
                 writer.chain_line(line)
         writer.finish("imported from a Claude Code sub-agent run")
         imported.sessions.append(child)
+    if not imported.sessions:  # titles and snapshots only: say what it held, never "skipped"
+        kinds = Counter(str(line.record.get("type")) for line in parsed if line.record is not None)
+        held = ", ".join(f"{kind} ×{count}" for kind, count in sorted(kinds.items()))
+        imported.notes.append(f"no conversation in it (lines: {held}); nothing imported")
     return imported
 
 

@@ -1,18 +1,27 @@
 """``rollout import codex|claude PATH...``: import files or whole folders, with progress and a summary.
 
 Each PATH is a source file or a folder walked for them (``~/.codex/sessions``,
-``~/.claude/projects``; the importer's own folder when no PATH is given). Every
-file goes in all or nothing (:mod:`rollout_cli.importers.upload`); a file that
-fails is named with its line and the others go on. A progress bar (files,
-records, bytes) runs on stderr while it works; the summary table (imported,
-skipped, failed, records kept as events) goes to stdout, or one JSON object per
-file with ``--json``. Exit status: 0 when every file was imported or skipped, 1
-when any failed or was not a file of that tool, or when the writer cannot be reached (the
-file being sent is then not kept, and the files after it are not tried).
+``~/.claude/projects``; the importer's own folder when no PATH is given), whatever
+its name: a folder named ``x.jsonl`` is walked too. A folder named as a PATH that
+holds no file of the tool is reported by name, as a file that is not one is;
+the importer's own folder may hold none (nothing to do). Files are read through
+:mod:`rollout_cli.importers.source_lines`: a named pipe, a device or a line
+longer than ``--max-line-bytes`` fails its file by name. Every file goes in all
+or nothing (:mod:`rollout_cli.importers.upload`); a file that fails is named
+with its line and the others go on. A file of the tool with no conversation in
+it (a Claude Code file of titles only) is reported as ``empty``, never as
+skipped. A progress bar (files, records, bytes) runs on stderr while it works;
+the summary table (imported, skipped, failed, empty, records kept as events)
+goes to stdout, or one JSON object per file with ``--json``. Exit status: 0
+when every file was imported, skipped or empty, 1 when any failed or was not a
+file of that tool (a named folder holding none included), or when the writer
+cannot be reached (the file being sent is then not kept, and the files after
+it are not tried).
 """
 
 from __future__ import annotations
 
+import stat
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -30,9 +39,11 @@ from rollout.v1 import writer_pb2_grpc
 from rollout_cli.importers import ImportedFile, Importer
 from rollout_cli.importers.claude import ClaudeImporter
 from rollout_cli.importers.codex import CodexImporter
+from rollout_cli.importers.source_lines import SourceFileError, SourceLines
 from rollout_cli.importers.upload import ImportRefusedError, UploadOutcome, upload_file
 from rollout_cli.reachability import cleartext_token_message, unreachable_message
 from rollout_client import blocking_channel
+from shared.records import DEFAULT_MAX_RECORD_BYTES
 
 IMPORTERS: dict[str, Importer] = {"codex": CodexImporter(), "claude": ClaudeImporter()}
 
@@ -42,7 +53,7 @@ class FileReport:
     """The outcome of one source file, as the summary shows it."""
 
     path: Path
-    status: str  # imported, skipped, failed, not_a_source
+    status: str  # imported, skipped, failed, not_a_source, empty
     sessions: list[UploadOutcome] = field(default_factory=list)
     kept_as_event: Counter[str] = field(default_factory=Counter)
     detail: str = ""
@@ -78,11 +89,23 @@ class FileReport:
         }
 
 
-def source_files(importer: Importer, paths: tuple[Path, ...]) -> Iterator[Path]:
-    """The files named, and the files under the folders named, each once, in the order given."""
+def source_files(importer: Importer, paths: tuple[Path, ...]) -> Iterator[Path | FileReport]:
+    """The files named, and the files under the folders named, each once, in the order given;
+    a ``not_a_source`` report for each folder named that holds none (the importer's own
+    folder, walked when no path is named, may hold none, or not exist: nothing is yielded)."""
     seen: set[Path] = set()
     for path in paths or (Path(importer.default_folder).expanduser(),):
-        found = importer.source_files(path) if path.is_dir() else iter((path,))
+        if not path.is_dir():
+            found: Iterator[Path] = iter((path,) if paths else ())
+        else:
+            walked = list(importer.source_files(path))
+            if not walked and paths:
+                yield FileReport(
+                    path,
+                    "not_a_source",
+                    detail=f"a folder with no {importer.label} (*.jsonl) under it; nothing imported",
+                )
+            found = iter(walked)
         for file in found:
             resolved = file.resolve()
             if resolved not in seen:
@@ -91,12 +114,21 @@ def source_files(importer: Importer, paths: tuple[Path, ...]) -> Iterator[Path]:
 
 
 def import_one(
-    stub: writer_pb2_grpc.RolloutWriterStub, importer: Importer, path: Path, tenant: str, progress: Any
+    stub: writer_pb2_grpc.RolloutWriterStub,
+    importer: Importer,
+    path: Path,
+    tenant: str,
+    progress: Any,
+    max_line_bytes: int = DEFAULT_MAX_RECORD_BYTES,
 ) -> FileReport:
-    """Convert and upload one source file; raises grpc.RpcError when the writer is not reachable."""
+    """Convert and upload one source file, read through
+    :class:`~rollout_cli.importers.source_lines.SourceLines` (``max_line_bytes``: its longest
+    line); raises grpc.RpcError when the writer is not reachable."""
     try:
-        with path.open("rb") as handle:
-            imported: ImportedFile = importer.convert(handle, path)
+        with SourceLines(path, max_line_bytes) as lines:
+            imported: ImportedFile = importer.convert(lines, path)
+    except SourceFileError as exc:
+        return FileReport(path, "failed", detail=exc.reason, line=exc.line)
     except OSError as exc:
         return FileReport(path, "failed", detail=f"cannot read it: {exc.strerror or exc}")
     except Exception as exc:  # content the converter did not foresee: this file fails, the others go on
@@ -106,6 +138,10 @@ def import_one(
     if not imported.recognized:
         return FileReport(
             path, "not_a_source", detail=f"not a {importer.label} (no line parsed as one); nothing imported"
+        )
+    if not imported.sessions:
+        return FileReport(
+            path, "empty", detail="; ".join(imported.notes) or "no session in it; nothing imported"
         )
     report = FileReport(path, "imported")
     for session in imported.sessions:
@@ -120,6 +156,15 @@ def import_one(
     notes = [*imported.notes, *(note for session in imported.sessions for note in session.notes)]
     report.detail = "; ".join(notes)
     return report
+
+
+def _file_bytes(path: Path) -> int:
+    """The size of a regular file (0 for anything else, or a file gone meanwhile), for the progress bar."""
+    try:
+        status = path.stat()
+    except OSError:
+        return 0
+    return status.st_size if stat.S_ISREG(status.st_mode) else 0
 
 
 def _summary_table(reports: list[FileReport]) -> Table:
@@ -154,21 +199,21 @@ def run_import(
     as_json: bool,
     token: str | None = None,
     tls_ca: Path | None = None,
+    max_line_bytes: int = DEFAULT_MAX_RECORD_BYTES,
 ) -> int:
     """Import ``paths`` with the ``tool`` importer; returns the exit status (see the module doc).
 
     ``token`` / ``tls_ca``: the caller's credentials (rollout_client.blocking_channel); with
     authentication on, the token must be marked as an importer to keep source times.
+    ``max_line_bytes``: the longest source line read (a longer one fails its file).
     """
     importer = IMPORTERS[tool]
-    files = list(source_files(importer, paths))
-    if not files:
-        where = ", ".join(
-            dict.fromkeys(str(path) for path in paths or (Path(importer.default_folder).expanduser(),))
-        )
+    sources = list(source_files(importer, paths))
+    if not sources:
+        where = Path(importer.default_folder).expanduser()
         click.echo(f"no {importer.label} files found under {where}; nothing imported", err=True)
         return 0
-    total_bytes = sum(path.stat().st_size for path in files if path.is_file())
+    total_bytes = sum(_file_bytes(source) for source in sources if isinstance(source, Path))
     reports: list[FileReport] = []
     console = Console(stderr=True)
     with (
@@ -185,7 +230,7 @@ def run_import(
         ) as progress,
     ):
         stub = writer_pb2_grpc.RolloutWriterStub(channel)
-        task = progress.add_task(f"import {tool}", total=total_bytes, files=f"0/{len(files)}", records=0)
+        task = progress.add_task(f"import {tool}", total=total_bytes, files=f"0/{len(sources)}", records=0)
         records = 0
 
         def on_records(count: int) -> None:
@@ -193,9 +238,13 @@ def run_import(
             records += count
             progress.update(task, records=records)
 
-        for done, path in enumerate(files, 1):
+        for done, source in enumerate(sources, 1):
             try:
-                report = import_one(stub, importer, path, tenant, on_records)
+                report = (
+                    source
+                    if isinstance(source, FileReport)
+                    else import_one(stub, importer, source, tenant, on_records, max_line_bytes)
+                )
             except grpc.RpcError as exc:
                 details = exc.details() or ""
                 if exc.code() == grpc.StatusCode.UNAVAILABLE and "connect" in details:
@@ -204,13 +253,12 @@ def run_import(
                     message = f"the writer at {writer} failed: {exc.code().name}: {details}"
                 click.echo(f"Error: {message}", err=True)
                 click.echo(
-                    f"{path}: not imported (nothing of it kept); the files after it were not tried", err=True
+                    f"{source}: not imported (nothing of it kept); the files after it were not tried",
+                    err=True,
                 )
                 return 1
             reports.append(report)
-            progress.update(
-                task, advance=path.stat().st_size if path.is_file() else 0, files=f"{done}/{len(files)}"
-            )
+            progress.update(task, advance=_file_bytes(report.path), files=f"{done}/{len(sources)}")
             if as_json:
                 click.echo(orjson.dumps(report.as_json()).decode())
             elif report.status in ("failed", "not_a_source"):
@@ -219,9 +267,10 @@ def run_import(
         Console().print(_summary_table(reports))
         counts = Counter(report.status for report in reports)
         kept = sum(sum(report.kept_as_event.values()) for report in reports if report.status == "imported")
+        empty = f", {counts['empty']} empty (no conversation in it)" if counts["empty"] else ""
         click.echo(
             f"{counts['imported']} imported, {counts['skipped']} skipped (already in the ledger),"
-            f" {counts['failed'] + counts['not_a_source']} failed;"
+            f" {counts['failed'] + counts['not_a_source']} failed{empty};"
             f" {kept} source record{'' if kept == 1 else 's'} kept as events"
         )
     return 1 if any(report.status in ("failed", "not_a_source") for report in reports) else 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import grpc
@@ -55,8 +56,9 @@ def test_a_refused_record_names_file_and_line_and_nothing_of_the_file_is_kept(da
 
 
 def test_a_folder_is_walked_and_each_file_reported(writer_process, tmp_path: Path) -> None:
-    """Importing a folder finds the session files under it (sub-folders too) and reports each once."""
-    folder = tmp_path / "sessions" / "2026" / "06" / "05"
+    """Importing a folder finds the session files under it (sub-folders too, one named like a file
+    included) and reports each once."""
+    folder = tmp_path / "sessions" / "2026" / "06" / "x.jsonl"
     folder.mkdir(parents=True)
     for path in sorted((CORPUS / "codex").glob("*.jsonl"))[:2]:
         (folder / path.name).write_bytes(path.read_bytes())
@@ -121,3 +123,69 @@ def test_a_file_the_converter_cannot_handle_fails_by_name_and_the_next_file_is_t
     assert reports["a-deep.jsonl"]["status"] == "failed"
     assert "cannot convert it" in reports["a-deep.jsonl"]["detail"]
     assert reports["b-good.jsonl"]["status"] == "imported"
+
+
+def test_a_pipe_and_a_device_are_refused_by_name_and_the_other_files_go_on(
+    writer_process, tmp_path: Path
+) -> None:
+    """A named pipe no process writes to and a link to /dev/zero are refused by name at once (no
+    blocking, no endless read); the file after them is imported; exit 1."""
+    fifo = tmp_path / "pipe.jsonl"
+    os.mkfifo(fifo)
+    zero = tmp_path / "zero.jsonl"
+    zero.symlink_to("/dev/zero")
+    good = CORPUS / "codex" / "real-2026-06-exec-redacted.jsonl"
+    result = run_rollout(
+        "import", "codex", "--writer", writer_process.address, str(fifo), str(zero), str(good), timeout=120
+    )
+    assert result.returncode == 1, result.stdout
+    assert f"{fifo}: a named pipe (FIFO): only regular files are read; nothing imported" in result.stderr
+    assert f"{zero}: a character device (/dev/zero): only regular files are read" in result.stderr
+    assert "1 imported, 0 skipped (already in the ledger), 2 failed" in result.stdout
+    assert "Traceback" not in result.stderr
+
+
+def test_a_line_over_the_limit_fails_its_file_naming_the_line(writer_process, tmp_path: Path) -> None:
+    """With --max-line-bytes 4096, a Codex rollout whose third line is longer fails as file:3 before
+    anything is sent; the next file is imported; exit 1."""
+    lines = (CORPUS / "codex" / "real-2026-06-exec-redacted.jsonl").read_text(encoding="utf-8").splitlines()
+    long_line = json.dumps(
+        {"timestamp": "2026-06-01T00:00:00Z", "type": "event_msg", "payload": {"a": "z" * 5000}}
+    )
+    broken = tmp_path / "long.jsonl"
+    broken.write_text("\n".join([*lines[:2], long_line, *lines[2:]]) + "\n", encoding="utf-8")
+    good = CORPUS / "codex" / "real-2026-02-desktop-small-redacted.jsonl"  # lines under 1 KB
+    result = run_rollout(
+        "import",
+        "codex",
+        "--max-line-bytes",
+        "4096",
+        "--writer",
+        writer_process.address,
+        str(broken),
+        str(good),
+        timeout=120,
+    )
+    assert result.returncode == 1, result.stdout
+    assert f"{broken}:3: the line is longer than 4096 bytes" in result.stderr
+    assert "1 imported, 0 skipped (already in the ledger), 1 failed" in result.stdout
+
+
+def test_a_transcript_of_titles_only_is_reported_empty_not_skipped(writer_process, tmp_path: Path) -> None:
+    """A Claude Code file holding only summary lines says it has no conversation: status empty,
+    exit 0, never counted as already in the ledger."""
+    titles = tmp_path / "titles.jsonl"
+    titles.write_text(json.dumps({"type": "summary", "summary": "a title", "leafUuid": "x"}) + "\n")
+    result = run_rollout("import", "claude", "--writer", writer_process.address, str(titles), timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "0 imported, 0 skipped (already in the ledger), 0 failed, 1 empty (no conversation in it)" in (
+        result.stdout
+    )
+    json_result = run_rollout(
+        "import", "claude", "--json", "--writer", writer_process.address, str(titles), timeout=120
+    )
+    [report] = map(json.loads, json_result.stdout.splitlines())
+    assert (report["status"], report["detail"]) == (
+        "empty",
+        "no conversation in it (lines: summary ×1); nothing imported",
+    )
