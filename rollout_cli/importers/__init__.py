@@ -26,6 +26,14 @@ The contract every importer keeps:
   so importing the same file again finds the session instead of making a second.
 * **Every record names its source line** (:class:`SourceRecord`), so a refusal
   names the file and the line.
+* **A line no record can hold is kept as its text**: before converting a
+  parsed line, an importer asks :func:`too_deep` (JSON nested deeper than
+  protobuf decodes); such a line is not converted at all but kept whole as the
+  counted event :func:`unrepresentable_line` makes (kind
+  ``<importer>.unrepresentable_line``, its text and the reason).
+* **Content is given as parts only when every part is an object**
+  (:func:`shared.records.non_object_part`, the writer's rule); other content is
+  kept as its JSON text (:func:`set_content`).
 
 Every importer reads its files through :mod:`rollout_cli.importers.source_lines`
 (regular files only, no line longer than the record limit).
@@ -38,12 +46,14 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
-from rollout.v1 import writer_pb2
+import orjson
+
+from rollout.v1 import records_pb2, writer_pb2
 from shared.errors import FileNameError
 from shared.naming import validate_session_id
-from shared.records import normalize_timestamp
+from shared.records import non_object_part, normalize_timestamp
 from shared.session_meta import SessionRole
 from shared.stop_kinds import StopKind
 
@@ -147,6 +157,81 @@ def source_time(value: object) -> str:
         return normalize_timestamp(value)
     except ValueError:
         return ""
+
+
+#: The deepest a JSON value may nest (:func:`nesting`) in an event body or a message's parts for
+#: the ImportSessions request holding it to decode: protobuf's depth limit (100 message levels,
+#: the request's own included). Measured: 32 nested objects decode, 33 do not; one object
+#: holding 47 nested arrays decodes, 48 does not.
+DECODABLE_NESTING = 97
+#: The deepest a source line may nest: an importer may put a line's content one object deeper
+#: than the line (an event body ``{"line": ...}``), never more.
+MAX_LINE_NESTING = DECODABLE_NESTING - 3
+
+
+def nesting(value: Any) -> int:
+    """How many protobuf message levels ``value`` takes as a ``google.protobuf.Value``: an object
+    3 (Struct, map entry, Value), an array 2 (ListValue, Value), a scalar 0, along its deepest
+    path. Walks the value without recursion."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if type(item) is dict:
+            children: Iterable[Any] = item.values()
+            depth += 3
+        elif type(item) is list:
+            children = item
+            depth += 2
+        else:
+            continue
+        deepest = max(deepest, depth)
+        stack.extend((child, depth) for child in children if type(child) in (dict, list))
+    return deepest
+
+
+def too_deep(value: Any) -> str:
+    """Why no record can hold a source line whose JSON is ``value`` (nested past
+    :data:`MAX_LINE_NESTING`), or "" when records can. Every importer asks this of each parsed
+    line before converting it, and keeps a line it answers for as :func:`unrepresentable_line`."""
+    depth = nesting(value)
+    if depth <= MAX_LINE_NESTING:
+        return ""
+    return (
+        f"its JSON nests {depth} protobuf levels deep (an object is 3, an array 2), past the"
+        f" {MAX_LINE_NESTING} a record can hold"
+    )
+
+
+def event_record(kind: str, body: dict[str, Any]) -> writer_pb2.AppendRecord:
+    """An ``event`` record of ``kind`` holding ``body``, built in place (a large body is copied
+    once into the record, not once per enclosing message)."""
+    record = writer_pb2.AppendRecord()
+    record.event.kind = kind
+    record.event.body.update(body)
+    return record
+
+
+def unrepresentable_line(tool: str, raw: bytes, reason: str) -> writer_pb2.AppendRecord:
+    """The event that keeps a source line no record can hold (``reason``, from :func:`too_deep`):
+    kind ``<tool>.unrepresentable_line``, body ``{"text": the line as text, "reason": reason}``."""
+    return event_record(
+        f"{tool}.unrepresentable_line", {"text": raw.decode("utf-8", "replace"), "reason": reason}
+    )
+
+
+def set_content(message: records_pb2.ChatMessage, value: Any) -> records_pb2.ChatMessage:
+    """``message`` holding a source's content value: a string as its text, a list whose parts are
+    all objects as parts (as given), None as no content, anything else (a list with a part that
+    is not an object included: the writer refuses such parts) as its JSON text."""
+    if isinstance(value, str):
+        message.text = value
+    elif isinstance(value, list) and non_object_part(value) is None:
+        message.parts.SetInParent()  # an empty list is still parts, not "no content"
+        message.parts.extend(value)
+    elif value is not None:
+        message.text = orjson.dumps(value).decode()
+    return message
 
 
 def jsonl_files(folder: Path, pattern: str = "*.jsonl") -> Iterator[Path]:

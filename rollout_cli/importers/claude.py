@@ -44,7 +44,11 @@ no mapping (``uuid``, ``parentUuid``, ``requestId``, ``usage``, ``toolUseResult`
 ``summary`` lines (the titles Claude Code shows in its resume picker: they do not
 change the model's view, so they are not compactions); other ``system`` records;
 ``file-history-snapshot`` and any other record type; blocks of no known type; a
-tool result whose call is not in the current view; unparseable lines.
+tool result whose call is not in the current view; unparseable lines; a line
+nested deeper than a record can hold (``claude.unrepresentable_line``, its text:
+:func:`rollout_cli.importers.too_deep`), which keeps its place in the tree.
+Content given as blocks becomes parts only when every block is an object, else
+its JSON text (:func:`rollout_cli.importers.set_content`).
 
 The stop kind reflects how the source ended: an assistant answer last with every
 tool call answered -> completed; otherwise interrupted.
@@ -66,15 +70,19 @@ from rollout_cli.importers import (
     ImportedSession,
     SourceRecord,
     derived_session_id,
+    event_record,
     jsonl_files,
     ledger_session_id,
+    set_content,
     source_time,
+    too_deep,
+    unrepresentable_line,
 )
 from shared.errors import FileNameError
 from shared.naming import validate_agent_name
 from shared.session_meta import SessionRole
 from shared.stop_kinds import StopKind
-from shared.wire import python_to_list, python_to_struct
+from shared.wire import python_to_list
 
 _NODE_TYPES = {"user", "assistant", "system"}
 #: Record fields that map to something (the rest go into the claude.record event).
@@ -91,6 +99,8 @@ class _Line:
     number: int
     record: dict[str, Any] | None
     raw: bytes = b""
+    #: Why no record can hold this line (rollout_cli.importers.too_deep); "" when one can.
+    too_deep: str = ""
 
     @property
     def uuid(self) -> str:
@@ -182,9 +192,19 @@ class _SessionWriter:
         self.session.records.append(SourceRecord(self.line if line is None else line, record))
 
     def event(self, kind: str, body: dict[str, Any], *, counted: bool = True) -> None:
-        self.append(writer_pb2.AppendRecord(event=records_pb2.Event(kind=kind, body=python_to_struct(body))))
+        self.append(event_record(kind, body))
         if counted:
             self.session.kept_as_event[kind] += 1
+
+    def keep_unrepresentable(self, line: _Line) -> None:
+        """Keep ``line`` whole as its text: no record can hold it (``too_deep``). An assistant
+        record so kept does not end the assistant message being gathered (its other records)."""
+        if line.record is None or line.record.get("type") != "assistant":
+            self.flush_assistant()
+        self.at(line)
+        kept = unrepresentable_line("claude", line.raw, line.too_deep)
+        self.append(kept)
+        self.session.kept_as_event[kept.event.kind] += 1
 
     def at(self, line: _Line) -> None:
         """Make ``line`` the current source line (its number and, when it has one, its time)."""
@@ -197,6 +217,9 @@ class _SessionWriter:
     # -- lines that are not on the chain -------------------------------------------------------
     def keep_line(self, line: _Line, kind: str) -> None:
         """Keep a whole source line as an event of ``kind``."""
+        if line.too_deep:
+            self.keep_unrepresentable(line)
+            return
         self.flush_assistant()
         self.at(line)
         if line.record is None:
@@ -210,6 +233,9 @@ class _SessionWriter:
         record = line.record
         assert record is not None
         kind = record.get("type")
+        if line.too_deep:
+            self.keep_unrepresentable(line)
+            return
         if kind not in _NODE_TYPES:  # progress, attachment, ...: in the tree, no message
             self.keep_line(line, f"claude.{kind}")
             return
@@ -254,7 +280,9 @@ class _SessionWriter:
             context["model"] = model
         if context != self.context:
             self.context = context
-            self.append(writer_pb2.AppendRecord(turn_context=python_to_struct(context)))
+            record = writer_pb2.AppendRecord()
+            record.turn_context.update(context)
+            self.append(record)
         session = self.session
         session.cwd = session.cwd or context.get("cwd", "")
         session.model = session.model or context.get("model", "")
@@ -269,7 +297,9 @@ class _SessionWriter:
                 return
             self.compaction(str((boundary.record or {}).get("content", "")))
         if isinstance(content, str):
-            self.append(writer_pb2.AppendRecord(message=records_pb2.ChatMessage(role="user", text=content)))
+            record = writer_pb2.AppendRecord()
+            record.message.role, record.message.text = "user", content  # in place: one copy of it
+            self.append(record)
             self.last_role = "user"
             return
         if not isinstance(content, list):
@@ -282,8 +312,10 @@ class _SessionWriter:
             else:
                 rest.append(block)
         if rest:
-            message = records_pb2.ChatMessage(role="user", parts=python_to_list(rest))
-            self.append(writer_pb2.AppendRecord(message=message))
+            record = writer_pb2.AppendRecord()
+            record.message.role = "user"
+            set_content(record.message, rest)
+            self.append(record)
             self.last_role = "user"
 
     def compaction(self, summary: str) -> None:
@@ -297,16 +329,10 @@ class _SessionWriter:
         if not isinstance(call_id, str) or call_id not in self.known_calls:
             self.event("claude.orphan_tool_result", block)
             return
-        message = records_pb2.ChatMessage(
-            role="tool", tool_call_id=call_id, is_error=bool(block.get("is_error"))
-        )
-        content = block.get("content")
-        if isinstance(content, str):
-            message.text = content
-        elif isinstance(content, list):
-            message.parts.CopyFrom(python_to_list(content))
-        elif content is not None:
-            message.text = orjson.dumps(content).decode()
+        record = writer_pb2.AppendRecord()  # the message built in place: one copy of a large output
+        message = record.message
+        message.role, message.tool_call_id, message.is_error = "tool", call_id, bool(block.get("is_error"))
+        set_content(message, block.get("content"))
         extra = {
             key: value
             for key, value in block.items()
@@ -314,7 +340,7 @@ class _SessionWriter:
         }
         if extra:
             self.event("claude.block_fields", {"block_type": "tool_result", "fields": extra}, counted=False)
-        self.append(writer_pb2.AppendRecord(message=message))
+        self.append(record)
         if call_id in self.open_calls:
             self.open_calls.remove(call_id)
         self.last_role = "tool"
@@ -330,7 +356,9 @@ class _SessionWriter:
             self.turn_context(line.record)
             self.record_fields(line.record)
         self.at(lines[0])  # the message happened when its first part did
-        message = records_pb2.ChatMessage(role="assistant")
+        record = writer_pb2.AppendRecord()  # the message built in place
+        message = record.message
+        message.role = "assistant"
         texts: list[dict[str, Any]] = []
         for line in lines:
             content = _message(line.record or {}).get("content")
@@ -352,7 +380,7 @@ class _SessionWriter:
             only.CopyFrom(message.reasoning_blocks[0])
             del message.reasoning_blocks[:]
             message.reasoning.CopyFrom(only)
-        self.append(writer_pb2.AppendRecord(message=message), lines[0].number)
+        self.append(record, lines[0].number)
         for call in message.tool_calls:
             self.known_calls.add(call.id)
             self.open_calls.append(call.id)
@@ -437,7 +465,9 @@ def convert_claude(lines: Iterable[bytes], source: Path = Path("<claude>")) -> I
         except orjson.JSONDecodeError:
             parsed.append(_Line(number, None, raw))
             continue
-        parsed.append(_Line(number, value if isinstance(value, dict) else None, raw))
+        parsed.append(
+            _Line(number, value if isinstance(value, dict) else None, raw, too_deep=too_deep(value))
+        )
     imported = ImportedFile(source)
     imported.recognized = sum(
         1

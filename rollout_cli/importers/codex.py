@@ -10,7 +10,9 @@ Mapping (Codex -> ledger):
 session_meta                       CreateSession (id, created_at, cwd,
                                    originator, client_version) + an event
                                    ``codex.session_meta`` with the whole payload
-response_item message              message (role, content parts as given)
+response_item message              message (role, content as given: text,
+                                   or parts when each is an object, else
+                                   the list's JSON text)
 event_msg item_completed with      user message (content parts as given) unless
 item UserMessage (newest layout)   a user response item of the same turn has
                                    the same text; the event stays, without
@@ -50,19 +52,21 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from google.protobuf.message import DecodeError
 
 from rollout.v1 import records_pb2, writer_pb2
 from rollout_cli.importers import (
     ImportedFile,
     ImportedSession,
     SourceRecord,
+    event_record,
     jsonl_files,
     ledger_session_id,
+    set_content,
     source_time,
+    too_deep,
+    unrepresentable_line,
 )
 from shared.stop_kinds import StopKind
-from shared.wire import python_to_list, python_to_struct
 
 _MESSAGE_KEYS = {"type", "role", "content"}
 _REASONING_KEYS = {"type", "summary", "encrypted_content", "content"}
@@ -73,22 +77,22 @@ _OUTPUT_TYPES = {"function_call_output", "custom_tool_call_output"}
 _TURN_EVENTS = {"task_started", "task_complete", "turn_aborted"}
 _ENVELOPE_TYPES = {"session_meta", "response_item", "turn_context", "event_msg", "compacted"}
 _ITEM_TYPES = {"message", "reasoning", *_CALL_TYPES, *_OUTPUT_TYPES}
+#: Response item types that become a chat message.
+_MAPPED_ITEMS = {"message", *_CALL_TYPES, *_OUTPUT_TYPES}
 
 
-def _event(kind: str, body: dict[str, Any]) -> writer_pb2.AppendRecord:
-    return writer_pb2.AppendRecord(event=records_pb2.Event(kind=kind, body=python_to_struct(body)))
+def _item_type(item: dict[str, Any]) -> str:
+    """An item's ``type`` when it is text, else "" (a list or an object names no type)."""
+    kind = item.get("type")
+    return kind if isinstance(kind, str) else ""
 
 
-def _with_content(message: records_pb2.ChatMessage, value: Any) -> records_pb2.ChatMessage:
-    """``message`` holding a Codex content/output value: a string as text, a list as parts (as
-    given), anything else as its JSON text, None as no content."""
-    if isinstance(value, str):
-        message.text = value
-    elif isinstance(value, list):
-        message.parts.CopyFrom(python_to_list(value))
-    elif value is not None:
-        message.text = orjson.dumps(value).decode()
-    return message
+def _is_codex_line(line: dict[str, Any], first: bool) -> bool:
+    """Whether a parsed line is an item of a Codex rollout: an envelope of a known type, a bare
+    response item, or (first line) an older layout's header."""
+    if "payload" in line and "type" in line:
+        return _item_type(line) in _ENVELOPE_TYPES
+    return _item_type(line) in _ITEM_TYPES or (first and "id" in line and "timestamp" in line)
 
 
 def _typed_text(content: Any) -> str:
@@ -111,7 +115,6 @@ class _Converter:
         self.last_event: str = ""
         self.turn = 0  # counts task_started events: what the user typed is matched within a turn
         self.user_items: set[tuple[int, str]] = set()  # (turn, text) of user response items
-        self.new_user_item: tuple[int, str] | None = None  # the user item the current line added
         #: item_completed UserMessage events: (index in the records, body, turn)
         self.user_events: list[tuple[int, dict[str, Any], int]] = []
         self.line = 0
@@ -123,45 +126,43 @@ class _Converter:
         self.session.records.append(SourceRecord(self.line, record))
 
     def keep(self, kind: str, body: dict[str, Any]) -> None:
-        self.append(_event(kind, body))
+        self.append(event_record(kind, body))
         self.session.kept_as_event[kind] += 1
 
     def extras(self, item: dict[str, Any], mapped: set[str]) -> None:
         extra = {key: value for key, value in item.items() if key not in mapped}
         if extra:
-            self.append(_event("codex.item_fields", {"item_type": item.get("type"), "fields": extra}))
+            self.append(event_record("codex.item_fields", {"item_type": item.get("type"), "fields": extra}))
 
-    def chat(self, item: dict[str, Any]) -> records_pb2.ChatMessage | None:
-        """The chat message of one response item, or None when it has no mapping."""
-        kind = item.get("type")
+    def chat(self, item: dict[str, Any], message: records_pb2.ChatMessage) -> bool:
+        """Fill ``message`` (empty, in place: a large output is copied once) with the chat message
+        of one response item; False (``message`` untouched) when it has no mapping."""
+        kind = _item_type(item)
+        if kind not in _MAPPED_ITEMS:
+            return False
+        message.SetInParent()
         if kind == "message":
-            return _with_content(records_pb2.ChatMessage(role=str(item.get("role", ""))), item.get("content"))
-        if kind in _CALL_TYPES:
-            call_id = str(item.get("call_id", ""))
+            message.role = str(item.get("role", ""))
+            set_content(message, item.get("content"))
+        elif kind in _CALL_TYPES:
             arguments = item.get("arguments") if kind == "function_call" else item.get("input")
-            message = records_pb2.ChatMessage(role="assistant")
-            message.tool_calls.add(
-                id=call_id,
-                type=_CALL_TYPES[kind],
-                function=records_pb2.FunctionCall(
-                    name=str(item.get("name", "")),
-                    arguments=arguments if isinstance(arguments, str) else orjson.dumps(arguments).decode(),
-                ),
+            message.role = "assistant"
+            call = message.tool_calls.add(id=str(item.get("call_id", "")), type=_CALL_TYPES[kind])
+            call.function.name = str(item.get("name", ""))
+            call.function.arguments = (
+                arguments if isinstance(arguments, str) else orjson.dumps(arguments).decode()
             )
-            return message
-        if kind in _OUTPUT_TYPES:
-            output = records_pb2.ChatMessage(role="tool", tool_call_id=str(item.get("call_id", "")))
-            return _with_content(output, item.get("output"))
-        return None
+        elif kind in _OUTPUT_TYPES:
+            message.role, message.tool_call_id = "tool", str(item.get("call_id", ""))
+            set_content(message, item.get("output"))
+        return True
 
     def response_item(self, item: dict[str, Any]) -> None:
         kind = str(item.get("type"))
         self.last_item = kind
         if kind == "message" and item.get("role") == "user":
             typed = (self.turn, _typed_text(item.get("content")))
-            if typed not in self.user_items:
-                self.user_items.add(typed)
-                self.new_user_item = typed
+            self.user_items.add(typed)
         if kind == "reasoning":
             summary = item.get("summary") or []
             texts = [part.get("text", "") for part in summary if isinstance(part, dict)]
@@ -174,16 +175,17 @@ class _Converter:
         if kind in _OUTPUT_TYPES and str(item.get("call_id", "")) not in self.call_ids:
             self.keep("codex.orphan_output", item)
             return
-        message = self.chat(item)
-        if message is None:
+        record = writer_pb2.AppendRecord()
+        if not self.chat(item, record.message):
             self.keep(f"codex.{kind}", item)
             return
+        message = record.message
         if kind in _CALL_TYPES:
             self.call_ids.add(message.tool_calls[0].id)
             self.open_calls.add(message.tool_calls[0].id)
         elif kind in _OUTPUT_TYPES:
             self.open_calls.discard(message.tool_call_id)
-        self.append(writer_pb2.AppendRecord(message=message))
+        self.append(record)
         mapped = _MESSAGE_KEYS if kind == "message" else _CALL_KEYS if kind in _CALL_TYPES else _OUTPUT_KEYS
         self.extras(item, mapped)
 
@@ -191,9 +193,9 @@ class _Converter:
         history = records_pb2.ReplacementHistory()
         self.call_ids = set()  # the writer checks outputs against the compacted view's calls
         for item in items:
-            message = self.chat(item) if isinstance(item, dict) else None
-            if message is not None:
-                history.messages.append(message)
+            if isinstance(item, dict) and _item_type(item) in _MAPPED_ITEMS:
+                message = history.messages.add()
+                self.chat(item, message)
                 if message.tool_calls:
                     self.call_ids.add(message.tool_calls[0].id)
         return history
@@ -211,7 +213,10 @@ class _Converter:
         elif kind == "turn_context":
             if isinstance(payload.get("model"), str) and not self.session.model:
                 self.session.model = payload["model"]
-            self.append(writer_pb2.AppendRecord(turn_context=python_to_struct(payload)))
+            record = writer_pb2.AppendRecord()
+            record.turn_context.update(payload)
+            record.turn_context.SetInParent()  # an empty context is still a turn_context
+            self.append(record)
         elif kind == "event_msg":
             event_kind = str(payload.get("type", "event"))
             if event_kind in _TURN_EVENTS:
@@ -226,7 +231,7 @@ class _Converter:
                 and item.get("type") == "UserMessage"
             ):
                 self.user_events.append((len(self.session.records), body, self.turn))
-            self.append(_event(event_kind, body))
+            self.append(event_record(event_kind, body))
         elif kind == "compacted":
             compacted = records_pb2.Compacted(summary=str(payload.get("message", "")))
             if isinstance(payload.get("replacement_history"), list):
@@ -245,7 +250,7 @@ class _Converter:
         session.originator = str(payload.get("originator") or "codex")
         session.client_version = str(payload.get("cli_version") or "")
         self.time = self.time or session.created_at
-        self.append(_event("codex.session_meta", payload))
+        self.append(event_record("codex.session_meta", payload))
 
     def bare(self, line: dict[str, Any], first: bool) -> None:
         if line.get("record_type") == "state":
@@ -267,11 +272,15 @@ class _Converter:
                 continue
             kept = self.session.records[index]
             item = dict(body["item"])
-            message = _with_content(records_pb2.ChatMessage(role="user"), item.pop("content", None))
-            event = _event("item_completed", {**body, "item": item})
+            user = writer_pb2.AppendRecord(ts=kept.record.ts)
+            user.message.role = "user"
+            set_content(user.message, item.pop("content", None))
+            event = event_record("item_completed", {**body, "item": item})
             event.ts = kept.record.ts
-            user = SourceRecord(kept.line, writer_pb2.AppendRecord(message=message, ts=kept.record.ts))
-            self.session.records[index : index + 1] = [user, SourceRecord(kept.line, event)]
+            self.session.records[index : index + 1] = [
+                SourceRecord(kept.line, user),
+                SourceRecord(kept.line, event),
+            ]
 
     def finish(self, fallback_id: str) -> ImportedSession:
         session = self.session
@@ -319,34 +328,19 @@ def convert_codex(lines: Iterable[bytes], source: Path = Path("<codex>")) -> Imp
             continue
         if isinstance(line, dict):
             converter.time = source_time(line.get("timestamp")) or converter.time
-        records, user_events, turn = (
-            len(converter.session.records),
-            len(converter.user_events),
-            converter.turn,
-        )
-        converter.new_user_item = None
-        try:
-            if not isinstance(line, dict):
-                converter.keep("codex.unknown", {"line": line})
-            elif "payload" in line and "type" in line:
-                if line["type"] in _ENVELOPE_TYPES:
-                    imported.recognized += 1
-                converter.envelope(line)
-            else:
-                if (first and "id" in line and "timestamp" in line) or line.get("type") in _ITEM_TYPES:
-                    imported.recognized += 1
-                converter.bare(line, first)
-        except (DecodeError, ValueError, RecursionError) as exc:
-            # JSON a record cannot hold (nested deeper than protobuf's limit of 100, say): the
-            # line is kept as its text instead of whatever part of it was converted.
-            del converter.session.records[records:], converter.user_events[user_events:]
-            converter.turn = turn
-            if converter.new_user_item is not None:  # a user item this line would have added
-                converter.user_items.discard(converter.new_user_item)
-            reason = f"{type(exc).__name__}: {exc}"
-            converter.keep(
-                "codex.unrepresentable_line", {"text": raw.decode("utf-8", "replace"), "reason": reason}
-            )
+            if _is_codex_line(line, first):
+                imported.recognized += 1
+        reason = too_deep(line)
+        if reason:  # no record can hold it: kept as its text (the rule of rollout_cli.importers)
+            kept = unrepresentable_line("codex", raw, reason)
+            converter.append(kept)
+            converter.session.kept_as_event[kept.event.kind] += 1
+        elif not isinstance(line, dict):
+            converter.keep("codex.unknown", {"line": line})
+        elif "payload" in line and "type" in line:
+            converter.envelope(line)
+        else:
+            converter.bare(line, first)
         first = False
     # A file with no session id is named by its content: importing it again finds the same session.
     imported.sessions.append(converter.finish("content:" + content_hash.hexdigest()))

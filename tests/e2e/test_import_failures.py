@@ -99,11 +99,12 @@ def test_importing_again_counts_nothing_kept_for_the_skipped_files(writer_proces
     )
 
 
-def test_a_file_the_converter_cannot_handle_fails_by_name_and_the_next_file_is_tried(
-    writer_process, tmp_path: Path
+def test_a_line_nested_past_protobufs_limit_is_kept_and_its_transcript_imported(
+    writer_process, reader_process, tmp_path: Path
 ) -> None:
-    """A transcript the converter cannot turn into records (JSON nested past protobuf's depth limit):
-    that file fails with a sentence, no traceback, and the next file is imported."""
+    """A Claude Code record nested deeper than a record can hold no longer fails its transcript: the
+    file is imported with that line kept as a claude.unrepresentable_line event (its text), as the
+    Codex importer keeps such a line, and the next file is imported too."""
     lines = (CORPUS / "claude" / "claude-code-small.jsonl").read_text(encoding="utf-8").splitlines()
     record = json.loads(lines[1])
     deep: object = "x"
@@ -115,14 +116,20 @@ def test_a_file_the_converter_cannot_handle_fails_by_name_and_the_next_file_is_t
     good = tmp_path / "b-good.jsonl"
     good.write_bytes((CORPUS / "claude" / "claude-code-1.0.98-a.jsonl").read_bytes())
     result = run_rollout(
-        "import", "claude", "--json", "--writer", writer_process.address, str(broken), str(good)
+        "import", "claude", "--json", "--writer", writer_process.address, str(broken), str(good), timeout=120
     )
-    assert result.returncode == 1
-    assert "Traceback" not in result.stderr
+    assert result.returncode == 0, result.stdout + result.stderr
     reports = {Path(report["file"]).name: report for report in map(json.loads, result.stdout.splitlines())}
-    assert reports["a-deep.jsonl"]["status"] == "failed"
-    assert "cannot convert it" in reports["a-deep.jsonl"]["detail"]
+    assert reports["a-deep.jsonl"]["status"] == "imported"
+    assert reports["a-deep.jsonl"]["kept_as_event"]["claude.unrepresentable_line"] == 1
     assert reports["b-good.jsonl"]["status"] == "imported"
+    [session] = reports["a-deep.jsonl"]["sessions"]
+    with grpc.insecure_channel(reader_process.address) as channel:
+        stub = reader_pb2_grpc.RolloutReaderStub(channel)
+        replay = stub.GetReplay(reader_pb2.ReplayRequest(session_id=session["session_id"]))
+    assert replay.digest_status == reader_pb2.DIGEST_STATUS_VERIFIED
+    assert replay.messages[0].role == "assistant"  # line 2, the prompt, is the kept text
+    assert record["message"]["content"] not in [message.text for message in replay.messages]
 
 
 def test_a_pipe_and_a_device_are_refused_by_name_and_the_other_files_go_on(

@@ -236,3 +236,69 @@ def test_a_file_of_another_tool_is_not_recognized() -> None:
     """Lines that are no Claude Code records give no session at all."""
     imported = convert_claude([b'{"timestamp":"x","type":"session_meta","payload":{}}', b"not json"])
     assert (imported.recognized, imported.sessions) == (0, [])
+
+
+def texts(session: ImportedSession) -> list[str]:
+    return [m.text for m in messages(session)]
+
+
+def nested(depth: int) -> object:
+    """Objects nested ``depth`` deep around a string."""
+    value: object = "bottom"
+    for _ in range(depth):
+        value = {"inner": value}
+    return value
+
+
+def test_a_line_nested_deeper_than_a_record_can_hold_is_kept_as_its_text_in_place() -> None:
+    """A tool result whose toolUseResult nests past protobuf's limit: the line is a counted
+    claude.unrepresentable_line holding its text, the file still converts, and the records after it
+    stay on the conversation (the tree keeps the line)."""
+    call = {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {}}
+    result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": "ok"}
+    deep_line = line("user", "r1", "a1", [result], toolUseResult=nested(40))
+    lines = [
+        line("user", "u1", None, "go"),
+        assistant("a1", "u1", "m1", call),
+        deep_line,
+        assistant("a2", "r1", "m2", {"type": "text", "text": "done"}),
+    ]
+    [main] = convert_claude(lines).sessions
+    assert main.kept_as_event["claude.unrepresentable_line"] == 1
+    [kept] = events(main, "claude.unrepresentable_line")
+    assert orjson.loads(kept["text"]) == orjson.loads(deep_line)
+    assert "past the" in kept["reason"]
+    assert texts(main)[-1] == "done"
+    assert [r.line for r in main.records if r.record.event.kind == "claude.unrepresentable_line"] == [3]
+
+
+def test_an_assistant_record_too_deep_for_a_record_leaves_its_message_whole() -> None:
+    """Of three records of one API message, the too-deep middle one is kept as its text; the other
+    two still form one assistant message."""
+    lines = [
+        line("user", "u1", None, "go"),
+        assistant("a1", "u1", "m1", {"type": "text", "text": "one"}),
+        assistant("a2", "a1", "m1", {"type": "text", "text": "two"}, extra=nested(40)),
+        assistant("a3", "a2", "m1", {"type": "text", "text": "three"}),
+    ]
+    [main] = convert_claude(lines).sessions
+    [answer] = [m for m in messages(main) if m.role == "assistant"]
+    assert [part.struct_value["text"] for part in answer.parts.values] == ["one", "three"]
+    assert main.kept_as_event["claude.unrepresentable_line"] == 1
+
+
+def test_content_with_a_part_that_is_not_an_object_is_kept_as_its_json_text() -> None:
+    """A user content list or a tool result content list holding a string (no part: the writer
+    refuses it) becomes the list's JSON text, not parts."""
+    call = {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {}}
+    result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": ["plain", {"type": "text"}]}
+    lines = [
+        line("user", "u1", None, ["just text", {"type": "text", "text": "x"}]),
+        assistant("a1", "u1", "m1", call),
+        line("user", "r1", "a1", [result]),
+    ]
+    [main] = convert_claude(lines).sessions
+    user, _, output = messages(main)
+    assert not user.HasField("parts")
+    assert orjson.loads(user.text) == ["just text", {"type": "text", "text": "x"}]
+    assert orjson.loads(output.text) == ["plain", {"type": "text"}]

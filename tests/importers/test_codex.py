@@ -218,3 +218,32 @@ def test_a_user_item_that_cannot_be_held_does_not_hide_the_same_typed_text() -> 
     assert session.kept_as_event["codex.unrepresentable_line"] == 1
     users = [r.record.message for r in session.records if r.record.WhichOneof("record") == "message"]
     assert [m.parts.values[0].struct_value["text"] for m in users] == ["PROMPT-ONE"]
+
+
+def test_content_with_a_part_that_is_not_an_object_is_kept_as_its_json_text() -> None:
+    """A message content or a tool output that is a list holding a non-object (the writer refuses
+    such parts) becomes the list's JSON text; a list of objects stays parts."""
+    call = envelope(
+        "response_item", {"type": "function_call", "name": "sh", "arguments": "{}", "call_id": "c"}
+    )
+    output = envelope("response_item", {"type": "function_call_output", "call_id": "c", "output": ["a", 1]})
+    odd_user = envelope("response_item", {"type": "message", "role": "user", "content": ["typed", {"x": 1}]})
+    session = convert_codex([META, USER, call, output, odd_user]).sessions[0]
+    messages = [r.record.message for r in session.records if r.record.WhichOneof("record") == "message"]
+    user, _, tool, odd = messages
+    assert user.HasField("parts")
+    assert (tool.role, orjson.loads(tool.text)) == ("tool", ["a", 1])
+    assert not odd.HasField("parts")
+    assert orjson.loads(odd.text) == ["typed", {"x": 1}]
+
+
+def test_a_type_that_is_not_text_is_kept_as_an_event_not_a_crash() -> None:
+    """A line or an item whose type is a list or an object converts (kept as an event), and the
+    file still converts."""
+    odd_envelope = orjson.dumps({"timestamp": "2026-01-01T00:00:00Z", "type": ["x"], "payload": {"a": 1}})
+    odd_item = envelope("response_item", {"type": {"x": 1}, "role": "user"})
+    session = convert_codex([META, USER, odd_envelope, odd_item, orjson.dumps({"type": ["bare"]})]).sessions[
+        0
+    ]
+    assert [r.line for r in session.records if r.record.WhichOneof("record") == "message"] == [2]
+    assert sum(session.kept_as_event.values()) == 3
