@@ -7,8 +7,14 @@ tree of records: each has a ``uuid`` and a ``parentUuid``. Reading it:
   ``isSidechain``) back to its root; a compaction boundary (a ``system`` record of
   subtype ``compact_boundary``, a new root) continues through its
   ``logicalParentUuid``. Main-line records off that chain were left by a rewind:
-  each is kept as a ``claude.branch`` event where it stands, and counted. A file
-  whose records carry no ``parentUuid`` at all is read in file order.
+  each is kept as a ``claude.branch`` event where it stands, and counted.
+* **Where the tree is broken** (:func:`_link`): a message record without a usable
+  ``uuid`` (missing, ``null``: no record can name it as a parent), and a record
+  whose ``parentUuid`` names a uuid the file does not hold (a lost one), follow
+  the record before them on their side of the file (main line or sub-agent
+  runs). A file in which no record names another as its parent (no
+  ``parentUuid``, or all ``null``) is read in file order. Nothing is left out:
+  a transcript of null uuids is its conversation in file order.
 * **Sub-agent runs** (``isSidechain`` records; older versions keep them in the
   parent's file) are trees of their own, each rooted at the prompt of a ``Task``
   tool call. A run whose root prompt equals the ``prompt`` of a Task call becomes
@@ -92,35 +98,44 @@ _TASK_TOOLS = {"Task", "Agent"}
 _DEFAULT_CHILD_NAME = "subagent"
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class _Line:
-    """One parsed source line: its 1-based number and object (None when it is not a JSON object)."""
+    """One parsed source line: its 1-based number, object (None when it is not a JSON object) and
+    text, and (set by :func:`_link`) the line it follows in the tree."""
 
     number: int
     record: dict[str, Any] | None
     raw: bytes = b""
+    parent: _Line | None = None
     #: Why no record can hold this line (rollout_cli.importers.too_deep); "" when one can.
     too_deep: str = ""
 
     @property
     def uuid(self) -> str:
+        """The record's uuid, or "" when it has none that can be named (missing, null, not text)."""
         value = self.record.get("uuid") if self.record else None
         return value if isinstance(value, str) else ""
 
     @property
-    def parent_uuid(self) -> str:
-        value = self.record.get("parentUuid") if self.record else None
+    def named_parent(self) -> str:
+        """The uuid the record names as its parent: ``parentUuid``, or for a compaction boundary
+        (a new root) its ``logicalParentUuid``; "" when it names none."""
+        if self.record is None:
+            return ""
+        value = self.record.get("parentUuid")
+        if not value and self.record.get("subtype") == "compact_boundary":
+            value = self.record.get("logicalParentUuid")
         return value if isinstance(value, str) else ""
 
     @property
     def is_node(self) -> bool:
-        """A record of the tree (it has a uuid), whatever its type."""
-        return bool(self.uuid) and self.record is not None
+        """A record of the tree: one with a uuid, whatever its type, or a message record without one."""
+        return self.record is not None and (bool(self.uuid) or self.record.get("type") in _NODE_TYPES)
 
     @property
     def is_message(self) -> bool:
         """A record of the tree that can carry a message (user, assistant, system)."""
-        return self.is_node and self.record is not None and self.record.get("type") in _NODE_TYPES
+        return self.record is not None and self.record.get("type") in _NODE_TYPES
 
     @property
     def sidechain(self) -> bool:
@@ -154,19 +169,37 @@ def _message(record: dict[str, Any]) -> dict[str, Any]:
     return message if isinstance(message, dict) else {}
 
 
-def _chain_to(leaf: _Line, by_uuid: dict[str, _Line]) -> list[_Line]:
+def _link(nodes: list[_Line]) -> None:
+    """Set the parent of every node (see "Reading it" in the module doc).
+
+    A node follows the record its ``parentUuid`` names (:attr:`_Line.named_parent`). One that
+    names a record the file does not hold (its uuid was lost), or that has no uuid of its own
+    (so that no record can name it), follows the node before it on its side of the file (the
+    main line, or the sub-agent runs); with a uuid and no named parent it is a root. A file in
+    which no record names another is read in file order: every node follows the one before it
+    on its side.
+    """
+    by_uuid = {line.uuid: line for line in nodes if line.uuid}
+    tree = any(line.named_parent in by_uuid for line in nodes)
+    previous: dict[bool, _Line] = {}
+    for line in nodes:
+        named = by_uuid.get(line.named_parent) if line.named_parent else None
+        if named is not None and named is not line:
+            line.parent = named
+        elif line.named_parent or not line.uuid or not tree:
+            line.parent = previous.get(line.sidechain)
+        previous[line.sidechain] = line
+
+
+def _chain_to(leaf: _Line) -> list[_Line]:
     """The lines from ``leaf`` back to its root (through compaction boundaries), in file order."""
     chain: list[_Line] = []
-    seen: set[str] = set()
+    seen: set[int] = set()
     line: _Line | None = leaf
-    while line is not None and line.uuid not in seen:
-        seen.add(line.uuid)
+    while line is not None and line.number not in seen:
+        seen.add(line.number)
         chain.append(line)
-        parent = line.parent_uuid
-        if not parent and line.record is not None and line.record.get("subtype") == "compact_boundary":
-            logical = line.record.get("logicalParentUuid")
-            parent = logical if isinstance(logical, str) else ""
-        line = by_uuid.get(parent) if parent else None
+        line = line.parent
     chain.sort(key=lambda item: item.number)
     return chain
 
@@ -477,7 +510,7 @@ def convert_claude(lines: Iterable[bytes], source: Path = Path("<claude>")) -> I
     if not imported.recognized:
         return imported
     nodes = [line for line in parsed if line.is_node]
-    by_uuid = {line.uuid: line for line in nodes}
+    _link(nodes)
     source_id = next(
         (
             str(line.record["sessionId"])
@@ -486,13 +519,8 @@ def convert_claude(lines: Iterable[bytes], source: Path = Path("<claude>")) -> I
         ),
         source.stem,
     )
-    linear = not any(line.record is not None and "parentUuid" in line.record for line in nodes)
     main_nodes = [line for line in nodes if not line.sidechain and line.is_message]
-    if linear:
-        main_chain = [line for line in nodes if not line.sidechain]
-    else:
-        main_chain = _chain_to(main_nodes[-1], by_uuid) if main_nodes else []
-    on_main = {line.number for line in main_chain}
+    on_main = {line.number for line in _chain_to(main_nodes[-1])} if main_nodes else set()
 
     main: ImportedSession | None = None
     if main_nodes:
@@ -521,7 +549,7 @@ def convert_claude(lines: Iterable[bytes], source: Path = Path("<claude>")) -> I
             )
         imported.sessions.append(main)
 
-    runs = _sidechain_runs([line for line in nodes if line.sidechain], by_uuid, linear)
+    runs = _sidechain_runs([line for line in nodes if line.sidechain])
     if main is None and runs:
         imported.notes.append("no main line: the file holds sub-agent runs only")
     tasks: dict[str, list[tuple[str, str, ImportedSession]]] = {}
@@ -561,28 +589,21 @@ def convert_claude(lines: Iterable[bytes], source: Path = Path("<claude>")) -> I
     return imported
 
 
-def _sidechain_runs(sidechain: list[_Line], by_uuid: dict[str, _Line], linear: bool) -> list[_Run]:
-    """The sub-agent runs among the sidechain lines, each with its chain, ordered by their roots."""
-    if not sidechain:
-        return []
-    if linear:  # no tree: every sidechain line is one run, in file order
-        return [_Run(sidechain[0], list(sidechain))]
-    runs: dict[str, _Run] = {}
-    members: dict[str, list[_Line]] = {}
+def _sidechain_runs(sidechain: list[_Line]) -> list[_Run]:
+    """The sub-agent runs among the (linked) sidechain lines, each with its chain, ordered by their roots."""
+    runs: dict[int, _Run] = {}
+    members: dict[int, list[_Line]] = {}
     for line in sidechain:
         root = line
-        seen = {line.uuid}
-        while root.parent_uuid in by_uuid and by_uuid[root.parent_uuid].sidechain:
-            root = by_uuid[root.parent_uuid]
-            if root.uuid in seen:
-                break
-            seen.add(root.uuid)
-        runs.setdefault(root.uuid, _Run(root))
-        members.setdefault(root.uuid, []).append(line)
-    for root_uuid, run in runs.items():
-        lines = members[root_uuid]
-        chain = _chain_to(lines[-1], by_uuid)
-        in_chain = {line.number for line in chain}
+        seen = {line.number}
+        while root.parent is not None and root.parent.sidechain and root.parent.number not in seen:
+            root = root.parent
+            seen.add(root.number)
+        runs.setdefault(root.number, _Run(root))
+        members.setdefault(root.number, []).append(line)
+    for root_number, run in runs.items():
+        lines = members[root_number]
+        in_chain = {line.number for line in _chain_to(lines[-1])}
         run.chain = [line for line in lines if line.number in in_chain]
         run.off_chain = [line for line in lines if line.number not in in_chain]
     return sorted(runs.values(), key=lambda run: run.root.number)

@@ -178,6 +178,36 @@ def test_a_line_over_the_limit_fails_its_file_naming_the_line(writer_process, tm
     assert "1 imported, 0 skipped (already in the ledger), 1 failed" in result.stdout
 
 
+def test_a_transcript_with_null_uuids_is_imported_as_its_conversation(
+    writer_process, reader_process, tmp_path: Path
+) -> None:
+    """Records whose uuid is null are imported in file order (never "skipped, already in the
+    ledger"): the replay holds every message."""
+    records = [
+        json.loads(raw)
+        for raw in (CORPUS / "claude" / "claude-code-small.jsonl").read_text(encoding="utf-8").splitlines()
+    ]
+    for record in records:
+        if "uuid" in record:
+            record["uuid"] = None
+            record["parentUuid"] = None
+    source = tmp_path / "null-uuids.jsonl"
+    source.write_text("".join(json.dumps(record) + "\n" for record in records), encoding="utf-8")
+    result = run_rollout("import", "claude", "--writer", writer_process.address, str(source), timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "1 imported, 0 skipped (already in the ledger), 0 failed" in result.stdout
+    with grpc.insecure_channel(reader_process.address) as channel:
+        stub = reader_pb2_grpc.RolloutReaderStub(channel)
+        [listed] = stub.ListSessions(reader_pb2.ListSessionsRequest()).sessions
+        replay = stub.GetReplay(reader_pb2.ReplayRequest(session_id=listed.session_id))
+    users = [record for record in records if record.get("type") == "user"]
+    assert [m.role for m in replay.messages].count("user") >= len(
+        [u for u in users if isinstance(u["message"]["content"], str)]
+    )
+    assert replay.messages[0].text == "Create a hello world function"
+    assert replay.messages[-1].role == "assistant"
+
+
 def test_a_transcript_of_titles_only_is_reported_empty_not_skipped(writer_process, tmp_path: Path) -> None:
     """A Claude Code file holding only summary lines says it has no conversation: status empty,
     exit 0, never counted as already in the ledger."""

@@ -20,7 +20,7 @@ CLAUDE = CORPUS / "claude"
 SESSION = "5c0375b4-57a5-4f26-b12d-d022ee4e51b7"
 
 
-def line(kind: str, uuid: str, parent: str | None, content: Any = None, **fields: Any) -> bytes:
+def line(kind: str, uuid: str | None, parent: str | None, content: Any = None, **fields: Any) -> bytes:
     """One transcript record (a message of ``kind`` when ``content`` is given)."""
     record: dict[str, Any] = {
         "type": kind,
@@ -28,7 +28,7 @@ def line(kind: str, uuid: str, parent: str | None, content: Any = None, **fields
         "parentUuid": parent,
         "isSidechain": False,
         "sessionId": SESSION,
-        "timestamp": f"2025-09-07T09:00:{len(uuid):02d}.5Z",
+        "timestamp": f"2025-09-07T09:00:{len(uuid or ''):02d}.5Z",
         **fields,
     }
     if content is not None:
@@ -36,7 +36,9 @@ def line(kind: str, uuid: str, parent: str | None, content: Any = None, **fields
     return orjson.dumps(record)
 
 
-def assistant(uuid: str, parent: str, message_id: str, *blocks: dict[str, Any], **fields: Any) -> bytes:
+def assistant(
+    uuid: str | None, parent: str | None, message_id: str, *blocks: dict[str, Any], **fields: Any
+) -> bytes:
     return line(
         "assistant", uuid, parent, list(blocks), message={"id": message_id, "model": "claude-x"}, **fields
     )
@@ -240,6 +242,70 @@ def test_a_file_of_another_tool_is_not_recognized() -> None:
 
 def texts(session: ImportedSession) -> list[str]:
     return [m.text for m in messages(session)]
+
+
+def test_records_with_null_uuids_are_the_conversation_in_file_order() -> None:
+    """Records whose uuid and parentUuid are null (no tree to follow) are read in file order: every
+    message is imported, none skipped, the assistant's answer ends it."""
+    lines = [
+        line("user", None, None, "first"),
+        assistant(None, None, "m1", {"type": "text", "text": "one"}),
+        line("user", None, None, "second"),
+        assistant(None, None, "m2", {"type": "text", "text": "two"}),
+    ]
+    [main] = convert_claude(lines).sessions
+    assert texts(main) == ["first", "one", "second", "two"]
+    assert main.stop_kind is StopKind.COMPLETED
+    assert not main.kept_as_event
+
+
+def test_records_whose_parents_are_all_null_are_read_in_file_order() -> None:
+    """Records with uuids but no parentUuid anywhere (no record names another) are one conversation
+    in file order, not the last record alone with the others as branches."""
+    lines = [
+        line("user", "u1", None, "first"),
+        assistant("a1", None, "m1", {"type": "text", "text": "one"}),
+        line("user", "u2", None, "second"),
+    ]
+    [main] = convert_claude(lines).sessions
+    assert texts(main) == ["first", "one", "second"]
+    assert main.kept_as_event["claude.branch"] == 0
+
+
+def test_a_record_whose_uuid_was_lost_is_followed_in_file_order() -> None:
+    """In a tree, a record with a null uuid follows the record before it, and a record naming a uuid
+    no record has (the lost one) follows the record before it: the chain goes on through both; a
+    real rewind is still a branch."""
+    lines = [
+        line("user", "u1", None, "first"),
+        assistant("a1", "u1", "m1", {"type": "text", "text": "abandoned"}),
+        assistant("a2", "u1", "m2", {"type": "text", "text": "one"}),
+        line("user", None, "a2", "second"),
+        assistant("a3", "lost-uuid", "m3", {"type": "text", "text": "two"}),
+    ]
+    [main] = convert_claude(lines).sessions
+    assert texts(main) == ["first", "one", "second", "two"]
+    assert [record["uuid"] for record in events(main, "claude.branch")] == ["a1"]
+
+
+def test_sidechain_records_without_uuids_form_one_run() -> None:
+    """Sub-agent records without uuids follow each other in file order: one child session."""
+    lines = [
+        line("user", None, None, "sub task", isSidechain=True),
+        assistant(None, None, "m1", {"type": "text", "text": "done"}, isSidechain=True),
+    ]
+    imported = convert_claude(lines)
+    [child] = imported.sessions
+    assert child.role is SessionRole.CHILD_WITHOUT_COORDINATES
+    assert texts(child) == ["sub task", "done"]
+
+
+def test_a_file_of_titles_only_says_it_holds_no_conversation() -> None:
+    """A transcript of summary lines only gives no session and a note saying what it held."""
+    imported = convert_claude([orjson.dumps({"type": "summary", "summary": "a title", "leafUuid": "x"})])
+    assert imported.recognized == 1
+    assert imported.sessions == []
+    assert imported.notes == ["no conversation in it (lines: summary ×1); nothing imported"]
 
 
 def nested(depth: int) -> object:
