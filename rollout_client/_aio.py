@@ -7,7 +7,6 @@ its first call and belongs to that call's event loop.
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from pathlib import Path
@@ -31,7 +30,6 @@ from rollout_client._errors import (
     AlreadyExistsError,
     FailedPreconditionError,
     InternalError,
-    RolloutError,
     RootNotDeclaredError,
     error_from_rpc,
 )
@@ -133,7 +131,9 @@ class AsyncRolloutClient:
                     raise error from exc
 
     async def append(self, pending: PendingAppend) -> writer_pb2.AppendResponse:
-        """Send one Append until it is settled exactly once (rules in :mod:`rollout_client._appends`)."""
+        """Send one Append until it is settled exactly once (rules in :mod:`rollout_client._appends`):
+        the writer alone answers for the request id. Raises AppendOutcomeUnknownError when the
+        outcome cannot be known, else the typed error of the last answer."""
         attempts = Attempts(self.retry)
         while True:
             try:
@@ -143,67 +143,19 @@ class AsyncRolloutClient:
                 return response
             except grpc.aio.AioRpcError as exc:
                 error = error_from_rpc(exc)
-            if isinstance(error, FailedPreconditionError) and error.next_seq is not None:
-                if pending.needs_comparison(error.next_seq):
-                    stored = await self.records_at(
-                        pending.session_id, pending.expected_next_seq, pending.line_count, attempts.timeout()
-                    )
-                    if stored is not None:
-                        settled = pending.settle_by_records(stored, error.next_seq)
-                        if settled is not None:
-                            return settled
-                        continue  # not ours: send again at the settled seq
-                landed = pending.after_mismatch(error)
-                if landed is not None:
-                    return landed
-                continue  # the writer answered: send again at the settled seq at once
             if is_retryable(error) and error.code is not None:
                 pending.after_transport_failure(error.code)
                 if await attempts.wait():
                     continue
-            if pending.maybe_landed:
+            if pending.unsettled(error):
                 raise pending.outcome_unknown(error) from error
             raise error
 
-    async def records_at(
-        self, session_id: str, first_seq: int, count: int, timeout: float
-    ) -> list[tuple[str, dict[str, Any] | None]] | None:
-        """(type, payload) of the records at seqs ``first_seq`` .. ``first_seq + count - 1``, read
-        with WatchSession (waiting for records not yet written); None when the reader cannot
-        tell within ``timeout`` seconds (an error, a damaged line, the stream ended first)."""
-
-        async def collect() -> list[tuple[str, dict[str, Any] | None]] | None:
-            found: list[tuple[str, dict[str, Any] | None]] = []
-            stream = AsyncSession(self, session_id).watch_batches(first_seq)
-            try:
-                async for records in stream:
-                    for record in records:
-                        if record.seq != first_seq + len(found):
-                            return None
-                        found.append((record.type, record.payload))
-                        if len(found) == count:
-                            return found
-                return None
-            finally:
-                await stream.aclose()
-
-        try:
-            return await asyncio.wait_for(collect(), timeout)
-        except (RolloutError, TimeoutError):
-            return None
-
     async def next_seq(self, session_id: str) -> int:
-        """The session's next seq as written so far: from the reader's stop facts (read from
-        the file's tail), else, when the tail holds no record, asked of the writer with
-        ``expected_next_seq=0`` (never a valid next seq: seq 0 is the session_meta), which
-        writes nothing. A hint either way: an append at a stale seq is refused with the actual
-        one (see :mod:`rollout_client._appends`, rule 3a).
-        Raises NotFoundError for an unknown session; SessionStoppedError (probe only)."""
-        facts = await self.call(
-            self.reader_stub.GetStopFacts, reader_pb2.StopFactsRequest(session_id=session_id)
-        )
-        if facts.next_seq > 0:
-            return int(facts.next_seq)
+        """The session's next seq as the writer has it now, asked with ``expected_next_seq=0``
+        (never a valid next seq: seq 0 is the session_meta), which writes nothing. A lower
+        bound for the next append (:mod:`rollout_client._appends`).
+        Raises NotFoundError for an unknown session, SessionStoppedError."""
         probe = writer_pb2.AppendRequest(session_id=session_id, records=[_PROBE], expected_next_seq=0)
         try:
             await self.call(self.writer_stub.Append, probe)

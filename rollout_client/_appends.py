@@ -1,51 +1,34 @@
 """Exactly-once appends without the caller's help (SPEC §2.4, writer.proto ``AppendRequest``).
 
-Every Append request carries a fresh ``request_id`` and ``expected_next_seq`` E,
-the seq this Session expects its first record to get. A request writes k lines
-(k counted as the writer counts: a message with N reasoning blocks is N + 1).
+Every Append request carries a fresh ``request_id`` and ``request_since_seq`` S, the
+session's next seq as this client last learnt it before the first attempt (a seq at
+or below the one the request's first record gets). The writer answers for the
+request id itself: before writing, it looks the id up in its memory of recent ids
+and, from seq S on, in the session file, where the first line of every request
+carries its id (a request mark, shared.records). Found: the first answer comes back
+and nothing is written; not found: the request never landed and is written now. So
+a retry needs no one but the writer, across lost answers and writer restarts alike.
 The answers, and what the client does:
 
 1. **OK**: done; the Session's next seq becomes the answer's ``next_seq``.
 2. **UNAVAILABLE, RESOURCE_EXHAUSTED, ABORTED, DEADLINE_EXCEEDED**: the request may
    or may not have landed (except gRPC's own "larger than max" refusal of a request
-   over the writer's size limit: never retried, see :func:`is_retryable`). The *same* request (same id, same E) is sent again after
-   a backoff, until the policy's deadline. A writer that kept running answers the
-   retry from its request-id memory (the first answer; nothing written again).
-3. **FAILED_PRECONDITION with the actual next seq N** (a seq mismatch):
-
-   a. if no earlier attempt of this request can have landed (this is its first
-      attempt, or the earlier ones were settled as not landed), another client
-      appended N - E lines meanwhile: nothing of ours is in the file; E becomes N
-      and the request is sent again (an append is an append, not a
-      compare-and-swap);
-   b. if an earlier attempt may have landed, the writer restarted between that
-      attempt and now (it forgets request ids, so the retry was checked against
-      ``expected_next_seq`` instead). Requests are atomic, and every attempt since
-      E was settled carried that same E, so a landed attempt sits exactly at seqs
-      E .. E + k - 1:
-
-      * N < E + k: it did not land (N - E lines of someone else, fewer than ours):
-        E becomes N and it is sent again;
-      * N >= E + k: the records at seqs E .. E + k - 1 are read back from the
-        reader (WatchSession from E) and compared, type and payload, with the
-        lines this request writes: the same, it landed (its seqs are returned,
-        the next seq is N); different, another client wrote them and ours did not
-        land: E becomes N and it is sent again. Only identical records written by
-        another client in that window would be taken for ours.
-      * When the reader cannot answer within the attempt's timeout, seqs alone
-        decide: N == E + k is taken as landed (exact when nothing else appended
-        to the session meanwhile: one writer per session), and N > E + k raises
-        :class:`AppendOutcomeUnknownError` (nothing is sent again).
-
-4. Any other status: raised as its typed error; the request is not retried.
+   over the writer's size limit: never retried, see :func:`is_retryable`). The *same*
+   request (same id, same S) is sent again after a backoff, until the policy's
+   deadline; the writer answers the retry for the id, never writing it twice.
+3. Any other status: raised as its typed error; the request is not retried. Each of
+   them means the request was not written: the writer looks up the id before every
+   check that could refuse it (a stopped session, ``expected_next_seq``), except the
+   refusal to look it up at all (FAILED_PRECONDITION, PreconditionFailure subject
+   ``request/<id>``: S lies too far back), which after an attempt that may have
+   landed is :class:`AppendOutcomeUnknownError`.
 
 A deadline that runs out after an attempt that may have landed raises
-:class:`AppendOutcomeUnknownError` too: never a second copy, never a silent loss.
-A Session whose next seq is unknown (attached with ``client.session(id)``) learns it
-first from the reader's stop facts (``next_seq``, read from the file's tail), or,
-when the tail holds no record, by asking the writer for ``expected_next_seq=0``:
-seq 0 is always the session_meta, so the writer refuses without writing and names
-the actual next seq.
+:class:`AppendOutcomeUnknownError` too: never a second copy, never a silent loss, and
+never a success inferred from counts. A Session whose next seq is unknown (attached
+with ``client.session(id)``) learns it first from the writer: an Append with
+``expected_next_seq=0`` (never a valid next seq: seq 0 is the session_meta) is
+refused without writing and names the actual next seq.
 """
 
 from __future__ import annotations
@@ -54,16 +37,13 @@ import asyncio
 import random
 import time
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import grpc
 
 from rollout.v1 import writer_pb2
 from rollout_client._errors import AppendOutcomeUnknownError, FailedPreconditionError, RolloutError
 from shared.errors import REPLY_TOO_LARGE
-from shared.wire import append_payloads
 
 #: Statuses after which the same request is sent again (backoff, within the deadline).
 RETRYABLE = frozenset(
@@ -144,14 +124,17 @@ class Attempts:
 
 @dataclass
 class PendingAppend:
-    """One Append request on its way to exactly-once: the records, their line counts, the
-    seq they must start at and whether an earlier attempt may have landed."""
+    """One Append request on its way to exactly-once: the records, their line counts, the seq
+    it would land at or after (S), its id, an optional compare-and-swap seq, and whether an
+    attempt may have landed."""
 
     session_id: str
     records: list[writer_pb2.AppendRecord]
     lines: list[int]
-    expected_next_seq: int
+    since_seq: int
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    #: Optional compare-and-swap: the seq the first record must get (FAILED_PRECONDITION otherwise).
+    expected_next_seq: int | None = None
     maybe_landed: bool = False
 
     @property
@@ -160,13 +143,16 @@ class PendingAppend:
         return sum(self.lines)
 
     def request(self) -> writer_pb2.AppendRequest:
-        """The request to send now (the same id every time; E as currently settled)."""
-        return writer_pb2.AppendRequest(
+        """The request to send (the same on every attempt)."""
+        request = writer_pb2.AppendRequest(
             session_id=self.session_id,
             records=self.records,
-            expected_next_seq=self.expected_next_seq,
             request_id=self.request_id,
+            request_since_seq=self.since_seq,
         )
+        if self.expected_next_seq is not None:
+            request.expected_next_seq = self.expected_next_seq
+        return request
 
     def after_transport_failure(self, code: grpc.StatusCode) -> None:
         """Note an attempt whose answer was lost: it may have landed unless the status proves
@@ -174,71 +160,26 @@ class PendingAppend:
         if code not in REFUSED_UNWRITTEN:
             self.maybe_landed = True
 
-    def after_mismatch(self, error: FailedPreconditionError) -> writer_pb2.AppendResponse | None:
-        """Rule 3: the response the request got if it has landed, else None (send again with
-        the settled E). Raises AppendOutcomeUnknownError (3b, N > E + k), or ``error`` itself
-        when it names no next seq."""
-        actual = error.next_seq
-        if actual is None:
-            raise error
-        expected, count = self.expected_next_seq, self.line_count
-        if not self.maybe_landed or actual < expected + count:
-            self.expected_next_seq = actual
-            self.maybe_landed = False
-            return None
-        if actual == expected + count:
-            return self.landed_response()
-        raise AppendOutcomeUnknownError(
-            f"append {self.request_id} to session {self.session_id} may have landed: the writer"
-            f" restarted and now has next seq {actual}, more than the {count} line(s) this request"
-            f" writes from seq {expected}; nothing was sent again. Replay the session to see"
-            " whether its records are there.",
-            request_id=self.request_id,
-            expected_next_seq=expected,
-            actual_next_seq=actual,
-            record_count=count,
+    def unsettled(self, error: RolloutError) -> bool:
+        """Whether ``error``, the last answer, leaves the request's outcome unknown: a retryable
+        status, or the writer's refusal to look the id up, after an attempt that may have landed."""
+        if not self.maybe_landed:
+            return False
+        if error.code in RETRYABLE:
+            return True
+        return isinstance(error, FailedPreconditionError) and any(
+            violation.subject == f"request/{self.request_id}" for violation in error.precondition_violations
         )
 
-    def landed_response(self, next_seq: int | None = None) -> writer_pb2.AppendResponse:
-        """The answer the lost attempt got: each record's seq (a message's own seq, after its
-        reasoning blocks) and the next seq (``next_seq`` when known, else E + k)."""
-        seqs, seq = [], self.expected_next_seq
-        for lines in self.lines:
-            seq += lines
-            seqs.append(seq - 1)
-        return writer_pb2.AppendResponse(session_id=self.session_id, seqs=seqs, next_seq=next_seq or seq)
-
-    def needs_comparison(self, actual_next_seq: int) -> bool:
-        """Rule 3b with N >= E + k: whether an earlier attempt may sit at seqs E .. E + k - 1."""
-        return self.maybe_landed and actual_next_seq >= self.expected_next_seq + self.line_count
-
-    def written_lines(self) -> list[tuple[str, dict[str, Any]]]:
-        """(type, payload) of each line this request writes, in file order (as the writer makes them)."""
-        return [
-            (str(kind), payload)
-            for index, record in enumerate(self.records)
-            for kind, payload in append_payloads(record, index)
-        ]
-
-    def settle_by_records(
-        self, stored: Sequence[tuple[str, Any]], actual_next_seq: int
-    ) -> writer_pb2.AppendResponse | None:
-        """Rule 3b by content: ``stored`` is (type, payload) of the records at seqs E .. E + k - 1.
-        This request's lines: it landed (its answer). Others: it did not; E becomes N (None)."""
-        if list(stored) == self.written_lines():
-            return self.landed_response(actual_next_seq)
-        self.expected_next_seq = actual_next_seq
-        self.maybe_landed = False
-        return None
-
-    def outcome_unknown(self, last: Exception) -> AppendOutcomeUnknownError:
-        """The error raised when the deadline ends after an attempt that may have landed (the
-        writer's next seq was never learned: ``actual_next_seq`` None)."""
+    def outcome_unknown(self, last: RolloutError) -> AppendOutcomeUnknownError:
+        """The error raised when the request's outcome cannot be known (see :meth:`unsettled`)."""
         return AppendOutcomeUnknownError(
-            f"append {self.request_id} to session {self.session_id} may have landed (its answer was"
-            f" lost: {last}) and the retry deadline ran out; nothing was sent again",
+            f"append {self.request_id} to session {self.session_id} may have landed (an answer was"
+            f" lost, and then: {last}); nothing was sent again. Replay the session to see whether"
+            " its records are there, or send the same request again later: the writer answers for"
+            " its request id",
             request_id=self.request_id,
-            expected_next_seq=self.expected_next_seq,
+            expected_next_seq=self.since_seq,
             actual_next_seq=None,
             record_count=self.line_count,
         )

@@ -127,8 +127,8 @@ class AsyncSession:
     async def append(self, *records: Record) -> AppendResult:
         """Append message dicts and typed records (:class:`Event`, :class:`Compaction`,
         :class:`TurnContext`) as one atomic request, exactly once (see
-        :mod:`rollout_client._appends`: request id + expected next seq, retries with backoff,
-        a retry after a writer restart recognized as landed).
+        :mod:`rollout_client._appends`: a request id the writer answers for, retries with
+        backoff, a retry after a writer restart answered from the file).
 
         Raises ValueError / TypeError for a record of the wrong shape (nothing sent),
         InvalidArgumentError (field violations name ``records[i].<field>``), NotFoundError,
@@ -146,7 +146,7 @@ class AsyncSession:
         async with self._append_lock:
             if self._next_seq is None:
                 self._next_seq = await self.client.next_seq(self.id)
-            pending = PendingAppend(self.id, protos, lines, self._next_seq)
+            pending = PendingAppend(self.id, protos, lines, since_seq=self._next_seq)
             try:
                 response = await self.client.append(pending)
             except AppendOutcomeUnknownError:

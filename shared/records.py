@@ -1,12 +1,14 @@
 """The JSONL line format of a rollout file (SPEC §1) and record validation.
 
 A session file holds one record per line: UTF-8, ``\\n``-terminated, compact JSON
-written by orjson, no BOM. Every line has exactly these keys, in this order::
+written by orjson, no BOM. Every line has these keys, in this order::
 
     {"v":1,"seq":17,"ts":"2026-11-30T10:15:30.123456Z","type":"message","payload":{...},"crc32c":2143289344}
 
 (``crc32c``, the line check, is an addition to SPEC §1; lines written before it have
-the first five keys only, and stay readable: see "The line check" below.)
+the first five keys only, and stay readable: see "The line check" below. The first line
+of a request sent with a request id also carries ``request_id`` and ``request_fp`` before
+the check: see "Request marks" below.)
 
 * ``seq`` starts at 0 (the ``session_meta`` line) and grows by one per record;
   the writer assigns it and never reuses one. A gap or repeat is corruption.
@@ -87,6 +89,19 @@ makes that checkpoint fail, in every later reading. Older checkpoints have no
 
 An ``event`` whose ``kind`` is in :data:`RESERVED_EVENT_KINDS` is the writer's own
 record (Resume, Fork); clients may not append one.
+
+Request marks (an addition to SPEC §1, for SPEC §2.4): the first line an Append request
+writes, when the request carried a ``request_id``, also holds that id and a fingerprint
+of the request's records, between the payload and the line check::
+
+    {"v":1,"seq":17,"ts":"…","type":"message","payload":{…},"request_id":"9f2c…","request_fp":"3b0e…","crc32c":…}
+
+``request_fp`` is 32 hex digits (writer_service.idempotency.fingerprint). The mark lets
+the writer answer "did request R land, and where" from the file itself, after a restart
+or once its memory of recent ids has moved on, so a retry is never written twice. Readers
+ignore both keys; a fork copies them with the lines (harmless: a request id is looked up
+per session). Lines without a mark are the rule: every other line of a request, and
+every line written by CreateSession, Stop, Resume, Fork or an import.
 """
 
 from __future__ import annotations
@@ -137,6 +152,12 @@ FORKED_EVENT = "forked"
 #: Event kinds the writer uses for its own records; an Append or an import that names one is
 #: refused (INVALID_ARGUMENT), so they cannot be forged.
 RESERVED_EVENT_KINDS = frozenset({RESUMED_EVENT, FORKED_EVENT})
+
+#: (request id, fingerprint of the request's records as hex): the mark on a request's first line.
+RequestMark = tuple[str, str]
+#: Keys of a request mark (see "Request marks" in the module doc).
+REQUEST_ID_KEY = "request_id"
+REQUEST_FINGERPRINT_KEY = "request_fp"
 
 #: The key of the line check (the last key of every line the writer writes).
 LINE_CHECK_KEY = "crc32c"
@@ -232,17 +253,30 @@ def now_timestamp() -> str:
     return format_timestamp(datetime.now(UTC))
 
 
-def encode_line(seq: int, ts: str, record_type: str, payload: dict[str, Any]) -> bytes:
+def encode_line(
+    seq: int, ts: str, record_type: str, payload: dict[str, Any], request: RequestMark | None = None
+) -> bytes:
     """Encode one record as its JSONL line, line check and ``\\n`` included (see the module doc).
 
+    ``request`` marks the first line of an Append request that carried a request id:
+    (request id, fingerprint of its records), written as ``request_id`` and
+    ``request_fp`` after the payload (see "Request marks" in the module doc).
     Raises TypeError (from orjson) when the payload holds a string that is not
     valid UTF-8 (a lone surrogate) or a value JSON cannot hold.
     """
-    return seal_line(
-        orjson.dumps(
-            {"v": LINE_FORMAT_VERSION, "seq": seq, "ts": ts, "type": record_type, "payload": payload}
-        )
-    )
+    record = {"v": LINE_FORMAT_VERSION, "seq": seq, "ts": ts, "type": record_type, "payload": payload}
+    if request is not None:
+        record[REQUEST_ID_KEY], record[REQUEST_FINGERPRINT_KEY] = request
+    return seal_line(orjson.dumps(record))
+
+
+def request_mark_of(record: Mapping[str, Any]) -> RequestMark | None:
+    """The (request id, fingerprint) a parsed line carries as its request mark, or None
+    (a line that is not the first of a request with an id, or a malformed mark)."""
+    request_id, fingerprint = record.get(REQUEST_ID_KEY), record.get(REQUEST_FINGERPRINT_KEY)
+    if type(request_id) is str and type(fingerprint) is str:
+        return request_id, fingerprint
+    return None
 
 
 def seal_line(record: bytes) -> bytes:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, assert_never
 
 from shared.errors import RecordValidationError, SessionBusyError, SessionStateError
-from shared.records import RecordType, encode_line, now_timestamp, validate_message
+from shared.records import RecordType, RequestMark, encode_line, now_timestamp, validate_message
 from shared.stop_kinds import classify_session
 from writer_service.committer import SessionLog
 from writer_service.session_index import IndexEntry
@@ -154,10 +154,14 @@ class OpenSession:
         self.refuse_if_busy()
 
     def encode(
-        self, records: RequestRecords, max_record_bytes: int, times: RecordTimes = None
+        self,
+        records: RequestRecords,
+        max_record_bytes: int,
+        times: RecordTimes = None,
+        request: RequestMark | None = None,
     ) -> tuple[list[bytes], list[int], CallView]:
         """Validate and encode one request against this session (no state change); see :func:`encode_records`."""
-        return encode_records(records, self.entry.next_seq, self.calls, max_record_bytes, times)
+        return encode_records(records, self.entry.next_seq, self.calls, max_record_bytes, times, request)
 
     def queue(self, lines: bytes, count: int, calls: set[str] | None = None) -> asyncio.Future[None]:
         """Take ``count`` seqs and queue the encoded lines; the future resolves once they are durable.
@@ -171,17 +175,23 @@ class OpenSession:
 
 
 def encode_records(
-    records: RequestRecords, next_seq: int, calls: set[str], max_record_bytes: int, times: RecordTimes = None
+    records: RequestRecords,
+    next_seq: int,
+    calls: set[str],
+    max_record_bytes: int,
+    times: RecordTimes = None,
+    request: RequestMark | None = None,
 ) -> tuple[list[bytes], list[int], CallView]:
     """Validate and encode one request: (lines, seq per request record, call view after).
 
     ``next_seq`` is the seq the first line gets and ``calls`` the session's current
     call view (not changed). ``times`` holds, per request record, its source time
     in the ledger's form ("" for the writer's clock); None: the writer's clock for
-    all. Tool outputs must answer a call of the current view or one earlier in
+    all. ``request`` is the request mark its first line carries (shared.records),
+    if any. Tool outputs must answer a call of the current view or one earlier in
     the request. Raises RecordValidationError naming the record index and field:
     an invalid record, or a line over ``max_record_bytes`` (rejected, never
-    truncated). Source: SPEC §2.3.
+    truncated). Source: SPEC §2.3, §2.4.
     """
     now = now_timestamp()
     seq = next_seq
@@ -193,7 +203,8 @@ def encode_records(
         for record_type, payload in payloads:
             apply_record(view, record_type, payload, index, validate=True)
             try:
-                line = encode_line(seq, ts, record_type, payload)
+                line = encode_line(seq, ts, record_type, payload, request)
+                request = None  # the first line only
             except TypeError as exc:
                 raise RecordValidationError(index, str(record_type), f"cannot be stored: {exc}") from exc
             if len(line) > max_record_bytes:

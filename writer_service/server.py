@@ -205,9 +205,10 @@ class RolloutWriterServicer(writer_pb2_grpc.RolloutWriterServicer):
     ) -> tuple[writer_pb2.AppendResponse, asyncio.Future[None]]:
         self.ledger.check_known(request.session_id)  # before any record is decoded
         expected = request.expected_next_seq if request.HasField("expected_next_seq") else None
+        since = request.request_since_seq if request.HasField("request_since_seq") else None
         payloads, times = request_payloads(request)
         seqs, next_seq, durable = await self.ledger.enqueue(
-            request.session_id, payloads, expected, request.request_id, times
+            request.session_id, payloads, expected, request.request_id, times, since
         )
         response = writer_pb2.AppendResponse(session_id=request.session_id, seqs=seqs, next_seq=next_seq)
         return response, durable

@@ -54,6 +54,9 @@ class IndexEntry:
     fresh: bool = True
     #: The view a recently closed session had: (call ids, session_meta, file size, saved offset).
     kept: tuple[set[str], dict[str, Any], int, int] | None = None
+    #: (seq, byte offset) from which every request id written is in the writer's memory (None:
+    #: not opened by this process since start-up or a failed write; writer_service.idempotency).
+    requests_floor: tuple[int, int] | None = None
 
 
 def _int_seq(record: dict[str, Any]) -> int | None:

@@ -77,7 +77,7 @@ from writer_service.committer import CommitConfig, GroupCommitter, SessionLog, S
 from writer_service.file_facts import FORCE_HINT, RebuiltFacts, file_facts, refuse_damage
 from writer_service.files import create_file, create_marker
 from writer_service.heap_trim import HeapTrimmer
-from writer_service.idempotency import RememberedAppend, RequestMemory, fingerprint
+from writer_service.idempotency import RememberedAppend, RequestMemory, find_request, fingerprint, reused_id
 from writer_service.open_session import CallView, OpenSession, RecordTimes, RequestRecords, apply_record
 from writer_service.recovery import repair_torn_tail, unavailable
 from writer_service.refusal_pacing import DEFAULT_RATE
@@ -162,7 +162,7 @@ class SessionLedger:
         self._executor = ThreadPoolExecutor(config.io_threads, thread_name_prefix="rollout-io")
         self._sessions: OrderedDict[str, OpenSession] = OrderedDict()
         self._loading: dict[str, asyncio.Future[OpenSession]] = {}
-        self._requests = RequestMemory()
+        self._requests = RequestMemory(on_forget=self._request_forgotten)
         self._creating: set[str] = set()
         self.storage_health = StorageHealth()
         self._group: GroupCommitter | None = None
@@ -272,7 +272,7 @@ class SessionLedger:
         path = self.root.sessions_dir / name
         fd = await self.run_io(create_file, path, body, session_id, copy, trailer)
         size = len(body) + len(trailer) + (copy[2] - copy[1] if copy else 0)
-        entry = IndexEntry(name, next_seq, None)
+        entry = IndexEntry(name, next_seq, None, requests_floor=(next_seq, size))
         self.index.add(session_id, entry)
         self.tenants.record(session_id, tenant_of(meta))
         state = OpenSession(session_id, entry, path, self._log(session_id, fd, size), calls, meta)
@@ -359,6 +359,7 @@ class SessionLedger:
         state = self._sessions.pop(session_id, None)
         if state is not None:
             state.entry.fresh = False
+            state.entry.requests_floor = None  # set again from the file when next opened
             state.log.close()
 
     def reserve(self, session_id: str) -> None:
@@ -454,6 +455,8 @@ class SessionLedger:
                 assert loaded is not None  # only a quick try declines
             if loaded.entry is not entry:
                 self.index.add(session_id, loaded.entry)
+            if loaded.entry.requests_floor is None:
+                loaded.entry.requests_floor = (loaded.entry.next_seq, loaded.size)
             state = OpenSession(
                 session_id,
                 loaded.entry,
@@ -509,6 +512,7 @@ class SessionLedger:
         expected_next_seq: int | None = None,
         request_id: str = "",
         times: RecordTimes = None,
+        request_since_seq: int | None = None,
     ) -> tuple[list[int], int, asyncio.Future[None]]:
         """Validate, assign seqs and queue; returns (seqs, next seq, durable future).
 
@@ -517,8 +521,10 @@ class SessionLedger:
         durability (it raises StorageWriteError on a failed round). A request of more records
         than a session's queue holds is refused (InvalidArgumentError, :func:`check_queue_fits`);
         one that fits once the queue drains, QueueFullError. A ``request_id``
-        seen before (writer_service.idempotency) returns the first answer and
-        queues nothing. ``times``: per record, a source time (see OpenSession.encode).
+        that landed before returns the first answer and queues nothing: found in
+        memory, or with ``request_since_seq`` in the file from that seq on
+        (writer_service.idempotency); its first line carries a request mark.
+        ``times``: per record, a source time (see OpenSession.encode).
         """
         state = self._sessions.get(session_id)
         if state is None:
@@ -530,6 +536,10 @@ class SessionLedger:
         if request_id:
             print_ = fingerprint(records, times)
             remembered = self._requests.recall(session_id, request_id, print_)
+            if remembered is None and request_since_seq is not None:
+                if await self._landed(state, request_id, print_, records, request_since_seq):
+                    remembered = self._requests.recall(session_id, request_id, print_)
+                state = await self.open_session(session_id)  # the lookup awaited: look again
             if remembered is not None:
                 return remembered.seqs, remembered.next_seq, remembered.durable
         state.check_appendable()
@@ -540,7 +550,8 @@ class SessionLedger:
                 precondition=f"next_seq={state.next_seq}",
             )
         check_queue_fits(records, self.config.max_queued_records)
-        lines, seqs, view = state.encode(records, self.config.max_record_bytes, times)
+        mark = (request_id, print_.hex()) if request_id else None
+        lines, seqs, view = state.encode(records, self.config.max_record_bytes, times, mark)
         count = len(lines)
         if state.log.queued_records + count > self.config.max_queued_records:
             raise QueueFullError(
@@ -549,12 +560,59 @@ class SessionLedger:
             )
         durable = state.queue(b"".join(lines) if count > 1 else lines[0], count, view.committed())
         if request_id:
-            self._requests.remember(
-                session_id, request_id, RememberedAppend(print_, seqs, state.next_seq, durable)
-            )
+            answer = RememberedAppend(print_, seqs, state.next_seq, durable, state.log.submitted_bytes)
+            self._requests.remember(session_id, request_id, answer)
         if state.log.submitted_bytes - state.saved_offset > SAVE_EVERY_BYTES:
             self._save_later(state, state.log.submitted_bytes, durable)
         return seqs, state.next_seq, durable
+
+    async def _landed(
+        self, state: OpenSession, request_id: str, print_: bytes, records: RequestRecords, since_seq: int
+    ) -> bool:
+        """Whether ``request_id`` is now in the writer's memory: found by a lookup in the session
+        file (writer_service.idempotency: read back from the session's request floor to
+        ``since_seq``, when the floor lies above it; the answer found is remembered), or
+        remembered meanwhile by another attempt of the same request.
+
+        Raises InvalidArgumentError (the id's line has another fingerprint: reused for other
+        records), SessionStateError (``since_seq`` too far back), StorageWriteError.
+        """
+        floor = state.entry.requests_floor or (state.next_seq, state.log.size)
+        if since_seq >= floor[0]:
+            return False
+        try:
+            found = await self.run_io(find_request, state.path, request_id, since_seq, floor[1])
+        except OSError as exc:
+            raise storage_error(
+                exc, "read", f"looking up request {request_id!r} in {state.path.name}"
+            ) from exc
+        if self._requests.recall(state.session_id, request_id, print_) is not None:
+            return True  # another attempt of the same request was answered meanwhile
+        if found is None:
+            return False
+        seq, stored = found
+        if stored != print_.hex():
+            raise reused_id(request_id)
+        seqs = []
+        for payloads in records:
+            seq += len(payloads)
+            seqs.append(seq - 1)
+        durable = asyncio.get_running_loop().create_future()
+        durable.set_result(None)
+        self._requests.remember(
+            state.session_id, request_id, RememberedAppend(print_, seqs, seq, durable, floor[1])
+        )
+        return True
+
+    def _request_forgotten(self, session_id: str, answer: RememberedAppend) -> None:
+        """Memory let go of a request id: the session's request floor moves past its lines."""
+        entry = self.index.get(session_id)
+        if (
+            entry is not None
+            and entry.requests_floor is not None
+            and answer.next_seq > entry.requests_floor[0]
+        ):
+            entry.requests_floor = (answer.next_seq, answer.end_offset)
 
     # -- stop -----------------------------------------------------------------------
 

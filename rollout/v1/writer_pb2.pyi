@@ -73,16 +73,18 @@ class AppendRecord(_message.Message):
     def __init__(self, message: _Optional[_Union[_records_pb2.ChatMessage, _Mapping]] = ..., reasoning: _Optional[_Union[_records_pb2.Reasoning, _Mapping]] = ..., compacted: _Optional[_Union[_records_pb2.Compacted, _Mapping]] = ..., turn_context: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., event: _Optional[_Union[_records_pb2.Event, _Mapping]] = ..., ts: _Optional[str] = ...) -> None: ...
 
 class AppendRequest(_message.Message):
-    __slots__ = ("session_id", "records", "expected_next_seq", "request_id")
+    __slots__ = ("session_id", "records", "expected_next_seq", "request_id", "request_since_seq")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     RECORDS_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_NEXT_SEQ_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_SINCE_SEQ_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     records: _containers.RepeatedCompositeFieldContainer[AppendRecord]
     expected_next_seq: int
     request_id: str
-    def __init__(self, session_id: _Optional[str] = ..., records: _Optional[_Iterable[_Union[AppendRecord, _Mapping]]] = ..., expected_next_seq: _Optional[int] = ..., request_id: _Optional[str] = ...) -> None: ...
+    request_since_seq: int
+    def __init__(self, session_id: _Optional[str] = ..., records: _Optional[_Iterable[_Union[AppendRecord, _Mapping]]] = ..., expected_next_seq: _Optional[int] = ..., request_id: _Optional[str] = ..., request_since_seq: _Optional[int] = ...) -> None: ...
 
 class AppendResponse(_message.Message):
     __slots__ = ("session_id", "seqs", "next_seq")

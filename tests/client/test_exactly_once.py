@@ -1,5 +1,6 @@
 """Exactly-once appends through rollout_client (rollout_client/_appends.py): lost answers, writer
-restarts between a request landing and its ack, other writers of the same session.
+restarts between a request landing and its ack, other writers of the same session. The writer
+alone answers for a request id (writer_service.idempotency); the reader is never asked.
 
 The client talks to the writer through an in-test gRPC proxy that can lose an answer on
 purpose: forward an Append, then SIGKILL and restart the writer before the answer reaches
@@ -143,12 +144,13 @@ def _turn(text: str) -> dict[str, Any]:
 
 
 def test_a_request_that_landed_before_a_writer_restart_is_not_written_again(proxy, proxied, data_dir) -> None:
-    """Writer SIGKILLed and restarted between landing and ack: the retry recognizes the records, writes nothing."""
+    """Writer SIGKILLed and restarted between landing and ack: the new writer finds the request id
+    in the file and answers the retry with the first answer, writing nothing."""
     session = proxied.create_session()
     session.append(user("before"))
     proxy.plans = ["land_then_restart"]
     result = session.append(user("landed once"), _turn("answer once"))
-    assert proxy.appends_seen == 2 + 1  # the lost attempt, then the retry the new writer refused
+    assert proxy.appends_seen == 2 + 1  # the lost attempt, then the retry the new writer answered
     assert result.seqs == (2, 5)  # the user message at 2, reasoning at 3 and 4, the answer at 5
     assert result.next_seq == 6
     session.append(user("after"))
@@ -187,24 +189,22 @@ def _other_client(session_id: str, text: str) -> Callable[[grpc.Channel], None]:
     return append
 
 
-def test_a_landed_request_is_recognized_by_its_records_after_others_appended(
-    proxy, proxied, data_dir
-) -> None:
-    """Landed, writer restarted, another client appended (N > E + k): the records at E.. are read
-    back and found to be ours: taken as landed, nothing sent again, the next seq is N."""
+def test_a_landed_request_is_found_by_its_id_after_others_appended(proxy, proxied, data_dir) -> None:
+    """Landed, writer restarted, another client appended: the retry gets the first answer (seq 1,
+    next seq 2), nothing is written again, and the next append lands after the other client's."""
     session = proxied.create_session()
     proxy.between = _other_client(session.id, "other")
     proxy.plans = ["land_then_restart"]
     result = session.append(user("mine"))
-    assert (result.seqs, result.next_seq) == ((1,), 3)
+    assert (result.seqs, result.next_seq) == ((1,), 2)
     assert_each_once(file_records(data_dir, session.id), ["mine", "other"])
     proxy.between = None
     assert session.append(user("next")).seqs == (3,)
 
 
-def test_another_clients_k_lines_during_a_restart_are_not_taken_for_ours(proxy, proxied, data_dir) -> None:
-    """Not landed, writer restarted, another client appended exactly k lines (N == E + k): the
-    records at E.. are someone else's, so the request is sent again and lands once."""
+def test_another_clients_lines_during_a_restart_are_never_taken_for_ours(proxy, proxied, data_dir) -> None:
+    """Not landed, writer restarted, another client appended exactly as many lines: the writer
+    finds no line with our request id, so it writes the request, once, after the other's."""
     session = proxied.create_session()
     proxy.between = _other_client(session.id, "other")
     proxy.plans = ["restart_before"]
@@ -212,21 +212,16 @@ def test_another_clients_k_lines_during_a_restart_are_not_taken_for_ours(proxy, 
     assert_each_once(file_records(data_dir, session.id), ["other", "mine"])
 
 
-def test_without_the_reader_more_lines_than_the_request_is_reported_never_rewritten(proxy, data_dir) -> None:
-    """Landed, writer restarted, another client appended, and no reader to compare with:
-    AppendOutcomeUnknownError, nothing sent again."""
-    policy = RetryPolicy(deadline=5.0, initial_backoff=0.02, max_backoff=0.2, attempt_timeout=1.0)
+def test_without_the_reader_a_landed_request_is_answered_by_the_writer_alone(proxy, data_dir) -> None:
+    """Landed, writer restarted, another client appended, no reader reachable at all: the writer's
+    answer for the request id settles it (no AppendOutcomeUnknownError, nothing written twice)."""
+    policy = RetryPolicy(deadline=30.0, initial_backoff=0.02, max_backoff=0.2, attempt_timeout=10.0)
     with RolloutClient(proxy.address, "127.0.0.1:1", retry=policy) as client:
         session = client.create_session()
         proxy.between = _other_client(session.id, "other")
         proxy.plans = ["land_then_restart"]
-        with pytest.raises(AppendOutcomeUnknownError) as caught:
-            session.append(user("mine"))
-    assert (caught.value.expected_next_seq, caught.value.actual_next_seq, caught.value.record_count) == (
-        1,
-        3,
-        1,
-    )
+        result = session.append(user("mine"))
+    assert result.seqs == (1,)
     assert_each_once(file_records(data_dir, session.id), ["mine", "other"])
 
 
@@ -265,43 +260,43 @@ def test_an_attached_session_learns_its_next_seq_without_writing(client, data_di
     assert [r["type"] for r in file_records(data_dir, created.id)].count("event") == 0
 
 
-def _mismatch(next_seq: int) -> FailedPreconditionError:
-    violation = PreconditionViolation("SESSION_STATE", "session/x", f"next_seq={next_seq}")
-    return FailedPreconditionError("seq mismatch", precondition_violations=(violation,))
-
-
-def _pending(lines: list[int], expected: int, maybe_landed: bool) -> PendingAppend:
+def _pending(lines: list[int], since: int) -> PendingAppend:
     records = [writer_pb2.AppendRecord() for _ in lines]
-    return PendingAppend("x", records, lines, expected, maybe_landed=maybe_landed)
+    return PendingAppend("x", records, lines, since_seq=since)
 
 
-@pytest.mark.parametrize(
-    ("maybe_landed", "actual", "outcome"),
-    [
-        (False, 9, "resend at 9"),  # first attempt: someone else wrote; nothing of ours is there
-        (True, 11, "resend at 11"),  # fewer than k lines more: ours cannot be among them
-        (True, 14, "landed"),  # exactly k = 4 lines more: ours
-        (True, 15, "unknown"),  # more than k: cannot tell
-    ],
-)
-def test_a_seq_mismatch_is_settled_by_seq_arithmetic(maybe_landed, actual, outcome) -> None:
-    """E = 10, k = 4 (a user message, then a message with two reasoning blocks and one more record)."""
-    pending = _pending([1, 3], 10, maybe_landed)
-    if outcome == "unknown":
-        with pytest.raises(AppendOutcomeUnknownError):
-            pending.after_mismatch(_mismatch(actual))
-    elif outcome == "landed":
-        landed = pending.after_mismatch(_mismatch(actual))
-        assert landed is not None
-        assert (list(landed.seqs), landed.next_seq) == ([10, 13], 14)
-    else:
-        assert pending.after_mismatch(_mismatch(actual)) is None
-        assert (pending.expected_next_seq, pending.maybe_landed) == (actual, False)
+def test_every_attempt_carries_the_same_id_and_since_seq_and_no_compare_and_swap() -> None:
+    """A plain append is sent as the same request each time: its id, S, no expected_next_seq."""
+    pending = _pending([1, 3], 10)
+    first, again = pending.request(), pending.request()
+    assert first == again
+    assert (first.request_since_seq, first.HasField("expected_next_seq")) == (10, False)
+    assert first.request_id == pending.request_id
+    assert len(first.request_id) == 32
+
+
+def test_a_lookup_refusal_after_a_lost_answer_is_outcome_unknown_and_other_refusals_are_not() -> None:
+    """FAILED_PRECONDITION on the request id (S too far back) leaves the outcome unknown once an
+    attempt may have landed; a stopped session's FAILED_PRECONDITION never does (the writer looked first)."""
+    pending = _pending([1], 1)
+    lookup = FailedPreconditionError(
+        "too far back",
+        precondition_violations=(
+            PreconditionViolation("SESSION_STATE", f"request/{pending.request_id}", "x"),
+        ),
+    )
+    stopped = FailedPreconditionError(
+        "stopped", precondition_violations=(PreconditionViolation("SESSION_STATE", "session/x", "open"),)
+    )
+    assert not pending.unsettled(lookup)
+    pending.after_transport_failure(grpc.StatusCode.UNAVAILABLE)
+    assert pending.unsettled(lookup)
+    assert not pending.unsettled(stopped)
 
 
 def test_a_refused_request_is_never_taken_for_a_landed_one() -> None:
     """RESOURCE_EXHAUSTED and ABORTED prove nothing was written; UNAVAILABLE does not."""
-    pending = _pending([1], 1, False)
+    pending = _pending([1], 1)
     pending.after_transport_failure(grpc.StatusCode.RESOURCE_EXHAUSTED)
     pending.after_transport_failure(grpc.StatusCode.ABORTED)
     assert not pending.maybe_landed
@@ -320,21 +315,24 @@ def test_a_record_the_writer_would_refuse_for_its_shape_is_refused_before_sendin
     assert session.next_seq == 1
 
 
-def test_an_attached_session_learns_its_next_seq_from_the_reader_without_a_probe(
-    writer_process, reader_process
-) -> None:
-    """A Session attached by id takes its first expected_next_seq from the reader's stop facts:
-    the first Append it sends already carries the actual next seq (no expected_next_seq=0 probe)."""
+def test_an_attached_session_appends_with_the_writer_alone(writer_process) -> None:
+    """A Session attached by id, with no reader reachable, learns its next seq from the writer
+    (one probe, refused without writing) and sends it as request_since_seq."""
 
-    async def scenario() -> list[int]:
-        async with AsyncRolloutClient(writer_process.address, reader_process.address) as client:
+    async def scenario() -> list[tuple[int | None, int | None]]:
+        async with AsyncRolloutClient(writer_process.address, "127.0.0.1:1") as client:
             created = await client.create_session()
             await created.append(user("one"), user("two"))
-            sent: list[int] = []
+            sent: list[tuple[int | None, int | None]] = []
             real_append = client.writer_stub.Append
 
             def recording(request: Any, **kwargs: Any) -> Any:
-                sent.append(request.expected_next_seq)
+                sent.append(
+                    (
+                        request.expected_next_seq if request.HasField("expected_next_seq") else None,
+                        request.request_since_seq if request.HasField("request_since_seq") else None,
+                    )
+                )
                 return real_append(request, **kwargs)
 
             client.writer_stub.Append = recording
@@ -342,4 +340,4 @@ def test_an_attached_session_learns_its_next_seq_from_the_reader_without_a_probe
             assert result.seqs == (3,)
             return sent
 
-    assert asyncio.run(scenario()) == [3]
+    assert asyncio.run(scenario()) == [(0, None), (None, 3)]

@@ -1,0 +1,103 @@
+"""Two SDK clients on one session while the writer and the reader go down and come back: no
+acknowledgement is ever inferred from counts, and no acknowledged record is missing (SPEC §2.4)."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+import grpc
+import orjson
+
+from rollout_client import RetryPolicy, RolloutClient, user
+from tests.conftest import start_service
+from tests.processes import ServiceProcess
+
+ROUNDS = 20
+#: Generous: the writer is restarted within each round; a loaded machine may take seconds.
+PATIENT = RetryPolicy(deadline=240.0, initial_backoff=0.02, max_backoff=0.25, attempt_timeout=30.0)
+
+
+def _restart(kind: str, data_dir: Path, address: str) -> ServiceProcess:
+    log = data_dir.parent / f"{kind}-restarts.log"
+    from tests.processes import start_service as start_at
+
+    return start_at(kind, data_dir, log, address=address)
+
+
+class _FirstFailure:
+    """Wraps a client's Append stub: records each attempt's status and signals the first failure."""
+
+    def __init__(self, client: RolloutClient) -> None:
+        self.failed = threading.Event()
+        self.codes: list[grpc.StatusCode] = []
+        core = client.core
+        real = core.writer_stub.Append
+
+        async def append(request: Any, **kwargs: Any) -> Any:
+            try:
+                answer = await real(request, **kwargs)
+            except grpc.aio.AioRpcError as error:
+                self.codes.append(error.code())
+                self.failed.set()
+                raise
+            self.codes.append(grpc.StatusCode.OK)
+            return answer
+
+        core.writer_stub.Append = append
+
+
+def test_an_append_retried_across_restarts_is_acknowledged_only_for_its_own_record(data_dir) -> None:
+    """20 rounds: writer and reader killed; client 2's append fails, the writer returns, client 1's
+    record lands, client 2's retry lands too: each acknowledged record is in the file once, at the
+    seq its acknowledgement named, and nothing else was written."""
+    writer = start_service("writer", data_dir)
+    reader = start_service("reader", data_dir)
+    acknowledged: dict[str, tuple[int, ...]] = {}
+    try:
+        with (
+            RolloutClient(writer.address, reader.address, retry=PATIENT) as first,
+            RolloutClient(writer.address, reader.address, retry=PATIENT) as second,
+        ):
+            one = first.create_session()
+            two = second.session(one.id)
+            acknowledged["start"] = two.append(user("start")).seqs
+            watch = _FirstFailure(second)
+            for round_no in range(ROUNDS):
+                writer.stop(signal.SIGKILL)
+                reader.stop(signal.SIGKILL)
+                watch.failed.clear()
+                outcome: dict[str, Any] = {}
+
+                def second_appends(text: str = f"second {round_no}") -> None:
+                    try:
+                        outcome[text] = two.append(user(text)).seqs
+                    except Exception as error:  # reported by the assertion below
+                        outcome["error"] = error
+
+                worker = threading.Thread(target=second_appends)
+                worker.start()
+                assert watch.failed.wait(120), "the second client's first attempt never failed"
+                writer = _restart("writer", data_dir, writer.address)
+                acknowledged[f"first {round_no}"] = one.append(user(f"first {round_no}")).seqs
+                worker.join(240)
+                assert not worker.is_alive()
+                assert "error" not in outcome, outcome.get("error")
+                acknowledged.update(outcome)
+                reader = _restart("reader", data_dir, reader.address)
+            replayed = [message.get("content") for message in one.replay().messages]
+    finally:
+        writer.stop()
+        reader.stop()
+
+    (path,) = (data_dir / "sessions").glob("*.jsonl")
+    records = [orjson.loads(line) for line in path.read_bytes().splitlines()]
+    assert [record["seq"] for record in records] == list(range(len(records)))
+    texts = {record["seq"]: record["payload"].get("content") for record in records}
+    assert len(acknowledged) == 2 * ROUNDS + 1
+    for text, seqs in acknowledged.items():
+        assert texts[seqs[0]] == text, f"{text!r} was acknowledged at seq {seqs[0]}, which holds {texts[seqs[0]]!r}"
+    assert len(records) == 1 + len(acknowledged), "a record was written twice or one not acknowledged"
+    assert sorted(replayed) == sorted(acknowledged)
