@@ -42,11 +42,11 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -56,6 +56,8 @@ from shared.committed_lines import CommittedLines
 from shared.digest import digest_of_framed, framed_canonical
 from shared.layout import open_session_file
 from shared.rebuild import PendingReasoning, Rebuilder, collector_paused
+
+_T = TypeVar("_T")
 
 #: Bytes read from a session file at a time (a longer line is carried over whole).
 READ_BYTES = 4 * 1024 * 1024
@@ -96,6 +98,18 @@ class _RenderingRebuilder(Rebuilder):
 
     def keep_summary(self, summary: str, offset: int) -> RenderedMessage:
         return render(super().keep_summary(summary, offset))
+
+
+@dataclass(frozen=True, slots=True)
+class RecentMessages:
+    """The tail of a rebuilt sequence: reply entries of its last messages, their origins
+    (shared.records.message_origin), how many messages the whole sequence has, and the seq
+    after the last record read."""
+
+    entries: list[bytes]
+    origins: list[int]
+    message_count: int
+    next_seq: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +189,18 @@ class _Entry:
         self.answer = (key, rendered)
         return rendered
 
+    def recent(self, limit: int) -> RecentMessages:
+        """The last ``limit`` messages of the applied lines (0: all), as :meth:`ReplayCache.recent`."""
+        state = self.state
+        messages: list[RenderedMessage] = state.messages
+        first = max(0, len(messages) - limit) if limit else 0
+        return RecentMessages(
+            [entry for entry, _ in messages[first:]],
+            state.origins[first:].tolist(),
+            len(messages),
+            state.result.last_seq + 1,
+        )
+
     def charge(self) -> int:
         """What this entry costs (bytes): every message it still holds, counted once."""
         result = self.state.result
@@ -213,9 +239,19 @@ class ReplayCache:
 
         Raises OSError (FileNotFoundError when gone) naming the file when it cannot be read.
         """
+        return self._use(path, lambda entry, tail: entry.replay(tail, max_messages))
+
+    def recent(self, path: Path, limit: int) -> RecentMessages | None:
+        """The last ``limit`` messages (0: all) of the session file at ``path`` with their origins,
+        the sequence's length and the next seq as read; None when the file is over
+        ``max_file_bytes``. No digest is computed. Raises OSError as :meth:`rendered` does."""
+        return self._use(path, lambda entry, tail: entry.recent(limit))
+
+    def _use(self, path: Path, use: Callable[[_Entry, bytes], _T]) -> _T | None:
+        """``use(entry, uncommitted tail)`` on the current entry of ``path`` (under its lock), or None."""
         fd = open_session_file(path)
         try:
-            return self._rendered(str(path), fd, max_messages)
+            return self._rendered(str(path), fd, use)
         except OSError as exc:
             if exc.filename is None:  # pread and fstat errors name no file
                 raise OSError(exc.errno, exc.strerror, os.fspath(path)) from exc
@@ -223,8 +259,8 @@ class ReplayCache:
         finally:
             os.close(fd)
 
-    def _rendered(self, key: str, fd: int, max_messages: int) -> RenderedReplay | None:
-        """:meth:`rendered` of the open file ``fd``; ``key`` names it in the cache."""
+    def _rendered(self, key: str, fd: int, use: Callable[[_Entry, bytes], _T]) -> _T | None:
+        """:meth:`_use` of the open file ``fd``; ``key`` names it in the cache."""
         stat = os.fstat(fd)
         with self._lock:
             entry = self._entries.get(key)
@@ -236,7 +272,7 @@ class ReplayCache:
                     before = entry.committed
                     tail = entry.extend(fd, stat)
                     grown = entry.committed != before
-                    rendered = entry.replay(tail, max_messages)
+                    rendered = use(entry, tail)
                     self._count("extended" if grown else "unchanged")
                     if grown:
                         self._settle(key, entry, entry.charge())
@@ -247,7 +283,7 @@ class ReplayCache:
         entry = _Entry(stat.st_dev, stat.st_ino)
         with entry.lock:
             tail = entry.extend(fd, stat)
-            rendered = entry.replay(tail, max_messages)
+            rendered = use(entry, tail)
             self._count("rebuilt")
             if self.budget_bytes:
                 self._settle(key, entry, entry.charge())

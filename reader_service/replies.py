@@ -17,8 +17,9 @@ from pathlib import Path
 from reader_service import wire
 from reader_service.memory_view import MemoryViewer, stream_memory_view
 from reader_service.replay import stream_replay
-from reader_service.replay_cache import ReplayCache
+from reader_service.replay_cache import RecentMessages, ReplayCache
 from shared.errors import ReplyTooLargeError
+from shared.rebuild_index import MessageSource, index_recent
 
 #: Rendered message bytes gathered into one streamed chunk (a chunk holds at least one message).
 CHUNK_BYTES = 1024 * 1024
@@ -69,6 +70,25 @@ def replay_reply(
     else:
         reply = wire.replay_reply(session_id, rendered.entries, rendered.facts, token_budget)
     return _within(reply, session_id, max_reply_bytes, "StreamReplay")
+
+
+def recent_reply(cache: ReplayCache, session_id: str, path: Path, limit: int, max_reply_bytes: int) -> bytes:
+    """The serialized RecentMessagesResponse of one session file: from the cache, or rebuilt in
+    bounded memory (offsets) with only the returned messages read back.
+
+    Raises ReplyTooLargeError when it exceeds ``max_reply_bytes``, OSError when the file
+    cannot be read.
+    """
+    recent = cache.recent(path, limit)
+    if recent is None:
+        handles, origins, count, next_seq = index_recent(path, limit)
+        with MessageSource(path) as source:
+            entries = [wire.message_entry(source.message(handle)) for handle in handles]
+        recent = RecentMessages(entries, origins, count, next_seq)
+    reply = wire.recent_reply(
+        session_id, recent.entries, recent.origins, recent.message_count, recent.next_seq
+    )
+    return _within(reply, session_id, max_reply_bytes, "StreamReplay (or ask for fewer messages)")
 
 
 def replay_chunks(session_id: str, path: Path, token_budget: int, max_messages: int) -> Iterator[bytes]:

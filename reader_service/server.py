@@ -184,6 +184,19 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
             async for chunk in self._stream(chunks):
                 yield chunk
 
+    async def GetRecentMessages(
+        self, request: reader_pb2.RecentMessagesRequest, context: grpc.aio.ServicerContext
+    ) -> bytes:
+        async with status_mapping(context, "GetRecentMessages"):
+            wire.check_recent_request(request)
+            session_id, limit = request.session_id, self.config.max_reply_bytes
+            path, size = await self._locate(session_id)
+            await self._admit(context, unary_reply_cost(size, limit))
+            return await self._heavy_run(
+                replies.recent_reply, self.replays, session_id, path, request.limit, limit
+            )
+        raise AssertionError("unreachable: status_mapping aborts")
+
     def _viewer(self, request: reader_pb2.MemoryViewRequest) -> MemoryViewer:
         wire.check_memory_view_request(request)
         return MemoryViewer(

@@ -38,7 +38,7 @@ from reader_service.stop_facts import StopFactsResult, eligibility_of
 from rollout.v1 import reader_pb2, records_pb2
 from shared.errors import InvalidArgumentError, ReplyTooLargeError
 from shared.rebuild import CheckpointRecord, DegradedEntry
-from shared.records import parse_timestamp, reasoning_blocks_of
+from shared.records import origin_reference, parse_timestamp, reasoning_blocks_of
 from shared.wire import fill_message
 
 if TYPE_CHECKING:
@@ -321,6 +321,30 @@ def replay_reply(session_id: str, entries: Iterable[bytes], facts: ReplayFacts, 
         deterministic=True
     )
     return b"".join((head, *entries, tail))
+
+
+def recent_reply(
+    session_id: str, entries: Iterable[bytes], origins: Iterable[int], message_count: int, next_seq: int
+) -> bytes:
+    """The serialized RecentMessagesResponse: header, message entries (:func:`message_entry`, field 2
+    as in a ReplayResponse), then each message's origin, the count and the next seq."""
+    head = reader_pb2.RecentMessagesResponse(session_id=session_id).SerializeToString()
+    tail = reader_pb2.RecentMessagesResponse(
+        origins=[message_ref(origin) for origin in origins], message_count=message_count, next_seq=next_seq
+    ).SerializeToString()
+    return b"".join((head, *entries, tail))
+
+
+def message_ref(origin: int) -> records_pb2.MessageRef:
+    """The MessageRef of a message origin (shared.records.message_origin)."""
+    reference = origin_reference(origin)
+    return records_pb2.MessageRef(seq=reference["seq"], history_index=reference.get("index"))
+
+
+def check_recent_request(request: reader_pb2.RecentMessagesRequest) -> None:
+    """Refuse (InvalidArgumentError, field ``limit``) a negative limit."""
+    if request.limit < 0:
+        raise InvalidArgumentError("limit", f"must be 0 (all messages) or more, got {request.limit}")
 
 
 def replay_summary(facts: ReplayFacts, token_budget: int) -> reader_pb2.ReplaySummary:

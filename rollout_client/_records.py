@@ -15,20 +15,27 @@ are typed: :class:`Event`, :class:`Compaction`, :class:`TurnContext`. The
 helpers :func:`user`, :func:`assistant`, :func:`tool_call`, :func:`tool_result`,
 :func:`system` and :func:`developer` build message dicts.
 
-Opaque objects (content parts, event bodies, turn contexts) travel as
-``google.protobuf.Struct``: numbers are doubles, so an integer beyond ±2**53
-loses precision and ``1.0`` comes back as ``1``.
+A message travels to the writer as its JSON (``AppendRecord.message_json``): numbers in
+content parts stay as JSON has them (``1.0`` stays a float, integers up to 64 bits
+exactly; a larger one is refused) and their keys keep their order. Replayed messages,
+event bodies and turn contexts travel as ``google.protobuf.Struct``, whose numbers are
+doubles: an integral number within ±2**53 comes back as an integer (``1.0`` as ``1``),
+and a larger integer loses precision.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from rollout.v1 import records_pb2, writer_pb2
+from shared.errors import RecordValidationError
 from shared.records import attached_reasoning
-from shared.wire import append_payloads, message_from_payload, python_to_struct, split_reasoning
+from shared.wire import message_from_payload, python_to_struct, split_reasoning
 
 #: Keys a message dict may carry (``synthetic`` is written by the writer only: it refuses it).
 MESSAGE_KEYS = frozenset(
@@ -76,8 +83,30 @@ class TurnContext:
     context: Mapping[str, Any]
 
 
+@dataclass(frozen=True)
+class MessageRef:
+    """Where a message of the rebuilt view came from: the ``seq`` of its message record, or of
+    the compacted record whose replacement history holds it (``history_index``) or whose
+    summary it is. :meth:`Session.recent_messages` gives each message's; a :class:`Retraction`
+    names them."""
+
+    seq: int
+    history_index: int | None = None
+
+
+@dataclass(frozen=True)
+class Retraction:
+    """A ``retraction`` record (SPEC §3 addition): the named messages leave the model's view
+    (an assistant message with its tool calls; a tool output leaves its call unanswered);
+    nothing is rewritten. Send it with ``expected_next_seq`` (see :meth:`Session.append`) to
+    apply it only to the view it was decided on."""
+
+    messages: Sequence[MessageRef]
+    reason: str = ""
+
+
 #: Anything :meth:`Session.append` takes: a message dict or one of the typed records.
-Record = Mapping[str, Any] | Event | Compaction | TurnContext
+Record = Mapping[str, Any] | Event | Compaction | TurnContext | Retraction
 
 
 def system(content: str) -> dict[str, Any]:
@@ -165,6 +194,55 @@ def check_message(message: object, where: str) -> Mapping[str, Any]:
     return checked
 
 
+def _non_finite(value: Any) -> float | None:
+    """A NaN or infinity inside ``value`` (JSON has none), or None."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if type(item) is float and not math.isfinite(item):
+            return item
+        if isinstance(item, Mapping):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return None
+
+
+def message_json(message: Mapping[str, Any], index: int) -> bytes:
+    """A message dict as the JSON ``AppendRecord.message_json`` carries (checked by
+    :func:`check_message` first). Raises TypeError / ValueError naming ``records[index]``, and
+    RecordValidationError (index and field) for what the writer would refuse: reasoning on a
+    message that is not an assistant's, ``synthetic``, a NaN, a value JSON cannot hold."""
+    checked = check_message(message, f"records[{index}]")
+    if checked.get("reasoning") is not None and checked["role"] != "assistant":
+        raise RecordValidationError(index, "message.reasoning", "only assistant messages carry reasoning")
+    if "synthetic" in checked:
+        raise RecordValidationError(
+            index, "message.synthetic", "only the writer marks an output synthetic (on Resume)"
+        )
+    if type(checked.get("content")) is list:
+        bad = _non_finite(checked["content"])
+        if bad is not None:
+            raise RecordValidationError(
+                index, "message.content", f"{bad} cannot be stored: JSON has no NaN or infinity"
+            )
+    try:
+        return orjson.dumps(checked)
+    except TypeError as exc:  # a lone surrogate, an integer beyond 64 bits
+        raise RecordValidationError(index, "message_json", f"cannot be stored as JSON: {exc}") from exc
+
+
+def record_lines(record: Record) -> int:
+    """How many lines (seqs) a record becomes, as the writer counts them: a message with N
+    reasoning blocks is N + 1 (SPEC §2.5), any other record 1."""
+    if isinstance(record, Event | Compaction | TurnContext | Retraction):
+        return 1
+    reasoning = record.get("reasoning")
+    if reasoning is None:
+        return 1
+    return 2 if isinstance(reasoning, Mapping) else len(reasoning) + 1
+
+
 def message_to_proto(message: Mapping[str, Any], where: str = "message") -> records_pb2.ChatMessage:
     """A message dict as ``rollout.v1.ChatMessage`` (checked by :func:`check_message` first)."""
     return message_from_payload(dict(check_message(message, where)))
@@ -190,17 +268,17 @@ def append_record(record: Record, index: int) -> writer_pb2.AppendRecord:
         return writer_pb2.AppendRecord(compacted=compacted)
     if isinstance(record, TurnContext):
         return writer_pb2.AppendRecord(turn_context=python_to_struct(dict(record.context)))
-    return writer_pb2.AppendRecord(message=message_to_proto(record, where))
-
-
-def lines_per_record(records: Sequence[writer_pb2.AppendRecord]) -> list[int]:
-    """How many lines (seqs) each record becomes, counted as the writer counts them
-    (``shared.wire.append_payloads``: a message with N reasoning blocks is N + 1 lines).
-
-    Raises :class:`shared.errors.RecordValidationError` for a record the writer would refuse
-    for its shape (reasoning on a non-assistant message, both reasoning fields, NaN).
-    """
-    return [len(append_payloads(record, index)) for index, record in enumerate(records)]
+    if isinstance(record, Retraction):
+        if not record.messages:
+            raise ValueError(f"{where}: a retraction names at least one message")
+        references = [
+            records_pb2.MessageRef(seq=reference.seq, history_index=reference.history_index)
+            for reference in record.messages
+        ]
+        return writer_pb2.AppendRecord(
+            retraction=records_pb2.Retraction(messages=references, reason=record.reason)
+        )
+    return writer_pb2.AppendRecord(message_json=message_json(record, index))
 
 
 def message_to_dict(message: records_pb2.ChatMessage) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 
 from rollout.v1 import reader_pb2, records_pb2, writer_pb2
-from rollout_client._records import message_to_dict
+from rollout_client._records import MessageRef, message_to_dict
 
 _DIGEST_STATUS: dict[int, str] = {
     reader_pb2.DIGEST_STATUS_VERIFIED: "verified",
@@ -135,6 +135,33 @@ class Replay:
     def from_proto(cls, response: reader_pb2.ReplayResponse) -> Replay:
         messages = [message_to_dict(message) for message in response.messages]
         return cls(response.session_id, messages, ReplaySummary.from_proto(response, len(messages)))
+
+
+@dataclass(frozen=True)
+class RecentMessages:
+    """The last messages of a session's rebuilt view (:meth:`Session.recent_messages`): message
+    dicts oldest first, each one's origin (what a :class:`Retraction` names), how many
+    messages the whole view has, and the next seq as read (pass it as ``expected_next_seq``
+    to apply a change to exactly this view)."""
+
+    session_id: str
+    messages: list[dict[str, Any]]
+    origins: list[MessageRef]
+    message_count: int
+    next_seq: int
+
+    @classmethod
+    def from_proto(cls, reply: reader_pb2.RecentMessagesResponse) -> RecentMessages:
+        return cls(
+            reply.session_id,
+            [message_to_dict(message) for message in reply.messages],
+            [
+                MessageRef(ref.seq, ref.history_index if ref.HasField("history_index") else None)
+                for ref in reply.origins
+            ],
+            reply.message_count,
+            reply.next_seq,
+        )
 
 
 @dataclass(frozen=True)

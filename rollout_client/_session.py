@@ -23,16 +23,18 @@ from rollout_client._appends import (
 )
 from rollout_client._errors import (
     AppendOutcomeUnknownError,
+    FailedPreconditionError,
     FieldViolation,
     InvalidArgumentError,
     ResourceExhaustedError,
     SessionStoppedError,
     error_from_rpc,
 )
-from rollout_client._records import Record, append_record, lines_per_record, message_to_dict
+from rollout_client._records import Record, append_record, message_to_dict, record_lines
 from rollout_client._results import (
     AppendResult,
     ForkOrigin,
+    RecentMessages,
     Replay,
     ReplaySummary,
     ResumeResult,
@@ -124,33 +126,46 @@ class AsyncSession:
         """The seq this Session expects its next record to get (None until it has learnt it)."""
         return self._next_seq
 
-    async def append(self, *records: Record) -> AppendResult:
+    async def append(self, *records: Record, expected_next_seq: int | None = None) -> AppendResult:
         """Append message dicts and typed records (:class:`Event`, :class:`Compaction`,
         :class:`TurnContext`) as one atomic request, exactly once (see
         :mod:`rollout_client._appends`: a request id the writer answers for, retries with
         backoff, a retry after a writer restart answered from the file).
 
+        ``expected_next_seq``: write only if the session's next seq is exactly this (a
+        compare-and-swap, e.g. with :meth:`recent_messages`' ``next_seq``): otherwise
+        FailedPreconditionError, whose ``next_seq`` is the actual one, and nothing is written.
+
         Raises ValueError / TypeError for a record of the wrong shape (nothing sent),
         InvalidArgumentError (field violations name ``records[i].<field>``), NotFoundError,
-        SessionStoppedError (call resume()), AppendOutcomeUnknownError, and the other statuses
-        of writer.proto Append once retries are exhausted.
+        SessionStoppedError (call resume()), FailedPreconditionError (``expected_next_seq``),
+        AppendOutcomeUnknownError, and the other statuses of writer.proto Append once retries
+        are exhausted.
         """
         if not records:
             raise ValueError("append() needs at least one record")
-        protos = [append_record(record, index) for index, record in enumerate(records)]
         try:
-            lines = lines_per_record(protos)
+            protos = [append_record(record, index) for index, record in enumerate(records)]
         except RecordValidationError as exc:
             violation = FieldViolation(f"records[{exc.index}].{exc.field}", exc.description)
             raise InvalidArgumentError(str(exc), field_violations=(violation,)) from exc
+        lines = [record_lines(record) for record in records]
         async with self._append_lock:
-            if self._next_seq is None:
-                self._next_seq = await self.client.next_seq(self.id)
-            pending = PendingAppend(self.id, protos, lines, since_seq=self._next_seq)
+            if expected_next_seq is not None:
+                since = expected_next_seq  # landed, it sits exactly there
+            else:
+                if self._next_seq is None:
+                    self._next_seq = await self.client.next_seq(self.id)
+                since = self._next_seq
+            pending = PendingAppend(self.id, protos, lines, since, expected_next_seq=expected_next_seq)
             try:
                 response = await self.client.append(pending)
             except AppendOutcomeUnknownError:
                 self._next_seq = None  # learn it again before the next append
+                raise
+            except FailedPreconditionError as error:
+                if error.next_seq is not None:
+                    self._next_seq = error.next_seq
                 raise
             self._next_seq = response.next_seq
             return AppendResult.from_proto(response)
@@ -182,6 +197,21 @@ class AsyncSession:
                 raise error  # the stream ended without its summary: keep the first refusal
             return Replay(self.id, messages, stream.summary)
         return Replay.from_proto(response)
+
+    async def recent_messages(self, limit: int = 0) -> RecentMessages:
+        """The last ``limit`` messages of the rebuilt view (0: all), oldest first, with each one's
+        origin and the next seq as read (reader.proto GetRecentMessages: served from the
+        reader's rendered copy, no digest). Also teaches this Session a next seq to append at.
+        Raises NotFoundError, InvalidArgumentError (negative limit), ResourceExhaustedError
+        (too many to fit one reply)."""
+        reply = await self.client.call(
+            self.client.reader_stub.GetRecentMessages,
+            reader_pb2.RecentMessagesRequest(session_id=self.id, limit=limit),
+        )
+        recent = RecentMessages.from_proto(reply)
+        if self._next_seq is None and not self._append_lock.locked():
+            self._next_seq = recent.next_seq  # a lower bound: all request_since_seq needs
+        return recent
 
     def stream_replay(self, token_budget: int | None = None) -> AsyncReplayStream:
         """The same replay streamed in ~1 MiB chunks (no size limit); see :class:`AsyncReplayStream`."""

@@ -25,6 +25,7 @@ from rollout_client._results import (
     AppendResult,
     Delegation,
     ForkOrigin,
+    RecentMessages,
     Replay,
     ReplaySummary,
     ResumeResult,
@@ -274,9 +275,13 @@ class Session:
         """See :attr:`AsyncSession.forked_from` (set on a session :meth:`fork` returned)."""
         return self.core.forked_from
 
-    def append(self, *records: Record) -> AppendResult:
+    def append(self, *records: Record, expected_next_seq: int | None = None) -> AppendResult:
         """See :meth:`AsyncSession.append` (exactly once)."""
-        return self.client.run(self.core.append(*records))
+        return self.client.run(self.core.append(*records, expected_next_seq=expected_next_seq))
+
+    def recent_messages(self, limit: int = 0) -> RecentMessages:
+        """See :meth:`AsyncSession.recent_messages`."""
+        return self.client.run(self.core.recent_messages(limit))
 
     def replay(self, token_budget: int | None = None, max_messages: int | None = None) -> Replay:
         """See :meth:`AsyncSession.replay`."""

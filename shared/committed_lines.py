@@ -77,3 +77,26 @@ class CommittedLines:
     def lines(self) -> Iterator[bytes]:
         """The complete lines one by one (``tail`` is set once it is exhausted)."""
         return chain.from_iterable(self)
+
+
+def lines_before(fd: int, offset: int, chunk_bytes: int = 64 * 1024) -> Iterator[bytes]:
+    """The complete lines of ``fd`` that end before ``offset`` (a line boundary), last first,
+    without their ``\\n``: what a search back from a file's end reads (a request id, the line
+    of a seq). Bytes are read ``chunk_bytes`` at a time from ``offset`` back; a line longer than
+    a chunk is joined before it is yielded. The caller stops the iteration when it has read far
+    enough. Raises OSError as ``os.pread`` does.
+    """
+    if chunk_bytes <= 0:
+        raise ValueError(f"chunk_bytes must be > 0, got {chunk_bytes}")
+    position = offset
+    pending = b""  # the end of a line that began before the bytes read so far
+    while position > 0:
+        size = min(chunk_bytes, position)
+        position -= size
+        lines = (pread(fd, size, position) + pending).split(b"\n")
+        if position:
+            pending = lines[0]
+            del lines[0]
+        else:
+            pending = b""
+        yield from reversed(lines)

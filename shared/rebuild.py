@@ -52,10 +52,13 @@ from shared.digest import LINE_CHECKS_TYPECODE, LinesDigest, single_reasoning_di
 from shared.records import (
     LINE_CHECK_KEY,
     LINE_CHECK_MARK,
+    MAX_HISTORY_INDEX,
     RESUMED_EVENT,
     RecordType,
     attached_reasoning,
     clip,
+    message_origin,
+    reference_origin,
 )
 
 
@@ -86,6 +89,11 @@ class DegradedKind(enum.StrEnum):
     CHECKPOINT_MISMATCH = "checkpoint_mismatch"
     #: A Resume an operator forced over damage (its ``resumed`` event records what it found).
     RESUMED_OVER_DAMAGE = "resumed_over_damage"
+    #: A ``retraction`` took messages out of the view (the rollout keeps their records).
+    RETRACTED = "retracted"
+    #: A ``retraction`` named a message that is not in the view (already retracted, or replaced by
+    #: a compaction since): nothing was taken out for it.
+    RETRACTION_MISSED = "retraction_missed"
 
 
 #: Degraded kinds that mean the file itself is damaged (not merely a compaction or
@@ -236,6 +244,10 @@ _COMPACTED = RecordType.COMPACTED.value
 _AGENT_CHECKPOINT = RecordType.AGENT_CHECKPOINT.value
 _STOP = RecordType.STOP.value
 _SESSION_META = RecordType.SESSION_META.value
+_RETRACTION = RecordType.RETRACTION.value
+
+#: message_origin(seq) is seq shifted by this (inline in the per-line loop).
+_ORIGIN_SHIFT = message_origin(1).bit_length() - 1
 
 #: Bytes of a file that :func:`rebuild` splits into lines at a time (cut after a newline):
 #: the copies of a large file's lines never all exist at once.
@@ -321,13 +333,14 @@ PendingReasoning = Sequence[tuple[dict[str, Any], int, int]]
 
 
 class _Pairing:
-    """One tool call and where its output sits in the sequence."""
+    """One tool call, the message it came from (its origin) and where its output sits in the sequence."""
 
-    __slots__ = ("call_line", "call_offset", "output_index")
+    __slots__ = ("call_line", "call_offset", "origin", "output_index")
 
-    def __init__(self, call_line: int, call_offset: int) -> None:
+    def __init__(self, call_line: int, call_offset: int, origin: int) -> None:
         self.call_line = call_line
         self.call_offset = call_offset
+        self.origin = origin
         self.output_index = -1
 
 
@@ -349,6 +362,9 @@ class Rebuilder:
     def __init__(self) -> None:
         self.result = Rebuild()
         self.messages = self.result.messages
+        #: Beside each message of the sequence, the line it came from (shared.records.message_origin):
+        #: what a retraction names.
+        self.origins: array[int] = array("q")
         self.pairings: dict[str, _Pairing] = {}
         #: (payload, line, offset) of the reasoning records waiting for their assistant message.
         self.pending_reasoning: list[tuple[dict[str, Any], int, int]] = []
@@ -398,8 +414,11 @@ class Rebuilder:
         """The one user message a compaction without replacement history resets to."""
         return {"role": "user", "content": summary}
 
-    def add_message(self, payload: dict[str, Any], line: int, offset: int, index: int = -1) -> None:
-        """Append one message payload, applying reasoning and tool pairing rules."""
+    def add_message(
+        self, payload: dict[str, Any], line: int, offset: int, index: int = -1, origin: int = 0
+    ) -> None:
+        """Append one message payload, applying reasoning and tool pairing rules; ``origin`` is the
+        line it came from (shared.records.message_origin)."""
         role = payload.get("role")
         if role == "assistant" and self.pending_reasoning:
             kept = self.keep(payload, offset, index, self.pending_reasoning)
@@ -412,7 +431,7 @@ class Rebuilder:
                 for call in calls:
                     call_id = call.get("id") if isinstance(call, dict) else None
                     if isinstance(call_id, str):
-                        self.pairings[call_id] = _Pairing(line, offset)
+                        self.pairings[call_id] = _Pairing(line, offset, origin)
         elif role == "tool":
             call_id = payload.get("tool_call_id")
             pairing = self.pairings.get(call_id) if isinstance(call_id, str) else None
@@ -425,22 +444,27 @@ class Rebuilder:
                 )
             elif pairing.output_index >= 0:
                 self.messages[pairing.output_index] = kept
+                self.origins[pairing.output_index] = origin
                 self.result.superseded_outputs += 1
                 return
             else:
                 pairing.output_index = len(self.messages)
         self.messages.append(kept)
+        self.origins.append(origin)
 
-    def compact(self, payload: dict[str, Any], line: int, offset: int) -> None:
+    def compact(self, payload: dict[str, Any], line: int, offset: int, seq: int = 0) -> None:
         """Reset the sequence to the compaction's replacement history (or its summary)."""
         self.flush_dangling_reasoning()
         self.messages.clear()
+        del self.origins[:]
         self.pairings.clear()
         history = payload.get("replacement_history")
         if isinstance(history, list):
             for index, message in enumerate(history):
                 if isinstance(message, dict):
-                    self.add_message(message, line, offset, index)
+                    self.add_message(
+                        message, line, offset, index, message_origin(seq, min(index, MAX_HISTORY_INDEX))
+                    )
                 else:
                     self.degrade(
                         DegradedKind.MALFORMED_RECORD,
@@ -451,8 +475,52 @@ class Rebuilder:
             detail = f"model view replaced by {len(history)} replacement messages"
         else:
             self.messages.append(self.keep_summary(str(payload.get("summary", "")), offset))
+            self.origins.append(message_origin(seq))
             detail = "model view replaced by the compaction summary"
         self.degrade(DegradedKind.COMPACTED_REBUILD, line, offset, detail)
+
+    def retract(self, payload: dict[str, Any], line: int, offset: int) -> None:
+        """Take the messages a ``retraction`` names out of the sequence (shared.records): each
+        reference removes the message its line put in the view; its tool calls go with it, and a
+        retracted output leaves its call unanswered."""
+        references = payload.get("messages")
+        taken = 0
+        for reference in references if isinstance(references, list) else ():
+            origin = reference_origin(reference)
+            position = self._position_of(origin) if origin is not None else -1
+            if position < 0:
+                self.degrade(
+                    DegradedKind.RETRACTION_MISSED,
+                    line,
+                    offset,
+                    f"the retraction names {clip(reference, 60)}, which is not a message of the view; nothing taken out for it",
+                )
+                continue
+            del self.messages[position]
+            del self.origins[position]
+            for call_id, pairing in list(self.pairings.items()):
+                if pairing.origin == origin:
+                    del self.pairings[call_id]
+                elif pairing.output_index == position:
+                    pairing.output_index = -1
+                elif pairing.output_index > position:
+                    pairing.output_index -= 1
+            taken += 1
+        reason = payload.get("reason")
+        self.degrade(
+            DegradedKind.RETRACTED,
+            line,
+            offset,
+            f"{taken} message(s) taken out of the view" + (f" ({clip(reason, 80)})" if reason else ""),
+        )
+
+    def _position_of(self, origin: int) -> int:
+        """Where the message from ``origin`` sits in the sequence (searched from the end), or -1."""
+        origins = self.origins
+        for position in range(len(origins) - 1, -1, -1):
+            if origins[position] == origin:
+                return position
+        return -1
 
     def flush_dangling_reasoning(self) -> None:
         for _, line, offset in self.pending_reasoning:
@@ -465,7 +533,7 @@ class Rebuilder:
         """Apply one parsed record."""
         result = self.result
         if record_type == _MESSAGE:
-            self.add_message(payload, line, offset)
+            self.add_message(payload, line, offset, -1, message_origin(seq))
         elif record_type == _REASONING:
             self.pending_reasoning.append((payload, line, offset))
         elif record_type == _EVENT:
@@ -474,7 +542,9 @@ class Rebuilder:
         elif record_type == _TURN_CONTEXT:
             pass
         elif record_type == _COMPACTED:
-            self.compact(payload, line, offset)
+            self.compact(payload, line, offset, seq)
+        elif record_type == _RETRACTION:
+            self.retract(payload, line, offset)
         elif record_type == _AGENT_CHECKPOINT:
             self.checkpoint(seq, payload, line, offset)
         elif record_type == _STOP:
@@ -679,7 +749,7 @@ class Rebuilder:
             last_seq = seq
             last_type = record_type
             if record_type == _MESSAGE:
-                add_message(payload, line_no, start)
+                add_message(payload, line_no, start, -1, seq << _ORIGIN_SHIFT)
             elif record_type == _TURN_CONTEXT:
                 pass  # only counted
             elif record_type != _EVENT or payload.get("kind") == RESUMED_EVENT:

@@ -63,6 +63,18 @@ def index_rebuild(path: Path, *, max_messages: int = 0, end: int | None = None) 
     return state.finish(max_messages)
 
 
+def index_recent(path: Path, limit: int) -> tuple[list[MessageHandle], list[int], int, int]:
+    """The last ``limit`` messages (0: all) of ``path`` rebuilt in bounded memory: (their handles,
+    their origins (shared.records.message_origin), the sequence's length, the seq after the last
+    record). Raises OSError when the file cannot be read."""
+    state = _IndexRebuilder()
+    with read_session_file(path) as handle:
+        state.run(CommittedLines(handle.fileno()).lines())
+    messages: list[MessageHandle] = state.messages
+    first = max(0, len(messages) - limit) if limit else 0
+    return messages[first:], state.origins[first:].tolist(), len(messages), state.result.last_seq + 1
+
+
 class MessageSource:
     """Reads the payloads that handles name from one open session file."""
 

@@ -35,6 +35,7 @@ the check: see "Request marks" below.)
   event               {"kind": str, "body": opaque object}
   agent_checkpoint    digest, message_count, covers_seq, stop_kind
   stop                stop_kind, reason, error? {message, category}, checkpoint_seq
+  retraction          messages [{seq, index?}], reason?, call_ids (see below)
   ==================  ==========================================================
 
 Documented additions to the SPEC §1 table (readers must accept them):
@@ -58,6 +59,20 @@ Documented additions to the SPEC §1 table (readers must accept them):
   and a list of block objects when there are two or more;
 * optional fields are omitted when absent (never written as ``null``), and
   ``is_anchored`` / ``synthetic`` / ``is_error`` are written only when true.
+
+A ``retraction`` (an addition to SPEC §1 and §3) takes messages out of the model's view
+by reference, without rewriting anything: each entry of ``messages`` names the line a
+message of the view came from, ``{"seq": s}`` for a ``message`` record (or a
+``compacted`` record without replacement history: its summary message) and
+``{"seq": s, "index": i}`` for entry ``i`` of a ``compacted`` record's replacement
+history. The rebuild removes the message that line put in the view (a tool output that
+replaced an earlier one in place is referenced by its own seq); a reference to a message
+no longer in the view is a note, not damage. An assistant message taken out takes its
+tool calls with it (an output may not answer them afterwards), and a tool output taken
+out leaves its call unanswered again. ``call_ids`` lists the tool call ids of the
+retracted messages; the writer fills it in (a client never sets it), so that the
+writer's view of open calls is kept from this line alone. Agent frameworks use it to
+pop the last item of a conversation at a cost that does not grow with the history.
 
 Unknown ``type`` values (a newer writer) are preserved by readers and reported as
 degraded, never dropped and never a crash.
@@ -143,6 +158,7 @@ class RecordType(enum.StrEnum):
     EVENT = "event"
     AGENT_CHECKPOINT = "agent_checkpoint"
     STOP = "stop"
+    RETRACTION = "retraction"
 
 
 #: Event kind of the writer's Resume record (it may accept damage: the rebuild reads it).
@@ -173,6 +189,7 @@ APPENDABLE_TYPES = frozenset(
         RecordType.COMPACTED,
         RecordType.TURN_CONTEXT,
         RecordType.EVENT,
+        RecordType.RETRACTION,
     }
 )
 
@@ -303,6 +320,18 @@ def line_check(raw: bytes, record: Mapping[str, Any]) -> bool | None:
     return type(stored) is int and crc32c.crc32c(raw[: raw.rfind(LINE_CHECK_MARK)]) == stored
 
 
+#: The start of every line the writer writes, up to its seq.
+_SEQ_PREFIX = re.compile(rb'\{"v":\d+,"seq":(\d+),')
+
+
+def line_seq(raw: bytes) -> int | None:
+    """The seq at the start of a line as the writer writes it (``{"v":1,"seq":17,...``), read
+    without parsing the line; None for a line that does not start so (damaged, another tool's).
+    For searches back through a file; :func:`parse_record` decides what the line holds."""
+    prefix = _SEQ_PREFIX.match(raw)
+    return int(prefix.group(1)) if prefix is not None else None
+
+
 def parse_record(raw: bytes) -> dict[str, Any] | None:
     """The record one complete line holds (``raw`` without its ``\\n``), or None when it holds none.
 
@@ -418,6 +447,39 @@ def validate_message(
                 f"answers no tool call in this session's current view or earlier in this request ({clip(call_id)!r});"
                 " an output with no call would poison every later replay",
             )
+
+
+#: Bits of a message origin (:func:`message_origin`) that hold the replacement-history index.
+ORIGIN_INDEX_BITS = 20
+#: Largest replacement-history index a retraction may name.
+MAX_HISTORY_INDEX = (1 << ORIGIN_INDEX_BITS) - 2
+
+
+def message_origin(seq: int, index: int | None = None) -> int:
+    """The line a message of the rebuilt view came from, as one integer: a ``message`` record
+    (or a summary-only ``compacted`` record) at ``seq``, or entry ``index`` of the replacement
+    history of the ``compacted`` record at ``seq``. What a retraction reference names."""
+    return (seq << ORIGIN_INDEX_BITS) | (0 if index is None else index + 1)
+
+
+def origin_reference(origin: int) -> dict[str, int]:
+    """The retraction reference (``{"seq"}`` or ``{"seq", "index"}``) of a :func:`message_origin`."""
+    seq, index = origin >> ORIGIN_INDEX_BITS, origin & ((1 << ORIGIN_INDEX_BITS) - 1)
+    return {"seq": seq} if index == 0 else {"seq": seq, "index": index - 1}
+
+
+def reference_origin(reference: Any) -> int | None:
+    """The :func:`message_origin` a retraction reference names, or None for a malformed one."""
+    if not isinstance(reference, dict):
+        return None
+    seq, index = reference.get("seq"), reference.get("index")
+    if (
+        type(seq) is not int
+        or seq < 1
+        or (index is not None and (type(index) is not int or not 0 <= index <= MAX_HISTORY_INDEX))
+    ):
+        return None
+    return message_origin(seq, index)
 
 
 def call_ids_of(payload: dict[str, Any]) -> list[str]:

@@ -19,6 +19,7 @@ are doubles: an integral number within ±2**53 is stored as a JSON integer, so
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -28,7 +29,7 @@ from google.protobuf import struct_pb2
 
 from rollout.v1 import records_pb2, writer_pb2
 from shared.errors import InvalidArgumentError, RecordValidationError
-from shared.records import RESERVED_EVENT_KINDS, RecordType, attached_reasoning, normalize_timestamp
+from shared.records import RESERVED_EVENT_KINDS, RecordType, attached_reasoning, clip, normalize_timestamp
 from shared.session_meta import SessionRole, SessionSpec
 from shared.stop_kinds import StopKind
 
@@ -45,6 +46,7 @@ _REASONING: Any = RecordType.REASONING.value
 _COMPACTED: Any = RecordType.COMPACTED.value
 _TURN_CONTEXT: Any = RecordType.TURN_CONTEXT.value
 _EVENT: Any = RecordType.EVENT.value
+_RETRACTION: Any = RecordType.RETRACTION.value
 
 
 def value_to_python(value: struct_pb2.Value) -> Any:
@@ -278,7 +280,9 @@ def _append_payloads(record: writer_pb2.AppendRecord, index: int) -> list[tuple[
     fields = record.ListFields()  # one call: the oneof's single set field (hot path)
     if not fields:
         raise RecordValidationError(
-            index, "record", "is empty: set one of message, reasoning, compacted, turn_context, event"
+            index,
+            "record",
+            "is empty: set one of message, reasoning, compacted, turn_context, event, retraction",
         )
     descriptor, value = fields[0]
     kind = descriptor.name
@@ -319,7 +323,199 @@ def _append_payloads(record: writer_pb2.AppendRecord, index: int) -> list[tuple[
                 f" ({', '.join(sorted(RESERVED_EVENT_KINDS))}); name the event something else",
             )
         return [(_EVENT, {"kind": record.event.kind, "body": struct_to_python(record.event.body)})]
+    if kind == "retraction":
+        return [(_RETRACTION, retraction_payload(record.retraction))]
+    if kind == "message_json":
+        return message_json_payloads(value, index)
     raise RecordValidationError(index, "record", f"has an unknown kind {kind!r}")
+
+
+#: Keys a message JSON object may carry (AppendRecord.message_json), in the order the payload is stored.
+_JSON_MESSAGE_KEYS = (
+    "role",
+    "content",
+    "name",
+    "tool_calls",
+    "tool_call_id",
+    "is_anchored",
+    "truncation_marker",
+    "is_error",
+)
+_JSON_TEXT_KEYS = frozenset({"role", "name", "tool_call_id", "truncation_marker"})
+_JSON_FLAG_KEYS = frozenset({"is_anchored", "is_error"})
+_REASONING_KEYS = frozenset({"content", "signature", "encrypted"})
+#: Floats from this magnitude on may be integers beyond 64 bits that orjson read as floats.
+_HUGE = float(2**63)
+_INT_RANGE = (-(2**63), 2**64 - 1)
+
+
+def _has_huge_float(value: Any) -> bool:
+    """Whether a parsed JSON value holds a float of magnitude 2**63 or more (what orjson makes of
+    an integer beyond 64 bits, and of a few real floats)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if type(item) is float and abs(item) >= _HUGE:
+            return True
+        if type(item) is dict:
+            stack.extend(item.values())
+        elif type(item) is list:
+            stack.extend(item)
+    return False
+
+
+def _json_value_error(value: Any) -> str | None:
+    """Why a parsed JSON value cannot be stored exactly (an integer beyond 64 bits), or None."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if type(item) is int and not _INT_RANGE[0] <= item <= _INT_RANGE[1]:
+            return f"the integer {clip(item, 30)} is beyond 64 bits and would not be stored exactly; send it as a string"
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return None
+
+
+def _json_text(payload: dict[str, Any], key: str, index: int) -> None:
+    if key in payload and type(payload[key]) is not str:
+        raise RecordValidationError(index, f"message.{key}", "must be a string")
+
+
+def message_json_payloads(raw: bytes, index: int) -> list[tuple[RecordType, dict[str, Any]]]:
+    """The payloads an AppendRecord's ``message_json`` becomes: what a ``message`` of the same
+    content gives (reasoning records, then the message), from one JSON object in the ledger's
+    message shape (shared.records), with JSON numbers kept as JSON has them (a float stays a
+    float) and the key order of content parts kept.
+
+    Raises RecordValidationError (naming ``index`` and ``message.<field>``): not one JSON
+    object, a key the shape does not have (``synthetic`` is the writer's), a field of the
+    wrong type, reasoning on a non-assistant message, an integer beyond 64 bits.
+    """
+    try:
+        message = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise RecordValidationError(index, "message_json", f"is not valid JSON ({exc})") from exc
+    if type(message) is not dict:
+        raise RecordValidationError(index, "message_json", "must be one JSON object (a message)")
+    if type(message.get("content")) is list and _has_huge_float(message["content"]):
+        # orjson reads an integer beyond 64 bits as a float: read this one exactly to tell.
+        problem = _json_value_error(json.loads(raw))
+        if problem is not None:
+            raise RecordValidationError(index, "message_json", problem)
+    unknown = sorted(key for key in message if key not in _JSON_MESSAGE_KEYS and key != "reasoning")
+    if "synthetic" in unknown:
+        raise RecordValidationError(
+            index, "message.synthetic", "only the writer marks an output synthetic (on Resume)"
+        )
+    if unknown:
+        raise RecordValidationError(
+            index,
+            "message_json",
+            f"has keys a message does not have: {clip(unknown)}; allowed:"
+            f" {', '.join((*_JSON_MESSAGE_KEYS, 'reasoning'))}",
+        )
+    payload: dict[str, Any] = {}
+    for key in _JSON_MESSAGE_KEYS:
+        if key not in message:
+            continue
+        value = message[key]
+        if key in _JSON_FLAG_KEYS:
+            if type(value) is not bool:
+                raise RecordValidationError(index, f"message.{key}", "must be true or false")
+            if value:
+                payload[key] = True
+            continue
+        payload[key] = value
+        if key in _JSON_TEXT_KEYS:
+            _json_text(payload, key, index)
+    payload.setdefault("role", "")
+    content = payload.get("content")
+    if "content" in payload and type(content) is not str and type(content) is not list:
+        raise RecordValidationError(index, "message.content", "must be a string or a list of parts")
+    if "tool_calls" in payload:
+        payload["tool_calls"] = _json_tool_calls(payload["tool_calls"], index)
+        if not payload["tool_calls"]:
+            del payload["tool_calls"]
+    reasoning = _json_reasoning(message.get("reasoning"), index)
+    if not reasoning:
+        return [(_MESSAGE, payload)]
+    if payload["role"] != "assistant":
+        raise RecordValidationError(index, "message.reasoning", "only assistant messages carry reasoning")
+    return [*((_REASONING, block) for block in reasoning), (_MESSAGE, payload)]
+
+
+def _json_tool_calls(calls: Any, index: int) -> list[dict[str, Any]]:
+    if type(calls) is not list:
+        raise RecordValidationError(index, "message.tool_calls", "must be a list")
+    normalized = []
+    for position, call in enumerate(calls):
+        where = f"message.tool_calls[{position}]"
+        function = call.get("function", {}) if type(call) is dict else None
+        if (
+            type(call) is not dict
+            or not call.keys() <= {"id", "type", "function"}
+            or type(function) is not dict
+            or not function.keys() <= {"name", "arguments"}
+            or any(
+                type(value) is not str
+                for value in (call.get("id", ""), call.get("type", ""), *function.values())
+            )
+        ):
+            raise RecordValidationError(
+                index, where, 'must be {"id", "type", "function": {"name", "arguments"}} with string values'
+            )
+        normalized.append(
+            {
+                "id": call.get("id", ""),
+                "type": call.get("type") or "function",
+                "function": {"name": function.get("name", ""), "arguments": function.get("arguments", "")},
+            }
+        )
+    return normalized
+
+
+def _json_reasoning(reasoning: Any, index: int) -> list[dict[str, Any]]:
+    if reasoning is None:
+        return []
+    blocks = [reasoning] if type(reasoning) is dict else reasoning
+    if type(blocks) is not list:
+        raise RecordValidationError(index, "message.reasoning", "must be one block or a list of blocks")
+    normalized = []
+    for position, block in enumerate(blocks):
+        if (
+            type(block) is not dict
+            or not block.keys() <= _REASONING_KEYS
+            or any(type(value) is not str for value in block.values())
+        ):
+            raise RecordValidationError(
+                index,
+                f"message.reasoning[{position}]",
+                'must be {"content", "signature"?, "encrypted"?} with string values',
+            )
+        normalized.append(
+            {
+                "content": block.get("content", ""),
+                **{k: block[k] for k in ("signature", "encrypted") if k in block},
+            }
+        )
+    return normalized
+
+
+def retraction_payload(retraction: records_pb2.Retraction) -> dict[str, Any]:
+    """The ``retraction`` record payload of a Retraction (shared.records; ``call_ids`` is the
+    writer's to add)."""
+    references = []
+    for reference in retraction.messages:
+        named: dict[str, Any] = {"seq": reference.seq}
+        if reference.HasField("history_index"):
+            named["index"] = reference.history_index
+        references.append(named)
+    payload: dict[str, Any] = {"messages": references}
+    if retraction.reason:
+        payload["reason"] = retraction.reason
+    return payload
 
 
 def stop_kind_to_proto(kind: str) -> records_pb2.StopKind:

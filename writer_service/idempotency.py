@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
-import re
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -42,9 +41,10 @@ from typing import Any
 
 import orjson
 
+from shared.committed_lines import lines_before
 from shared.errors import InvalidArgumentError, SessionStateError
 from shared.layout import open_session_file
-from shared.records import parse_record, request_mark_of
+from shared.records import line_seq, parse_record, request_mark_of
 
 #: Request ids remembered across all sessions (stated in writer.proto).
 REMEMBERED_REQUEST_IDS = 65_536
@@ -53,8 +53,6 @@ MAX_REQUEST_ID_CHARS = 128
 MAX_LOOKUP_BYTES = 64 * 1024 * 1024
 #: Bytes read at a time, backwards from the floor.
 LOOKUP_CHUNK_BYTES = 64 * 1024
-#: The start of every line the writer writes, up to its seq.
-_SEQ_PREFIX = re.compile(rb'\{"v":\d+,"seq":(\d+),')
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,10 +166,11 @@ def find_request(path: Path, request_id: str, since_seq: int, before_offset: int
     needle = b'"request_id":' + orjson.dumps(request_id)
     fd = open_session_file(path)
     try:
-        position = min(before_offset, os.fstat(fd).st_size)
-        pending = b""  # the end of a line that began before the bytes read so far
-        while position:
-            if before_offset - position >= MAX_LOOKUP_BYTES:
+        end = min(before_offset, os.fstat(fd).st_size)
+        read = 0
+        for raw in lines_before(fd, end, LOOKUP_CHUNK_BYTES):
+            read += len(raw) + 1
+            if read > MAX_LOOKUP_BYTES:
                 raise SessionStateError(
                     f"request_since_seq {since_seq} lies more than {MAX_LOOKUP_BYTES} bytes back in the"
                     f" session file; the writer cannot tell whether request {request_id!r} landed. Send"
@@ -179,14 +178,9 @@ def find_request(path: Path, request_id: str, since_seq: int, before_offset: int
                     subject=f"request/{request_id}",
                     precondition="request_since_seq within the lookup window",
                 )
-            size = min(LOOKUP_CHUNK_BYTES, position)
-            position -= size
-            lines = (os.pread(fd, size, position) + pending).split(b"\n")
-            pending, whole = (lines[0], lines[1:]) if position else (b"", lines)
-            for raw in reversed(whole):
-                done, found = _match(raw, needle, request_id, since_seq)
-                if done:
-                    return found
+            done, found = _match(raw, needle, request_id, since_seq)
+            if done:
+                return found
         return None
     finally:
         os.close(fd)
@@ -194,10 +188,10 @@ def find_request(path: Path, request_id: str, since_seq: int, before_offset: int
 
 def _match(raw: bytes, needle: bytes, request_id: str, since_seq: int) -> tuple[bool, tuple[int, str] | None]:
     """(stop reading back, what was found) for one whole line."""
-    prefix = _SEQ_PREFIX.match(raw)
-    if prefix is None:
+    seq = line_seq(raw)
+    if seq is None:
         return False, None  # not a line the writer wrote whole: nothing to read from it
-    if int(prefix.group(1)) < since_seq:
+    if seq < since_seq:
         return True, None
     if needle not in raw:
         return False, None

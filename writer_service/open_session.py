@@ -22,7 +22,15 @@ from pathlib import Path
 from typing import Any, assert_never
 
 from shared.errors import RecordValidationError, SessionBusyError, SessionStateError
-from shared.records import RecordType, RequestMark, encode_line, now_timestamp, validate_message
+from shared.records import (
+    MAX_HISTORY_INDEX,
+    RecordType,
+    RequestMark,
+    encode_line,
+    now_timestamp,
+    reference_origin,
+    validate_message,
+)
 from shared.stop_kinds import classify_session
 from writer_service.committer import SessionLog
 from writer_service.session_index import IndexEntry
@@ -40,26 +48,36 @@ class CallView:
     the request resets it. :meth:`committed` is the view after the request.
     """
 
-    __slots__ = ("added", "base", "reset_done")
+    __slots__ = ("added", "base", "removed", "reset_done")
 
     def __init__(self, base: set[str]) -> None:
         self.base = base
         self.added: set[str] = set()
+        self.removed: set[str] = set()  # base ids a retraction took out
         self.reset_done = False
 
     def __contains__(self, item: object) -> bool:
-        return item in self.added or (not self.reset_done and item in self.base)
+        return item in self.added or (not self.reset_done and item in self.base and item not in self.removed)
 
     def add(self, call_ids: Iterable[str]) -> None:
-        self.added.update(call_ids)
+        for call_id in call_ids:
+            self.added.add(call_id)
+            self.removed.discard(call_id)
+
+    def remove(self, call_ids: Iterable[str]) -> None:
+        for call_id in call_ids:
+            self.added.discard(call_id)
+            self.removed.add(call_id)
 
     def reset(self) -> None:
         self.reset_done = True
         self.added = set()
+        self.removed = set()
 
     def committed(self) -> set[str]:
         if self.reset_done:
             return set(self.added)
+        self.base.difference_update(self.removed)
         self.base.update(self.added)
         return self.base
 
@@ -95,6 +113,13 @@ def apply_record(
                 if validate:
                     validate_message(message, index, view, f"compacted.replacement_history[{position}]")
                 view.add(_call_ids(message))
+        case RecordType.RETRACTION:
+            if validate:
+                check_retraction(payload, index)
+            call_ids = payload.get("call_ids")
+            view.remove(
+                call for call in (call_ids if isinstance(call_ids, list) else ()) if isinstance(call, str)
+            )
         case RecordType.REASONING | RecordType.TURN_CONTEXT | RecordType.EVENT:
             pass
         case RecordType.SESSION_META | RecordType.AGENT_CHECKPOINT | RecordType.STOP:
@@ -104,6 +129,22 @@ def apply_record(
                 )
         case _:
             assert_never(record_type)
+
+
+def check_retraction(payload: dict[str, Any], index: int) -> None:
+    """Refuse (RecordValidationError naming ``records[index].retraction...``) a retraction that
+    names no message, or a reference that is not ``{seq >= 1, index?}`` (shared.records)."""
+    references = payload.get("messages")
+    if not isinstance(references, list) or not references:
+        raise RecordValidationError(index, "retraction.messages", "is empty: name at least one message")
+    for position, reference in enumerate(references):
+        if reference_origin(reference) is None:
+            raise RecordValidationError(
+                index,
+                f"retraction.messages[{position}]",
+                f"must name a seq >= 1 and, for a replacement history entry, an index from 0 to"
+                f" {MAX_HISTORY_INDEX}; got {reference!r}",
+            )
 
 
 @dataclass(slots=True, eq=False)

@@ -78,9 +78,17 @@ from writer_service.file_facts import FORCE_HINT, RebuiltFacts, file_facts, refu
 from writer_service.files import create_file, create_marker
 from writer_service.heap_trim import HeapTrimmer
 from writer_service.idempotency import RememberedAppend, RequestMemory, find_request, fingerprint, reused_id
-from writer_service.open_session import CallView, OpenSession, RecordTimes, RequestRecords, apply_record
+from writer_service.open_session import (
+    CallView,
+    OpenSession,
+    RecordTimes,
+    RequestRecords,
+    apply_record,
+    check_retraction,
+)
 from writer_service.recovery import repair_torn_tail, unavailable
 from writer_service.refusal_pacing import DEFAULT_RATE
+from writer_service.retractions import resolve_retractions
 from writer_service.session_index import IndexEntry, SessionIndex, build_index, read_entry
 from writer_service.session_state import (
     SAVE_EVERY_BYTES,
@@ -542,6 +550,21 @@ class SessionLedger:
                 state = await self.open_session(session_id)  # the lookup awaited: look again
             if remembered is not None:
                 return remembered.seqs, remembered.next_seq, remembered.durable
+        retractions = [
+            (index, payload)
+            for index, payloads in enumerate(records)
+            for record_type, payload in payloads
+            if record_type == RecordType.RETRACTION
+        ]
+        if retractions:
+            for index, payload in retractions:
+                check_retraction(payload, index)
+            await self.run_io(resolve_retractions, state.path, state.log.size, state.next_seq, retractions)
+            state = await self.open_session(session_id)  # the lines were read: look again
+            if request_id:
+                remembered = self._requests.recall(session_id, request_id, print_)
+                if remembered is not None:  # another attempt of this request was queued meanwhile
+                    return remembered.seqs, remembered.next_seq, remembered.durable
         state.check_appendable()
         if expected_next_seq is not None and expected_next_seq != state.next_seq:
             raise SessionStateError(

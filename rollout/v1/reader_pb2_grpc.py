@@ -44,6 +44,11 @@ class RolloutReaderStub:
                 request_serializer=rollout_dot_v1_dot_reader__pb2.ReplayRequest.SerializeToString,
                 response_deserializer=rollout_dot_v1_dot_reader__pb2.ReplayChunk.FromString,
                 _registered_method=True)
+        self.GetRecentMessages = channel.unary_unary(
+                '/rollout.v1.RolloutReader/GetRecentMessages',
+                request_serializer=rollout_dot_v1_dot_reader__pb2.RecentMessagesRequest.SerializeToString,
+                response_deserializer=rollout_dot_v1_dot_reader__pb2.RecentMessagesResponse.FromString,
+                _registered_method=True)
         self.GetMemoryView = channel.unary_unary(
                 '/rollout.v1.RolloutReader/GetMemoryView',
                 request_serializer=rollout_dot_v1_dot_reader__pb2.MemoryViewRequest.SerializeToString,
@@ -110,6 +115,24 @@ class RolloutReaderServicer:
         memory grows with the number of messages (offsets only), not their bytes.
         The last chunk carries the summary (degraded ledger, checkpoint
         verification, token estimate, too_large). Same status codes as GetReplay.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetRecentMessages(self, request, context):
+        """The last messages of the rebuilt sequence (every message with limit 0),
+        each with the line it came from, and the next seq as read: what an agent
+        framework reads to continue a conversation, and to take its last item
+        out (an Append of a Retraction naming the origin, with expected_next_seq
+        set to next_seq: refused if anything was appended since). Same rules as
+        GetReplay, from the same rendered copy, so a repeated call on an
+        unchanged or grown session costs what it returns; no digest is computed
+        and no degraded ledger returned (GetReplay has both).
+        INVALID_ARGUMENT: negative limit. NOT_FOUND: unknown session.
+        RESOURCE_EXHAUSTED (ErrorInfo REPLY_TOO_LARGE): the messages asked for do
+        not fit in one reply (ask for fewer, or use StreamReplay).
+        UNAVAILABLE: the session file cannot be read (ErrorInfo names the errno).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -237,6 +260,11 @@ def add_RolloutReaderServicer_to_server(servicer, server):
                     request_deserializer=rollout_dot_v1_dot_reader__pb2.ReplayRequest.FromString,
                     response_serializer=rollout_dot_v1_dot_reader__pb2.ReplayChunk.SerializeToString,
             ),
+            'GetRecentMessages': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetRecentMessages,
+                    request_deserializer=rollout_dot_v1_dot_reader__pb2.RecentMessagesRequest.FromString,
+                    response_serializer=rollout_dot_v1_dot_reader__pb2.RecentMessagesResponse.SerializeToString,
+            ),
             'GetMemoryView': grpc.unary_unary_rpc_method_handler(
                     servicer.GetMemoryView,
                     request_deserializer=rollout_dot_v1_dot_reader__pb2.MemoryViewRequest.FromString,
@@ -327,6 +355,33 @@ class RolloutReader:
             '/rollout.v1.RolloutReader/StreamReplay',
             rollout_dot_v1_dot_reader__pb2.ReplayRequest.SerializeToString,
             rollout_dot_v1_dot_reader__pb2.ReplayChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetRecentMessages(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rollout.v1.RolloutReader/GetRecentMessages',
+            rollout_dot_v1_dot_reader__pb2.RecentMessagesRequest.SerializeToString,
+            rollout_dot_v1_dot_reader__pb2.RecentMessagesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -95,6 +95,22 @@ class ReplacementHistory(_message.Message):
     messages: _containers.RepeatedCompositeFieldContainer[ChatMessage]
     def __init__(self, messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ...) -> None: ...
 
+class MessageRef(_message.Message):
+    __slots__ = ("seq", "history_index")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_INDEX_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    history_index: int
+    def __init__(self, seq: _Optional[int] = ..., history_index: _Optional[int] = ...) -> None: ...
+
+class Retraction(_message.Message):
+    __slots__ = ("messages", "reason")
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[MessageRef]
+    reason: str
+    def __init__(self, messages: _Optional[_Iterable[_Union[MessageRef, _Mapping]]] = ..., reason: _Optional[str] = ...) -> None: ...
+
 class Event(_message.Message):
     __slots__ = ("kind", "body")
     KIND_FIELD_NUMBER: _ClassVar[int]

@@ -57,20 +57,24 @@ class CreateSessionResponse(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., created_at: _Optional[str] = ..., next_seq: _Optional[int] = ...) -> None: ...
 
 class AppendRecord(_message.Message):
-    __slots__ = ("message", "reasoning", "compacted", "turn_context", "event", "ts")
+    __slots__ = ("message", "reasoning", "compacted", "turn_context", "event", "retraction", "message_json", "ts")
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     REASONING_FIELD_NUMBER: _ClassVar[int]
     COMPACTED_FIELD_NUMBER: _ClassVar[int]
     TURN_CONTEXT_FIELD_NUMBER: _ClassVar[int]
     EVENT_FIELD_NUMBER: _ClassVar[int]
+    RETRACTION_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_JSON_FIELD_NUMBER: _ClassVar[int]
     TS_FIELD_NUMBER: _ClassVar[int]
     message: _records_pb2.ChatMessage
     reasoning: _records_pb2.Reasoning
     compacted: _records_pb2.Compacted
     turn_context: _struct_pb2.Struct
     event: _records_pb2.Event
+    retraction: _records_pb2.Retraction
+    message_json: bytes
     ts: str
-    def __init__(self, message: _Optional[_Union[_records_pb2.ChatMessage, _Mapping]] = ..., reasoning: _Optional[_Union[_records_pb2.Reasoning, _Mapping]] = ..., compacted: _Optional[_Union[_records_pb2.Compacted, _Mapping]] = ..., turn_context: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., event: _Optional[_Union[_records_pb2.Event, _Mapping]] = ..., ts: _Optional[str] = ...) -> None: ...
+    def __init__(self, message: _Optional[_Union[_records_pb2.ChatMessage, _Mapping]] = ..., reasoning: _Optional[_Union[_records_pb2.Reasoning, _Mapping]] = ..., compacted: _Optional[_Union[_records_pb2.Compacted, _Mapping]] = ..., turn_context: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., event: _Optional[_Union[_records_pb2.Event, _Mapping]] = ..., retraction: _Optional[_Union[_records_pb2.Retraction, _Mapping]] = ..., message_json: _Optional[bytes] = ..., ts: _Optional[str] = ...) -> None: ...
 
 class AppendRequest(_message.Message):
     __slots__ = ("session_id", "records", "expected_next_seq", "request_id", "request_since_seq")

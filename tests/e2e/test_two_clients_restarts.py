@@ -71,13 +71,13 @@ def test_an_append_retried_across_restarts_is_acknowledged_only_for_its_own_reco
                 watch.failed.clear()
                 outcome: dict[str, Any] = {}
 
-                def second_appends(text: str = f"second {round_no}") -> None:
+                def second_appends(text: str, outcome: dict[str, Any]) -> None:
                     try:
                         outcome[text] = two.append(user(text)).seqs
                     except Exception as error:  # reported by the assertion below
                         outcome["error"] = error
 
-                worker = threading.Thread(target=second_appends)
+                worker = threading.Thread(target=second_appends, args=(f"second {round_no}", outcome))
                 worker.start()
                 assert watch.failed.wait(120), "the second client's first attempt never failed"
                 writer = _restart("writer", data_dir, writer.address)
@@ -98,6 +98,8 @@ def test_an_append_retried_across_restarts_is_acknowledged_only_for_its_own_reco
     texts = {record["seq"]: record["payload"].get("content") for record in records}
     assert len(acknowledged) == 2 * ROUNDS + 1
     for text, seqs in acknowledged.items():
-        assert texts[seqs[0]] == text, f"{text!r} was acknowledged at seq {seqs[0]}, which holds {texts[seqs[0]]!r}"
+        assert texts[seqs[0]] == text, (
+            f"{text!r} was acknowledged at seq {seqs[0]}, which holds {texts[seqs[0]]!r}"
+        )
     assert len(records) == 1 + len(acknowledged), "a record was written twice or one not acknowledged"
     assert sorted(replayed) == sorted(acknowledged)

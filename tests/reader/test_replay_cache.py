@@ -120,6 +120,7 @@ OPERATIONS = st.lists(
         st.tuples(st.just("gap")),
         st.tuples(st.just("unknown")),
         st.tuples(st.just("half"), st.integers(1, 30)),
+        st.tuples(st.just("retract"), st.integers(1, 12), st.sampled_from([None, 0, 1])),
     ),
     min_size=1,
     max_size=14,
@@ -155,6 +156,11 @@ def apply(session: Session, operation: tuple) -> None:
         session.seq += 2
     elif kind == "unknown":
         session.append("hologram", {"x": 1})
+    elif kind == "retract":  # a seq back from the end; an index names a history entry (or nothing)
+        reference = {"seq": max(1, session.seq - operation[1])}
+        if operation[2] is not None:
+            reference["index"] = operation[2]
+        session.append("retraction", {"messages": [reference], "reason": "pop", "call_ids": []})
     else:  # a record being written: its first bytes now, the rest with the next operation
         whole = line(session.seq, "message", {"role": "user", "content": "in flight"})
         cut = min(operation[1], len(whole) - 1)
@@ -166,7 +172,7 @@ def apply(session: Session, operation: tuple) -> None:
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(operations=OPERATIONS, cap=st.sampled_from([0, 2]), budget=st.sampled_from([0, 5]))
 def test_cached_replies_equal_a_fresh_rebuild_after_every_change(tmp_path_factory, operations, cap, budget):
-    """After each append, compaction, checkpoint, damage or half-written record, the cached reply
+    """After each append, compaction, retraction, checkpoint, damage or half-written record, the cached reply
     (extended from the new bytes only) is byte for byte the reply of a fresh one-read rebuild, and of
     the bounded-memory path."""
     session = Session(tmp_path_factory.mktemp("cache") / "session.jsonl")

@@ -1,0 +1,172 @@
+"""The writer's half of a retraction (writer_service.retractions): references checked against the
+file, the retracted calls' ids written into the record and taken out of the writer's view."""
+
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+import pytest
+
+from reader_service.replay import DigestStatus, replay_file
+from rollout.v1 import records_pb2, writer_pb2
+from shared.errors import RecordValidationError
+from shared.session_meta import SessionSpec
+from shared.stop_kinds import StopKind
+from shared.wire import append_payloads
+from writer_service.sessions import SessionLedger, WriterConfig
+
+
+def record(**fields) -> list:
+    return append_payloads(writer_pb2.AppendRecord(**fields), 0)
+
+
+def user(text: str) -> list:
+    return record(message=records_pb2.ChatMessage(role="user", text=text))
+
+
+def call(call_id: str) -> list:
+    message = records_pb2.ChatMessage(role="assistant")
+    message.tool_calls.add(id=call_id, type="function", function=records_pb2.FunctionCall(name="f"))
+    return record(message=message)
+
+
+def output(call_id: str) -> list:
+    return record(message=records_pb2.ChatMessage(role="tool", tool_call_id=call_id, text="done"))
+
+
+def retract(*references: dict) -> list:
+    refs = [records_pb2.MessageRef(**reference) for reference in references]
+    return record(retraction=records_pb2.Retraction(messages=refs, reason="test"))
+
+
+def compaction(*history: str) -> list:
+    messages = [records_pb2.ChatMessage(role="user", text=text) for text in history]
+    compacted = records_pb2.Compacted(summary="s")
+    if history:
+        compacted.replacement_history.messages.extend(messages)
+    return record(compacted=compacted)
+
+
+async def append(ledger, session_id, *records):
+    seqs, _, durable = await ledger.enqueue(session_id, list(records))
+    await durable
+    return seqs
+
+
+def lines_of(ledger, session_id):
+    entry = ledger.index.get(session_id)
+    return [orjson.loads(line) for line in (ledger.root.sessions_dir / entry.name).read_bytes().splitlines()]
+
+
+def test_a_retracted_call_cannot_be_answered_and_its_id_is_in_the_record(data_dir) -> None:
+    """The writer writes the retracted messages' call ids into the record; an output for them is then
+    refused, while a call that was not retracted is still answered."""
+
+    async def scenario():
+        ledger = SessionLedger(WriterConfig(data_dir=data_dir))
+        try:
+            sid, _ = await ledger.create_session(SessionSpec())
+            await append(ledger, sid, call("gone"), call("kept"))
+            await append(ledger, sid, retract({"seq": 1}))
+            with pytest.raises(RecordValidationError, match="answers no tool call"):
+                await append(ledger, sid, output("gone"))
+            await append(ledger, sid, output("kept"))
+            return lines_of(ledger, sid)
+        finally:
+            await ledger.close()
+
+    lines = asyncio.run(scenario())
+    assert lines[3]["type"] == "retraction"
+    assert lines[3]["payload"] == {"messages": [{"seq": 1}], "reason": "test", "call_ids": ["gone"]}
+
+
+def test_the_view_after_a_restart_still_excludes_the_retracted_call(data_dir) -> None:
+    """Reopened by a new writer (its saved state and the lines after it), the retraction still holds."""
+
+    async def first():
+        ledger = SessionLedger(WriterConfig(data_dir=data_dir))
+        try:
+            sid, _ = await ledger.create_session(SessionSpec())
+            await append(ledger, sid, call("gone"))
+            await append(ledger, sid, retract({"seq": 1}))
+            return sid
+        finally:
+            await ledger.close()
+
+    sid = asyncio.run(first())
+
+    async def second():
+        ledger = SessionLedger(WriterConfig(data_dir=data_dir))
+        try:
+            with pytest.raises(RecordValidationError, match="answers no tool call"):
+                await append(ledger, sid, output("gone"))
+        finally:
+            await ledger.close()
+
+    asyncio.run(second())
+
+
+@pytest.mark.parametrize(
+    ("reference", "field"),
+    [
+        ({"seq": 9}, "not in the session"),
+        ({"seq": 2}, "no message of the session"),  # the event at seq 2
+        ({"seq": 3, "history_index": 5}, "no message of the session"),  # past the history's end
+        ({"seq": 4}, "no message of the session"),  # a compaction with a history names entries only
+        ({"seq": 0}, "must name a seq >= 1"),
+    ],
+)
+def test_a_reference_to_no_message_is_refused_and_nothing_is_written(data_dir, reference, field) -> None:
+    """INVALID_ARGUMENT naming records[i].retraction.messages[j]; the file is unchanged."""
+
+    async def scenario():
+        ledger = SessionLedger(WriterConfig(data_dir=data_dir))
+        try:
+            sid, _ = await ledger.create_session(SessionSpec())
+            await append(ledger, sid, user("a"))
+            await append(ledger, sid, record(event=records_pb2.Event(kind="ui")))
+            await append(ledger, sid, compaction("h0", "h1"))
+            await append(ledger, sid, compaction("h2"))
+            before = len(lines_of(ledger, sid))
+            with pytest.raises(RecordValidationError, match=field) as caught:
+                await append(ledger, sid, user("b"), retract({"seq": 1}, reference))
+            assert caught.value.index == 1
+            assert caught.value.field.startswith("retraction.messages")
+            return before, len(lines_of(ledger, sid))
+        finally:
+            await ledger.close()
+
+    before, after = asyncio.run(scenario())
+    assert before == after
+
+
+def test_history_entries_and_summaries_are_retractable_and_stop_checkpoints_verify(data_dir) -> None:
+    """Entries of a replacement history and a summary-only compaction can be named; the checkpoint
+    Stop writes over a retracted view verifies on replay."""
+
+    async def scenario():
+        ledger = SessionLedger(WriterConfig(data_dir=data_dir))
+        try:
+            sid, _ = await ledger.create_session(SessionSpec())
+            await append(ledger, sid, compaction("h0", "h1"))
+            await append(ledger, sid, retract({"seq": 1, "history_index": 0}))
+            await append(ledger, sid, user("after"))
+            await append(ledger, sid, retract({"seq": 3}))
+            result = await ledger.stop(sid, StopKind.PAUSED, "")
+            summary_only, _ = await ledger.create_session(SessionSpec())
+            await append(ledger, summary_only, compaction())
+            await append(ledger, summary_only, retract({"seq": 1}))
+            await ledger.stop(summary_only, StopKind.PAUSED, "")
+            paths = [ledger.root.sessions_dir / ledger.index.get(s).name for s in (sid, summary_only)]
+            return result, paths
+        finally:
+            await ledger.close()
+
+    result, (path, summary_path) = asyncio.run(scenario())
+    replay = replay_file(path)
+    assert [m["content"] for m in replay.rebuilt.messages] == ["h1"]
+    assert result.message_count == 1
+    assert replay.digest_status is DigestStatus.VERIFIED
+    emptied = replay_file(summary_path)
+    assert (emptied.rebuilt.messages, emptied.digest_status) == ([], DigestStatus.VERIFIED)
