@@ -51,7 +51,7 @@ from typing import Any, TypeVar
 import orjson
 
 from reader_service.replay import ReplayFacts, checkpoint_verification, digest_status_of
-from reader_service.wire import message_entry
+from reader_service.wire import canonical_entry, message_entry
 from shared.committed_lines import CommittedLines
 from shared.digest import digest_of_framed, framed_canonical
 from shared.layout import open_session_file
@@ -189,13 +189,13 @@ class _Entry:
         self.answer = (key, rendered)
         return rendered
 
-    def recent(self, limit: int) -> RecentMessages:
+    def recent(self, limit: int, canonical: bool) -> RecentMessages:
         """The last ``limit`` messages of the applied lines (0: all), as :meth:`ReplayCache.recent`."""
         state = self.state
         messages: list[RenderedMessage] = state.messages
         first = max(0, len(messages) - limit) if limit else 0
         return RecentMessages(
-            [entry for entry, _ in messages[first:]],
+            [canonical_entry(framed) if canonical else entry for entry, framed in messages[first:]],
             state.origins[first:].tolist(),
             len(messages),
             state.result.last_seq + 1,
@@ -241,11 +241,13 @@ class ReplayCache:
         """
         return self._use(path, lambda entry, tail: entry.replay(tail, max_messages))
 
-    def recent(self, path: Path, limit: int) -> RecentMessages | None:
+    def recent(self, path: Path, limit: int, canonical: bool = False) -> RecentMessages | None:
         """The last ``limit`` messages (0: all) of the session file at ``path`` with their origins,
         the sequence's length and the next seq as read; None when the file is over
-        ``max_file_bytes``. No digest is computed. Raises OSError as :meth:`rendered` does."""
-        return self._use(path, lambda entry, tail: entry.recent(limit))
+        ``max_file_bytes``. Entries are reply entries of ChatMessages, or with ``canonical`` of
+        canonical JSON (:func:`reader_service.wire.canonical_entry`). No digest is computed.
+        Raises OSError as :meth:`rendered` does."""
+        return self._use(path, lambda entry, tail: entry.recent(limit, canonical))
 
     def _use(self, path: Path, use: Callable[[_Entry, bytes], _T]) -> _T | None:
         """``use(entry, uncommitted tail)`` on the current entry of ``path`` (under its lock), or None."""

@@ -72,18 +72,21 @@ def replay_reply(
     return _within(reply, session_id, max_reply_bytes, "StreamReplay")
 
 
-def recent_reply(cache: ReplayCache, session_id: str, path: Path, limit: int, max_reply_bytes: int) -> bytes:
+def recent_reply(
+    cache: ReplayCache, session_id: str, path: Path, limit: int, canonical: bool, max_reply_bytes: int
+) -> bytes:
     """The serialized RecentMessagesResponse of one session file: from the cache, or rebuilt in
     bounded memory (offsets) with only the returned messages read back.
 
     Raises ReplyTooLargeError when it exceeds ``max_reply_bytes``, OSError when the file
     cannot be read.
     """
-    recent = cache.recent(path, limit)
+    recent = cache.recent(path, limit, canonical)
     if recent is None:
         handles, origins, count, next_seq = index_recent(path, limit)
+        render = wire.canonical_message_entry if canonical else wire.message_entry
         with MessageSource(path) as source:
-            entries = [wire.message_entry(source.message(handle)) for handle in handles]
+            entries = [render(source.message(handle)) for handle in handles]
         recent = RecentMessages(entries, origins, count, next_seq)
     reply = wire.recent_reply(
         session_id, recent.entries, recent.origins, recent.message_count, recent.next_seq

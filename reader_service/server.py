@@ -193,7 +193,7 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
             path, size = await self._locate(session_id)
             await self._admit(context, unary_reply_cost(size, limit))
             return await self._heavy_run(
-                replies.recent_reply, self.replays, session_id, path, request.limit, limit
+                replies.recent_reply, self.replays, session_id, path, request.limit, request.canonical, limit
             )
         raise AssertionError("unreachable: status_mapping aborts")
 

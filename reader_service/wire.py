@@ -36,6 +36,7 @@ from reader_service.listing import SessionFilters
 from reader_service.replay import DigestStatus, ReplayFacts
 from reader_service.stop_facts import StopFactsResult, eligibility_of
 from rollout.v1 import reader_pb2, records_pb2
+from shared.digest import framed_canonical
 from shared.errors import InvalidArgumentError, ReplyTooLargeError
 from shared.rebuild import CheckpointRecord, DegradedEntry
 from shared.records import origin_reference, parse_timestamp, reasoning_blocks_of
@@ -333,6 +334,21 @@ def recent_reply(
         origins=[message_ref(origin) for origin in origins], message_count=message_count, next_seq=next_seq
     ).SerializeToString()
     return b"".join((head, *entries, tail))
+
+
+#: Tag of RecentMessagesResponse.canonical_messages (field 6, length-delimited).
+_CANONICAL_TAG = _tag(reader_pb2.RecentMessagesResponse, "canonical_messages")
+
+
+def canonical_entry(framed: bytes) -> bytes:
+    """One message's entry of RecentMessagesResponse.canonical_messages, from its framed canonical
+    bytes (:func:`shared.digest.framed_canonical`: an 8-byte length, then the canonical JSON)."""
+    return _CANONICAL_TAG + _varint(len(framed) - 8) + framed[8:]
+
+
+def canonical_message_entry(payload: Mapping[str, Any]) -> bytes:
+    """One rebuilt message payload as its entry of RecentMessagesResponse.canonical_messages."""
+    return canonical_entry(framed_canonical(payload))
 
 
 def message_ref(origin: int) -> records_pb2.MessageRef:

@@ -152,9 +152,14 @@ class RecentMessages:
 
     @classmethod
     def from_proto(cls, reply: reader_pb2.RecentMessagesResponse) -> RecentMessages:
+        messages = (
+            [orjson.loads(message) for message in reply.canonical_messages]
+            if reply.canonical_messages
+            else [message_to_dict(message) for message in reply.messages]
+        )
         return cls(
             reply.session_id,
-            [message_to_dict(message) for message in reply.messages],
+            messages,
             [
                 MessageRef(ref.seq, ref.history_index if ref.HasField("history_index") else None)
                 for ref in reply.origins

@@ -198,15 +198,17 @@ class AsyncSession:
             return Replay(self.id, messages, stream.summary)
         return Replay.from_proto(response)
 
-    async def recent_messages(self, limit: int = 0) -> RecentMessages:
+    async def recent_messages(self, limit: int = 0, *, canonical: bool = False) -> RecentMessages:
         """The last ``limit`` messages of the rebuilt view (0: all), oldest first, with each one's
         origin and the next seq as read (reader.proto GetRecentMessages: served from the
-        reader's rendered copy, no digest). Also teaches this Session a next seq to append at.
+        reader's rendered copy, no digest). With ``canonical`` each message is its canonical
+        JSON (the digest's fields only: no is_error, synthetic, is_anchored or truncation
+        marker), cheaper to read. Also teaches this Session a next seq to append at.
         Raises NotFoundError, InvalidArgumentError (negative limit), ResourceExhaustedError
         (too many to fit one reply)."""
         reply = await self.client.call(
             self.client.reader_stub.GetRecentMessages,
-            reader_pb2.RecentMessagesRequest(session_id=self.id, limit=limit),
+            reader_pb2.RecentMessagesRequest(session_id=self.id, limit=limit, canonical=canonical),
         )
         recent = RecentMessages.from_proto(reply)
         if self._next_seq is None and not self._append_lock.locked():

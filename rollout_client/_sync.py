@@ -279,9 +279,9 @@ class Session:
         """See :meth:`AsyncSession.append` (exactly once)."""
         return self.client.run(self.core.append(*records, expected_next_seq=expected_next_seq))
 
-    def recent_messages(self, limit: int = 0) -> RecentMessages:
+    def recent_messages(self, limit: int = 0, *, canonical: bool = False) -> RecentMessages:
         """See :meth:`AsyncSession.recent_messages`."""
-        return self.client.run(self.core.recent_messages(limit))
+        return self.client.run(self.core.recent_messages(limit, canonical=canonical))
 
     def replay(self, token_budget: int | None = None, max_messages: int | None = None) -> Replay:
         """See :meth:`AsyncSession.replay`."""
