@@ -13,6 +13,7 @@ replays run. Replies already serialized (bytes) are sent as they are.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import logging
 import sys
@@ -47,11 +48,12 @@ from reader_service.replay_cache import ReplayCache
 from reader_service.stop_facts import DEFAULT_TAIL_WINDOW, StopFactsResult, read_stop_facts
 from reader_service.watch import SessionFileChangedError, WatchClosedError, WatchHub
 from rollout.v1 import reader_pb2, reader_pb2_grpc
-from shared.errors import InvalidArgumentError
+from shared.errors import InvalidArgumentError, SessionNotFoundError
 from shared.layout import DataRoot, session_file_stat
+from shared.naming import is_session_id
 from shared.serving import PLAINTEXT, RunningService, ServerSettings, ServiceServer
 from shared.status import abort_with, rich_status, status_mapping
-from shared.tenancy import caller_tenant
+from shared.tenancy import caller_tenant, keyed_session_id
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +91,21 @@ def _located(index: ListingIndex, session_id: str) -> tuple[Path, int]:
 
 def _next_chunk(chunks: Iterator[bytes]) -> bytes | None:
     return next(chunks, None)
+
+
+def _resolved(index: ListingIndex, session_key: str, tenant: str) -> tuple[str, bool]:
+    """(session id, found) of a caller's session key (shared.tenancy.keyed_session_id), or of a
+    session id the caller sees given as the key."""
+    if is_session_id(session_key):
+        with contextlib.suppress(SessionNotFoundError):
+            index.locate(session_key)
+            return session_key, True
+    session_id = keyed_session_id(tenant, session_key)
+    try:
+        index.locate(session_id)
+    except SessionNotFoundError:
+        return session_id, False
+    return session_id, True
 
 
 def _stop_facts_and_meta(index: ListingIndex, path: Path) -> tuple[StopFactsResult, dict[str, Any]]:
@@ -255,6 +272,16 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
                 list_sessions, self.index, request.page_size, request.page_token, filters, request.max_scan
             )
             return wire.listing_page(page)
+        raise AssertionError("unreachable: status_mapping aborts")
+
+    async def ResolveSession(
+        self, request: reader_pb2.ResolveSessionRequest, context: grpc.aio.ServicerContext
+    ) -> reader_pb2.ResolveSessionResponse:
+        async with status_mapping(context, "ResolveSession"):
+            session_id, found = await self._cheap_run(
+                _resolved, self.index, request.session_key, request.tenant
+            )
+            return reader_pb2.ResolveSessionResponse(session_id=session_id, found=found)
         raise AssertionError("unreachable: status_mapping aborts")
 
     async def FindDelegations(

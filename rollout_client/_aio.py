@@ -193,6 +193,7 @@ class AsyncRolloutClient:
         originator: str = "",
         client_version: str = "",
         session_id: str | None = None,
+        session_key: str = "",
     ) -> AsyncSession:
         """Create a session (its session_meta is durable when this returns).
 
@@ -201,12 +202,15 @@ class AsyncRolloutClient:
         ROOT; ``root=False`` a child without coordinates; naming an agent without either raises
         :class:`RootNotDeclaredError` (never silently a root). The session id is made here
         (UUIDv7) unless given, so a retry after a lost answer cannot create a second session.
+        ``session_key``: the caller's own name for the session, unique in its tenant; the
+        writer derives the id from it (see :meth:`resolve_session`).
         Raises InvalidArgumentError (bad agent name or field), AlreadyExistsError (a given id
-        already in the ledger), UnavailableError.
+        or key already in the ledger: its ``session_id`` names the session), UnavailableError.
         """
         scope = current_delegation()
         request = writer_pb2.CreateSessionRequest(
-            session_id=session_id or new_session_id(),
+            session_id=session_id or ("" if session_key else new_session_id()),
+            session_key=session_key,
             agent_name=agent_name or "",
             tenant=tenant,
             model=model,
@@ -229,12 +233,24 @@ class AsyncRolloutClient:
             except grpc.aio.AioRpcError as exc:
                 error = error_from_rpc(exc)
             if isinstance(error, AlreadyExistsError) and maybe_created:
-                return AsyncSession(self, request.session_id)  # the lost answer's session
+                # the lost answer's session
+                return AsyncSession(self, request.session_id or error.session_id or "")
             if is_retryable(error) and error.code is not None:
                 maybe_created = maybe_created or error.code not in REFUSED_UNWRITTEN
                 if await attempts.wait():
                     continue
             raise error
+
+    async def resolve_session(self, session_key: str, *, tenant: str = "") -> tuple[str, bool]:
+        """(session id, found) of the session ``session_key`` names in the caller's tenant (reader.proto
+        ResolveSession; a key that is the id of a session the caller sees names that session).
+        ``found`` False: not created yet (the id is the one ``create_session(session_key=...)``
+        gives it). Raises InvalidArgumentError (an empty or overlong key), PermissionDeniedError."""
+        reply = await self.call(
+            self.reader_stub.ResolveSession,
+            reader_pb2.ResolveSessionRequest(session_key=session_key, tenant=tenant),
+        )
+        return reply.session_id, reply.found
 
     def session(self, session_id: str) -> AsyncSession:
         """The existing session ``session_id`` (no call is made; a wrong id fails on first use)."""

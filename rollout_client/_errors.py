@@ -34,6 +34,8 @@ import grpc
 from google.protobuf.message import DecodeError
 from google.rpc import error_details_pb2, status_pb2
 
+from shared.errors import SESSION_EXISTS
+
 _DETAILS_KEY = "grpc-status-details-bin"
 _NEXT_SEQ = re.compile(r"^next_seq=(\d+)$")
 
@@ -96,7 +98,16 @@ class NotFoundError(RolloutError):
 
 
 class AlreadyExistsError(RolloutError):
-    """ALREADY_EXISTS: the session id given to create_session is already in the ledger."""
+    """ALREADY_EXISTS: the session id (or session key) given to create_session is already in the
+    ledger; :attr:`session_id` names the session when the writer said which."""
+
+    @property
+    def session_id(self) -> str | None:
+        """The existing session's id (ErrorInfo reason ``SESSION_EXISTS``), or None."""
+        for info in self.error_info:
+            if info.reason == SESSION_EXISTS and info.metadata.get("session_id"):
+                return info.metadata["session_id"]
+        return None
 
 
 class FailedPreconditionError(RolloutError):

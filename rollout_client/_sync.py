@@ -179,6 +179,7 @@ class RolloutClient:
         originator: str = "",
         client_version: str = "",
         session_id: str | None = None,
+        session_key: str = "",
     ) -> Session:
         """See :meth:`AsyncRolloutClient.create_session` (delegation taken from the caller's context)."""
         core = self.run(
@@ -191,9 +192,14 @@ class RolloutClient:
                 originator=originator,
                 client_version=client_version,
                 session_id=session_id,
+                session_key=session_key,
             )
         )
         return Session(self, core)
+
+    def resolve_session(self, session_key: str, *, tenant: str = "") -> tuple[str, bool]:
+        """See :meth:`AsyncRolloutClient.resolve_session`."""
+        return self.run(self.core.resolve_session(session_key, tenant=tenant))
 
     def session(self, session_id: str) -> Session:
         """The existing session ``session_id`` (no call is made)."""

@@ -145,6 +145,8 @@ class ReplyTooLargeError(ResourceLimitError):
 
 #: ErrorInfo reason of :class:`ReplyTooLargeError` (domain ``rollout-ledger``).
 REPLY_TOO_LARGE = "REPLY_TOO_LARGE"
+#: ErrorInfo reason of :class:`SessionExistsError`; its metadata ``session_id`` names the session.
+SESSION_EXISTS = "SESSION_EXISTS"
 
 
 class StorageWriteError(LedgerError):

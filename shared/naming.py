@@ -7,7 +7,8 @@ Shape: ``<YYYY-MM-DD>_<HHMMSS>_<session_id>[_<agent_name>].jsonl``, e.g.::
 
 * the date and time are the session's creation time, UTC, to the second;
 * ``session_id`` is a lowercase UUID (36 characters; new ones are version 7,
-  time-ordered), so the agent name after it may itself contain ``_``;
+  time-ordered, or version 8 for a session named by a caller's own key:
+  :func:`session_id_for_key`), so the agent name after it may itself contain ``_``;
 * ``agent_name`` is 1-64 characters of ``[A-Za-z0-9._-]``, not starting with ``.``
   and never containing ``..`` (so never a path), optional.
 
@@ -17,7 +18,9 @@ pins the round trip. Change both or neither.
 
 from __future__ import annotations
 
+import hashlib
 import re
+import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -53,6 +56,33 @@ class SessionFileName:
 def new_session_id() -> str:
     """A new lowercase UUIDv7 session id (time-ordered)."""
     return str(uuid6.uuid7())
+
+
+#: Longest session key (characters): a caller's own name for a session (SessionSpec.session_key).
+SESSION_KEY_MAX_CHARS = 512
+#: What the hash of a session key starts with (a version tag, so a later scheme cannot collide).
+_KEY_DOMAIN = b"rollout-ledger session key v1\x00"
+
+
+def session_id_for_key(tenant: str, key: str) -> str:
+    """The session id a caller's own key names in ``tenant``: a lowercase UUID (version 8, from
+    SHA-256 of the tenant and the key), the same on every call, in every service and client.
+
+    A key is unique per tenant by construction: the same key in two tenants names two
+    sessions, and no lookup table is needed (the writer creates the session under this id,
+    readers find it by it). ``tenant`` is the session's recorded tenant (``default`` when
+    none was given). Raises FileNameError (field ``session_key``) for an empty key or one
+    over :data:`SESSION_KEY_MAX_CHARS` characters.
+    """
+    if not key or len(key) > SESSION_KEY_MAX_CHARS:
+        raise FileNameError("session_key", f"must be 1 to {SESSION_KEY_MAX_CHARS} characters, got {len(key)}")
+    digest = hashlib.sha256(
+        _KEY_DOMAIN + tenant.encode("utf-8", "surrogatepass") + b"\x00" + key.encode("utf-8", "surrogatepass")
+    ).digest()
+    raw = bytearray(digest[:16])
+    raw[6] = (raw[6] & 0x0F) | 0x80  # version 8
+    raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 9562 variant
+    return str(uuid.UUID(bytes=bytes(raw)))
 
 
 def is_session_id(session_id: str) -> bool:

@@ -6,10 +6,11 @@ writer's CreateSession and ImportSessions, the protobuf conversion
 :func:`session_meta_payload` writes it as the ``session_meta`` payload::
 
     {"session_id": "0193…", "agent_name": "coder", "parent_session_id": "0193…",
-     "delegation_id": "call_7", "role": "child", "tenant": "default", "model": "…",
-     "cwd": "…", "originator": "…", "client_version": "…", "created_at": "2026-…Z"}
+     "delegation_id": "call_7", "role": "child", "tenant": "default", "session_key": "chat-1",
+     "model": "…", "cwd": "…", "originator": "…", "client_version": "…", "created_at": "2026-…Z"}
 
-Optional strings are omitted when empty. ``role`` is a documented addition to
+Optional strings are omitted when empty. ``session_key`` (an addition) is a caller's own
+name for the session, from which its id was derived (shared.naming.session_id_for_key). ``role`` is a documented addition to
 SPEC §1 (files written before it have none and keep the older reading, see
 :func:`is_child`): whether the session is a root or a child is said at creation,
 never guessed from an agent name later (:func:`resolve_role`).
@@ -59,6 +60,9 @@ class SessionSpec:
     originator: str = ""
     client_version: str = ""
     created_at: str = ""
+    #: A caller's own name for the session, unique per tenant: the session id is derived from it
+    #: (shared.naming.session_id_for_key).
+    session_key: str = ""
 
 
 #: The free-text fields of session_meta, in line order after the delegation fields.
@@ -120,7 +124,9 @@ def session_meta_payload(
         if value:
             meta[key] = value
     meta["role"] = role.value
-    meta["tenant"] = spec.tenant or DEFAULT_TENANT
+    meta["tenant"] = recorded_tenant(spec.tenant)
+    if spec.session_key:
+        meta["session_key"] = spec.session_key
     for key in TEXT_FIELDS[1:]:
         value = getattr(spec, key)
         if value:
@@ -163,6 +169,11 @@ def read_session_meta(path: Path) -> dict[str, Any] | None:
         payload: dict[str, Any] = record["payload"]
         return payload
     return {}
+
+
+def recorded_tenant(tenant: str) -> str:
+    """The tenant a session created with ``tenant`` is recorded under (``default`` for none)."""
+    return tenant or DEFAULT_TENANT
 
 
 def tenant_of(meta: Mapping[str, Any] | None) -> str:

@@ -34,6 +34,7 @@ from grpc_status import rpc_status
 
 from shared.errors import (
     REPLY_TOO_LARGE,
+    SESSION_EXISTS,
     CorruptSessionError,
     InvalidArgumentError,
     LedgerError,
@@ -95,7 +96,10 @@ def _status_of(error: LedgerError, prefix: str) -> tuple[grpc.StatusCode, str, l
         case SessionNotFoundError():
             return grpc.StatusCode.NOT_FOUND, message, []
         case SessionExistsError():
-            return grpc.StatusCode.ALREADY_EXISTS, message, []
+            info = error_details_pb2.ErrorInfo(
+                reason=SESSION_EXISTS, domain="rollout-ledger", metadata={"session_id": error.session_id}
+            )
+            return grpc.StatusCode.ALREADY_EXISTS, message, [info]
         case SessionStateError():
             violation = error_details_pb2.PreconditionFailure.Violation(
                 type="SESSION_STATE",

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from shared.errors import PermissionDeniedError, SessionNotFoundError
-from shared.session_meta import tenant_of
+from shared.naming import session_id_for_key
+from shared.session_meta import recorded_tenant, tenant_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +77,15 @@ def caller_tenant(requested: str) -> str:
             "tenant", "names another tenant than the caller's credentials; leave it empty or give your own"
         )
     return caller.tenant
+
+
+def keyed_session_id(requested_tenant: str, session_key: str) -> str:
+    """The id a session key names for the current caller: in the tenant the request acts in
+    (:func:`caller_tenant`, recorded as ``default`` when empty), by
+    :func:`shared.naming.session_id_for_key`. The writer's CreateSession and the reader's
+    ResolveSession both derive it here. Raises FileNameError (``session_key``),
+    PermissionDeniedError (``tenant``)."""
+    return session_id_for_key(recorded_tenant(caller_tenant(requested_tenant)), session_key)
 
 
 #: How a caller becomes an importer, for refusals.

@@ -63,14 +63,21 @@ from shared.rebuild_index import index_rebuild
 from shared.records import (
     DEFAULT_MAX_RECORD_BYTES,
     RecordType,
+    clip,
     encode_line,
     format_timestamp,
     now_timestamp,
     parse_timestamp,
 )
-from shared.session_meta import TEXT_FIELDS, SessionSpec, resolve_role, session_meta_payload, tenant_of
+from shared.session_meta import (
+    TEXT_FIELDS,
+    SessionSpec,
+    resolve_role,
+    session_meta_payload,
+    tenant_of,
+)
 from shared.stop_kinds import StopKind
-from shared.tenancy import caller_tenant, check_visible, current_caller
+from shared.tenancy import caller_tenant, check_visible, current_caller, keyed_session_id
 from writer_service import metrics
 from writer_service.branching import ForkResult, ResumeResult, fork_session, resume_session
 from writer_service.committer import CommitConfig, GroupCommitter, SessionLog, StorageHealth
@@ -229,6 +236,15 @@ class SessionLedger:
         validate_agent_name(spec.agent_name)
         role = resolve_role(spec)
         spec = replace(spec, tenant=caller_tenant(spec.tenant))
+        if spec.session_key:
+            keyed = keyed_session_id(spec.tenant, spec.session_key)
+            if spec.session_id and spec.session_id != keyed:
+                raise InvalidArgumentError(
+                    "session_id",
+                    f"is not the id session_key {clip(spec.session_key)!r} names in this tenant ({keyed});"
+                    " leave it empty",
+                )
+            session_id = keyed
         if spec.parent_session_id:
             validate_session_id(spec.parent_session_id, "parent_session_id")
             if self.visible_entry(spec.parent_session_id) is None and spec.parent_session_id not in staged:

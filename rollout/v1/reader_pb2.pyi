@@ -303,6 +303,22 @@ class ListSessionsResponse(_message.Message):
     scan_capped: bool
     def __init__(self, sessions: _Optional[_Iterable[_Union[SessionSummary, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., scanned: _Optional[int] = ..., scan_capped: _Optional[bool] = ...) -> None: ...
 
+class ResolveSessionRequest(_message.Message):
+    __slots__ = ("session_key", "tenant")
+    SESSION_KEY_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    session_key: str
+    tenant: str
+    def __init__(self, session_key: _Optional[str] = ..., tenant: _Optional[str] = ...) -> None: ...
+
+class ResolveSessionResponse(_message.Message):
+    __slots__ = ("session_id", "found")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    FOUND_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    found: bool
+    def __init__(self, session_id: _Optional[str] = ..., found: _Optional[bool] = ...) -> None: ...
+
 class FindDelegationsRequest(_message.Message):
     __slots__ = ("parent_session_id", "child_session_id", "delegation_id")
     PARENT_SESSION_ID_FIELD_NUMBER: _ClassVar[int]

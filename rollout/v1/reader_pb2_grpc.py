@@ -79,6 +79,11 @@ class RolloutReaderStub:
                 request_serializer=rollout_dot_v1_dot_reader__pb2.FindDelegationsRequest.SerializeToString,
                 response_deserializer=rollout_dot_v1_dot_reader__pb2.FindDelegationsResponse.FromString,
                 _registered_method=True)
+        self.ResolveSession = channel.unary_unary(
+                '/rollout.v1.RolloutReader/ResolveSession',
+                request_serializer=rollout_dot_v1_dot_reader__pb2.ResolveSessionRequest.SerializeToString,
+                response_deserializer=rollout_dot_v1_dot_reader__pb2.ResolveSessionResponse.FromString,
+                _registered_method=True)
         self.WatchSession = channel.unary_stream(
                 '/rollout.v1.RolloutReader/WatchSession',
                 request_serializer=rollout_dot_v1_dot_reader__pb2.WatchSessionRequest.SerializeToString,
@@ -213,6 +218,20 @@ class RolloutReaderServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ResolveSession(self, request, context):
+        """The session a caller's own key names in its tenant (CreateSession's
+        session_key; the id is derived from tenant and key, so this reads no
+        index): its id, and whether it exists (found=false: not created yet, or
+        not visible to the caller; the id is still the one CreateSession would
+        give it). A session_key that is itself the id of a session the caller sees
+        names that session.
+        INVALID_ARGUMENT: an empty key or one over 512 characters.
+        PERMISSION_DENIED: with authentication, tenant names another tenant.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def WatchSession(self, request, context):
         """Follow a session live (SPEC §6): the records already written with seq >=
         from_seq (catch-up), then each new record as it lands, in file order, each
@@ -294,6 +313,11 @@ def add_RolloutReaderServicer_to_server(servicer, server):
                     servicer.FindDelegations,
                     request_deserializer=rollout_dot_v1_dot_reader__pb2.FindDelegationsRequest.FromString,
                     response_serializer=rollout_dot_v1_dot_reader__pb2.FindDelegationsResponse.SerializeToString,
+            ),
+            'ResolveSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResolveSession,
+                    request_deserializer=rollout_dot_v1_dot_reader__pb2.ResolveSessionRequest.FromString,
+                    response_serializer=rollout_dot_v1_dot_reader__pb2.ResolveSessionResponse.SerializeToString,
             ),
             'WatchSession': grpc.unary_stream_rpc_method_handler(
                     servicer.WatchSession,
@@ -544,6 +568,33 @@ class RolloutReader:
             '/rollout.v1.RolloutReader/FindDelegations',
             rollout_dot_v1_dot_reader__pb2.FindDelegationsRequest.SerializeToString,
             rollout_dot_v1_dot_reader__pb2.FindDelegationsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResolveSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rollout.v1.RolloutReader/ResolveSession',
+            rollout_dot_v1_dot_reader__pb2.ResolveSessionRequest.SerializeToString,
+            rollout_dot_v1_dot_reader__pb2.ResolveSessionResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -26,7 +26,7 @@ from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from rollout.v1 import records_pb2 as rollout_dot_v1_dot_records__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17rollout/v1/writer.proto\x12\nrollout.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x18rollout/v1/records.proto\"\x83\x02\n\x14\x43reateSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x12\n\nagent_name\x18\x02 \x01(\t\x12\x19\n\x11parent_session_id\x18\x03 \x01(\t\x12\x15\n\rdelegation_id\x18\x04 \x01(\t\x12\x0e\n\x06tenant\x18\x05 \x01(\t\x12\r\n\x05model\x18\x06 \x01(\t\x12\x0b\n\x03\x63wd\x18\x07 \x01(\t\x12\x12\n\noriginator\x18\x08 \x01(\t\x12\x16\n\x0e\x63lient_version\x18\t \x01(\t\x12\x12\n\ncreated_at\x18\n \x01(\t\x12%\n\x04role\x18\x0b \x01(\x0e\x32\x17.rollout.v1.SessionRole\"Q\n\x15\x43reateSessionResponse\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x12\n\ncreated_at\x18\x02 \x01(\t\x12\x10\n\x08next_seq\x18\x03 \x01(\x03\"\xc3\x02\n\x0c\x41ppendRecord\x12*\n\x07message\x18\x01 \x01(\x0b\x32\x17.rollout.v1.ChatMessageH\x00\x12*\n\treasoning\x18\x02 \x01(\x0b\x32\x15.rollout.v1.ReasoningH\x00\x12*\n\tcompacted\x18\x03 \x01(\x0b\x32\x15.rollout.v1.CompactedH\x00\x12/\n\x0cturn_context\x18\x04 \x01(\x0b\x32\x17.google.protobuf.StructH\x00\x12\"\n\x05\x65vent\x18\x05 \x01(\x0b\x32\x11.rollout.v1.EventH\x00\x12,\n\nretraction\x18\x07 \x01(\x0b\x32\x16.rollout.v1.RetractionH\x00\x12\x16\n\x0cmessage_json\x18\x08 \x01(\x0cH\x00\x12\n\n\x02ts\x18\x06 \x01(\tB\x08\n\x06record\"\xce\x01\n\rAppendRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12)\n\x07records\x18\x02 \x03(\x0b\x32\x18.rollout.v1.AppendRecord\x12\x1e\n\x11\x65xpected_next_seq\x18\x03 \x01(\x03H\x00\x88\x01\x01\x12\x12\n\nrequest_id\x18\x04 \x01(\t\x12\x1e\n\x11request_since_seq\x18\x05 \x01(\x03H\x01\x88\x01\x01\x42\x14\n\x12_expected_next_seqB\x14\n\x12_request_since_seq\"D\n\x0e\x41ppendResponse\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04seqs\x18\x02 \x03(\x03\x12\x10\n\x08next_seq\x18\x03 \x01(\x03\"\x8c\x01\n\x0bStopRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\'\n\tstop_kind\x18\x02 \x01(\x0e\x32\x14.rollout.v1.StopKind\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12$\n\x05\x65rror\x18\x04 \x01(\x0b\x32\x15.rollout.v1.StopError\x12\n\n\x02ts\x18\x05 \x01(\t\"_\n\x0cStopResponse\x12\x16\n\x0e\x63heckpoint_seq\x18\x01 \x01(\x03\x12\x10\n\x08stop_seq\x18\x02 \x01(\x03\x12\x0e\n\x06\x64igest\x18\x03 \x01(\t\x12\x15\n\rmessage_count\x18\x04 \x01(\x03\"2\n\rResumeRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\r\n\x05\x66orce\x18\x02 \x01(\x08\"k\n\x0eResumeResponse\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x17\n\x0f\x63losed_call_ids\x18\x02 \x03(\t\x12\x1a\n\x12previous_stop_kind\x18\x03 \x01(\t\x12\x10\n\x08next_seq\x18\x04 \x01(\x03\"X\n\x0b\x46orkRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x06\x61t_seq\x18\x02 \x01(\x03H\x00\x12\x1d\n\x13\x62\x65\x66ore_user_message\x18\x03 \x01(\x03H\x00\x42\x04\n\x02\x61t\"[\n\x0c\x46orkResponse\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x15\n\rforked_at_seq\x18\x02 \x01(\x03\x12\x0e\n\x06\x64igest\x18\x03 \x01(\t\x12\x10\n\x08next_seq\x18\x04 \x01(\x03\":\n\rImportRecords\x12)\n\x07records\x18\x01 \x03(\x0b\x32\x18.rollout.v1.AppendRecord\"\xaa\x01\n\x15ImportSessionsRequest\x12\x32\n\x06\x63reate\x18\x01 \x01(\x0b\x32 .rollout.v1.CreateSessionRequestH\x00\x12,\n\x07records\x18\x02 \x01(\x0b\x32\x19.rollout.v1.ImportRecordsH\x00\x12\'\n\x04stop\x18\x03 \x01(\x0b\x32\x17.rollout.v1.StopRequestH\x00\x42\x06\n\x04part\"|\n\x15ImportedSessionResult\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x17\n\x0f\x61lready_present\x18\x02 \x01(\x08\x12\x0f\n\x07records\x18\x03 \x01(\x03\x12\x15\n\rmessage_count\x18\x04 \x01(\x03\x12\x0e\n\x06\x64igest\x18\x05 \x01(\t\"M\n\x16ImportSessionsResponse\x12\x33\n\x08sessions\x18\x01 \x03(\x0b\x32!.rollout.v1.ImportedSessionResult*\x86\x01\n\x0bSessionRole\x12\x1c\n\x18SESSION_ROLE_UNSPECIFIED\x10\x00\x12\x15\n\x11SESSION_ROLE_ROOT\x10\x01\x12\x16\n\x12SESSION_ROLE_CHILD\x10\x02\x12*\n&SESSION_ROLE_CHILD_WITHOUT_COORDINATES\x10\x03\x32\x83\x04\n\rRolloutWriter\x12T\n\rCreateSession\x12 .rollout.v1.CreateSessionRequest\x1a!.rollout.v1.CreateSessionResponse\x12?\n\x06\x41ppend\x12\x19.rollout.v1.AppendRequest\x1a\x1a.rollout.v1.AppendResponse\x12I\n\x0c\x41ppendStream\x12\x19.rollout.v1.AppendRequest\x1a\x1a.rollout.v1.AppendResponse(\x01\x30\x01\x12\x39\n\x04Stop\x12\x17.rollout.v1.StopRequest\x1a\x18.rollout.v1.StopResponse\x12?\n\x06Resume\x12\x19.rollout.v1.ResumeRequest\x1a\x1a.rollout.v1.ResumeResponse\x12\x39\n\x04\x46ork\x12\x17.rollout.v1.ForkRequest\x1a\x18.rollout.v1.ForkResponse\x12Y\n\x0eImportSessions\x12!.rollout.v1.ImportSessionsRequest\x1a\".rollout.v1.ImportSessionsResponse(\x01\x42\x63\n\x18rolloutledger.rollout.v1P\x01Z*rollout-ledger/gen/go/rollout/v1;rolloutv1\xaa\x02\x18RolloutLedger.Rollout.V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17rollout/v1/writer.proto\x12\nrollout.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x18rollout/v1/records.proto\"\x98\x02\n\x14\x43reateSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x12\n\nagent_name\x18\x02 \x01(\t\x12\x19\n\x11parent_session_id\x18\x03 \x01(\t\x12\x15\n\rdelegation_id\x18\x04 \x01(\t\x12\x0e\n\x06tenant\x18\x05 \x01(\t\x12\r\n\x05model\x18\x06 \x01(\t\x12\x0b\n\x03\x63wd\x18\x07 \x01(\t\x12\x12\n\noriginator\x18\x08 \x01(\t\x12\x16\n\x0e\x63lient_version\x18\t \x01(\t\x12\x12\n\ncreated_at\x18\n \x01(\t\x12%\n\x04role\x18\x0b \x01(\x0e\x32\x17.rollout.v1.SessionRole\x12\x13\n\x0bsession_key\x18\x0c \x01(\t\"Q\n\x15\x43reateSessionResponse\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x12\n\ncreated_at\x18\x02 \x01(\t\x12\x10\n\x08next_seq\x18\x03 \x01(\x03\"\xc3\x02\n\x0c\x41ppendRecord\x12*\n\x07message\x18\x01 \x01(\x0b\x32\x17.rollout.v1.ChatMessageH\x00\x12*\n\treasoning\x18\x02 \x01(\x0b\x32\x15.rollout.v1.ReasoningH\x00\x12*\n\tcompacted\x18\x03 \x01(\x0b\x32\x15.rollout.v1.CompactedH\x00\x12/\n\x0cturn_context\x18\x04 \x01(\x0b\x32\x17.google.protobuf.StructH\x00\x12\"\n\x05\x65vent\x18\x05 \x01(\x0b\x32\x11.rollout.v1.EventH\x00\x12,\n\nretraction\x18\x07 \x01(\x0b\x32\x16.rollout.v1.RetractionH\x00\x12\x16\n\x0cmessage_json\x18\x08 \x01(\x0cH\x00\x12\n\n\x02ts\x18\x06 \x01(\tB\x08\n\x06record\"\xce\x01\n\rAppendRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12)\n\x07records\x18\x02 \x03(\x0b\x32\x18.rollout.v1.AppendRecord\x12\x1e\n\x11\x65xpected_next_seq\x18\x03 \x01(\x03H\x00\x88\x01\x01\x12\x12\n\nrequest_id\x18\x04 \x01(\t\x12\x1e\n\x11request_since_seq\x18\x05 \x01(\x03H\x01\x88\x01\x01\x42\x14\n\x12_expected_next_seqB\x14\n\x12_request_since_seq\"D\n\x0e\x41ppendResponse\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04seqs\x18\x02 \x03(\x03\x12\x10\n\x08next_seq\x18\x03 \x01(\x03\"\x8c\x01\n\x0bStopRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\'\n\tstop_kind\x18\x02 \x01(\x0e\x32\x14.rollout.v1.StopKind\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12$\n\x05\x65rror\x18\x04 \x01(\x0b\x32\x15.rollout.v1.StopError\x12\n\n\x02ts\x18\x05 \x01(\t\"_\n\x0cStopResponse\x12\x16\n\x0e\x63heckpoint_seq\x18\x01 \x01(\x03\x12\x10\n\x08stop_seq\x18\x02 \x01(\x03\x12\x0e\n\x06\x64igest\x18\x03 \x01(\t\x12\x15\n\rmessage_count\x18\x04 \x01(\x03\"2\n\rResumeRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\r\n\x05\x66orce\x18\x02 \x01(\x08\"k\n\x0eResumeResponse\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x17\n\x0f\x63losed_call_ids\x18\x02 \x03(\t\x12\x1a\n\x12previous_stop_kind\x18\x03 \x01(\t\x12\x10\n\x08next_seq\x18\x04 \x01(\x03\"X\n\x0b\x46orkRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x06\x61t_seq\x18\x02 \x01(\x03H\x00\x12\x1d\n\x13\x62\x65\x66ore_user_message\x18\x03 \x01(\x03H\x00\x42\x04\n\x02\x61t\"[\n\x0c\x46orkResponse\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x15\n\rforked_at_seq\x18\x02 \x01(\x03\x12\x0e\n\x06\x64igest\x18\x03 \x01(\t\x12\x10\n\x08next_seq\x18\x04 \x01(\x03\":\n\rImportRecords\x12)\n\x07records\x18\x01 \x03(\x0b\x32\x18.rollout.v1.AppendRecord\"\xaa\x01\n\x15ImportSessionsRequest\x12\x32\n\x06\x63reate\x18\x01 \x01(\x0b\x32 .rollout.v1.CreateSessionRequestH\x00\x12,\n\x07records\x18\x02 \x01(\x0b\x32\x19.rollout.v1.ImportRecordsH\x00\x12\'\n\x04stop\x18\x03 \x01(\x0b\x32\x17.rollout.v1.StopRequestH\x00\x42\x06\n\x04part\"|\n\x15ImportedSessionResult\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x17\n\x0f\x61lready_present\x18\x02 \x01(\x08\x12\x0f\n\x07records\x18\x03 \x01(\x03\x12\x15\n\rmessage_count\x18\x04 \x01(\x03\x12\x0e\n\x06\x64igest\x18\x05 \x01(\t\"M\n\x16ImportSessionsResponse\x12\x33\n\x08sessions\x18\x01 \x03(\x0b\x32!.rollout.v1.ImportedSessionResult*\x86\x01\n\x0bSessionRole\x12\x1c\n\x18SESSION_ROLE_UNSPECIFIED\x10\x00\x12\x15\n\x11SESSION_ROLE_ROOT\x10\x01\x12\x16\n\x12SESSION_ROLE_CHILD\x10\x02\x12*\n&SESSION_ROLE_CHILD_WITHOUT_COORDINATES\x10\x03\x32\x83\x04\n\rRolloutWriter\x12T\n\rCreateSession\x12 .rollout.v1.CreateSessionRequest\x1a!.rollout.v1.CreateSessionResponse\x12?\n\x06\x41ppend\x12\x19.rollout.v1.AppendRequest\x1a\x1a.rollout.v1.AppendResponse\x12I\n\x0c\x41ppendStream\x12\x19.rollout.v1.AppendRequest\x1a\x1a.rollout.v1.AppendResponse(\x01\x30\x01\x12\x39\n\x04Stop\x12\x17.rollout.v1.StopRequest\x1a\x18.rollout.v1.StopResponse\x12?\n\x06Resume\x12\x19.rollout.v1.ResumeRequest\x1a\x1a.rollout.v1.ResumeResponse\x12\x39\n\x04\x46ork\x12\x17.rollout.v1.ForkRequest\x1a\x18.rollout.v1.ForkResponse\x12Y\n\x0eImportSessions\x12!.rollout.v1.ImportSessionsRequest\x1a\".rollout.v1.ImportSessionsResponse(\x01\x42\x63\n\x18rolloutledger.rollout.v1P\x01Z*rollout-ledger/gen/go/rollout/v1;rolloutv1\xaa\x02\x18RolloutLedger.Rollout.V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,38 +34,38 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'rollout.v1.writer_pb2', _gl
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\030rolloutledger.rollout.v1P\001Z*rollout-ledger/gen/go/rollout/v1;rolloutv1\252\002\030RolloutLedger.Rollout.V1'
-  _globals['_SESSIONROLE']._serialized_start=2068
-  _globals['_SESSIONROLE']._serialized_end=2202
+  _globals['_SESSIONROLE']._serialized_start=2089
+  _globals['_SESSIONROLE']._serialized_end=2223
   _globals['_CREATESESSIONREQUEST']._serialized_start=96
-  _globals['_CREATESESSIONREQUEST']._serialized_end=355
-  _globals['_CREATESESSIONRESPONSE']._serialized_start=357
-  _globals['_CREATESESSIONRESPONSE']._serialized_end=438
-  _globals['_APPENDRECORD']._serialized_start=441
-  _globals['_APPENDRECORD']._serialized_end=764
-  _globals['_APPENDREQUEST']._serialized_start=767
-  _globals['_APPENDREQUEST']._serialized_end=973
-  _globals['_APPENDRESPONSE']._serialized_start=975
-  _globals['_APPENDRESPONSE']._serialized_end=1043
-  _globals['_STOPREQUEST']._serialized_start=1046
-  _globals['_STOPREQUEST']._serialized_end=1186
-  _globals['_STOPRESPONSE']._serialized_start=1188
-  _globals['_STOPRESPONSE']._serialized_end=1283
-  _globals['_RESUMEREQUEST']._serialized_start=1285
-  _globals['_RESUMEREQUEST']._serialized_end=1335
-  _globals['_RESUMERESPONSE']._serialized_start=1337
-  _globals['_RESUMERESPONSE']._serialized_end=1444
-  _globals['_FORKREQUEST']._serialized_start=1446
-  _globals['_FORKREQUEST']._serialized_end=1534
-  _globals['_FORKRESPONSE']._serialized_start=1536
-  _globals['_FORKRESPONSE']._serialized_end=1627
-  _globals['_IMPORTRECORDS']._serialized_start=1629
-  _globals['_IMPORTRECORDS']._serialized_end=1687
-  _globals['_IMPORTSESSIONSREQUEST']._serialized_start=1690
-  _globals['_IMPORTSESSIONSREQUEST']._serialized_end=1860
-  _globals['_IMPORTEDSESSIONRESULT']._serialized_start=1862
-  _globals['_IMPORTEDSESSIONRESULT']._serialized_end=1986
-  _globals['_IMPORTSESSIONSRESPONSE']._serialized_start=1988
-  _globals['_IMPORTSESSIONSRESPONSE']._serialized_end=2065
-  _globals['_ROLLOUTWRITER']._serialized_start=2205
-  _globals['_ROLLOUTWRITER']._serialized_end=2720
+  _globals['_CREATESESSIONREQUEST']._serialized_end=376
+  _globals['_CREATESESSIONRESPONSE']._serialized_start=378
+  _globals['_CREATESESSIONRESPONSE']._serialized_end=459
+  _globals['_APPENDRECORD']._serialized_start=462
+  _globals['_APPENDRECORD']._serialized_end=785
+  _globals['_APPENDREQUEST']._serialized_start=788
+  _globals['_APPENDREQUEST']._serialized_end=994
+  _globals['_APPENDRESPONSE']._serialized_start=996
+  _globals['_APPENDRESPONSE']._serialized_end=1064
+  _globals['_STOPREQUEST']._serialized_start=1067
+  _globals['_STOPREQUEST']._serialized_end=1207
+  _globals['_STOPRESPONSE']._serialized_start=1209
+  _globals['_STOPRESPONSE']._serialized_end=1304
+  _globals['_RESUMEREQUEST']._serialized_start=1306
+  _globals['_RESUMEREQUEST']._serialized_end=1356
+  _globals['_RESUMERESPONSE']._serialized_start=1358
+  _globals['_RESUMERESPONSE']._serialized_end=1465
+  _globals['_FORKREQUEST']._serialized_start=1467
+  _globals['_FORKREQUEST']._serialized_end=1555
+  _globals['_FORKRESPONSE']._serialized_start=1557
+  _globals['_FORKRESPONSE']._serialized_end=1648
+  _globals['_IMPORTRECORDS']._serialized_start=1650
+  _globals['_IMPORTRECORDS']._serialized_end=1708
+  _globals['_IMPORTSESSIONSREQUEST']._serialized_start=1711
+  _globals['_IMPORTSESSIONSREQUEST']._serialized_end=1881
+  _globals['_IMPORTEDSESSIONRESULT']._serialized_start=1883
+  _globals['_IMPORTEDSESSIONRESULT']._serialized_end=2007
+  _globals['_IMPORTSESSIONSRESPONSE']._serialized_start=2009
+  _globals['_IMPORTSESSIONSRESPONSE']._serialized_end=2086
+  _globals['_ROLLOUTWRITER']._serialized_start=2226
+  _globals['_ROLLOUTWRITER']._serialized_end=2741
 # @@protoc_insertion_point(module_scope)

@@ -21,7 +21,7 @@ SESSION_ROLE_CHILD: SessionRole
 SESSION_ROLE_CHILD_WITHOUT_COORDINATES: SessionRole
 
 class CreateSessionRequest(_message.Message):
-    __slots__ = ("session_id", "agent_name", "parent_session_id", "delegation_id", "tenant", "model", "cwd", "originator", "client_version", "created_at", "role")
+    __slots__ = ("session_id", "agent_name", "parent_session_id", "delegation_id", "tenant", "model", "cwd", "originator", "client_version", "created_at", "role", "session_key")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     AGENT_NAME_FIELD_NUMBER: _ClassVar[int]
     PARENT_SESSION_ID_FIELD_NUMBER: _ClassVar[int]
@@ -33,6 +33,7 @@ class CreateSessionRequest(_message.Message):
     CLIENT_VERSION_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
+    SESSION_KEY_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     agent_name: str
     parent_session_id: str
@@ -44,7 +45,8 @@ class CreateSessionRequest(_message.Message):
     client_version: str
     created_at: str
     role: SessionRole
-    def __init__(self, session_id: _Optional[str] = ..., agent_name: _Optional[str] = ..., parent_session_id: _Optional[str] = ..., delegation_id: _Optional[str] = ..., tenant: _Optional[str] = ..., model: _Optional[str] = ..., cwd: _Optional[str] = ..., originator: _Optional[str] = ..., client_version: _Optional[str] = ..., created_at: _Optional[str] = ..., role: _Optional[_Union[SessionRole, str]] = ...) -> None: ...
+    session_key: str
+    def __init__(self, session_id: _Optional[str] = ..., agent_name: _Optional[str] = ..., parent_session_id: _Optional[str] = ..., delegation_id: _Optional[str] = ..., tenant: _Optional[str] = ..., model: _Optional[str] = ..., cwd: _Optional[str] = ..., originator: _Optional[str] = ..., client_version: _Optional[str] = ..., created_at: _Optional[str] = ..., role: _Optional[_Union[SessionRole, str]] = ..., session_key: _Optional[str] = ...) -> None: ...
 
 class CreateSessionResponse(_message.Message):
     __slots__ = ("session_id", "created_at", "next_seq")

@@ -83,7 +83,9 @@ class RolloutWriterServicer:
         no coordinates (see SessionRole; the field named is the one missing), a
         parent_session_id that names no session in the ledger.
         ALREADY_EXISTS: the given session_id is already in the ledger (ids are
-        global: also when another tenant's session holds it).
+        global: also when another tenant's session holds it), or the session_key
+        is taken in the caller's tenant; ErrorInfo reason SESSION_EXISTS, with
+        metadata session_id.
         PERMISSION_DENIED: tenant names another tenant than the caller's.
         UNAVAILABLE: the write or fsync failed; nothing was kept.
         """

@@ -1,0 +1,63 @@
+"""Sessions named by the caller's own key, unique per tenant (CreateSession.session_key, ResolveSession)."""
+
+from __future__ import annotations
+
+import pytest
+
+from rollout_client import AlreadyExistsError, InvalidArgumentError, user
+from shared.naming import is_session_id, session_id_for_key
+from shared.tenancy import CALLER, Caller, keyed_session_id
+
+
+def test_a_key_names_one_session_that_resolve_finds(client) -> None:
+    """create_session(session_key=k) makes the session k names; resolve_session(k) finds it."""
+    assert client.resolve_session("chat-1") == (session_id_for_key("default", "chat-1"), False)
+    session = client.create_session(session_key="chat-1")
+    assert session.id == session_id_for_key("default", "chat-1")
+    session.append(user("hello"))
+    assert client.resolve_session("chat-1") == (session.id, True)
+    with pytest.raises(AlreadyExistsError) as taken:
+        client.create_session(session_key="chat-1")
+    assert taken.value.session_id == session.id
+
+
+def test_the_same_key_in_two_tenants_names_two_sessions(client) -> None:
+    """Without authentication the tenant field scopes the key; "" and "default" are one tenant."""
+    first = client.create_session(session_key="shared-name", tenant="team-a")
+    second = client.create_session(session_key="shared-name", tenant="team-b")
+    assert first.id != second.id
+    assert client.resolve_session("shared-name", tenant="team-a") == (first.id, True)
+    assert (
+        client.resolve_session("shared-name")[0] == client.resolve_session("shared-name", tenant="default")[0]
+    )
+
+
+def test_a_session_id_given_as_a_key_names_that_session(client) -> None:
+    """A key that is the id of an existing session resolves to it (a LedgerSession opened by its id)."""
+    session = client.create_session()
+    assert client.resolve_session(session.id) == (session.id, True)
+
+
+def test_an_empty_or_overlong_key_is_refused(client) -> None:
+    """INVALID_ARGUMENT naming session_key, on both services."""
+    with pytest.raises(InvalidArgumentError, match="session_key"):
+        client.resolve_session("")
+    with pytest.raises(InvalidArgumentError, match="session_key"):
+        client.create_session(session_key="k" * 513)
+
+
+def test_key_ids_are_pinned() -> None:
+    """The derivation is part of the contract: known keys give known ids (UUID version 8)."""
+    assert session_id_for_key("default", "chat-session") == "ae33b494-c380-8b28-ad8f-e4f467b84c4f"
+    assert is_session_id(session_id_for_key("t", "é" * 512))
+    assert session_id_for_key("a", "bc") != session_id_for_key("ab", "c")
+
+
+def test_an_authenticated_caller_derives_in_its_own_tenant() -> None:
+    """With credentials the caller's tenant scopes the key, whatever the request's tenant field says."""
+    token = CALLER.set(Caller("team-a", importer=False))
+    try:
+        assert keyed_session_id("", "k") == session_id_for_key("team-a", "k")
+    finally:
+        CALLER.reset(token)
+    assert keyed_session_id("", "k") == session_id_for_key("default", "k")
