@@ -1,61 +1,84 @@
 """An OpenAI Agents SDK session over the ledger: ``LedgerSession`` (``pip install
 rollout-ledger[agents]``).
 
-``Runner.run(agent, "...", session=LedgerSession(session_id, client=client))`` keeps
-the run's history in a ledger session instead of a local database: durable, shared
-by every process that opens the same id, replayable and forkable like any session.
-``client`` is a :class:`rollout_client.RolloutClient` or an
-:class:`rollout_client.AsyncRolloutClient`; with the blocking one, calls run on the
-client's own loop and are awaited from the caller's loop, which never blocks.
+``Runner.run(agent, "...", session=LedgerSession("chat-42", client=client))`` keeps the
+run's history in a ledger session instead of a local database: durable, shared by every
+process that opens the same id, replayable and forkable like any session. It behaves as
+the SDK's own ``SQLiteSession`` does on the SDK's own tests (SPEC §11):
 
-How the SDK's input items are stored (one ledger ``message`` per item, exactly
-recoverable):
+* **ids**: ``session_id`` is any string, as for ``SQLiteSession``: a key naming one ledger
+  session of the caller's tenant (``client.create_session(session_key=...)``, created on the
+  first ``add_items``; until then the history is empty), or the id of an existing ledger
+  session;
+* **exact items**: every item comes back equal as JSON, with its key order, integers of
+  any size and floats as floats (see "How items are stored");
+* **atomic pops**: ``pop_item`` takes the last item out with a ``retraction`` record sent
+  with ``expected_next_seq`` (compare-and-swap on the session's next seq), so two pops,
+  in one process or several, never return the same item, and a pop never removes an item
+  added after the one it returns; its cost does not grow with the history, and nothing is
+  rewritten. ``clear_session`` appends an empty compaction;
+* **mutations finish what they started**: a cancelled ``add_items``, ``pop_item`` or
+  ``clear_session`` is waited for (its outcome is in the ledger, or not written) before
+  the cancellation is raised;
+* ``get_items(limit=N)`` reads the last N messages from the reader's rendered copy
+  (``GetRecentMessages``), not a replay of the whole session;
+* ``close()``; after it, every call raises RuntimeError.
 
-* **native**, when the ledger's chat shape holds the item exactly:
-  ``{"role": r, "content": c}`` (r one of user/system/developer/assistant) is the
+``client`` is a :class:`rollout_client.RolloutClient` (calls run on the client's own loop
+and are awaited from any caller's loop) or an :class:`rollout_client.AsyncRolloutClient`.
+
+How items are stored (one ledger ``message`` per item):
+
+* **native**, when the ledger's chat shape holds the item exactly, key order included:
+  ``{"role": r, "content": "text"}`` (r one of user/system/developer/assistant) is the
   message itself; ``{"type": "function_call", "call_id", "name", "arguments"}`` an
   assistant message with that one tool call; ``{"type": "function_call_output",
-  "call_id", "output": text}`` a tool message;
-* **carried**, for every other item (output messages with ids and status,
-  reasoning, custom tool calls, hosted tool calls, ...): a message whose content is
-  one part ``{"type": "openai_agents_item", "item": <the item as given>}``. Its role
-  says who produced the item (the item's own role; ``assistant`` for model output;
-  ``user`` for other outputs given back to the model), and a function or custom tool
-  call and its output still carry ``tool_calls`` / ``tool_call_id``, so the ledger
-  pairs them as it pairs any call (Resume closes a call left without output; Fork
-  never cuts between them).
+  "call_id", "output": "text"}`` a tool message;
+* **carried**, for every other item: a message whose content is one part ``{"type":
+  "openai_agents_item", "json": <the item as JSON text>}`` (``"codec": "json"`` added when
+  only Python's json module reads the text back exactly: integers beyond 64 bits, NaN).
+  Its role says who produced the item (the item's own role; ``assistant`` for model
+  output; ``user`` for other outputs given back to the model), and a function or custom
+  tool call and its output still carry ``tool_calls`` / ``tool_call_id``, so the ledger
+  pairs them as it pairs any call (Resume closes a call left without output; Fork never
+  cuts between them). An output whose call the session does not hold is carried
+  unpaired (``role`` user), as a ``SQLiteSession`` stores it. Parts written by earlier
+  versions (``"item": {...}``) are read too.
 
-:meth:`LedgerSession.pop_item` and :meth:`LedgerSession.clear_session` append a
-``compacted`` record whose replacement history is the remaining items (none for
-clear): the file stays append-only, replay shows the new view (with a
-``compacted_rebuild`` entry in its degraded ledger), and the removed items stay in
-the file. Messages not written by this adapter are read as items too: text or parts
-as ``{"role", "content"}``, each tool call as a ``function_call`` /
-``custom_tool_call``, a tool message as the matching ``*_call_output``, each
-reasoning block as a ``reasoning`` item (summary text, encrypted content).
-
-Limits: numbers inside items travel as doubles (integers beyond ±2**53 lose
-precision); an output item whose call is not in the session's history is refused
-by the writer (InvalidArgumentError), as the model API would refuse it; pop_item and
-clear_session read the history then append, so two processes popping the same
-session at the same moment may each remove the same item from their view.
+Messages not written by this adapter are read as items too: text or parts as ``{"role",
+"content"}``, each tool call as a ``function_call`` / ``custom_tool_call``, a tool message as
+the matching ``*_call_output``, each reasoning block as a ``reasoning`` item (summary text,
+encrypted content); popping one of several items a message holds retracts the message and
+appends the others again, in the same request.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Mapping, Sequence
+import json
+import logging
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
+import orjson
 from agents.items import TResponseInputItem
 from agents.memory import SessionSettings
+from agents.memory.session_settings import coerce_session_settings
 
 from rollout_client._aio import AsyncRolloutClient
-from rollout_client._records import Compaction, tool_call
+from rollout_client._errors import (
+    AlreadyExistsError,
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotFoundError,
+)
+from rollout_client._records import Compaction, MessageRef, Record, Retraction, tool_call
 from rollout_client._session import AsyncSession
 from rollout_client._sync import RolloutClient
 from shared.records import reasoning_blocks_of
 
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 #: Type of the content part that carries an item the chat shape cannot hold exactly.
@@ -65,37 +88,56 @@ _CALL_TYPES = {"function_call": "function", "custom_tool_call": "custom"}
 _OUTPUT_TYPES = {"function": "function_call_output", "custom": "custom_tool_call_output"}
 #: Item types the caller gives back to the model (not produced by it) besides outputs.
 _CALLER_ITEMS = frozenset({"mcp_approval_response", "item_reference"})
-_POP_SUMMARY = "openai-agents: pop_item"
+_POP_REASON = "openai-agents: pop_item"
 _CLEAR_SUMMARY = "openai-agents: clear_session"
+#: Key orders of the items stored natively (anything else is carried).
+_NATIVE_KEYS = {
+    None: ("role", "content"),
+    "function_call": ("type", "call_id", "name", "arguments"),
+    "function_call_output": ("type", "call_id", "output"),
+}
+#: Messages of the view a session keeps at most, for its next pops.
+TAIL_MESSAGES = 64
 
 
 def _native_message(item: Mapping[str, Any]) -> dict[str, Any] | None:
-    keys, kind = set(item), item.get("type")
-    if (
-        keys == {"role", "content"}
-        and item["role"] in _CHAT_ROLES
-        and isinstance(item["content"], str | list)
-    ):
+    """The ledger message that is ``item`` exactly, or None (see the module doc)."""
+    kind = item.get("type")
+    order = _NATIVE_KEYS.get(kind) if isinstance(kind, str | None) else None
+    if order is None or tuple(item) != order or not all(type(value) is str for value in item.values()):
+        return None
+    if kind is None:
+        if item["role"] not in _CHAT_ROLES:
+            return None
         return {"role": item["role"], "content": item["content"]}
-    strings = all(isinstance(value, str) for value in item.values())
-    if kind == "function_call" and keys == {"type", "call_id", "name", "arguments"} and strings:
+    if kind == "function_call":
         return {
             "role": "assistant",
             "tool_calls": [tool_call(item["call_id"], item["name"], item["arguments"])],
         }
-    if kind == "function_call_output" and keys == {"type", "call_id", "output"} and strings:
-        return {"role": "tool", "tool_call_id": item["call_id"], "content": item["output"]}
-    return None
+    return {"role": "tool", "tool_call_id": item["call_id"], "content": item["output"]}
 
 
-def _carried_message(item: Mapping[str, Any]) -> dict[str, Any]:
+def _item_part(item: Mapping[str, Any]) -> dict[str, Any]:
+    """The content part that carries ``item`` as JSON text (orjson where it is exact)."""
+    try:
+        text = orjson.dumps(item)
+    except TypeError:  # an integer beyond 64 bits, a key that is not a string
+        text = b"null"
+    if b"null" not in text:
+        return {"type": ITEM_PART, "json": text.decode()}
+    # NaN and infinities become null in orjson: Python's json module keeps them (as SQLiteSession does).
+    return {"type": ITEM_PART, "json": json.dumps(item, ensure_ascii=False), "codec": "json"}
+
+
+def _carried_message(item: Mapping[str, Any], paired: bool = True) -> dict[str, Any]:
     kind, call_id = item.get("type"), item.get("call_id")
-    message: dict[str, Any] = {"role": "assistant", "content": [{"type": ITEM_PART, "item": dict(item)}]}
+    message: dict[str, Any] = {"role": "assistant", "content": [_item_part(item)]}
     if kind in _CALL_TYPES and call_id and isinstance(call_id, str) and item.get("name"):
         call_type = _CALL_TYPES[kind]
         arguments = item.get("arguments" if call_type == "function" else "input", "")
         message["tool_calls"] = [tool_call(call_id, str(item["name"]), str(arguments), type=call_type)]
-    elif kind in _OUTPUT_TYPES.values() and call_id and isinstance(call_id, str):
+    elif paired and kind in _OUTPUT_TYPES.values() and call_id and isinstance(call_id, str):
         message["role"] = "tool"
         message["tool_call_id"] = call_id
     elif item.get("role") in _CHAT_ROLES:
@@ -105,86 +147,148 @@ def _carried_message(item: Mapping[str, Any]) -> dict[str, Any]:
     return message
 
 
-def item_to_message(item: Mapping[str, Any]) -> dict[str, Any]:
-    """The ledger message dict that stores one Agents SDK input item (native when that gives
-    the item back exactly, else carried). Raises TypeError for an item that is not a dict."""
+def item_to_message(item: Mapping[str, Any], paired: bool = True) -> dict[str, Any]:
+    """The ledger message dict that stores one Agents SDK input item (native when that gives the
+    item back exactly, key order included, else carried). ``paired`` False carries an output
+    without ``tool_call_id`` (its call is not in the session). Raises TypeError for an item that
+    is not a dict."""
     if not isinstance(item, Mapping):
         raise TypeError(f"an Agents SDK input item is a dict, not {type(item).__name__}")
-    native = _native_message(item)
-    if native is not None and messages_to_items([native]) == [dict(item)]:
-        return native
-    return _carried_message(item)
+    native = _native_message(item) if paired else None
+    return native if native is not None else _carried_message(item, paired)
 
 
 def _carried_item(message: Mapping[str, Any]) -> dict[str, Any] | None:
     content = message.get("content")
-    if isinstance(content, list) and len(content) == 1:
-        part = content[0]
-        if isinstance(part, dict) and part.get("type") == ITEM_PART and set(part) == {"type", "item"}:
-            item = part["item"]
-            return item if isinstance(item, dict) else None
-    return None
+    if not (isinstance(content, list) and len(content) == 1):
+        return None
+    part = content[0]
+    if not isinstance(part, dict) or part.get("type") != ITEM_PART:
+        return None
+    text = part.get("json")
+    if isinstance(text, str):
+        item = json.loads(text) if part.get("codec") == "json" else orjson.loads(text)
+        return item if isinstance(item, dict) else None
+    carried = part.get("item")  # written by earlier versions
+    return carried if set(part) == {"type", "item"} and isinstance(carried, dict) else None
+
+
+def message_items(message: Mapping[str, Any], call_types: dict[str, str]) -> list[dict[str, Any]]:
+    """The Agents SDK input items one replayed message holds, in order (``call_types`` maps the
+    call ids seen so far to their type, and learns this message's calls)."""
+    calls = message.get("tool_calls") or []
+    for call in calls:
+        call_types[call.get("id", "")] = call.get("type", "function")
+    carried = _carried_item(message)
+    if carried is not None:
+        return [carried]
+    items: list[dict[str, Any]] = []
+    for block in reasoning_blocks_of(message):
+        reasoning: dict[str, Any] = {
+            "type": "reasoning",
+            "summary": [{"type": "summary_text", "text": block.get("content", "")}],
+        }
+        if "encrypted" in block:
+            reasoning["encrypted_content"] = block["encrypted"]
+        items.append(reasoning)
+    content = message.get("content")
+    if message.get("role") == "tool":
+        call_id = str(message.get("tool_call_id", ""))
+        kind = _OUTPUT_TYPES.get(call_types.get(call_id, "function"), "function_call_output")
+        items.append({"type": kind, "call_id": call_id, "output": content if content is not None else ""})
+        return items
+    if content is not None:
+        items.append({"role": message.get("role", ""), "content": content})
+    for call in calls:
+        function = call.get("function", {})
+        if call.get("type") == "custom":
+            items.append(
+                {
+                    "type": "custom_tool_call",
+                    "call_id": call.get("id", ""),
+                    "name": function.get("name", ""),
+                    "input": function.get("arguments", ""),
+                }
+            )
+        else:
+            items.append(
+                {
+                    "type": "function_call",
+                    "call_id": call.get("id", ""),
+                    "name": function.get("name", ""),
+                    "arguments": function.get("arguments", ""),
+                }
+            )
+    return items
 
 
 def messages_to_items(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The Agents SDK input items of a replayed message sequence, in order (see the module
     docstring for messages this adapter did not write)."""
-    items: list[dict[str, Any]] = []
     call_types: dict[str, str] = {}
-    for message in messages:
-        calls = message.get("tool_calls") or []
-        for call in calls:
-            call_types[call.get("id", "")] = call.get("type", "function")
-        carried = _carried_item(message)
-        if carried is not None:
-            items.append(carried)
-            continue
-        for block in reasoning_blocks_of(message):
-            reasoning: dict[str, Any] = {
-                "type": "reasoning",
-                "summary": [{"type": "summary_text", "text": block.get("content", "")}],
-            }
-            if "encrypted" in block:
-                reasoning["encrypted_content"] = block["encrypted"]
-            items.append(reasoning)
-        content = message.get("content")
-        if message.get("role") == "tool":
-            call_id = str(message.get("tool_call_id", ""))
-            kind = _OUTPUT_TYPES.get(call_types.get(call_id, "function"), "function_call_output")
-            items.append({"type": kind, "call_id": call_id, "output": content if content is not None else ""})
-            continue
-        if content is not None:
-            items.append({"role": message.get("role", ""), "content": content})
-        for call in calls:
-            function = call.get("function", {})
-            if call.get("type") == "custom":
-                items.append(
-                    {
-                        "type": "custom_tool_call",
-                        "call_id": call.get("id", ""),
-                        "name": function.get("name", ""),
-                        "input": function.get("arguments", ""),
-                    }
-                )
-            else:
-                items.append(
-                    {
-                        "type": "function_call",
-                        "call_id": call.get("id", ""),
-                        "name": function.get("name", ""),
-                        "arguments": function.get("arguments", ""),
-                    }
-                )
-    return items
+    return [item for message in messages for item in message_items(message, call_types)]
+
+
+@dataclass
+class _Tail:
+    """The end of the session's view as this object last knew it: per message, its origin and
+    the items it holds; ``next_seq`` the session's next seq then; ``whole`` when it holds every
+    message of the view. A pop is sent with ``expected_next_seq=next_seq``: a stale tail is
+    refused by the writer, never acted on."""
+
+    entries: list[tuple[MessageRef, list[dict[str, Any]]]]
+    next_seq: int
+    whole: bool
+    message_count: int = 0
+
+    @property
+    def item_count(self) -> int:
+        return sum(len(items) for _, items in self.entries)
+
+
+@dataclass
+class _Attachment:
+    """The ledger session a LedgerSession names, once known to exist."""
+
+    session: AsyncSession
+    tail: _Tail | None = None
+    locks: dict[int, asyncio.Lock] = field(default_factory=dict)
+
+    def lock(self) -> asyncio.Lock:
+        """This object's lock for mutations in the running loop (one per loop)."""
+        loop = id(asyncio.get_running_loop())
+        lock = self.locks.get(loop)
+        if lock is None:
+            lock = self.locks[loop] = asyncio.Lock()
+        return lock
+
+
+async def _finish(started: Awaitable[T]) -> T:
+    """Await a mutation to its outcome: a cancellation of the caller is raised only once the
+    mutation has finished (its records written, or not), as SQLiteSession's thread finishes."""
+    task = asyncio.ensure_future(started)
+    cancelled: asyncio.CancelledError | None = None
+    while not task.done():
+        try:
+            await asyncio.wait({task})
+        except asyncio.CancelledError as exc:
+            cancelled = cancelled or exc
+    if cancelled is not None:
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("a cancelled session call failed: %s", task.exception())
+        raise cancelled
+    return task.result()
 
 
 class LedgerSession:
-    """The Agents SDK ``Session`` protocol over ledger session ``session_id`` (an existing
-    session: create it with ``client.create_session(...)``).
+    """The Agents SDK ``Session`` protocol over a ledger session (see the module doc).
 
-    ``session_settings.limit`` is the default of :meth:`get_items`' ``limit``. Errors are
-    the client's typed errors (e.g. NotFoundError for an unknown id, SessionStoppedError when
-    adding to a stopped session).
+    ``session_id``: any string naming one session of the caller's tenant (or a ledger
+    session's id). ``session_settings``: a SessionSettings or a dict of its fields
+    (``limit`` is the default of :meth:`get_items`' limit). ``tenant``: without
+    authentication, the tenant the session is kept in. Errors are the client's typed errors
+    (e.g. SessionStoppedError when adding to a stopped session); RuntimeError after
+    :meth:`close`.
     """
 
     def __init__(
@@ -192,51 +296,204 @@ class LedgerSession:
         session_id: str,
         *,
         client: RolloutClient | AsyncRolloutClient,
-        session_settings: SessionSettings | None = None,
+        session_settings: SessionSettings | Mapping[str, Any] | None = None,
+        tenant: str = "",
     ) -> None:
+        if not isinstance(session_id, str) or not session_id:
+            raise ValueError("session_id must be a non-empty string")
         self.session_id = session_id
-        self.session_settings = session_settings
+        self.session_settings = _settings(session_settings)
+        self._tenant = tenant
         self._blocking = client if isinstance(client, RolloutClient) else None
-        core = client.core if isinstance(client, RolloutClient) else client
-        self._session: AsyncSession = core.session(session_id)
+        self._core = client.core if isinstance(client, RolloutClient) else client
+        self._attached: _Attachment | None = None
+        self._closed = False
 
-    async def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+    def __repr__(self) -> str:
+        return f"<LedgerSession {self.session_id!r}>"
+
+    # -- running calls ---------------------------------------------------------------
+
+    async def _run(self, call: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        """Run ``call()`` on the client's loop (blocking client) or here, and await it."""
+        if self._closed:
+            raise RuntimeError("LedgerSession is closed")
         if self._blocking is None:
-            return await coroutine
-        return await asyncio.wrap_future(self._blocking.submit(coroutine))
+            return await call()
+        return await asyncio.wrap_future(self._blocking.submit(call()))
 
-    async def _items(self) -> list[dict[str, Any]]:
-        replay = await self._run(self._session.replay())
-        return messages_to_items(replay.messages)
+    async def _mutate(self, call: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        """:meth:`_run` for a mutation: finished before a cancellation is raised (:func:`_finish`)."""
+        if self._closed:
+            raise RuntimeError("LedgerSession is closed")
+        if self._blocking is None:
+            return await _finish(call())
+        return await _finish(asyncio.wrap_future(self._blocking.submit(call())))
+
+    async def _attach(self, create: bool) -> _Attachment | None:
+        """The ledger session this object names (created when ``create``), or None (not yet)."""
+        if self._attached is not None:
+            return self._attached
+        session_id, found = await self._core.resolve_session(self.session_id, tenant=self._tenant)
+        if not found:
+            if not create:
+                return None
+            try:
+                created = await self._core.create_session(session_key=self.session_id, tenant=self._tenant)
+                session_id = created.id
+            except AlreadyExistsError as taken:  # another process created it meanwhile
+                session_id = taken.session_id or session_id
+        if self._attached is None:
+            self._attached = _Attachment(self._core.session(session_id))
+        return self._attached
+
+    # -- reads -------------------------------------------------------------------------
+
+    async def _read_tail(self, attached: _Attachment, items: int | None) -> _Tail:
+        """Read at least ``items`` items (all of the view for None) from the end of the view."""
+        want = TAIL_MESSAGES if items is None else max(items, 1)
+        while True:
+            recent = await attached.session.recent_messages(0 if items is None else want, canonical=True)
+            call_types: dict[str, str] = {}
+            entries = [
+                (origin, message_items(message, call_types))
+                for origin, message in zip(recent.origins, recent.messages, strict=True)
+            ]
+            whole = len(recent.messages) == recent.message_count
+            tail = _Tail(entries, recent.next_seq, whole, recent.message_count)
+            if whole or items is None or tail.item_count >= items:
+                attached.tail = _Tail(
+                    entries[-TAIL_MESSAGES:],
+                    tail.next_seq,
+                    whole and len(entries) <= TAIL_MESSAGES,
+                    recent.message_count,
+                )
+                return tail
+            want *= 2
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
-        """The history, oldest first; with ``limit`` only the latest ``limit`` items (0: none;
-        a negative limit: all, as SQLiteSession does). One replay of the session."""
-        if limit is None and self.session_settings is not None:
+        """The history, oldest first; with ``limit`` only the latest ``limit`` items (0: none; a
+        negative limit: all, as SQLiteSession does). One GetRecentMessages call."""
+        if limit is None:
             limit = self.session_settings.limit
-        items = await self._items()
-        if limit is not None and limit >= 0:
-            items = items[len(items) - limit :] if limit else []
-        return cast(list[TResponseInputItem], items)
+        if limit == 0:
+            return []
+
+        async def read() -> list[dict[str, Any]]:
+            attached = await self._attach(create=False)
+            if attached is None:
+                return []
+            try:
+                tail = await self._read_tail(attached, limit if limit is not None and limit > 0 else None)
+            except NotFoundError:
+                return []
+            items = [item for _, message_items_ in tail.entries for item in message_items_]
+            if limit is not None and limit > 0:
+                items = items[max(0, len(items) - limit) :]
+            return items
+
+        return cast(list[TResponseInputItem], await self._run(read))
+
+    # -- mutations ---------------------------------------------------------------------
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
-        """Append the items, in order, as one atomic request (exactly once)."""
-        if items:
-            await self._run(
-                self._session.append(*(item_to_message(cast(Mapping[str, Any], i)) for i in items))
-            )
+        """Append the items, in order, as one atomic request (exactly once); the session is
+        created on the first call."""
+        if self._closed:
+            raise RuntimeError("LedgerSession is closed")
+        if not items:
+            return
+        messages = [item_to_message(cast(Mapping[str, Any], item)) for item in items]
+
+        async def add() -> None:
+            attached = await self._attach(create=True)
+            assert attached is not None
+            async with attached.lock():
+                await self._append_items(attached, list(cast(list[dict[str, Any]], items)), messages)
+
+        await self._mutate(add)
+
+    async def _append_items(
+        self, attached: _Attachment, items: list[dict[str, Any]], messages: list[dict[str, Any]]
+    ) -> None:
+        try:
+            result = await attached.session.append(*messages)
+        except InvalidArgumentError as refused:
+            if not any(v.field.endswith("tool_call_id") for v in refused.field_violations):
+                raise
+            # An output whose call the session does not hold: carried unpaired, as SQLite keeps it.
+            messages = [item_to_message(item, paired=False) for item in items]
+            result = await attached.session.append(*messages)
+        tail = attached.tail
+        if tail is None or result.seqs[0] != tail.next_seq or any(m.get("role") == "tool" for m in messages):
+            attached.tail = None  # a tool output may have replaced another in place: read it again
+            return
+        tail.entries.extend((MessageRef(seq), [item]) for seq, item in zip(result.seqs, items, strict=True))
+        del tail.entries[:-TAIL_MESSAGES]
+        tail.whole = tail.whole and tail.message_count + len(items) <= TAIL_MESSAGES
+        tail.message_count += len(items)
+        tail.next_seq = result.next_seq
 
     async def pop_item(self) -> TResponseInputItem | None:
-        """Remove and return the latest item (None when empty): appends a compaction whose
-        replacement history is every other item."""
-        items = await self._items()
-        if not items:
-            return None
-        last = items.pop()
-        history = [item_to_message(item) for item in items]
-        await self._run(self._session.append(Compaction(_POP_SUMMARY, history)))
-        return cast(TResponseInputItem, last)
+        """Remove and return the latest item (None when empty): a retraction of its message sent
+        with expected_next_seq, so it applies to exactly the view it was chosen from."""
+
+        async def pop() -> dict[str, Any] | None:
+            attached = await self._attach(create=False)
+            if attached is None:
+                return None
+            async with attached.lock():
+                while True:
+                    tail = attached.tail
+                    if tail is None or (not tail.entries and not tail.whole):
+                        tail = await self._read_tail(attached, 1)
+                        tail = attached.tail
+                    assert tail is not None
+                    if not tail.entries:
+                        return None
+                    origin, items = tail.entries[-1]
+                    rest = items[:-1]
+                    records: list[Record] = [Retraction([origin], _POP_REASON)]
+                    records.extend(item_to_message(item) for item in rest)
+                    try:
+                        result = await attached.session.append(*records, expected_next_seq=tail.next_seq)
+                    except FailedPreconditionError as moved:
+                        if moved.next_seq is None:
+                            raise
+                        attached.tail = None  # the session moved on: read its tail again
+                        continue
+                    del tail.entries[-1]
+                    tail.entries.extend(
+                        (MessageRef(seq), [item]) for seq, item in zip(result.seqs[1:], rest, strict=True)
+                    )
+                    tail.message_count += len(rest) - 1
+                    tail.next_seq = result.next_seq
+                    return items[-1]
+
+        return cast(TResponseInputItem | None, await self._mutate(pop))
 
     async def clear_session(self) -> None:
         """Empty the history: appends a compaction with an empty replacement history."""
-        await self._run(self._session.append(Compaction(_CLEAR_SUMMARY, [])))
+
+        async def clear() -> None:
+            attached = await self._attach(create=False)
+            if attached is None:
+                return
+            async with attached.lock():
+                result = await attached.session.append(Compaction(_CLEAR_SUMMARY, []))
+                attached.tail = _Tail([], result.next_seq, whole=True)
+
+        await self._mutate(clear)
+
+    def close(self) -> None:
+        """Release this session object: later calls raise RuntimeError (the client stays open;
+        it is the caller's). Closing twice is harmless."""
+        self._closed = True
+        self._attached = None
+
+
+def _settings(value: SessionSettings | Mapping[str, Any] | None) -> SessionSettings:
+    """SessionSettings from a SessionSettings, a dict of its fields, or None (the defaults), as
+    the SDK's own sessions take them (TypeError for unknown keys, a validation error for a bad
+    value)."""
+    return SessionSettings() if value is None else coerce_session_settings(cast(Any, value))

@@ -575,6 +575,10 @@ class SessionLedger:
         if retractions:
             for index, payload in retractions:
                 check_retraction(payload, index)
+            # A client may name a line it read before it was durable (readers see written lines):
+            # wait for what is queued, so every line it can name is in the file's durable bytes.
+            await state.log.drain()
+            state = await self.open_session(session_id)
             await self.run_io(resolve_retractions, state.path, state.log.size, state.next_seq, retractions)
             state = await self.open_session(session_id)  # the lines were read: look again
             if request_id:

@@ -183,7 +183,8 @@ def test_a_blocking_client_never_blocks_the_event_loop(client) -> None:
 
 
 def test_pop_and_clear_are_appended_records_that_replay_reflects(client) -> None:
-    """pop_item and clear_session append compactions: the file keeps every record, replay shows the new view."""
+    """pop_item appends one retraction (nothing rewritten, whatever the history's length) and
+    clear_session one empty compaction: the file keeps every record, replay shows the new view."""
     session = client.create_session()
     ledger = LedgerSession(session.id, client=client)
     items = [
@@ -196,14 +197,33 @@ def test_pop_and_clear_are_appended_records_that_replay_reflects(client) -> None
         await ledger.add_items(copy.deepcopy(items))
         assert await ledger.pop_item() == items[-1]
 
+    before = session.verify().records
     asyncio.run(run())
     replay = session.replay()
     assert messages_to_items(replay.messages) == items[:2]
-    assert [entry.kind for entry in replay.degraded].count("compacted_rebuild") == 1
-    before = session.verify().records
+    assert [entry.kind for entry in replay.degraded].count("retracted") == 1
+    assert session.verify().records == before + len(items) + 1
     asyncio.run(ledger.clear_session())
     assert session.replay().messages == []
-    assert session.verify().records == before + 1  # append-only: one compaction more, nothing removed
+    assert session.verify().records == before + len(items) + 2  # append-only: nothing removed
+
+
+def test_a_pop_costs_one_small_record_whatever_the_history(client, data_dir) -> None:
+    """The bytes a pop appends do not grow with the history (a retraction names the message)."""
+    session = client.create_session()
+    ledger = LedgerSession(session.id, client=client)
+    (path,) = (data_dir / "sessions").glob("*.jsonl")
+
+    async def run(count: int) -> int:
+        await ledger.add_items([{"role": "user", "content": "x" * 1000} for _ in range(count)])
+        size = path.stat().st_size
+        await ledger.pop_item()
+        return path.stat().st_size - size
+
+    small = asyncio.run(run(2))
+    large = asyncio.run(run(300))
+    assert small < 400
+    assert abs(large - small) < 16  # only the seq's digits differ
 
 
 def test_a_new_adapter_in_another_process_sees_the_same_history(
@@ -257,10 +277,8 @@ def test_session_settings_limit_is_the_default_limit(client) -> None:
     ("item", "native"),
     [
         ({"role": "user", "content": "hi"}, {"role": "user", "content": "hi"}),
-        (
-            {"role": "developer", "content": [{"type": "input_text", "text": "x"}]},
-            {"role": "developer", "content": [{"type": "input_text", "text": "x"}]},
-        ),
+        ({"content": "hi", "role": "user"}, None),  # another key order: kept by carrying it
+        ({"role": "developer", "content": [{"type": "input_text", "text": "x"}]}, None),
         (
             {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
             {
@@ -287,6 +305,7 @@ def test_session_settings_limit_is_the_default_limit(client) -> None:
         ({"type": "custom_tool_call", "call_id": "c", "name": "patch", "input": "*** diff"}, None),
         ({"type": "reasoning", "id": "rs", "summary": [], "encrypted_content": "opaque"}, None),
         ({"type": "web_search_call", "id": "ws", "status": "completed"}, None),
+        ({"type": "message", "content": [{"n": 3.0, "big": 2**70, "nan": float("inf")}]}, None),
         (
             {
                 "role": "user",
@@ -297,13 +316,24 @@ def test_session_settings_limit_is_the_default_limit(client) -> None:
     ],
 )
 def test_every_item_round_trips_exactly_native_when_the_chat_shape_holds_it(item, native) -> None:
-    """An item is stored natively only when that gives it back exactly; otherwise it is carried whole."""
+    """An item is stored natively only when that gives it back exactly, key order included;
+    otherwise it is carried whole as JSON text, which gives back floats, big integers and order."""
     message = item_to_message(item)
     if native is not None:
         assert message == native
     else:
-        assert message["content"] == [{"type": ITEM_PART, "item": item}]
-    assert messages_to_items([message]) == [item]
+        (part,) = message["content"]
+        assert part["type"] == ITEM_PART
+        assert isinstance(part["json"], str)
+    (back,) = messages_to_items([message])
+    assert back == item
+    assert json.dumps(back) == json.dumps(item)  # the same text: types and key order too
+
+
+def test_items_written_by_earlier_versions_are_read() -> None:
+    """A carried part of the older shape ({"type", "item": {...}}) still reads as its item."""
+    old = {"role": "assistant", "content": [{"type": ITEM_PART, "item": {"type": "reasoning", "id": "r"}}]}
+    assert messages_to_items([old]) == [{"type": "reasoning", "id": "r"}]
 
 
 def test_carried_calls_and_outputs_keep_the_ledger_pairing() -> None:
@@ -351,13 +381,49 @@ def test_messages_written_without_the_adapter_read_as_items() -> None:
     ]
 
 
-def test_an_unknown_session_id_is_a_typed_error(client) -> None:
-    """get_items on an id the ledger does not hold raises NotFoundError."""
-    from rollout_client import NotFoundError
+def test_any_id_names_a_session_created_on_the_first_add(client) -> None:
+    """LedgerSession("chat-session") reads an empty history, creates its session on add_items, and
+    another object with the same id sees it; a ledger session's own id names that session."""
+    first = LedgerSession("chat-session", client=client)
+    assert asyncio.run(first.get_items()) == []
+    assert asyncio.run(first.pop_item()) is None
+    asyncio.run(first.add_items([{"role": "user", "content": "kept"}]))
+    assert asyncio.run(LedgerSession("chat-session", client=client).get_items()) == [
+        {"role": "user", "content": "kept"}
+    ]
+    ledger_id, found = client.resolve_session("chat-session")
+    assert found
+    assert asyncio.run(LedgerSession(ledger_id, client=client).get_items()) == [
+        {"role": "user", "content": "kept"}
+    ]
 
-    ledger = LedgerSession("01900000-0000-7000-8000-000000000000", client=client)
-    with pytest.raises(NotFoundError):
-        asyncio.run(ledger.get_items())
+
+def test_settings_as_a_dict_are_normalized_and_unknown_keys_refused(client) -> None:
+    """session_settings may be a dict (coerced as the SDK's sessions do); the default is SessionSettings()."""
+    assert LedgerSession("s", client=client).session_settings == SessionSettings()
+    assert LedgerSession(
+        "s", client=client, session_settings={"limit": 2}
+    ).session_settings == SessionSettings(limit=2)
+    with pytest.raises(TypeError, match="colour"):
+        LedgerSession("s", client=client, session_settings={"colour": "red"})
+
+
+def test_a_closed_session_refuses_every_call(client) -> None:
+    """close() is idempotent; afterwards each call raises RuntimeError."""
+    ledger = LedgerSession("to-close", client=client)
+    ledger.close()
+    ledger.close()
+    for call in (ledger.get_items(), ledger.add_items([{"role": "user", "content": "x"}]), ledger.pop_item()):
+        with pytest.raises(RuntimeError, match="closed"):
+            asyncio.run(call)
+
+
+def test_an_output_whose_call_the_session_lacks_is_kept_as_sqlite_keeps_it(client) -> None:
+    """An output item with no call in the history is stored (unpaired) and read back as given."""
+    ledger = LedgerSession("orphan-output", client=client)
+    item = {"type": "function_call_output", "call_id": "never-called", "output": "x"}
+    asyncio.run(ledger.add_items([item]))
+    assert asyncio.run(ledger.get_items()) == [item]
 
 
 def test_the_blocking_client_type_is_accepted_as_is() -> None:

@@ -1,0 +1,133 @@
+"""LedgerSession pops are atomic in one process and across processes, never take an item added
+after the one they return, and a cancelled mutation finishes before its cancellation is raised."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+
+import pytest
+
+from rollout_client import RolloutClient
+from rollout_client.agents import LedgerSession
+from tests.client.conftest import TEST_RETRY
+from tests.conftest import REPO
+
+POPS = 40
+
+
+def _items(prefix: str, count: int) -> list[dict]:
+    return [{"role": "user", "content": f"{prefix} {index}"} for index in range(count)]
+
+
+def test_forty_concurrent_pops_of_one_object_return_forty_distinct_items(client) -> None:
+    """40 pops at once on one LedgerSession: 40 different items, then empty, and the 41st is None."""
+    ledger = LedgerSession("pops-one-object", client=client)
+
+    async def run() -> tuple[list, list, object]:
+        await ledger.add_items(_items("item", POPS))
+        popped = await asyncio.gather(*(ledger.pop_item() for _ in range(POPS)))
+        return popped, await ledger.get_items(), await ledger.pop_item()
+
+    popped, left, last = asyncio.run(run())
+    assert sorted(item["content"] for item in popped) == sorted(
+        item["content"] for item in _items("item", POPS)
+    )
+    assert (left, last) == ([], None)
+
+
+def test_forty_concurrent_pops_of_forty_objects_return_forty_distinct_items(client) -> None:
+    """Each pop through its own LedgerSession (no shared lock): the writer's compare-and-swap decides."""
+
+    async def run() -> tuple[list, list]:
+        await LedgerSession("pops-many-objects", client=client).add_items(_items("item", POPS))
+        popped = await asyncio.gather(
+            *(LedgerSession("pops-many-objects", client=client).pop_item() for _ in range(POPS))
+        )
+        return popped, await LedgerSession("pops-many-objects", client=client).get_items()
+
+    popped, left = asyncio.run(run())
+    assert sorted(item["content"] for item in popped) == sorted(
+        item["content"] for item in _items("item", POPS)
+    )
+    assert left == []
+
+
+_POPPER = """
+import asyncio, json, sys
+from rollout_client import RolloutClient
+from rollout_client.agents import LedgerSession
+with RolloutClient(sys.argv[1], sys.argv[2]) as client:
+    async def run():
+        sessions = [LedgerSession(sys.argv[3], client=client) for _ in range(int(sys.argv[4]))]
+        return await asyncio.gather(*(session.pop_item() for session in sessions))
+    print(json.dumps(asyncio.run(run())))
+"""
+
+
+def test_pops_split_over_two_processes_never_return_the_same_item(
+    client, writer_process, reader_process
+) -> None:
+    """Two processes pop 20 each at the same time: 40 distinct items between them, nothing left."""
+    asyncio.run(LedgerSession("pops-two-processes", client=client).add_items(_items("item", POPS)))
+    command = [
+        sys.executable,
+        "-c",
+        _POPPER,
+        writer_process.address,
+        reader_process.address,
+        "pops-two-processes",
+    ]
+    workers = [
+        subprocess.Popen([*command, str(POPS // 2)], stdout=subprocess.PIPE, text=True, cwd=REPO)
+        for _ in range(2)
+    ]
+    popped = []
+    for worker in workers:
+        out, _ = worker.communicate(timeout=240)
+        assert worker.returncode == 0
+        popped.extend(json.loads(out))
+    assert sorted(item["content"] for item in popped) == sorted(
+        item["content"] for item in _items("item", POPS)
+    )
+    assert asyncio.run(LedgerSession("pops-two-processes", client=client).get_items()) == []
+
+
+def test_pops_racing_adds_lose_nothing_and_take_nothing_twice(client) -> None:
+    """Adds and pops from separate objects at once: every added item is popped once or still there."""
+    added = _items("raced", 30)
+
+    async def run() -> tuple[list, list]:
+        adder = LedgerSession("pops-and-adds", client=client)
+        await adder.add_items(added[:10])
+
+        async def add_rest() -> None:
+            for item in added[10:]:
+                await adder.add_items([item])
+
+        pops = [LedgerSession("pops-and-adds", client=client).pop_item() for _ in range(15)]
+        results = await asyncio.gather(add_rest(), *pops)
+        return [item for item in results[1:] if item is not None], await adder.get_items()
+
+    popped, left = asyncio.run(run())
+    contents = [item["content"] for item in popped] + [item["content"] for item in left]
+    assert sorted(contents) == sorted(item["content"] for item in added)
+
+
+def test_a_cancelled_add_finishes_before_the_cancellation_is_raised(writer_process, reader_process) -> None:
+    """Cancelling add_items while it is in flight: CancelledError comes once the items are in the ledger."""
+
+    async def run() -> list:
+        with RolloutClient(writer_process.address, reader_process.address, retry=TEST_RETRY) as client:
+            ledger = LedgerSession("cancelled-add", client=client)
+            await ledger.add_items([{"role": "user", "content": "first"}])
+            task = asyncio.ensure_future(ledger.add_items([{"role": "user", "content": "second"}]))
+            await asyncio.sleep(0)  # the append is under way
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            return await ledger.get_items()
+
+    assert asyncio.run(run()) == [{"role": "user", "content": "first"}, {"role": "user", "content": "second"}]
