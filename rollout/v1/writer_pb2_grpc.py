@@ -99,15 +99,23 @@ class RolloutWriterServicer:
         mode: one durability round may sync many sessions' files together).
         INVALID_ARGUMENT: a record failed validation; the BadRequest detail names
         the record index and field; nothing of the request is written. Event
-        kinds the writer reserves ("resumed", "forked") are refused here.
+        kinds the writer reserves ("resumed", "forked") are refused here, and so
+        is a request of more records than a session's queue ever holds
+        (100,000 by default, field `records`, the limit named: never retryable).
+        A retraction naming no message of the session names
+        records[i].retraction.messages[j].
         NOT_FOUND: unknown session (answered from the writer's index, without
         touching the disk).
         FAILED_PRECONDITION: the session is stopped (call Resume), or
-        expected_next_seq does not match (PreconditionFailure carries the actual value).
+        expected_next_seq does not match (PreconditionFailure carries the actual
+        value), or request_since_seq lies too far back to look the request id up
+        (PreconditionFailure subject "request/<id>"). With request_since_seq set,
+        the request id is looked up before either check: a request that landed
+        gets its first answer even from a session stopped since.
         ABORTED: a Stop or Resume of the session is in progress; retry when it ends.
         DATA_LOSS: the session file does not start with its session_meta.
-        RESOURCE_EXHAUSTED: the writer's queue is full; retry with backoff; or the
-        disk is full (ErrorInfo reason ENOSPC).
+        RESOURCE_EXHAUSTED: the writer's queue is full for now; retry with
+        backoff; or the disk is full (ErrorInfo reason ENOSPC).
         UNAVAILABLE: the write or sync failed; nothing of the request was kept.
         A failed durability round fails every request of every session in it.
         """

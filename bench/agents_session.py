@@ -1,0 +1,164 @@
+"""LedgerSession side by side with the Agents SDK's own SQLiteSession, in one process.
+
+    .venv/bin/python bench/agents_session.py [--items 1040] [--large-items 10000] [--rounds 5]
+                                             [--client blocking|async]
+
+Starts a writer and a reader (subprocesses, a temporary data root) and, in this process,
+a file-backed SQLiteSession (its default fsync per commit) and a LedgerSession over the
+pair on loopback. Items are ~1 KB, as a Runner writes them: user inputs and assistant
+output messages. Each round measures, SQLite first then the ledger, on fresh sessions:
+
+* ``add_items`` of 1 item (items/s) and of 32 items (items/s), until ``--items`` are in;
+* ``get_items()`` of those ``--items`` items (ms);
+* ``get_items(limit=10)`` of a session of ``--large-items`` items (ms);
+* ``pop_item()`` of the last item, 50 times (ms each).
+
+Prints each figure's median over the rounds and the ratio ledger/SQLite, with the target of
+each (rates: ledger/SQLite at least the target; times: at most). The machine is shared and
+noisy, so only the ratios, taken within one round, are compared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from _support import start_service
+from agents import SQLiteSession
+
+from rollout_client import AsyncRolloutClient, RetryPolicy, RolloutClient
+from rollout_client.agents import LedgerSession
+
+#: (figure, kind, target): kind "rate" wants ledger/SQLite >= target, "time" wants <= target.
+FIGURES = (
+    ("add_items(1 item)", "rate", 0.5),
+    ("add_items(32 items)", "rate", 0.8),
+    ("get_items() at N", "time", 1.0),
+    ("get_items(limit=10) at LARGE", "time", 1.0),
+    ("pop_item()", "time", 2.0),
+)
+TEXT = "the agent looked at the failing test, read the module and proposed a patch. " * 13
+
+
+def items(count: int, start: int = 0) -> list[dict[str, Any]]:
+    """~1 KB items as a Runner writes them: user inputs and assistant output messages."""
+    made: list[dict[str, Any]] = []
+    for index in range(start, start + count):
+        if index % 2 == 0:
+            made.append({"content": f"{index}: {TEXT}", "role": "user"})
+        else:
+            made.append(
+                {
+                    "id": f"msg_{index}",
+                    "content": [{"annotations": [], "text": f"{index}: {TEXT}", "type": "output_text"}],
+                    "role": "assistant",
+                    "status": "completed",
+                    "type": "message",
+                }
+            )
+    return made
+
+
+async def timed(call: Callable[[], Awaitable[Any]]) -> float:
+    started = time.perf_counter()
+    await call()
+    return time.perf_counter() - started
+
+
+async def measure(session: Any, large: Any, count: int, large_count: int) -> dict[str, float]:
+    """One round's figures of one session kind (``large`` is a second session for the big read)."""
+    figures: dict[str, float] = {}
+    single = items(count // 4)
+    spent = 0.0
+    for item in single:
+        spent += await timed(lambda item=item: session.add_items([item]))
+    figures["add_items(1 item)"] = len(single) / spent
+    rest = items(count - len(single), len(single))
+    spent = 0.0
+    for first in range(0, len(rest), 32):
+        spent += await timed(lambda first=first: session.add_items(rest[first : first + 32]))
+    figures["add_items(32 items)"] = len(rest) / spent
+    reads = [await timed(session.get_items) for _ in range(7)]
+    figures["get_items() at N"] = statistics.median(reads) * 1000
+    for first in range(0, large_count, 500):
+        await large.add_items(items(min(500, large_count - first), first))
+    limited = [await timed(lambda: large.get_items(limit=10)) for _ in range(31)]
+    figures["get_items(limit=10) at LARGE"] = statistics.median(limited) * 1000
+    pops = [await timed(session.pop_item) for _ in range(50)]
+    figures["pop_item()"] = statistics.median(pops) * 1000
+    return figures
+
+
+async def one_round(round_no: int, folder: Path, make_ledger: Callable[[str], LedgerSession], args: Any):
+    sqlite = SQLiteSession(f"s{round_no}", folder / f"sqlite-{round_no}.db")
+    sqlite_large = SQLiteSession(f"l{round_no}", folder / f"sqlite-large-{round_no}.db")
+    baseline = await measure(sqlite, sqlite_large, args.items, args.large_items)
+    sqlite.close()
+    sqlite_large.close()
+    ledger = await measure(make_ledger(f"s{round_no}"), make_ledger(f"l{round_no}"), args.items, args.large_items)
+    return baseline, ledger
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--items", type=int, default=1040)
+    parser.add_argument("--large-items", type=int, default=10_000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--client", choices=("blocking", "async"), default="blocking")
+    args = parser.parse_args()
+    print("command:", " ".join([".venv/bin/python", *sys.argv]))
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = Path(scratch)
+        data = folder / "data"
+        data.mkdir()
+        writer = start_service("writer", data, folder / "writer.log")
+        reader = start_service("reader", data, folder / "reader.log")
+        retry = RetryPolicy(deadline=120.0)
+        try:
+            results: list[tuple[dict[str, float], dict[str, float]]] = []
+            if args.client == "blocking":
+                with RolloutClient(writer.address, reader.address, retry=retry) as client:
+                    for round_no in range(args.rounds):
+                        results.append(
+                            asyncio.run(one_round(round_no, folder, lambda key: LedgerSession(key, client=client), args))
+                        )
+            else:
+
+                async def run_all() -> None:
+                    async with AsyncRolloutClient(writer.address, reader.address, retry=retry) as client:
+                        for round_no in range(args.rounds):
+                            results.append(
+                                await one_round(round_no, folder, lambda key: LedgerSession(key, client=client), args)
+                            )
+
+                asyncio.run(run_all())
+        finally:
+            writer.stop()
+            reader.stop()
+    print(f"{args.items} items (~1 KB), large session {args.large_items} items, {args.rounds} rounds, {args.client} client")
+    print(f"{'figure':34} {'SQLiteSession':>14} {'LedgerSession':>14} {'ratio':>7}  target")
+    for name, kind, target in FIGURES:
+        label = name.replace("N", str(args.items)).replace("LARGE", str(args.large_items))
+        sqlite = statistics.median(base[name] for base, _ in results)
+        ledger = statistics.median(led[name] for _, led in results)
+        ratios = [led[name] / base[name] for base, led in results]
+        ratio = statistics.median(ratios)
+        unit = "items/s" if kind == "rate" else "ms"
+        met = ratio >= target if kind == "rate" else ratio <= target
+        sign = ">=" if kind == "rate" else "<="
+        print(
+            f"{label:34} {sqlite:>10.2f} {unit:<3} {ledger:>10.2f} {unit:<3} {ratio:>7.2f}  {sign} {target}"
+            f" {'met' if met else 'NOT MET'} (ratios {min(ratios):.2f}-{max(ratios):.2f})"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
