@@ -102,7 +102,9 @@ async def one_round(round_no: int, folder: Path, make_ledger: Callable[[str], Le
     baseline = await measure(sqlite, sqlite_large, args.items, args.large_items)
     sqlite.close()
     sqlite_large.close()
-    ledger = await measure(make_ledger(f"s{round_no}"), make_ledger(f"l{round_no}"), args.items, args.large_items)
+    ledger = await measure(
+        make_ledger(f"s{round_no}"), make_ledger(f"l{round_no}"), args.items, args.large_items
+    )
     return baseline, ledger
 
 
@@ -127,7 +129,11 @@ def main() -> int:
                 with RolloutClient(writer.address, reader.address, retry=retry) as client:
                     for round_no in range(args.rounds):
                         results.append(
-                            asyncio.run(one_round(round_no, folder, lambda key: LedgerSession(key, client=client), args))
+                            asyncio.run(
+                                one_round(
+                                    round_no, folder, lambda key: LedgerSession(key, client=client), args
+                                )
+                            )
                         )
             else:
 
@@ -135,14 +141,18 @@ def main() -> int:
                     async with AsyncRolloutClient(writer.address, reader.address, retry=retry) as client:
                         for round_no in range(args.rounds):
                             results.append(
-                                await one_round(round_no, folder, lambda key: LedgerSession(key, client=client), args)
+                                await one_round(
+                                    round_no, folder, lambda key: LedgerSession(key, client=client), args
+                                )
                             )
 
                 asyncio.run(run_all())
         finally:
             writer.stop()
             reader.stop()
-    print(f"{args.items} items (~1 KB), large session {args.large_items} items, {args.rounds} rounds, {args.client} client")
+    print(
+        f"{args.items} items (~1 KB), large session {args.large_items} items, {args.rounds} rounds, {args.client} client"
+    )
     print(f"{'figure':34} {'SQLiteSession':>14} {'LedgerSession':>14} {'ratio':>7}  target")
     for name, kind, target in FIGURES:
         label = name.replace("N", str(args.items)).replace("LARGE", str(args.large_items))

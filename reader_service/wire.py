@@ -39,7 +39,7 @@ from rollout.v1 import reader_pb2, records_pb2
 from shared.digest import framed_canonical
 from shared.errors import InvalidArgumentError, ReplyTooLargeError
 from shared.rebuild import CheckpointRecord, DegradedEntry
-from shared.records import origin_reference, parse_timestamp, reasoning_blocks_of
+from shared.records import ORIGIN_INDEX_BITS, parse_timestamp, reasoning_blocks_of
 from shared.wire import fill_message
 
 if TYPE_CHECKING:
@@ -330,10 +330,20 @@ def recent_reply(
     """The serialized RecentMessagesResponse: header, message entries (:func:`message_entry`, field 2
     as in a ReplayResponse), then each message's origin, the count and the next seq."""
     head = reader_pb2.RecentMessagesResponse(session_id=session_id).SerializeToString()
+    seqs, indexes = origin_arrays(origins)
     tail = reader_pb2.RecentMessagesResponse(
-        origins=[message_ref(origin) for origin in origins], message_count=message_count, next_seq=next_seq
+        origin_seqs=seqs, origin_history_indexes=indexes, message_count=message_count, next_seq=next_seq
     ).SerializeToString()
     return b"".join((head, *entries, tail))
+
+
+def origin_arrays(origins: Iterable[int]) -> tuple[list[int], list[int]]:
+    """Message origins (shared.records.message_origin) as RecentMessagesResponse's two arrays:
+    the seqs, and the replacement-history indexes (-1: a message record or a summary)."""
+    bits = ORIGIN_INDEX_BITS
+    mask = (1 << bits) - 1
+    held = list(origins)
+    return [origin >> bits for origin in held], [(origin & mask) - 1 for origin in held]
 
 
 #: Tag of RecentMessagesResponse.canonical_messages (field 6, length-delimited).
@@ -349,12 +359,6 @@ def canonical_entry(framed: bytes) -> bytes:
 def canonical_message_entry(payload: Mapping[str, Any]) -> bytes:
     """One rebuilt message payload as its entry of RecentMessagesResponse.canonical_messages."""
     return canonical_entry(framed_canonical(payload))
-
-
-def message_ref(origin: int) -> records_pb2.MessageRef:
-    """The MessageRef of a message origin (shared.records.message_origin)."""
-    reference = origin_reference(origin)
-    return records_pb2.MessageRef(seq=reference["seq"], history_index=reference.get("index"))
 
 
 def check_recent_request(request: reader_pb2.RecentMessagesRequest) -> None:

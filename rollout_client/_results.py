@@ -161,8 +161,8 @@ class RecentMessages:
             reply.session_id,
             messages,
             [
-                MessageRef(ref.seq, ref.history_index if ref.HasField("history_index") else None)
-                for ref in reply.origins
+                MessageRef(seq, index if index >= 0 else None)
+                for seq, index in zip(reply.origin_seqs, reply.origin_history_indexes, strict=True)
             ],
             reply.message_count,
             reply.next_seq,

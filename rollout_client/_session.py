@@ -126,6 +126,12 @@ class AsyncSession:
         """The seq this Session expects its next record to get (None until it has learnt it)."""
         return self._next_seq
 
+    def learn_next_seq(self, next_seq: int) -> None:
+        """Take ``next_seq`` (read from the session, e.g. a GetRecentMessages reply) as the lower
+        bound of the next append's seq, unless one is known or an append is under way."""
+        if self._next_seq is None and not self._append_lock.locked():
+            self._next_seq = next_seq
+
     async def append(self, *records: Record, expected_next_seq: int | None = None) -> AppendResult:
         """Append message dicts and typed records (:class:`Event`, :class:`Compaction`,
         :class:`TurnContext`) as one atomic request, exactly once (see
@@ -211,8 +217,7 @@ class AsyncSession:
             reader_pb2.RecentMessagesRequest(session_id=self.id, limit=limit, canonical=canonical),
         )
         recent = RecentMessages.from_proto(reply)
-        if self._next_seq is None and not self._append_lock.locked():
-            self._next_seq = recent.next_seq  # a lower bound: all request_since_seq needs
+        self.learn_next_seq(recent.next_seq)  # a lower bound: all request_since_seq needs
         return recent
 
     def stream_replay(self, token_budget: int | None = None) -> AsyncReplayStream:

@@ -66,6 +66,7 @@ from agents.items import TResponseInputItem
 from agents.memory import SessionSettings
 from agents.memory.session_settings import coerce_session_settings
 
+from rollout.v1 import reader_pb2
 from rollout_client._aio import AsyncRolloutClient
 from rollout_client._errors import (
     AlreadyExistsError,
@@ -222,6 +223,26 @@ def message_items(message: Mapping[str, Any], call_types: dict[str, str]) -> lis
     return items
 
 
+def canonical_items(raw_messages: Sequence[bytes]) -> list[list[dict[str, Any]]]:
+    """Per message of a GetRecentMessages reply's canonical JSON, the items it holds (the hot path of
+    :meth:`LedgerSession.get_items`: a carried item is parsed straight from its part)."""
+    loads = orjson.loads
+    call_types: dict[str, str] = {}
+    out: list[list[dict[str, Any]]] = []
+    for raw in raw_messages:
+        message = loads(raw)
+        content = message.get("content")
+        if type(content) is list and len(content) == 1 and "tool_calls" not in message:
+            part = content[0]
+            if type(part) is dict and part.get("type") == ITEM_PART and type(part.get("json")) is str:
+                item = json.loads(part["json"]) if part.get("codec") == "json" else loads(part["json"])
+                if type(item) is dict:
+                    out.append([item])
+                    continue
+        out.append(message_items(message, call_types))
+    return out
+
+
 def messages_to_items(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The Agents SDK input items of a replayed message sequence, in order (see the module
     docstring for messages this adapter did not write)."""
@@ -349,26 +370,32 @@ class LedgerSession:
 
     # -- reads -------------------------------------------------------------------------
 
-    async def _read_tail(self, attached: _Attachment, items: int | None) -> _Tail:
-        """Read at least ``items`` items (all of the view for None) from the end of the view."""
+    async def _read_tail(self, attached: _Attachment, items: int | None) -> list[list[dict[str, Any]]]:
+        """The items of the last messages of the view, per message: at least ``items`` items (all of
+        the view for None). Keeps the last :data:`TAIL_MESSAGES` of them, with their origins, as
+        the session's tail for the next pops."""
         want = TAIL_MESSAGES if items is None else max(items, 1)
         while True:
-            recent = await attached.session.recent_messages(0 if items is None else want, canonical=True)
-            call_types: dict[str, str] = {}
-            entries = [
-                (origin, message_items(message, call_types))
-                for origin, message in zip(recent.origins, recent.messages, strict=True)
-            ]
-            whole = len(recent.messages) == recent.message_count
-            tail = _Tail(entries, recent.next_seq, whole, recent.message_count)
-            if whole or items is None or tail.item_count >= items:
+            request = reader_pb2.RecentMessagesRequest(
+                session_id=attached.session.id, limit=0 if items is None else want, canonical=True
+            )
+            reply = await self._core.call(self._core.reader_stub.GetRecentMessages, request)
+            per_message = canonical_items(reply.canonical_messages)
+            whole = len(per_message) == reply.message_count
+            if whole or items is None or sum(map(len, per_message)) >= items:
+                kept = per_message[-TAIL_MESSAGES:]
+                first = len(per_message) - len(kept)
+                seqs, indexes = reply.origin_seqs[first:], reply.origin_history_indexes[first:]
+                entries = [
+                    (MessageRef(seq, index if index >= 0 else None), message)
+                    for seq, index, message in zip(seqs, indexes, kept, strict=True)
+                ]
                 attached.tail = _Tail(
-                    entries[-TAIL_MESSAGES:],
-                    tail.next_seq,
-                    whole and len(entries) <= TAIL_MESSAGES,
-                    recent.message_count,
+                    entries, reply.next_seq, whole and len(kept) == len(per_message), reply.message_count
                 )
-                return tail
+                if attached.session.next_seq is None:
+                    attached.session.learn_next_seq(reply.next_seq)
+                return per_message
             want *= 2
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
@@ -384,10 +411,12 @@ class LedgerSession:
             if attached is None:
                 return []
             try:
-                tail = await self._read_tail(attached, limit if limit is not None and limit > 0 else None)
+                per_message = await self._read_tail(
+                    attached, limit if limit is not None and limit > 0 else None
+                )
             except NotFoundError:
                 return []
-            items = [item for _, message_items_ in tail.entries for item in message_items_]
+            items = [item for held in per_message for item in held]
             if limit is not None and limit > 0:
                 items = items[max(0, len(items) - limit) :]
             return items
@@ -446,7 +475,7 @@ class LedgerSession:
                 while True:
                     tail = attached.tail
                     if tail is None or (not tail.entries and not tail.whole):
-                        tail = await self._read_tail(attached, 1)
+                        await self._read_tail(attached, 1)
                         tail = attached.tail
                     assert tail is not None
                     if not tail.entries:

@@ -102,20 +102,22 @@ class RecentMessagesRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., limit: _Optional[int] = ..., canonical: _Optional[bool] = ...) -> None: ...
 
 class RecentMessagesResponse(_message.Message):
-    __slots__ = ("session_id", "messages", "origins", "message_count", "next_seq", "canonical_messages")
+    __slots__ = ("session_id", "messages", "origin_seqs", "origin_history_indexes", "message_count", "next_seq", "canonical_messages")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
-    ORIGINS_FIELD_NUMBER: _ClassVar[int]
+    ORIGIN_SEQS_FIELD_NUMBER: _ClassVar[int]
+    ORIGIN_HISTORY_INDEXES_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_COUNT_FIELD_NUMBER: _ClassVar[int]
     NEXT_SEQ_FIELD_NUMBER: _ClassVar[int]
     CANONICAL_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     messages: _containers.RepeatedCompositeFieldContainer[_records_pb2.ChatMessage]
-    origins: _containers.RepeatedCompositeFieldContainer[_records_pb2.MessageRef]
+    origin_seqs: _containers.RepeatedScalarFieldContainer[int]
+    origin_history_indexes: _containers.RepeatedScalarFieldContainer[int]
     message_count: int
     next_seq: int
     canonical_messages: _containers.RepeatedScalarFieldContainer[bytes]
-    def __init__(self, session_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_records_pb2.ChatMessage, _Mapping]]] = ..., origins: _Optional[_Iterable[_Union[_records_pb2.MessageRef, _Mapping]]] = ..., message_count: _Optional[int] = ..., next_seq: _Optional[int] = ..., canonical_messages: _Optional[_Iterable[bytes]] = ...) -> None: ...
+    def __init__(self, session_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_records_pb2.ChatMessage, _Mapping]]] = ..., origin_seqs: _Optional[_Iterable[int]] = ..., origin_history_indexes: _Optional[_Iterable[int]] = ..., message_count: _Optional[int] = ..., next_seq: _Optional[int] = ..., canonical_messages: _Optional[_Iterable[bytes]] = ...) -> None: ...
 
 class MemoryViewRequest(_message.Message):
     __slots__ = ("session_id", "max_tool_output_chars", "max_reasoning_chars")
