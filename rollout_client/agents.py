@@ -68,11 +68,13 @@ from agents.memory.session_settings import coerce_session_settings
 
 from rollout.v1 import reader_pb2
 from rollout_client._aio import AsyncRolloutClient
+from rollout_client._appends import is_reply_too_large
 from rollout_client._errors import (
     AlreadyExistsError,
     FailedPreconditionError,
     InvalidArgumentError,
     NotFoundError,
+    ResourceExhaustedError,
 )
 from rollout_client._records import Compaction, MessageRef, Record, Retraction, tool_call
 from rollout_client._session import AsyncSession
@@ -379,7 +381,12 @@ class LedgerSession:
             request = reader_pb2.RecentMessagesRequest(
                 session_id=attached.session.id, limit=0 if items is None else want, canonical=True
             )
-            reply = await self._core.call(self._core.reader_stub.GetRecentMessages, request)
+            try:
+                reply = await self._core.call(self._core.reader_stub.GetRecentMessages, request)
+            except ResourceExhaustedError as error:
+                if not is_reply_too_large(error):
+                    raise
+                return await self._stream_items(attached)
             per_message = canonical_items(reply.canonical_messages)
             whole = len(per_message) == reply.message_count
             if whole or items is None or sum(map(len, per_message)) >= items:
@@ -397,6 +404,16 @@ class LedgerSession:
                     attached.session.learn_next_seq(reply.next_seq)
                 return per_message
             want *= 2
+
+    async def _stream_items(self, attached: _Attachment) -> list[list[dict[str, Any]]]:
+        """Every message's items read with StreamReplay: for a view too large for one unary reply
+        (no origins come with it: the next pop reads the tail again)."""
+        call_types: dict[str, str] = {}
+        per_message = [
+            message_items(message, call_types) async for message in attached.session.stream_replay()
+        ]
+        attached.tail = None
+        return per_message
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """The history, oldest first; with ``limit`` only the latest ``limit`` items (0: none; a

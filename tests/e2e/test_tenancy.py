@@ -73,9 +73,10 @@ SESSION_REQUESTS: dict[str, Callable[[str], tuple[Any, str]]] = {
     "GetStopFacts": lambda sid: (reader_pb2.StopFactsRequest(session_id=sid), B),
     "FindDelegations": lambda sid: (reader_pb2.FindDelegationsRequest(parent_session_id=sid), B),
     "WatchSession": lambda sid: (reader_pb2.WatchSessionRequest(session_id=sid), B),
+    "GetRecentMessages": lambda sid: (reader_pb2.RecentMessagesRequest(session_id=sid), B),
 }
 #: RPCs on no session: checked by their own tests below.
-NOT_ON_A_SESSION = {"ListSessions"}
+NOT_ON_A_SESSION = {"ListSessions", "ResolveSession"}
 
 
 @pytest.fixture(scope="module")
@@ -166,6 +167,25 @@ def test_listings_show_only_the_callers_tenant(channels) -> None:
     denied = refusal(reader, listing, reader_pb2.ListSessionsRequest(tenant="a"), B)
     assert denied.code() == grpc.StatusCode.PERMISSION_DENIED
     assert listed(A)[target] == "a"
+
+
+def test_a_key_names_a_session_of_the_callers_tenant_only(channels) -> None:
+    """The same session key names two sessions for tenants a and b; b resolving a's session id, or a's
+    key, finds nothing of a's (ResolveSession answers found=false, as for an absent session)."""
+    writer, reader = channels[WRITER.full_name], channels[READER.full_name]
+    create, resolve = WRITER.methods_by_name["CreateSession"], READER.methods_by_name["ResolveSession"]
+    (mine,) = call(
+        writer, create, writer_pb2.CreateSessionRequest(role=writer_pb2.SESSION_ROLE_ROOT, session_key="k"), A
+    )
+    (theirs,) = call(
+        writer, create, writer_pb2.CreateSessionRequest(role=writer_pb2.SESSION_ROLE_ROOT, session_key="k"), B
+    )
+    assert mine.session_id != theirs.session_id
+    (found,) = call(reader, resolve, reader_pb2.ResolveSessionRequest(session_key="k"), A)
+    assert (found.session_id, found.found) == (mine.session_id, True)
+    (by_id,) = call(reader, resolve, reader_pb2.ResolveSessionRequest(session_key=mine.session_id), B)
+    assert not by_id.found
+    assert by_id.session_id != mine.session_id
 
 
 def test_a_fork_and_a_child_stay_in_their_tenant(channels) -> None:
