@@ -350,6 +350,12 @@ def valid_request(method: MethodDescriptor, pool: Pool) -> Message:
         return reader_pb2.FindDelegationsRequest(parent_session_id=sid)
     if name == "WatchSession":
         return reader_pb2.WatchSessionRequest(session_id=sid, from_seq=rng.randint(0, 6))
+    if name == "GetRecentMessages":
+        return reader_pb2.RecentMessagesRequest(
+            session_id=sid, limit=rng.choice([0, 1, 10]), canonical=rng.random() < 0.5
+        )
+    if name == "ResolveSession":
+        return reader_pb2.ResolveSessionRequest(session_key=rng.choice([sid, "chat-1", "é" * 20]))
     raise ValueError(f"no valid request for {name}")
 
 

@@ -60,13 +60,13 @@ def new_session_id() -> str:
 
 #: Longest session key (characters): a caller's own name for a session (SessionSpec.session_key).
 SESSION_KEY_MAX_CHARS = 512
-#: What the hash of a session key starts with (a version tag, so a later scheme cannot collide).
-_KEY_DOMAIN = b"rollout-ledger session key v1\x00"
+#: The personalization of the hash of a session key (a version tag, so a later scheme cannot collide).
+_KEY_DOMAIN = b"rollout-key-v1\x00\x00"
 
 
 def session_id_for_key(tenant: str, key: str) -> str:
-    """The session id a caller's own key names in ``tenant``: a lowercase UUID (version 8, from
-    SHA-256 of the tenant and the key), the same on every call, in every service and client.
+    """The session id a caller's own key names in ``tenant``: a lowercase UUID (version 8, from a
+    BLAKE2b hash of the tenant and the key), the same on every call, in every service and client.
 
     A key is unique per tenant by construction: the same key in two tenants names two
     sessions, and no lookup table is needed (the writer creates the session under this id,
@@ -76,10 +76,12 @@ def session_id_for_key(tenant: str, key: str) -> str:
     """
     if not key or len(key) > SESSION_KEY_MAX_CHARS:
         raise FileNameError("session_key", f"must be 1 to {SESSION_KEY_MAX_CHARS} characters, got {len(key)}")
-    digest = hashlib.sha256(
-        _KEY_DOMAIN + tenant.encode("utf-8", "surrogatepass") + b"\x00" + key.encode("utf-8", "surrogatepass")
+    digest = hashlib.blake2b(
+        tenant.encode("utf-8", "surrogatepass") + b"\x00" + key.encode("utf-8", "surrogatepass"),
+        digest_size=16,
+        person=_KEY_DOMAIN[:16],
     ).digest()
-    raw = bytearray(digest[:16])
+    raw = bytearray(digest)
     raw[6] = (raw[6] & 0x0F) | 0x80  # version 8
     raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 9562 variant
     return str(uuid.UUID(bytes=bytes(raw)))
