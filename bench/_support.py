@@ -304,9 +304,12 @@ def write_session(
 Service = ServiceProcess
 
 
-def start_service(kind: str, data_dir: Path, stderr_path: Path, *extra: str) -> ServiceProcess:
-    """``rollout serve-<kind>`` on a free port, with the options ``extra``; waits for its "listening on" line."""
-    return start_service_process(kind, data_dir, stderr_path, *extra)
+def start_service(
+    kind: str, data_dir: Path, stderr_path: Path, *extra: str, repo: Path = REPO
+) -> ServiceProcess:
+    """``rollout serve-<kind>`` on a free port, with the options ``extra``, running the code of the
+    checkout ``repo``; waits for its "listening on" line."""
+    return start_service_process(kind, data_dir, stderr_path, *extra, repo=repo)
 
 
 def proc_status_kb(pid: int, field: str) -> int:

@@ -49,14 +49,20 @@ class ServiceProcess:
 
 
 def start_service(
-    kind: str, data_dir: Path, log_path: Path, *extra: str, address: str = "127.0.0.1:0"
+    kind: str,
+    data_dir: Path,
+    log_path: Path,
+    *extra: str,
+    address: str = "127.0.0.1:0",
+    repo: Path = _REPO,
 ) -> ServiceProcess:
     """Start ``rollout serve-<kind>`` (writer or reader) and wait until it listens.
 
+    ``repo``: the checkout whose code runs (a benchmark may measure another one).
     Raises RuntimeError with the service's log when it exits before listening
     (a locked data root, a port in use).
     """
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(repo)}
     command = [sys.executable, "-m", "rollout_cli.main", f"serve-{kind}", "--data-dir", str(data_dir)]
     with log_path.open("a") as log:
         process = subprocess.Popen(
@@ -65,7 +71,7 @@ def start_service(
             stderr=log,
             text=True,
             env=env,
-            cwd=_REPO,
+            cwd=repo,
         )
     assert process.stdout is not None
     line = process.stdout.readline()
