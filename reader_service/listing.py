@@ -5,21 +5,23 @@ session id descending; stable while sessions are being created, because the
 cursor names the last (time, id) returned rather than a position: sessions
 created after the walk started sort before the cursor and never shift a page.
 
-Which sessions exist comes from the sessions folder at every call; what each one
-holds comes from the listing index (:mod:`reader_service.listing_index`), which
-reads a session's head once and its tail again only when the file changed. A
-tenant, parent or agent filter walks the index's list of the sessions holding
-that value (the shortest, when several are given), so it costs what matches, not
-the number of sessions; before such a walk every session not yet in the index
-has its head read, so a missing or stale index never hides one. No session is
-ever rebuilt. Sessions without stop facts are listed as unknown, never hidden.
+Which sessions exist comes from the sessions folder, brought up to date at every
+call; what each one holds comes from the listing index
+(:mod:`reader_service.listing_index`), which reads a session's head once and its
+tail again only when the file changed. A tenant, parent or agent filter walks
+the index's list of the sessions holding that value (the shortest, when several
+are given), so it costs what matches, not the number of sessions; before such a
+walk every session not yet in the index has its head read, so a missing or stale
+index never hides one. The walk steps from key to key (each step finds the next
+older session as the index holds it then), so a session that appears or goes
+during a page never shifts the others. No session is ever rebuilt. Sessions
+without stop facts are listed as unknown, never hidden.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import bisect
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -144,26 +146,29 @@ def _walk(
     With a tenant, parent or agent filter, the index's shortest list among them;
     otherwise every session. The created range bounds the walk.
     """
-    keys, _ = index.entries()
-    postings = []
+    index.sync()
     if filters.tenant or filters.parent_session_id:
         index.ensure_heads()
-    for kind, value in (
-        ("tenant", filters.tenant),
-        ("parent", filters.parent_session_id),
-        ("agent", filters.agent_name),
-    ):
-        if value:
-            postings.append(index.matching(kind, value))
-    walked = min(postings, key=len) if postings else keys
-    end = bisect.bisect_left(walked, cursor) if cursor is not None else len(walked)
+    given = [
+        (kind, value)
+        for kind, value in (
+            ("tenant", filters.tenant),
+            ("parent", filters.parent_session_id),
+            ("agent", filters.agent_name),
+        )
+        if value
+    ]
+    kind, value = min(given, key=lambda pair: index.count(*pair)) if given else ("", "")
+    bound = cursor
     if filters.created_before is not None:
-        end = min(end, bisect.bisect_right(walked, (filters.created_before, "\uffff")))
+        # Session ids are lowercase hex: every key of that second sorts below (second, "\uffff").
+        latest = (filters.created_before, "\uffff")
+        bound = latest if bound is None else min(bound, latest)
     floor = filters.created_after.replace(microsecond=0) if filters.created_after else None
-    for position in range(end - 1, -1, -1):
-        key = walked[position]
+    while (key := index.newest_before(kind, value, bound)) is not None:
         if floor is not None and key[0] < floor:
             return
+        bound = key
         name = index.name_of(key)
         if name is not None:
             yield key, name

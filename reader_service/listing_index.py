@@ -2,9 +2,12 @@
 
 Derived data only: everything here is rebuilt from the files (a new reader
 starts empty and warms up in the background), it is never the source of truth,
-and a stale or missing entry never hides a session. Which sessions exist always
-comes from the sessions folder itself (:meth:`shared.layout.DataRoot.ordered`),
-at every listing; the index only saves the reads behind each one.
+and a stale or missing entry never hides a session. Which sessions exist comes
+from the sessions folder itself, brought up to date at every call
+(:class:`reader_service.session_folder.SessionFolder`: the changes reported
+since the last call, or a listing of the folder); the index keeps them in
+listing order as they come and go (an insertion or removal each, never a sort),
+and only saves the reads behind each one.
 
 Per session file it keeps:
 
@@ -44,7 +47,9 @@ from typing import Any
 
 import orjson
 
+from reader_service.session_folder import SessionFolder
 from reader_service.stop_facts import DEFAULT_TAIL_WINDOW, StopFactsResult, read_stop_facts
+from shared.errors import SessionNotFoundError
 from shared.layout import DataRoot, read_session_file, session_file_stat
 from shared.naming import SessionFileName
 from shared.session_meta import read_session_meta
@@ -167,7 +172,8 @@ def count_messages(path: Path, start: Count, limit: int | None = None) -> Count:
 
 @dataclass(slots=True)
 class _Postings:
-    """Sort keys of the sessions holding one value (a tenant, a parent, an agent name), ascending."""
+    """Sort keys of the sessions holding one value (a tenant, a parent, an agent name; or every
+    session), ascending."""
 
     keys: list[SortKey] = field(default_factory=list)
 
@@ -184,6 +190,15 @@ class _Postings:
         if position < len(self.keys) and self.keys[position] == key:
             del self.keys[position]
 
+    def newest_before(self, bound: SortKey | None) -> SortKey | None:
+        """The greatest key below ``bound`` (None: no bound); None when there is none."""
+        position = len(self.keys) if bound is None else bisect.bisect_left(self.keys, bound)
+        return self.keys[position - 1] if position else None
+
+
+#: Background work of the index besides counting: a listing of the sessions folder.
+_VERIFY_FOLDER = ""
+
 
 class ListingIndex:
     """Summaries of the sessions under one data root (thread-safe; see the module doc)."""
@@ -192,55 +207,57 @@ class ListingIndex:
         self.root = root
         self.tail_window = tail_window
         self._lock = threading.Lock()
-        self._synced: list[tuple[SessionFileName, str]] | None = None
         self._names: dict[str, SessionFileName] = {}
         self._by_key: dict[SortKey, str] = {}
+        self._all = _Postings()
         self._heads: dict[str, dict[str, Any]] = {}
         #: Listed sessions whose head is not indexed yet.
         self._headless: set[str] = set()
         self._activity: dict[str, Activity] = {}
         self._postings: dict[tuple[str, str], _Postings] = {}
-        self._counting: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self._counting: queue.SimpleQueue[str | None] = queue.SimpleQueue()
         self._queued: set[str] = set()
         self._worker: threading.Thread | None = None
+        self._closed = False
+        self.folder = SessionFolder(root, self._added, self._removed, self._verify_later)
         self.warm = threading.Event()
         #: Activity lookups by outcome (reader_service.metrics): still current, or read again.
         self.counts = {"current": 0, "refreshed": 0}
 
     # -- which sessions exist ---------------------------------------------------------------
 
-    def entries(self) -> tuple[list[SortKey], list[tuple[SessionFileName, str]]]:
-        """Every session, oldest first, with its sort keys (from the folder, never from the index)."""
-        keys, entries = self.root.ordered()
-        if entries is not self._synced:
-            self._sync(entries)
-        return keys, entries
+    def sync(self, miss: bool = False) -> None:
+        """Bring the sessions known up to the folder for a call beginning now (what was reported
+        since the last call, or a listing: :meth:`SessionFolder.current`). ``miss``: a lookup
+        did not find its session. Raises OSError when the folder cannot be read."""
+        self.folder.current(miss)
 
-    def _sync(self, entries: list[tuple[SessionFileName, str]]) -> None:
-        current = {name: parsed for parsed, name in entries}
+    def _added(self, parsed: SessionFileName, name: str) -> None:
+        """A session file appeared (called by the folder, under its lock)."""
+        key = parsed.sort_key
         with self._lock:
-            if self._synced is entries:
-                return
-            for name in self._names.keys() - current.keys():
-                self._forget(name)
-            for name in current.keys() - self._names.keys():
-                parsed = current[name]
-                self._names[name] = parsed
-                self._headless.add(name)
-                self._by_key[parsed.sort_key] = name
-                self._posting("agent", parsed.agent_name).add(parsed.sort_key)
-            self._synced = entries
+            self._names[name] = parsed
+            self._headless.add(name)
+            self._by_key[key] = name
+            self._all.add(key)
+            self._posting("agent", parsed.agent_name).add(key)
 
-    def _forget(self, name: str) -> None:
-        parsed = self._names.pop(name)
-        self._headless.discard(name)
-        self._by_key.pop(parsed.sort_key, None)
-        self._posting("agent", parsed.agent_name).remove(parsed.sort_key)
-        meta = self._heads.pop(name, None)
-        if meta is not None:
-            self._posting("tenant", str(meta.get("tenant", ""))).remove(parsed.sort_key)
-            self._posting("parent", str(meta.get("parent_session_id", ""))).remove(parsed.sort_key)
-        self._activity.pop(name, None)
+    def _removed(self, parsed: SessionFileName, name: str) -> None:
+        """A session file went (called by the folder, under its lock): all it held is dropped."""
+        with self._lock:
+            if self._names.pop(name, None) is None:
+                return
+            key = parsed.sort_key
+            self._headless.discard(name)
+            if self._by_key.get(key) == name:
+                del self._by_key[key]
+                self._all.remove(key)
+                self._posting("agent", parsed.agent_name).remove(key)
+            meta = self._heads.pop(name, None)
+            if meta is not None:
+                self._posting("tenant", str(meta.get("tenant", ""))).remove(key)
+                self._posting("parent", str(meta.get("parent_session_id", ""))).remove(key)
+            self._activity.pop(name, None)
 
     def _posting(self, kind: str, value: str) -> _Postings:
         posting = self._postings.get((kind, value))
@@ -255,6 +272,24 @@ class ListingIndex:
     def parsed_name(self, name: str) -> SessionFileName | None:
         with self._lock:
             return self._names.get(name)
+
+    def newest_before(self, kind: str, value: str, bound: SortKey | None) -> SortKey | None:
+        """The greatest sort key below ``bound`` (None: no bound) of the sessions whose ``kind``
+        (tenant, parent, agent) is ``value``, or of every session when ``kind`` is ""; None when
+        there is none. Walking with it sees the sessions as they are at each step: one that
+        appears further down the walk is met, one that goes is not.
+
+        Tenant and parent postings are complete only after :meth:`ensure_heads`.
+        """
+        with self._lock:
+            posting = self._all if not kind else self._postings.get((kind, value))
+            return posting.newest_before(bound) if posting is not None else None
+
+    def count(self, kind: str, value: str) -> int:
+        """How many sessions :meth:`newest_before` walks for ``kind`` and ``value``."""
+        with self._lock:
+            posting = self._all if not kind else self._postings.get((kind, value))
+            return len(posting.keys) if posting is not None else 0
 
     @property
     def heads_held(self) -> int:
@@ -271,7 +306,15 @@ class ListingIndex:
         not exist. Raises FileNameError (naming ``field``) for a malformed id,
         SessionNotFoundError, OSError ``ELOOP`` when the file is a symbolic link.
         """
-        parsed, path = self.root.locate(session_id, field)
+        self.sync()  # the folder's names are current: no scan of it here
+        for miss in (False, True):
+            try:
+                parsed, path = self.root.locate(session_id, field, rescan=False)
+                break
+            except SessionNotFoundError:
+                if miss:
+                    raise
+                self.sync(miss=True)  # lists the folder if it changed since its last listing
         check_visible(session_id, lambda: self.meta(path.name))
         return parsed, path
 
@@ -313,15 +356,6 @@ class ListingIndex:
         for name in missing:
             self._read_head(name)
         return len(missing)
-
-    def matching(self, kind: str, value: str) -> list[SortKey]:
-        """Sort keys (ascending) of the sessions whose ``kind`` (tenant, parent, agent) is ``value``.
-
-        Tenant and parent postings are complete only after :meth:`ensure_heads`.
-        """
-        with self._lock:
-            posting = self._postings.get((kind, value))
-            return list(posting.keys) if posting is not None else []
 
     # -- activity -------------------------------------------------------------------------------
 
@@ -372,33 +406,52 @@ class ListingIndex:
         self._counting.put(name)
         self._start_worker()
 
+    def _verify_later(self) -> None:
+        """Have the worker list the sessions folder (asked by the folder; never under its lock)."""
+        self._counting.put(_VERIFY_FOLDER)
+        self._start_worker()
+
     # -- background work -------------------------------------------------------------------------
 
     def start_warming(self) -> None:
         """Index every session in the background (heads, then activity, newest first)."""
         self._start_worker()
 
+    def close(self) -> None:
+        """Stop the background worker and the following of the folder (the index stays usable:
+        the folder is then listed at each change)."""
+        with self._lock:
+            self._closed = True
+        self._counting.put(None)
+        self.folder.close()
+
     def _start_worker(self) -> None:
         with self._lock:
-            if self._worker is not None:
+            if self._worker is not None or self._closed:
                 return
             self._worker = threading.Thread(target=self._work, name="rollout-listing-index", daemon=True)
         self._worker.start()
 
     def _work(self) -> None:
-        """Warm the index once, then count what listing calls left for later (never returns)."""
+        """Warm the index once, then do what calls left for later: counts, folder listings."""
         try:
-            _, entries = self.entries()
+            self._quietly(lambda _: self.sync(), "the sessions folder")
             self.ensure_heads()
-            for _, name in reversed(entries):
+            with self._lock:
+                newest_first = [self._by_key[key] for key in reversed(self._all.keys)]
+            for name in newest_first:
+                if self._closed:
+                    return
                 self._quietly(self.activity, name)
         finally:
             self.warm.set()
-        while True:
-            name = self._counting.get()
+        while (work := self._counting.get()) is not None:
+            if work == _VERIFY_FOLDER:
+                self._quietly(lambda _: self.folder.verify(), "the sessions folder")
+                continue
             with self._lock:
-                self._queued.discard(name)
-            self._quietly(self._count_whole, name)
+                self._queued.discard(work)
+            self._quietly(self._count_whole, work)
 
     def _count_whole(self, name: str) -> None:
         path = self.root.sessions_dir / name

@@ -67,6 +67,15 @@ class _ReaderCollector(Collector):
             "Sessions whose session_meta the listing index holds.",
             value=sum(index.heads_held for index in indexes),
         )
+        listings = CounterMetricFamily(
+            "rollout_sessions_folder_listings",
+            "Listings of the sessions folder: in a call (a change nothing reported, a lookup that"
+            " missed, a folder not followed) or in the background (checking what was reported).",
+            labels=["where"],
+        )
+        for where in ("call", "background"):
+            listings.add_metric([where], sum(index.folder.listings[where] for index in indexes))
+        yield listings
 
 
 _COLLECTOR = _ReaderCollector()

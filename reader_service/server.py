@@ -329,6 +329,7 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
                 )
 
     def close(self) -> None:
+        self.index.close()
         self._cheap.shutdown(wait=False)
         self._heavy.shutdown(wait=False)
 

@@ -27,8 +27,11 @@ Session files are opened without following symbolic links (:func:`open_session_f
 Clients only ever hold session ids (SPEC §6); this module is the one place that
 turns an id into a path, so another storage can replace it without touching a
 client. An id is resolved through an in-process index of the directory, which
-is refreshed from a directory scan on a miss (a scan of 10,000 names costs a
-few milliseconds), so readers stay stateless and see sessions the writer made.
+is refreshed from a directory scan on a miss, so readers stay stateless and see
+sessions the writer made. A caller that keeps the index current itself (the
+reader follows the folder: reader_service.session_folder) registers and forgets
+names as they come and go and looks ids up without the scan, which costs tens
+of milliseconds for 50,000 names.
 """
 
 from __future__ import annotations
@@ -39,8 +42,6 @@ import errno
 import os
 import stat
 import threading
-import time
-from datetime import datetime
 from pathlib import Path
 from typing import BinaryIO
 
@@ -49,8 +50,6 @@ from shared.naming import FILE_SUFFIX, SessionFileName, parse_file_name, validat
 
 SESSIONS_DIR = "sessions"
 DELEGATIONS_DIR = "delegations"
-#: Longest a cached session order is trusted even when the folder's time stamp is unchanged.
-ORDER_CACHE_SECONDS = 1.0
 LOCK_FILE = "writer.lock"
 #: base64url of 128 bytes is 172 characters: with the child id, a marker name stays under 255.
 DELEGATION_ID_MAX_BYTES = 128
@@ -140,9 +139,6 @@ class DataRoot:
         self._index: dict[str, SessionFileName] = {}
         self._names: dict[str, str] = {}
         self._parsed: dict[str, SessionFileName] = {}
-        self._ordered: (
-            tuple[int, float, list[tuple[datetime, str]], list[tuple[SessionFileName, str]]] | None
-        ) = None
         self._lock = threading.Lock()
 
     @property
@@ -211,43 +207,31 @@ class DataRoot:
             self._names = {parsed.session_id: name for parsed, name in found}
         return found
 
-    def ordered(self) -> tuple[list[tuple[datetime, str]], list[tuple[SessionFileName, str]]]:
-        """Every session, oldest first, with its sort keys (for bisecting a cursor).
-
-        Cached while the sessions folder's modification time is unchanged and for
-        at most :data:`ORDER_CACHE_SECONDS` (the time stamp is coarse), so paging
-        through 10,000 sessions does not list and sort the folder for every page.
-        """
-        try:
-            stamp = os.stat(self.sessions_dir).st_mtime_ns
-        except FileNotFoundError:
-            return [], []
-        now = time.monotonic()
-        with self._lock:
-            cached = self._ordered
-            if cached is not None and cached[0] == stamp and now - cached[1] < ORDER_CACHE_SECONDS:
-                return cached[2], cached[3]
-        entries = sorted(self.scan(), key=lambda entry: entry[0].sort_key)
-        keys = [entry[0].sort_key for entry in entries]
-        with self._lock:
-            self._ordered = (stamp, now, keys, entries)
-        return keys, entries
-
     def register(self, parsed: SessionFileName, name: str) -> None:
-        """Record a file the caller just created (the writer)."""
+        """Record a session file that appeared (created by the caller, or seen in the folder)."""
         with self._lock:
             self._index[parsed.session_id] = parsed
             self._names[parsed.session_id] = name
 
-    def locate(self, session_id: str, field: str = "session_id") -> tuple[SessionFileName, Path]:
+    def forget(self, parsed: SessionFileName, name: str) -> None:
+        """Drop a session file that went (when the id still names that file)."""
+        with self._lock:
+            if self._names.get(parsed.session_id) == name:
+                del self._names[parsed.session_id]
+                del self._index[parsed.session_id]
+
+    def locate(
+        self, session_id: str, field: str = "session_id", rescan: bool = True
+    ) -> tuple[SessionFileName, Path]:
         """The parsed name and path of a session's file.
 
         Raises FileNameError (naming ``field``, the request field that carried the id)
         for an id that is not a lowercase UUID, SessionNotFoundError when no file holds
-        it (after a fresh scan) and OSError ``ELOOP`` when its file is a symbolic link.
+        it (after a fresh scan; with ``rescan`` False, when the index has none: the
+        caller keeps it current) and OSError ``ELOOP`` when its file is a symbolic link.
         """
         validate_session_id(session_id, field)
-        for attempt in range(2):
+        for attempt in range(2 if rescan else 1):
             with self._lock:
                 name = self._names.get(session_id)
                 parsed = self._index.get(session_id)

@@ -175,3 +175,61 @@ def test_listing_never_rebuilds_a_session(data_dir, monkeypatch) -> None:
     page = list_sessions(ListingIndex(DataRoot(data_dir)), page_size=5)
     assert len(page.sessions) == 5
     assert page.next_page_token
+
+
+def add_session(data_dir: Path, seconds: int, number: int) -> str:
+    """One more session file, created ``seconds`` after BASE, of id ``number`` (tenant "even")."""
+    created = BASE + timedelta(seconds=seconds)
+    session_id = f"01900000-0000-7000-8000-{number:012x}"
+    meta = {"session_id": session_id, "tenant": "even", "created_at": format_timestamp(created)}
+    path = data_dir / "sessions" / build_file_name(created, session_id)
+    path.write_bytes(encode_line(0, format_timestamp(created), "session_meta", meta))
+    return session_id
+
+
+@pytest.mark.parametrize("tenant", ["", "even"])
+def test_a_session_created_or_removed_between_pages_is_listed_in_its_place(data_dir, tenant) -> None:
+    """Between two pages, a session created below the cursor is listed in its place by the next
+    pages, one created above it only on a new first page; one removed is not listed; none twice."""
+    ids = make_sessions(data_dir, 40)[::2] if tenant else make_sessions(data_dir, 20)
+    index = ListingIndex(DataRoot(data_dir))
+    filters = SessionFilters(tenant=tenant)
+    first = list_sessions(index, page_size=5, filters=filters)
+    assert [s.name.session_id for s in first.sessions] == ids[::-1][:5]
+    below = add_session(data_dir, 2 * 7 if tenant else 7, 1000)  # next to the 8th oldest
+    above = add_session(data_dir, 100, 1001)
+    removed = ids[3]
+    next(path for path in (data_dir / "sessions").iterdir() if removed in path.name).unlink()
+    rest: list[str] = []
+    token = first.next_page_token
+    while token:
+        page = list_sessions(index, page_size=5, page_token=token, filters=filters)
+        rest += [s.name.session_id for s in page.sessions]
+        token = page.next_page_token
+    expected = [sid for sid in ids[::-1][5:] if sid != removed]
+    expected.insert(expected.index(ids[7]), below)
+    assert rest == expected
+    assert list_sessions(index, page_size=1, filters=filters).sessions[0].name.session_id == above
+    index.close()
+
+
+def test_a_session_created_during_a_page_below_the_walk_is_on_that_page(data_dir, monkeypatch) -> None:
+    """The walk steps from session to session as the index holds them at each step: a session that
+    another call makes known while a page is walked, further down the walk, is on that page."""
+    ids = make_sessions(data_dir, 10)
+    index = ListingIndex(DataRoot(data_dir))
+    list_sessions(index)
+    activity = index.activity
+    created: list[str] = []
+
+    def activity_then_create(name: str):
+        if ids[8] in name and not created:
+            created.append(add_session(data_dir, 3, 1000))
+            index.sync()  # another call's
+        return activity(name)
+
+    monkeypatch.setattr(index, "activity", activity_then_create)
+    page = list_sessions(index, page_size=100)
+    listed = [s.name.session_id for s in page.sessions]
+    assert listed == [*ids[:3:-1], created[0], *ids[3::-1]]
+    index.close()

@@ -248,8 +248,10 @@ def test_a_file_cut_below_what_was_read_ends_the_watch_aborted(data_dir, reader)
 
 
 def _reader_files(pid: int, path: Path) -> tuple[int, int]:
-    """(descriptors of ``path``, inotify watches) the process ``pid`` holds (Linux /proc)."""
+    """(descriptors of ``path``, inotify watches of ``path``) the process ``pid`` holds (Linux
+    /proc; the sessions folder's own watch is not counted)."""
     descriptors = watches = 0
+    inode = f"ino:{path.stat().st_ino:x} "
     for entry in Path(f"/proc/{pid}/fd").iterdir():
         try:
             target = os.readlink(entry)
@@ -259,7 +261,7 @@ def _reader_files(pid: int, path: Path) -> tuple[int, int]:
             descriptors += 1
         elif target == "anon_inode:inotify":
             info = Path(f"/proc/{pid}/fdinfo/{entry.name}").read_text()
-            watches += sum(line.startswith("inotify wd:") for line in info.splitlines())
+            watches += sum(line.startswith("inotify wd:") and inode in line for line in info.splitlines())
     return descriptors, watches
 
 

@@ -1,0 +1,290 @@
+"""Which session files the sessions folder holds, kept current without listing it at every call.
+
+Listing a folder of 50,000 names takes tens of milliseconds (bench/README.md,
+``listing.py --churn``), so the reader follows the folder instead: one inotify watch on it reports each
+name created, moved in, moved out or removed (a writer's new sessions, imports),
+and every call first applies what was reported since the last one. A call then
+costs what changed, not the number of sessions, and a session created on this
+host before a call began is always known to that call.
+
+Notifications are a shortcut; correctness never rests on them (SPEC §7: a change
+made through another host is not reported). The folder itself stays the source:
+it is listed and its names compared with what is known
+
+* in the call, when the folder's time stamp moved and nothing was reported since
+  the last listing (a change made elsewhere), when a lookup misses while the
+  stamp moved, and when the folder cannot be followed (no inotify: the listing is
+  then the only source, as often as the stamp moves);
+* in the background (``verify`` on another thread) while reported changes keep
+  moving the stamp: at most once per ``verify_seconds``, and never more than a
+  tenth of the time (the wait grows with what a listing took); once more after a
+  listing that found a stamp younger than :data:`COARSE_STAMP_SECONDS` (a stamp
+  can be too coarse to move again for a change in the same tick).
+
+A call that needs a listing shares the first one that starts after the call
+began. A listing compares names outside the lock, and a name reported while it
+runs keeps what the report said (it is newer than the listing). Lost reports
+(the kernel's queue overflowed) or a folder removed or moved away make the next
+call list the folder, which also watches it again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import itertools
+import logging
+import os
+import threading
+import time
+import weakref
+from collections.abc import Callable
+
+from inotify_simple import INotify, flags
+
+from shared.errors import FileNameError
+from shared.layout import DataRoot
+from shared.naming import FILE_SUFFIX, SessionFileName, parse_file_name
+
+log = logging.getLogger(__name__)
+
+#: Least time between two background listings of a folder that keeps changing (seconds).
+VERIFY_SECONDS = 1.0
+#: A background listing waits at least this many times as long as the last one took.
+VERIFY_COST_FACTOR = 9
+#: A folder time stamp younger than this (seconds) may not move for a change in the same tick.
+COARSE_STAMP_SECONDS = 2.0
+#: Names compared per step of a listing (each step is short, so other threads get the GIL).
+_STEP = 2048
+_NAME_EVENTS = flags.CREATE | flags.MOVED_TO | flags.DELETE | flags.MOVED_FROM
+_FOLDER_GONE = flags.DELETE_SELF | flags.MOVE_SELF | flags.IGNORED
+
+#: Told of each session file name that appears or goes, under the folder's lock.
+NameListener = Callable[[SessionFileName, str], None]
+
+
+class SessionFolder:
+    """The session files of one data root's sessions folder (thread-safe; see the module doc).
+
+    ``added`` and ``removed`` are called for each name that appears or goes
+    (holding this folder's lock: they must not call back into it); ``verify_later``
+    asks for :meth:`verify` on another thread. Every change is also registered in
+    the data root's id index (:meth:`shared.layout.DataRoot.register`).
+    """
+
+    def __init__(
+        self,
+        root: DataRoot,
+        added: NameListener,
+        removed: NameListener,
+        verify_later: Callable[[], None],
+        verify_seconds: float = VERIFY_SECONDS,
+    ) -> None:
+        self.root = root
+        self.verify_seconds = verify_seconds
+        self._added = added
+        self._removed = removed
+        self._verify_later = verify_later
+        self._lock = threading.Lock()
+        self._listing_lock = threading.Lock()
+        self._names: dict[str, SessionFileName] = {}
+        #: Listed names that are not session files (temporaries, set-aside bytes), not parsed again.
+        self._strays: set[str] = set()
+        self._inotify: INotify | None = None
+        self._release: Callable[[], object] = lambda: None
+        self._unavailable = False  # inotify could not be had: the listing is the only source
+        self._wd = -1
+        self._reported = 0
+        self._lost = False
+        self._touched: set[str] | None = None
+        self._listed = False
+        self._listed_stamp: int | None = None
+        self._listed_reported = 0
+        self._listing_started = -float("inf")
+        self._settled = True
+        self._next_verify = 0.0
+        self._verify_asked = False
+        self._closed = False
+        #: Listings by where they ran (reader_service.metrics): in a call, or in the background.
+        self.listings = {"call": 0, "background": 0}
+
+    @property
+    def followed(self) -> bool:
+        """Whether changes are reported now (the folder is watched)."""
+        return self._wd >= 0
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    # -- the calls' side -------------------------------------------------------------------------
+
+    def current(self, miss: bool = False) -> None:
+        """Make the known names current for a call beginning now (see the module doc for when the
+        folder is listed). ``miss``: a lookup did not find its session. Raises OSError when the
+        folder exists but cannot be read."""
+        began = time.monotonic()
+        stamp = self._stamp()  # before the reports: a change between the two is then reported
+        with self._lock:
+            self._drain()
+            followed = self._wd >= 0
+            changed = stamp != self._listed_stamp
+            due = began >= self._next_verify
+            now = (
+                self._lost
+                or not self._listed
+                or (changed and (miss or self._reported == self._listed_reported))  # unreported
+                or (not self._settled and due and (not followed or miss))
+            )
+            ask = not now and followed and (changed or not self._settled) and due and not self._verify_asked
+            if ask:
+                self._verify_asked = True
+        if now:
+            self._list_since(began)
+        elif ask:
+            self._verify_later()
+
+    def verify(self) -> None:
+        """The background listing :meth:`current` asked for (runs it unless one ran since)."""
+        with self._listing_lock:
+            with self._lock:
+                self._verify_asked = False
+            if time.monotonic() >= self._next_verify and not self._closed:
+                self._list("background")
+
+    def close(self) -> None:
+        """Stop following the folder (the names known stay as they are)."""
+        with self._listing_lock, self._lock:
+            self._closed = True
+            self._wd = -1
+            self._inotify = None
+            self._release()
+
+    # -- listing ---------------------------------------------------------------------------------
+
+    def _stamp(self) -> int | None:
+        try:
+            return os.stat(self.root.sessions_dir).st_mtime_ns
+        except FileNotFoundError:
+            return None
+
+    def _list_since(self, began: float) -> None:
+        with self._listing_lock:
+            if self._listing_started < began:  # none started since the call began: list now
+                self._list("call")
+
+    def _list(self, where: str) -> None:
+        """List the folder and make the known names what it holds (the listing lock is held)."""
+        started = time.monotonic()
+        with self._lock:
+            self._drain()
+            self._follow()  # before the listing: whatever changes after it is reported
+            self._touched = set()
+            self._lost = False
+            reported = self._reported
+            known = list(self._names)
+        stamp = self._stamp()
+        try:
+            names = os.listdir(self.root.sessions_dir) if stamp is not None else []
+        except FileNotFoundError:
+            names = []
+        except BaseException:
+            with self._lock:
+                self._touched = None
+            raise
+        listed: set[str] = set()
+        fresh: list[str] = []
+        gone: list[str] = []
+        for start in range(0, len(names), _STEP):
+            step = set(names[start : start + _STEP])
+            listed |= step
+            fresh += step.difference(self._names, self._strays)  # others change _names meanwhile
+        for start in range(0, len(known), _STEP):
+            gone += itertools.filterfalse(listed.__contains__, known[start : start + _STEP])
+        with self._lock:
+            self._drain()
+            touched, self._touched = self._touched or set(), None
+            for name in fresh:
+                if name not in touched and name not in self._names and not self._add(name):
+                    self._strays.add(name)
+            for name in gone:
+                if name not in touched:
+                    self._remove(name)
+            self._strays &= listed
+            self._listed = True
+            self._listed_stamp = stamp
+            self._listed_reported = reported
+            self._listing_started = started
+            self._settled = stamp is None or time.time_ns() - stamp > COARSE_STAMP_SECONDS * 1e9
+            took = time.monotonic() - started
+            self._next_verify = time.monotonic() + max(self.verify_seconds, VERIFY_COST_FACTOR * took)
+            self.listings[where] += 1
+
+    # -- names and reports (the lock is held) ------------------------------------------------------
+
+    def _add(self, name: str) -> bool:
+        """Know ``name`` as a session file; False when it is not of the session shape."""
+        if not name.endswith(FILE_SUFFIX):
+            return False
+        try:
+            parsed = parse_file_name(name)
+        except FileNameError:
+            return False
+        self._names[name] = parsed
+        self.root.register(parsed, name)
+        self._added(parsed, name)
+        return True
+
+    def _remove(self, name: str) -> None:
+        parsed = self._names.pop(name, None)
+        if parsed is not None:
+            self.root.forget(parsed, name)
+            self._removed(parsed, name)
+
+    def _follow(self) -> None:
+        """Watch the folder when it is not watched and can be (its first listing, or after a loss)."""
+        if self._wd >= 0 or self._unavailable or self._closed:
+            return
+        try:
+            if self._inotify is None:
+                self._inotify = INotify(nonblocking=True)
+                # Closed with this folder when nobody called close (an index that was dropped).
+                self._release = weakref.finalize(self, self._inotify.close)
+            self._wd = self._inotify.add_watch(
+                self.root.sessions_dir, _NAME_EVENTS | _FOLDER_GONE | flags.ONLYDIR
+            )
+        except OSError as exc:
+            if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+                return  # no folder yet: the next listing tries again
+            self._unavailable = True
+            log.warning(
+                "sessions folder %s is listed at each change (it cannot be followed: %s)",
+                self.root.sessions_dir,
+                exc,
+            )
+
+    def _drain(self) -> None:
+        """Apply every change reported since the last drain."""
+        if self._inotify is None or self._wd < 0:
+            return
+        for event in self._inotify.read(timeout=0):
+            if event.mask & flags.Q_OVERFLOW:
+                self._lost = True  # reports were dropped: the next call lists the folder
+                continue
+            if event.wd != self._wd:
+                continue  # a watch given up earlier
+            if event.mask & _FOLDER_GONE:
+                if not event.mask & flags.IGNORED:
+                    with contextlib.suppress(OSError):  # already gone with the folder
+                        self._inotify.rm_watch(self._wd)
+                self._wd = -1
+                self._lost = True
+                continue
+            self._reported += 1
+            name = event.name
+            if self._touched is not None:
+                self._touched.add(name)
+            if event.mask & (flags.CREATE | flags.MOVED_TO):
+                self._remove(name)  # moved over an existing name: another file now
+                self._add(name)
+            else:
+                self._remove(name)
