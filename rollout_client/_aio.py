@@ -124,7 +124,7 @@ class AsyncRolloutClient:
         attempts = Attempts(self.retry)
         while True:
             try:
-                return await method(request, timeout=attempts.timeout())
+                return await attempts.send(method(request))
             except grpc.aio.AioRpcError as exc:
                 error = error_from_rpc(exc)
                 if not is_retryable(error, retry_on) or not await attempts.wait():
@@ -137,8 +137,8 @@ class AsyncRolloutClient:
         attempts = Attempts(self.retry)
         while True:
             try:
-                response: writer_pb2.AppendResponse = await self.writer_stub.Append(
-                    pending.request(), timeout=attempts.timeout()
+                response: writer_pb2.AppendResponse = await attempts.send(
+                    self.writer_stub.Append(pending.request())
                 )
                 return response
             except grpc.aio.AioRpcError as exc:
@@ -228,7 +228,7 @@ class AsyncRolloutClient:
         maybe_created = False
         while True:
             try:
-                response = await self.writer_stub.CreateSession(request, timeout=attempts.timeout())
+                response = await attempts.send(self.writer_stub.CreateSession(request))
                 return AsyncSession(self, response.session_id, next_seq=response.next_seq)
             except grpc.aio.AioRpcError as exc:
                 error = error_from_rpc(exc)

@@ -37,13 +37,17 @@ import asyncio
 import random
 import time
 import uuid
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import grpc
 
 from rollout.v1 import writer_pb2
 from rollout_client._errors import AppendOutcomeUnknownError, FailedPreconditionError, RolloutError
 from shared.errors import REPLY_TOO_LARGE
+
+T = TypeVar("T")
 
 #: Statuses after which the same request is sent again (backoff, within the deadline).
 RETRYABLE = frozenset(
@@ -97,7 +101,10 @@ class RetryPolicy:
 
 
 class Attempts:
-    """Attempt counting and backoff within one call's deadline (a :class:`RetryPolicy`)."""
+    """Attempt counting and backoff within one call's deadline (a :class:`RetryPolicy`), timed by
+    the monotonic clock only: calls are sent without a gRPC timeout and bounded by :meth:`send`,
+    because gRPC turns a timeout into a deadline with ``time.time()``, which the caller's process
+    may move (a test freezing the wall clock made every attempt's deadline lie in the past)."""
 
     def __init__(self, policy: RetryPolicy) -> None:
         self.policy = policy
@@ -109,6 +116,21 @@ class Attempts:
         self.count += 1
         remaining = self.policy.deadline - (time.monotonic() - self.started)
         return max(0.01, min(self.policy.attempt_timeout, remaining))
+
+    async def send(self, attempt: Awaitable[T]) -> T:
+        """Await one attempt (a gRPC call made without ``timeout=``) for at most :meth:`timeout`
+        seconds of the event loop's clock; then it is cancelled and raises
+        ``grpc.aio.AioRpcError`` DEADLINE_EXCEEDED, as a gRPC deadline would have."""
+        timeout = self.timeout()
+        try:
+            return await asyncio.wait_for(attempt, timeout)
+        except TimeoutError:
+            raise grpc.aio.AioRpcError(
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                grpc.aio.Metadata(),
+                grpc.aio.Metadata(),
+                details=f"no answer within the attempt's {timeout:.3g} s",
+            ) from None
 
     async def wait(self) -> bool:
         """Sleep the backoff; False (without sleeping) when the deadline would pass or the

@@ -242,7 +242,7 @@ class AsyncSession:
         maybe_stopped = False
         while True:
             try:
-                response = await self.client.writer_stub.Stop(request, timeout=attempts.timeout())
+                response = await attempts.send(self.client.writer_stub.Stop(request))
                 return StopResult.from_proto(response)
             except grpc.aio.AioRpcError as exc:
                 failure = error_from_rpc(exc)

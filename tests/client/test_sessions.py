@@ -126,13 +126,13 @@ def test_a_retried_stop_whose_answer_was_lost_takes_the_stop_as_its_own(client) 
     real_stop = session.core.client.writer_stub.Stop
     calls = []
 
-    async def lost_then_real(request, timeout):
+    async def lost_then_real(request, **options):
         calls.append(request)
         if len(calls) == 1:
             from tests.client.test_errors import unavailable
 
             raise unavailable()
-        return await real_stop(request, timeout=timeout)
+        return await real_stop(request, **options)
 
     session.core.client._writer.Stop = lost_then_real
     assert session.stop("completed", "all done") == first
