@@ -22,7 +22,7 @@ the SDK's own ``SQLiteSession`` does on the SDK's own tests (SPEC §11):
   the cancellation is raised;
 * ``get_items(limit=N)`` reads the last N messages from the reader's rendered copy
   (``GetRecentMessages``), not a replay of the whole session;
-* ``close()``; after it, every call raises RuntimeError.
+* ``close()``; after it, every call raises RuntimeError ("<class> is closed").
 
 ``client`` is a :class:`rollout_client.RolloutClient` (calls run on the client's own loop
 and are awaited from any caller's loop) or an :class:`rollout_client.AsyncRolloutClient`.
@@ -68,7 +68,7 @@ from agents.memory.session_settings import coerce_session_settings
 
 from rollout.v1 import reader_pb2
 from rollout_client._aio import AsyncRolloutClient
-from rollout_client._appends import is_reply_too_large
+from rollout_client._appends import Attempts, is_reply_too_large
 from rollout_client._errors import (
     AlreadyExistsError,
     FailedPreconditionError,
@@ -337,18 +337,21 @@ class LedgerSession:
 
     # -- running calls ---------------------------------------------------------------
 
+    def _check_open(self) -> None:
+        """Raise RuntimeError ("<class> is closed") after :meth:`close`."""
+        if self._closed:
+            raise RuntimeError(f"{type(self).__name__} is closed")
+
     async def _run(self, call: Callable[[], Coroutine[Any, Any, T]]) -> T:
         """Run ``call()`` on the client's loop (blocking client) or here, and await it."""
-        if self._closed:
-            raise RuntimeError("LedgerSession is closed")
+        self._check_open()
         if self._blocking is None:
             return await call()
         return await asyncio.wrap_future(self._blocking.submit(call()))
 
     async def _mutate(self, call: Callable[[], Coroutine[Any, Any, T]]) -> T:
         """:meth:`_run` for a mutation: finished before a cancellation is raised (:func:`_finish`)."""
-        if self._closed:
-            raise RuntimeError("LedgerSession is closed")
+        self._check_open()
         if self._blocking is None:
             return await _finish(call())
         return await _finish(asyncio.wrap_future(self._blocking.submit(call())))
@@ -358,17 +361,35 @@ class LedgerSession:
         if self._attached is not None:
             return self._attached
         session_id, found = await self._core.resolve_session(self.session_id, tenant=self._tenant)
+        session: AsyncSession | None = None
         if not found:
             if not create:
                 return None
             try:
-                created = await self._core.create_session(session_key=self.session_id, tenant=self._tenant)
-                session_id = created.id
-            except AlreadyExistsError as taken:  # another process created it meanwhile
+                session = await self._core.create_session(session_key=self.session_id, tenant=self._tenant)
+            except AlreadyExistsError as taken:  # another call or process created it meanwhile
                 session_id = taken.session_id or session_id
+        if session is None:
+            session = self._core.session(session_id)
+            if create:
+                await self._writer_knows(session)
         if self._attached is None:
-            self._attached = _Attachment(self._core.session(session_id))
+            self._attached = _Attachment(session)
         return self._attached
+
+    async def _writer_knows(self, session: AsyncSession) -> None:
+        """Learn the session's next seq from the writer, waiting (with the client's backoff, within
+        its deadline) while the writer answers NOT_FOUND: a session another caller is creating is
+        already taken (ALREADY_EXISTS) and its file may be seen by readers before the writer
+        accepts appends to it. Raises NotFoundError once the deadline has passed."""
+        attempts = Attempts(self._core.retry)
+        while True:
+            try:
+                session.learn_next_seq(await self._core.next_seq(session.id))
+                return
+            except NotFoundError:
+                if not await attempts.wait():
+                    raise
 
     # -- reads -------------------------------------------------------------------------
 
@@ -445,8 +466,7 @@ class LedgerSession:
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append the items, in order, as one atomic request (exactly once); the session is
         created on the first call."""
-        if self._closed:
-            raise RuntimeError("LedgerSession is closed")
+        self._check_open()
         if not items:
             return
         messages = [item_to_message(cast(Mapping[str, Any], item)) for item in items]

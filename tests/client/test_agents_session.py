@@ -4,6 +4,7 @@ SDK's own SQLiteSession (a real agents.Runner, a scripted agents.Model, no netwo
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import copy
 import json
 import subprocess
@@ -409,13 +410,49 @@ def test_settings_as_a_dict_are_normalized_and_unknown_keys_refused(client) -> N
 
 
 def test_a_closed_session_refuses_every_call(client) -> None:
-    """close() is idempotent; afterwards each call raises RuntimeError."""
-    ledger = LedgerSession("to-close", client=client)
-    ledger.close()
-    ledger.close()
-    for call in (ledger.get_items(), ledger.add_items([{"role": "user", "content": "x"}]), ledger.pop_item()):
-        with pytest.raises(RuntimeError, match="closed"):
-            asyncio.run(call)
+    """close() is idempotent; afterwards each call raises RuntimeError naming the object's class."""
+
+    class ChatStore(LedgerSession):
+        pass
+
+    for ledger, name in (
+        (LedgerSession("to-close", client=client), "LedgerSession"),
+        (ChatStore("x", client=client), "ChatStore"),
+    ):
+        ledger.close()
+        ledger.close()
+        calls = (
+            ledger.get_items(),
+            ledger.add_items([]),
+            ledger.add_items([{"role": "user", "content": "x"}]),
+            ledger.pop_item(),
+        )
+        for call in calls:
+            with pytest.raises(RuntimeError, match=f"^{name} is closed$"):
+                asyncio.run(call)
+
+
+def test_objects_and_threads_adding_at_once_to_a_new_id_store_every_item(client) -> None:
+    """The first add_items of many objects at once, and of one object from threads with their own
+    loops, on an id no session has yet: one session is created and every item is in it (a call
+    that met the session while another was creating it waits for the writer to accept appends)."""
+    items = [{"role": "user", "content": f"item {index}"} for index in range(12)]
+
+    async def objects() -> list:
+        await asyncio.gather(
+            *(LedgerSession("created-at-once", client=client).add_items([item]) for item in items)
+        )
+        return await LedgerSession("created-at-once", client=client).get_items()
+
+    assert sorted(item["content"] for item in asyncio.run(objects())) == sorted(
+        item["content"] for item in items
+    )
+
+    shared = LedgerSession("created-from-threads", client=client)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=6) as pool:
+        list(pool.map(lambda item: asyncio.run(shared.add_items([item])), items))  # raises what a call raised
+    stored = asyncio.run(shared.get_items())
+    assert sorted(item["content"] for item in stored) == sorted(item["content"] for item in items)
 
 
 def test_an_output_whose_call_the_session_lacks_is_kept_as_sqlite_keeps_it(client) -> None:
