@@ -22,7 +22,16 @@ the SDK's own ``SQLiteSession`` does on the SDK's own tests (SPEC §11):
   the cancellation is raised;
 * ``get_items(limit=N)`` reads the last N messages from the reader's rendered copy
   (``GetRecentMessages``), not a replay of the whole session;
+* **automatic compaction**: the SDK's ``OpenAIResponsesCompactionSession`` (and
+  ``EncryptedSession``) compact the latest exchange of a longer history in place, as over
+  SQLiteSession: :meth:`LedgerSession._get_compaction_snapshot` gives them the last items and
+  replaces a suffix of them with one compare-and-swap append (a ``retraction`` of its messages,
+  then the summary items);
 * ``close()``; after it, every call raises RuntimeError ("<class> is closed").
+
+The SDK's own session tests (its source package's, ``SQLiteSession`` swapped for this class) run
+against it in tests/client/test_agents_peer_suite.py, with the cases that hold for SQLite alone
+listed there with their reasons.
 
 ``client`` is a :class:`rollout_client.RolloutClient` (calls run on the client's own loop
 and are awaited from any caller's loop) or an :class:`rollout_client.AsyncRolloutClient`.
@@ -64,6 +73,7 @@ from typing import Any, TypeVar, cast
 import orjson
 from agents.items import TResponseInputItem
 from agents.memory import SessionSettings
+from agents.memory.session import _CompactionSnapshot
 from agents.memory.session_settings import coerce_session_settings
 
 from rollout.v1 import reader_pb2
@@ -77,6 +87,7 @@ from rollout_client._errors import (
     ResourceExhaustedError,
 )
 from rollout_client._records import Compaction, MessageRef, Record, Retraction, tool_call
+from rollout_client._results import AppendResult
 from rollout_client._session import AsyncSession
 from rollout_client._sync import RolloutClient
 from shared.records import reasoning_blocks_of
@@ -93,6 +104,10 @@ _OUTPUT_TYPES = {"function": "function_call_output", "custom": "custom_tool_call
 _CALLER_ITEMS = frozenset({"mcp_approval_response", "item_reference"})
 _POP_REASON = "openai-agents: pop_item"
 _CLEAR_SUMMARY = "openai-agents: clear_session"
+_COMPACTION_REASON = "openai-agents: compaction"
+#: The Session calls a subclass may override: then it gets no compaction snapshot (see
+#: :meth:`LedgerSession._get_compaction_snapshot`).
+_ITEM_CALLS = ("get_items", "add_items", "pop_item", "clear_session")
 #: Key orders of the items stored natively (anything else is carried).
 _NATIVE_KEYS = {
     None: ("role", "content"),
@@ -303,6 +318,31 @@ async def _finish(started: Awaitable[T]) -> T:
     return task.result()
 
 
+def _suffix_replacement(
+    view: _Tail, first: int, prune_prefix: Callable[[TResponseInputItem], bool] | None
+) -> tuple[Retraction, list[dict[str, Any]]]:
+    """For a compaction snapshot's replacement: the retraction of the messages that hold the view's
+    items from ``first`` on (with ``prune_prefix``, also of the leading messages all of whose items
+    it accepts, up to the first that has one it refuses), and the items of the first of those
+    messages that come before ``first`` (sent again after the retraction)."""
+    retracted: list[MessageRef] = []
+    lead: list[dict[str, Any]] = []
+    position = 0
+    pruning = prune_prefix is not None
+    for origin, held in view.entries:
+        end = position + len(held)
+        if end > first:
+            if position < first:
+                lead = held[: first - position]
+            retracted.append(origin)
+        elif pruning and prune_prefix is not None and all(prune_prefix(cast(Any, item)) for item in held):
+            retracted.append(origin)
+        else:
+            pruning = False
+        position = end
+    return Retraction(retracted, _COMPACTION_REASON), lead
+
+
 class LedgerSession:
     """The Agents SDK ``Session`` protocol over a ledger session (see the module doc).
 
@@ -393,9 +433,13 @@ class LedgerSession:
 
     # -- reads -------------------------------------------------------------------------
 
-    async def _read_tail(self, attached: _Attachment, items: int | None) -> list[list[dict[str, Any]]]:
+    async def _read_tail(
+        self, attached: _Attachment, items: int | None, *, every_origin: bool = False
+    ) -> tuple[list[list[dict[str, Any]]], _Tail | None]:
         """The items of the last messages of the view, per message: at least ``items`` items (all of
-        the view for None). Keeps the last :data:`TAIL_MESSAGES` of them, with their origins, as
+        the view for None); and the last :data:`TAIL_MESSAGES` of those messages (all of them with
+        ``every_origin``) with their origins, as a new tail (None for a view too large for one
+        reply, read with StreamReplay, which gives no origins). Keeps the last TAIL_MESSAGES as
         the session's tail for the next pops."""
         want = TAIL_MESSAGES if items is None else max(items, 1)
         while True:
@@ -407,23 +451,24 @@ class LedgerSession:
             except ResourceExhaustedError as error:
                 if not is_reply_too_large(error):
                     raise
-                return await self._stream_items(attached)
+                return await self._stream_items(attached), None
             per_message = canonical_items(reply.canonical_messages)
             whole = len(per_message) == reply.message_count
             if whole or items is None or sum(map(len, per_message)) >= items:
-                kept = per_message[-TAIL_MESSAGES:]
-                first = len(per_message) - len(kept)
+                first = 0 if every_origin else max(0, len(per_message) - TAIL_MESSAGES)
                 seqs, indexes = reply.origin_seqs[first:], reply.origin_history_indexes[first:]
                 entries = [
                     (MessageRef(seq, index if index >= 0 else None), message)
-                    for seq, index, message in zip(seqs, indexes, kept, strict=True)
+                    for seq, index, message in zip(seqs, indexes, per_message[first:], strict=True)
                 ]
+                read = _Tail(entries, reply.next_seq, whole and first == 0, reply.message_count)
+                kept = entries[-TAIL_MESSAGES:]
                 attached.tail = _Tail(
-                    entries, reply.next_seq, whole and len(kept) == len(per_message), reply.message_count
+                    kept, read.next_seq, whole and len(kept) == len(per_message), read.message_count
                 )
                 if attached.session.next_seq is None:
                     attached.session.learn_next_seq(reply.next_seq)
-                return per_message
+                return per_message, read
             want *= 2
 
     async def _stream_items(self, attached: _Attachment) -> list[list[dict[str, Any]]]:
@@ -449,7 +494,7 @@ class LedgerSession:
             if attached is None:
                 return []
             try:
-                per_message = await self._read_tail(
+                per_message, _ = await self._read_tail(
                     attached, limit if limit is not None and limit > 0 else None
                 )
             except NotFoundError:
@@ -479,17 +524,31 @@ class LedgerSession:
 
         await self._mutate(add)
 
-    async def _append_items(
-        self, attached: _Attachment, items: list[dict[str, Any]], messages: list[dict[str, Any]]
-    ) -> None:
+    async def _send_items(
+        self,
+        attached: _Attachment,
+        items: Sequence[Mapping[str, Any]],
+        messages: list[dict[str, Any]],
+        *,
+        before: Sequence[Record] = (),
+        expected_next_seq: int | None = None,
+    ) -> tuple[AppendResult, list[dict[str, Any]]]:
+        """Append ``before`` then ``messages`` (one per item), as one request; the result and the
+        messages sent. An output whose call the session does not hold is refused by the writer
+        (``tool_call_id``): the items are then sent again carried unpaired, as SQLite keeps it."""
         try:
-            result = await attached.session.append(*messages)
+            result = await attached.session.append(*before, *messages, expected_next_seq=expected_next_seq)
         except InvalidArgumentError as refused:
             if not any(v.field.endswith("tool_call_id") for v in refused.field_violations):
                 raise
-            # An output whose call the session does not hold: carried unpaired, as SQLite keeps it.
             messages = [item_to_message(item, paired=False) for item in items]
-            result = await attached.session.append(*messages)
+            result = await attached.session.append(*before, *messages, expected_next_seq=expected_next_seq)
+        return result, messages
+
+    async def _append_items(
+        self, attached: _Attachment, items: list[dict[str, Any]], messages: list[dict[str, Any]]
+    ) -> None:
+        result, messages = await self._send_items(attached, items, messages)
         tail = attached.tail
         if tail is None or result.seqs[0] != tail.next_seq or any(m.get("role") == "tool" for m in messages):
             attached.tail = None  # a tool output may have replaced another in place: read it again
@@ -550,6 +609,74 @@ class LedgerSession:
                 attached.tail = _Tail([], result.next_seq, whole=True)
 
         await self._mutate(clear)
+
+    async def _get_compaction_snapshot(
+        self, limit: int, *, prune_prefix: Callable[[TResponseInputItem], bool] | None = None
+    ) -> _CompactionSnapshot | None:
+        """The SDK's hook for automatic compaction (``OpenAIResponsesCompactionSession`` and
+        ``EncryptedSession`` call it on the session they wrap, as on a SQLiteSession): the last
+        ``limit`` items, whether they are the whole history, and ``replace_suffix(start, output)``.
+        That replaces ``items[start:]`` with ``output`` in one append sent with the next seq of the
+        view read (a retraction of their messages, then the output), first taking out the leading
+        history items ``prune_prefix`` accepts (whole messages, up to the first it refuses); it
+        returns False, writing nothing, when the session changed since the read. None (the SDK then
+        compacts a complete history only) for a subclass that overrides an item call, whose own
+        handling of items a replacement would bypass (as SQLiteSession does), and for a view too
+        large for one reply."""
+        if limit < 1 or any(
+            getattr(type(self), call) is not getattr(LedgerSession, call) for call in _ITEM_CALLS
+        ):
+            return None
+
+        async def read() -> _Tail | None:
+            attached = await self._attach(create=False)
+            if attached is None:
+                return _Tail([], 0, whole=True)
+            try:
+                every = None if prune_prefix is not None else limit
+                _, view = await self._read_tail(attached, every, every_origin=True)
+            except NotFoundError:
+                return _Tail([], 0, whole=True)
+            return view
+
+        view = await self._run(read)
+        if view is None:
+            return None
+        items = [item for _, held in view.entries for item in held]
+        window = items[-limit:]
+
+        async def replace_suffix(start: int, output: list[TResponseInputItem]) -> bool:
+            if not window[start:]:
+                return False
+            retraction, lead = _suffix_replacement(view, len(items) - len(window) + start, prune_prefix)
+            replacement = [*lead, *cast(list[dict[str, Any]], output)]
+            messages = [item_to_message(item) for item in replacement]
+
+            async def replace() -> bool:
+                attached = self._attached
+                if attached is None:
+                    return False
+                async with attached.lock():
+                    try:
+                        await self._send_items(
+                            attached,
+                            replacement,
+                            messages,
+                            before=[retraction],
+                            expected_next_seq=view.next_seq,
+                        )
+                    except FailedPreconditionError as moved:
+                        if moved.next_seq is None:
+                            raise
+                        return False
+                    finally:
+                        attached.tail = None  # read it again
+                return True
+
+            return await self._mutate(replace)
+
+        complete = view.whole and len(items) <= limit
+        return _CompactionSnapshot(cast(list[TResponseInputItem], window), complete, replace_suffix)
 
     def close(self) -> None:
         """Release this session object: later calls raise RuntimeError (the client stays open;
