@@ -5,7 +5,9 @@ Commands: ``serve`` (both services, as two processes), ``serve-writer``,
 ``replay``, ``tail``, ``stop-facts``, ``verify``, ``stop``, ``resume``, ``fork``,
 ``loadtest``. Client commands reach the services at ``--writer`` / ``--reader`` (or
 the ``ROLLOUT_WRITER`` / ``ROLLOUT_READER`` environment variables) through
-:mod:`rollout_client`, as any agent would; :mod:`rollout_cli.session_view` shows
+:mod:`rollout_client`, as any agent would: addresses, ``--token`` and ``--tls-ca`` are resolved
+with the environment by :func:`rollout_client.client_settings`, as ``RolloutClient()`` resolves
+them; :mod:`rollout_cli.session_view` shows
 the answers. Two commands keep their own gRPC stubs: ``import`` streams whole files
 through ``ImportSessions`` (all or nothing, with source times: not an agent's call),
 and ``loadtest`` times each raw ``Append`` from many threads (the client's
@@ -15,7 +17,6 @@ exactly-once machinery and event loop would be part of what it measures).
 from __future__ import annotations
 
 import logging
-import os
 import shlex
 import ssl
 import sys
@@ -31,7 +32,15 @@ from rollout_cli import session_view
 from rollout_cli.loadtest import LoadtestConfig
 from rollout_cli.reachability import cleartext_token_message, unreachable_message
 from rollout_cli.supervision import serve, serve_reader, serve_writer
-from rollout_client import DEFAULT_READER, DEFAULT_WRITER, RetryPolicy, RolloutClient, RolloutError
+from rollout_client import (
+    DEFAULT_READER,
+    DEFAULT_WRITER,
+    ClientSettings,
+    RetryPolicy,
+    RolloutClient,
+    RolloutError,
+    client_settings,
+)
 from shared.records import DEFAULT_MAX_RECORD_BYTES
 from shared.stop_kinds import StopKind
 
@@ -50,7 +59,8 @@ def _setup_logging(verbose: bool) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Credentials:
-    """How client commands authenticate: a bearer token and the CA file of the services' TLS."""
+    """The --token and --tls-ca given on the command line (None: not given; the environment
+    then decides, through :func:`rollout_client.client_settings`)."""
 
     token: str | None = None
     tls_ca: Path | None = None
@@ -61,14 +71,14 @@ class Credentials:
 @click.option("-v", "--verbose", is_flag=True, help="Log debug detail to stderr.")
 @click.option(
     "--token",
-    default=lambda: os.environ.get("ROLLOUT_TOKEN") or None,
+    default=None,
     help="Bearer token of client commands, sent as 'authorization: Bearer <token>' (env ROLLOUT_TOKEN);"
     " over a non-loopback address it needs --tls-ca.",
 )
 @click.option(
     "--tls-ca",
     type=click.Path(dir_okay=False, path_type=Path),
-    default=lambda: os.environ.get("ROLLOUT_TLS_CA") or None,
+    default=None,
     help="CA certificate file (PEM) of the services' TLS; client commands then use TLS (env ROLLOUT_TLS_CA).",
 )
 @click.pass_context
@@ -89,17 +99,20 @@ def _check_ca_file(path: Path) -> None:
         ) from exc
 
 
-def _credentials() -> Credentials:
-    """The --token / --tls-ca of this invocation (none when a command runs outside the group).
+def _settings(writer: str | None = None, reader: str | None = None) -> ClientSettings:
+    """The addresses and credentials of a client command: its --writer / --reader and the group's
+    --token / --tls-ca, each else its environment variable (:func:`rollout_client.client_settings`,
+    the resolution every RolloutClient makes).
 
     Only client commands ask, so a bad ROLLOUT_TLS_CA does not stop ``serve`` or ``--help``;
     click.BadParameter when the CA file holds no usable certificate.
     """
     obj = click.get_current_context().find_root().obj
-    credentials = obj if isinstance(obj, Credentials) else Credentials()
-    if credentials.tls_ca is not None:
-        _check_ca_file(credentials.tls_ca)
-    return credentials
+    given = obj if isinstance(obj, Credentials) else Credentials()
+    settings = client_settings(writer, reader, token=given.token, tls_ca=given.tls_ca)
+    if settings.tls_ca is not None:
+        _check_ca_file(settings.tls_ca)
+    return settings
 
 
 cli.add_command(serve_writer)
@@ -117,45 +130,45 @@ def _session_id(_context: click.Context, _parameter: click.Parameter, value: str
 
 writer_option = click.option(
     "--writer",
-    default=lambda: os.environ.get("ROLLOUT_WRITER", DEFAULT_WRITER),
+    default=None,
     help=f"Writer address (env ROLLOUT_WRITER, else {DEFAULT_WRITER}).",
 )
 reader_option = click.option(
     "--reader",
-    default=lambda: os.environ.get("ROLLOUT_READER", DEFAULT_READER),
+    default=None,
     help=f"Reader address (env ROLLOUT_READER, else {DEFAULT_READER}).",
 )
 
 
 @contextmanager
-def _client(service: str, address: str) -> Iterator[RolloutClient]:
-    """A client of the ``service`` ("writer" or "reader") at ``address``; a failed call inside
-    becomes a one-line ClickException (exit status 1)."""
-    writer, reader = (address, None) if service == "writer" else (None, address)
-    credentials = _credentials()
+def _client(service: str, address: str | None) -> Iterator[RolloutClient]:
+    """A client of the ``service`` ("writer" or "reader") at ``address`` (None: from the
+    environment); a failed call inside becomes a one-line ClickException (exit status 1)."""
+    settings = _settings(*((address, None) if service == "writer" else (None, address)))
     try:
         client = RolloutClient(
-            writer, reader, retry=CLI_RETRY, token=credentials.token, tls_ca=credentials.tls_ca
+            settings.writer, settings.reader, retry=CLI_RETRY, token=settings.token, tls_ca=settings.tls_ca
         )
     except ValueError as exc:  # a token in clear text to a remote address
         raise click.ClickException(cleartext_token_message(exc)) from exc
+    address = settings.writer if service == "writer" else settings.reader
     with client:
         try:
             yield client
         except RolloutError as error:
-            raise _fail(error, service, address, credentials) from error
+            raise _fail(error, service, address, settings) from error
 
 
-def _fail(error: RolloutError, service: str, address: str, credentials: Credentials) -> click.ClickException:
+def _fail(error: RolloutError, service: str, address: str, settings: ClientSettings) -> click.ClickException:
     """A one-line error for a failed call: the status, or what to do when the service is not there."""
     code = error.code
     if code is None:
         return click.ClickException(error.message)
     if code.name == "UNAVAILABLE" and "connect" in error.message:
         return click.ClickException(
-            unreachable_message(service, address, error.message, tls_ca_given=credentials.tls_ca is not None)
+            unreachable_message(service, address, error.message, tls_ca_given=settings.tls_ca is not None)
         )
-    if code.name == "UNAUTHENTICATED" and credentials.token is None:
+    if code.name == "UNAUTHENTICATED" and settings.token is None:
         return click.ClickException(f"{code.name}: {error.message}; pass --token / ROLLOUT_TOKEN")
     if code.name == "UNIMPLEMENTED":
         return click.ClickException(
@@ -199,15 +212,15 @@ def _import_options(command: Callable[..., None]) -> Callable[..., None]:
 @import_group.command("codex")
 @_import_options
 def import_codex(
-    paths: tuple[Path, ...], writer: str, tenant: str, as_json: bool, max_line_bytes: int
+    paths: tuple[Path, ...], writer: str | None, tenant: str, as_json: bool, max_line_bytes: int
 ) -> None:
     """Import Codex CLI rollouts (files, or folders such as ~/.codex/sessions), one session each."""
     from rollout_cli.importers.command import run_import
 
-    credentials = _credentials()
+    settings = _settings(writer=writer)
     raise SystemExit(
         run_import(
-            "codex", paths, writer, tenant, as_json, credentials.token, credentials.tls_ca, max_line_bytes
+            "codex", paths, settings.writer, tenant, as_json, settings.token, settings.tls_ca, max_line_bytes
         )
     )
 
@@ -215,7 +228,7 @@ def import_codex(
 @import_group.command("claude")
 @_import_options
 def import_claude(
-    paths: tuple[Path, ...], writer: str, tenant: str, as_json: bool, max_line_bytes: int
+    paths: tuple[Path, ...], writer: str | None, tenant: str, as_json: bool, max_line_bytes: int
 ) -> None:
     """Import Claude Code transcripts (files, or folders such as ~/.claude/projects).
 
@@ -224,10 +237,10 @@ def import_claude(
     """
     from rollout_cli.importers.command import run_import
 
-    credentials = _credentials()
+    settings = _settings(writer=writer)
     raise SystemExit(
         run_import(
-            "claude", paths, writer, tenant, as_json, credentials.token, credentials.tls_ca, max_line_bytes
+            "claude", paths, settings.writer, tenant, as_json, settings.token, settings.tls_ca, max_line_bytes
         )
     )
 
@@ -253,7 +266,7 @@ def import_claude(
 @click.option("--created-after", default="", help="RFC 3339 time, inclusive (e.g. 2026-01-01T00:00:00Z).")
 @click.option("--created-before", default="", help="RFC 3339 time, inclusive (e.g. 2026-12-31T23:59:59Z).")
 def list_command(
-    reader: str,
+    reader: str | None,
     page_size: int,
     page_token: str,
     tenant: str,
@@ -321,7 +334,7 @@ def _next_page_command(token: str) -> str:
     show_default=True,
     help="Characters shown per message (0: all).",
 )
-def replay(session_id: str, reader: str, token_budget: int, width: int) -> None:
+def replay(session_id: str, reader: str | None, token_budget: int, width: int) -> None:
     """Show the exact rebuilt message sequence of a session (streamed: any size)."""
     with _client("reader", reader) as client:
         stream = client.session(session_id).stream_replay(token_budget or None)
@@ -347,7 +360,7 @@ def replay(session_id: str, reader: str, token_budget: int, width: int) -> None:
     show_default=True,
     help="Records shown from before now.",
 )
-def tail(session_id: str, reader: str, follow: bool, count: int) -> None:
+def tail(session_id: str, reader: str | None, follow: bool, count: int) -> None:
     """Show a session's last records, one line each; with -f, follow it live (Ctrl-C ends)."""
     width = session_view.terminal_width()
     with _client("reader", reader) as client:
@@ -402,7 +415,7 @@ def verify(session_id: str, reader: str) -> None:
     help="Why the run stops (paused and cancelled may be resumed as-is).",
 )
 @click.option("--reason", default="stopped from the command line", show_default=True)
-def stop_command(session_id: str, writer: str, kind: str, reason: str) -> None:
+def stop_command(session_id: str, writer: str | None, kind: str, reason: str) -> None:
     """Stop a session: checkpoint over the whole file, then the stop record."""
     with _client("writer", writer) as client:
         result = client.session(session_id).stop(kind, reason)
@@ -421,7 +434,7 @@ def stop_command(session_id: str, writer: str, kind: str, reason: str) -> None:
     help="Re-open even a session whose stop kind is not replayable as-is, or whose file is damaged"
     " (recorded in the session; damage stays reported).",
 )
-def resume(session_id: str, writer: str, force: bool) -> None:
+def resume(session_id: str, writer: str | None, force: bool) -> None:
     """Re-open a paused or cancelled session for appending (closes calls left without an output)."""
     with _client("writer", writer) as client:
         result = client.session(session_id).resume(force)
@@ -443,7 +456,7 @@ def resume(session_id: str, writer: str, force: bool) -> None:
     default=None,
     help="Keep everything before the Nth user message (1: the first).",
 )
-def fork(session_id: str, writer: str, at_seq: int | None, before_user: int | None) -> None:
+def fork(session_id: str, writer: str | None, at_seq: int | None, before_user: int | None) -> None:
     """Start a new session from a session's history up to a fork point."""
     if (at_seq is None) == (before_user is None):
         raise click.UsageError("give exactly one of --at-seq and --before-user")
@@ -486,7 +499,7 @@ def fork(session_id: str, writer: str, at_seq: int | None, before_user: int | No
 @click.option("--seed", default=1, show_default=True, help="Seed of the simulated record mix.")
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON (progress goes to stderr).")
 def loadtest(
-    writer: str,
+    writer: str | None,
     sessions: int,
     duration: float,
     records_per_append: int,
@@ -503,17 +516,17 @@ def loadtest(
     """
     from rollout_cli.loadtest_view import show_loadtest
 
-    credentials = _credentials()
+    settings = _settings(writer=writer)
     config = LoadtestConfig(
-        writer,
+        settings.writer,
         sessions,
         duration,
         records_per_append,
         think_ms,
         delegate_every,
         seed,
-        token=credentials.token,
-        tls_ca=credentials.tls_ca,
+        token=settings.token,
+        tls_ca=settings.tls_ca,
     )
     show_loadtest(config, as_json)
 

@@ -21,11 +21,7 @@ reached only through methods; and (``rollout_client.agents``, with the
 coroutines. SPEC §6 (Interfaces) names this package; the README has a walkthrough.
 """
 
-from rollout_client._aio import (
-    DEFAULT_READER,
-    DEFAULT_WRITER,
-    AsyncRolloutClient,
-)
+from rollout_client._aio import AsyncRolloutClient
 from rollout_client._appends import RetryPolicy
 from rollout_client._channels import blocking_channel
 from rollout_client._delegation import DelegationScope, current_delegation, delegation
@@ -85,6 +81,7 @@ from rollout_client._results import (
     WatchedRecord,
 )
 from rollout_client._session import AsyncReplayStream, AsyncSession
+from rollout_client._settings import DEFAULT_READER, DEFAULT_WRITER, ClientSettings, client_settings
 from rollout_client._sync import ReplayStream, RolloutClient, Session
 
 __all__ = [
@@ -99,6 +96,7 @@ __all__ = [
     "AsyncSession",
     "Checkpoint",
     "ClientClosedError",
+    "ClientSettings",
     "Compaction",
     "ConversationMemory",
     "DataLossError",
@@ -143,6 +141,7 @@ __all__ = [
     "WatchedRecord",
     "assistant",
     "blocking_channel",
+    "client_settings",
     "current_delegation",
     "delegation",
     "developer",

@@ -7,7 +7,6 @@ its first call and belongs to that call's event loop.
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from pathlib import Path
 from types import TracebackType
@@ -36,10 +35,8 @@ from rollout_client._errors import (
 from rollout_client._records import Event, append_record
 from rollout_client._results import Delegation, SessionPage
 from rollout_client._session import AsyncSession
+from rollout_client._settings import client_settings
 from shared.naming import new_session_id
-
-DEFAULT_WRITER = "127.0.0.1:50051"
-DEFAULT_READER = "127.0.0.1:50052"
 
 #: Reads: idempotent, retried on every retryable status.
 _READ_RETRY = RETRYABLE
@@ -62,12 +59,13 @@ def _root_role(agent_name: str, root: bool | None) -> writer_pb2.SessionRole:
 
 
 class AsyncRolloutClient:
-    """A client of one writer and one reader (``host:port`` each; by default the
-    ``ROLLOUT_WRITER`` / ``ROLLOUT_READER`` environment variables, as for the ``rollout``
-    command, else 127.0.0.1:50051 and 127.0.0.1:50052).
+    """A client of one writer and one reader (``host:port`` each).
 
     ``token``: a bearer token sent on every call; ``tls_ca``: the CA file (PEM) of the
-    services' TLS certificates (see :mod:`rollout_client._channels`). ``retry``: the backoff
+    services' TLS certificates (see :mod:`rollout_client._channels`). Each of these four not
+    given comes from the environment as for the ``rollout`` command (``ROLLOUT_WRITER``,
+    ``ROLLOUT_READER``, ``ROLLOUT_TOKEN``, ``ROLLOUT_TLS_CA``; :func:`rollout_client.client_settings`),
+    else 127.0.0.1:50051, 127.0.0.1:50052, no token, plaintext. ``retry``: the backoff
     and deadline of retried calls. Use as ``async with AsyncRolloutClient(...) as client:``
     or call :meth:`close`. Raises ValueError for a token to a non-loopback address without
     ``tls_ca``.
@@ -82,14 +80,13 @@ class AsyncRolloutClient:
         tls_ca: str | Path | None = None,
         retry: RetryPolicy | None = None,
     ) -> None:
-        writer = writer or os.environ.get("ROLLOUT_WRITER") or DEFAULT_WRITER
-        reader = reader or os.environ.get("ROLLOUT_READER") or DEFAULT_READER
-        self.writer_address = writer
-        self.reader_address = reader
+        settings = client_settings(writer, reader, token=token, tls_ca=tls_ca)
+        self.writer_address = settings.writer
+        self.reader_address = settings.reader
         self.retry = retry or RetryPolicy()
         self._credentials = (
-            channel_credentials(writer, token, tls_ca),
-            channel_credentials(reader, token, tls_ca),
+            channel_credentials(settings.writer, settings.token, settings.tls_ca),
+            channel_credentials(settings.reader, settings.token, settings.tls_ca),
         )
         self._channels: list[grpc.aio.Channel] = []
         self._writer: writer_pb2_grpc.RolloutWriterStub | None = None
