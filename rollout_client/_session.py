@@ -229,7 +229,7 @@ class AsyncSession:
         ``budget_exceeded``, ``interrupted``): the writer checkpoints the whole file and writes
         the stop record. ``error``: ``{"message", "category"}``. A retry after a lost answer that
         finds the session stopped with this kind and reason takes that stop as its own.
-        Raises ValueError for an unknown kind, SessionStoppedError (already stopped),
+        Raises ValueError listing the kinds for an unknown kind, SessionStoppedError (already stopped),
         DataLossError (damaged file), NotFoundError."""
         request = writer_pb2.StopRequest(
             session_id=self.id, stop_kind=stop_kind_to_proto(kind), reason=reason

@@ -39,12 +39,27 @@ class ResumeEligibility:
     stop_kind: StopKind | None
 
 
+#: The declared kinds as callers write them, in declaration order: what a refusal lists.
+DECLARED_STOP_KINDS = ", ".join(kind.value for kind in StopKind)
+
+
 def parse_stop_kind(raw: str) -> StopKind | None:
     """The declared kind named by ``raw``, or None when ``raw`` names none."""
     try:
         return StopKind(raw)
     except ValueError:
         return None
+
+
+def stop_kind_named(raw: str) -> StopKind:
+    """The declared kind named by ``raw`` (exactly its value: ``"paused"``).
+
+    Raises ValueError naming ``raw`` and listing the declared kinds when it names none.
+    """
+    kind = parse_stop_kind(raw)
+    if kind is None:
+        raise ValueError(f"{raw!r} is not a stop kind: use one of {DECLARED_STOP_KINDS}")
+    return kind
 
 
 def _classify_kind(kind: StopKind) -> ResumeEligibility:

@@ -31,7 +31,7 @@ from rollout.v1 import records_pb2, writer_pb2
 from shared.errors import InvalidArgumentError, RecordValidationError
 from shared.records import RESERVED_EVENT_KINDS, RecordType, attached_reasoning, clip, normalize_timestamp
 from shared.session_meta import SessionRole, SessionSpec
-from shared.stop_kinds import StopKind
+from shared.stop_kinds import StopKind, stop_kind_named
 
 _INTEGRAL_LIMIT = 2**53
 
@@ -519,21 +519,36 @@ def retraction_payload(retraction: records_pb2.Retraction) -> dict[str, Any]:
 
 
 def stop_kind_to_proto(kind: str) -> records_pb2.StopKind:
-    """The ``rollout.v1.StopKind`` value of a stop kind ("paused" -> STOP_KIND_PAUSED); ValueError if unknown."""
-    value: records_pb2.StopKind = records_pb2.StopKind.Value("STOP_KIND_" + StopKind(kind).value.upper())
+    """The ``rollout.v1.StopKind`` value of a stop kind ("paused" -> STOP_KIND_PAUSED).
+
+    Raises ValueError listing the declared kinds (:func:`shared.stop_kinds.stop_kind_named`)."""
+    value: records_pb2.StopKind = records_pb2.StopKind.Value(
+        "STOP_KIND_" + stop_kind_named(kind).value.upper()
+    )
     return value
+
+
+#: The StopKind values a request may name, as a refusal lists them ("STOP_KIND_COMPLETED (1), ...").
+_DECLARED_PROTO_KINDS = ", ".join(
+    f"{records_pb2.StopKind.Name(number)} ({number})"
+    for number in (stop_kind_to_proto(kind) for kind in StopKind)
+)
 
 
 def stop_kind_from_proto(value: int) -> StopKind:
     """The stop kind a request names (SPEC §1 vocabulary).
 
     Raises InvalidArgumentError (field ``stop_kind``) for UNSPECIFIED or an
-    undeclared number.
+    undeclared number, listing the declared values.
     """
     if value == records_pb2.STOP_KIND_UNSPECIFIED:
-        raise InvalidArgumentError("stop_kind", "is unspecified; name why the run stopped")
+        raise InvalidArgumentError(
+            "stop_kind", f"is unspecified; name why the run stopped: one of {_DECLARED_PROTO_KINDS}"
+        )
     if value not in records_pb2.StopKind.values():
-        raise InvalidArgumentError("stop_kind", f"{value} is not a declared StopKind value")
+        raise InvalidArgumentError(
+            "stop_kind", f"{value} is not a declared StopKind value: use one of {_DECLARED_PROTO_KINDS}"
+        )
     return StopKind(records_pb2.StopKind.Name(value).removeprefix("STOP_KIND_").lower())
 
 
