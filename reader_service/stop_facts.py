@@ -26,6 +26,7 @@ from typing import Any
 from shared.layout import read_session_file
 from shared.rebuild import CheckpointRecord, DegradedEntry
 from shared.records import RecordType
+from shared.remedies import SEE_VERIFY
 from shared.stop_kinds import ResumeEligibility, classify_session
 from shared.tail import DEFAULT_TAIL_WINDOW as DEFAULT_TAIL_WINDOW  # listing and server take it from here
 from shared.tail import read_tail
@@ -143,7 +144,7 @@ def eligibility_of(facts: StopFactsResult, meta: dict[str, Any]) -> ResumeEligib
         first = facts.damage[0]
         return ResumeEligibility(
             False,
-            f"the tail is damaged: a record at byte {first.offset} fails its line check (see rollout verify)",
+            f"the tail is damaged: a record at byte {first.offset} fails its line check ({SEE_VERIFY})",
             None,
         )
     if not facts.found:

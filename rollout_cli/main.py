@@ -30,7 +30,7 @@ import click
 
 from rollout_cli import session_view
 from rollout_cli.loadtest import LoadtestConfig
-from rollout_cli.reachability import cleartext_token_message, unreachable_message
+from rollout_cli.reachability import cleartext_token_message, in_command_words, unreachable_message
 from rollout_cli.supervision import serve, serve_reader, serve_writer
 from rollout_client import (
     DEFAULT_READER,
@@ -161,20 +161,20 @@ def _client(service: str, address: str | None) -> Iterator[RolloutClient]:
 
 def _fail(error: RolloutError, service: str, address: str, settings: ClientSettings) -> click.ClickException:
     """A one-line error for a failed call: the status, or what to do when the service is not there."""
-    code = error.code
+    code, message = error.code, in_command_words(error.message)
     if code is None:
-        return click.ClickException(error.message)
+        return click.ClickException(message)
     if code.name == "UNAVAILABLE" and "connect" in error.message:
         return click.ClickException(
             unreachable_message(service, address, error.message, tls_ca_given=settings.tls_ca is not None)
         )
     if code.name == "UNAUTHENTICATED" and settings.token is None:
-        return click.ClickException(f"{code.name}: {error.message}; pass --token / ROLLOUT_TOKEN")
+        return click.ClickException(f"{code.name}: {message}; pass --token / ROLLOUT_TOKEN")
     if code.name == "UNIMPLEMENTED":
         return click.ClickException(
             f"{address} does not serve the rollout {service} (is it the other service?)"
         )
-    return click.ClickException(f"{code.name}: {error.message}")
+    return click.ClickException(f"{code.name}: {message}")
 
 
 @cli.group("import")

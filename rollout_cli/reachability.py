@@ -1,4 +1,5 @@
-"""The words of the client commands when a service cannot be reached or a token may not be sent.
+"""The words of the client commands when a service cannot be reached or a token may not be sent,
+and for what the services and the client library say in the library's words.
 
 Shared by the ``rollout`` commands, ``rollout import`` and ``rollout loadtest`` so
 all three tell the same things apart: nothing listening, a TLS service reached
@@ -7,6 +8,14 @@ text (README "Production").
 """
 
 from __future__ import annotations
+
+from shared.remedies import FORCED_RESUME, SEE_VERIFY
+
+#: Each phrase of :mod:`shared.remedies` as the command line says it.
+COMMAND_WORDS = {
+    FORCED_RESUME: "rollout resume --force",
+    SEE_VERIFY: "see rollout verify",
+}
 
 
 def unreachable_message(service: str, address: str, detail: str = "", *, tls_ca_given: bool = False) -> str:
@@ -35,3 +44,11 @@ def cleartext_token_message(error: ValueError) -> str:
     """The command-line wording of the client library's refusal (ValueError) to send a token in
     clear text: it names the option instead of the library's ``tls_ca=`` argument."""
     return str(error).replace("pass tls_ca= (", "pass --tls-ca / ROLLOUT_TLS_CA (")
+
+
+def in_command_words(message: str) -> str:
+    """``message`` (a service's refusal, a stop fact's reason) with each remedy of
+    :mod:`shared.remedies` named as its command (``resume(force=True)`` -> ``rollout resume --force``)."""
+    for phrase, command in COMMAND_WORDS.items():
+        message = message.replace(phrase, command)
+    return message

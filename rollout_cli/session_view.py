@@ -18,6 +18,7 @@ from typing import Any
 import click
 import orjson
 
+from rollout_cli.reachability import in_command_words
 from rollout_client import ReplaySummary, SessionSummary, StopFacts, WatchedRecord
 from shared.records import parse_timestamp, reasoning_blocks_of
 
@@ -165,7 +166,7 @@ def print_stop_facts(session_id: str, facts: StopFacts) -> None:
     for entry in facts.damage:
         click.echo(f"DAMAGE:      {entry.kind} at byte {entry.offset}: {entry.detail}")
     verdict = "may be continued exactly" if facts.replayable else "may not be continued as-is"
-    click.echo(f"resume:      {verdict}: {facts.resume_reason}")
+    click.echo(f"resume:      {verdict}: {in_command_words(facts.resume_reason)}")
     click.echo(f"tail read:   {facts.tail_bytes_read} bytes")
 
 

@@ -133,7 +133,7 @@ def test_stop_resume_fork_and_verify_say_what_they_did(
     _run("stop", session_id, "--kind", "completed", "--reason", "done", *to_writer)
     assert _run("resume", session_id, *to_writer, code=1) == [
         "Error: FAILED_PRECONDITION: cannot resume: completed: the task finished; start a new session"
-        " or fork; set force (rollout resume --force) to re-open it anyway"
+        " or fork; rollout resume --force re-opens it anyway"
     ]
     assert _run("fork", session_id, *to_writer, code=2)[-1] == (
         "Error: give exactly one of --at-seq and --before-user"

@@ -34,6 +34,7 @@ from shared.records import (
     format_timestamp,
     now_timestamp,
 )
+from shared.remedies import FORCED_RESUME
 from shared.stop_kinds import classify_session
 from writer_service.file_facts import FORCE_HINT, RebuiltFacts, file_facts, refuse_damage
 from writer_service.forking import check_fork_keeps_pairs, find_fork_point
@@ -161,7 +162,7 @@ def _check_resumable(state: OpenSession) -> None:
     eligibility = classify_session(state.stopped_kind or None, state.meta)
     if not eligibility.replayable:
         raise SessionStateError(
-            f"cannot resume: {eligibility.reason}; set force (rollout resume --force) to re-open it anyway",
+            f"cannot resume: {eligibility.reason}; {FORCED_RESUME} re-opens it anyway",
             subject=f"session/{state.session_id}",
             precondition="stop kind replayable as-is (paused or cancelled)",
         )

@@ -31,6 +31,7 @@ from shared.rebuild import (
     read_checkpoint,
 )
 from shared.rebuild_index import MessageSource, index_rebuild
+from shared.remedies import FORCED_RESUME, SEE_VERIFY
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +121,7 @@ def _check_older_checkpoint(found: Rebuild, source: MessageSource) -> None:
 
 #: What a refusal over damage tells an operator who wants to go on anyway.
 FORCE_HINT = (
-    "; an operator may re-open it anyway with Resume force (rollout resume --force), which records"
+    f"; an operator may re-open it anyway with {FORCED_RESUME}, which records"
     " the damage in the session, where it stays reported"
 )
 
@@ -133,6 +134,6 @@ def refuse_damage(damage: DegradedEntry | None, name: str, operation: str, force
     if damage is not None:
         raise CorruptSessionError(
             f"cannot {operation}: session file {name} is damaged at line {damage.line} (byte"
-            f" {damage.offset}): {damage.kind}: {damage.detail}; nothing was written (see rollout verify)"
+            f" {damage.offset}): {damage.kind}: {damage.detail}; nothing was written ({SEE_VERIFY})"
             f"{force_hint}"
         )

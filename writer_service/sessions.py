@@ -69,6 +69,7 @@ from shared.records import (
     now_timestamp,
     parse_timestamp,
 )
+from shared.remedies import SEE_VERIFY
 from shared.session_meta import (
     TEXT_FIELDS,
     SessionSpec,
@@ -887,7 +888,7 @@ def _load(root: Path, path: Path, session_id: str, entry: IndexEntry, quick: boo
                 if found.session_meta is None:
                     raise CorruptSessionError(
                         f"session file {path.name} does not start with a session_meta record; it cannot"
-                        " be appended to (see rollout verify)"
+                        f" be appended to ({SEE_VERIFY})"
                     )
                 calls, meta, last_seq = found.call_ids, found.session_meta, found.last_seq
                 saved_offset = found.committed_bytes
