@@ -2,13 +2,19 @@
 
 Everything here takes :mod:`rollout_client` results (plain dicts and dataclasses, never
 protobuf) and writes lines to stdout: the session table of ``rollout ls``, the messages
-and summary of ``rollout replay``, the facts of ``rollout stop-facts`` and the one-line
-records of ``rollout tail``. Long text is cut to the width asked for, with the full length
-named (``… [1234 chars]``).
+and summary of ``rollout replay``, the facts of ``rollout stop-facts`` and
+the one-line records of ``rollout tail``. Long text is cut to the width asked for, with the full
+length named (``… [1234 chars]``).
+
+A message that carries an OpenAI Agents SDK item (a ``LedgerSession`` stores most items so,
+:mod:`rollout_client.agents`) shows the item's text as a native message shows its own: a
+message's text, a call's name and arguments, an output, a reasoning summary; an item of
+another type as ``[its type]`` and its fields in JSON.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import textwrap
 from collections.abc import Iterable, Mapping
@@ -19,11 +25,13 @@ import click
 import orjson
 
 from rollout_cli.reachability import in_command_words
-from rollout_client import ReplaySummary, SessionSummary, StopFacts, WatchedRecord
+from rollout_client import ReplaySummary, SessionSummary, StopFacts, WatchedRecord, carried_agents_item
 from shared.records import parse_timestamp, reasoning_blocks_of
 
 #: Columns assumed when stdout is not a terminal.
 DEFAULT_COLUMNS = 160
+#: Agents SDK items that are calls (the message's tool_calls show them) and where their input is.
+_CALL_INPUTS = {"function_call": "arguments", "custom_tool_call": "input"}
 
 
 def shorten(text: str, width: int) -> str:
@@ -87,23 +95,76 @@ def print_sessions(sessions: Iterable[SessionSummary], now: datetime) -> None:
     Console(width=max(width, used + 12), highlight=False, soft_wrap=False).print(table)
 
 
-def message_text(message: Mapping[str, Any]) -> str:
-    """The text of a message dict: its string content, or its parts' texts one per line (a
-    part without text as ``[its type]``)."""
-    content = message.get("content")
+def _json_text(value: Any) -> str:
+    """Compact JSON of a value read from JSON (NaN kept as Python's json module writes it)."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _content_text(content: Any) -> str:
+    """Text content as it is; parts one per line: a part's text (a refusal as ``refusal: ...``),
+    a carried Agents SDK item as :func:`item_text` shows it, another part as ``[its type]``."""
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
-        return ""
+        return "" if content is None else _json_text(content)
     texts = []
     for part in content:
         fields = part if isinstance(part, dict) else {}
+        kind = fields.get("type")
         if "text" in fields:
             texts.append(fields["text"] if isinstance(fields["text"], str) else "")
+        elif kind == "refusal" and isinstance(fields.get("refusal"), str):
+            texts.append(f"refusal: {fields['refusal']}")
+        elif (item := _carried(fields)) is not None:
+            texts.append(item_text(item))
         else:
-            kind = fields.get("type")
             texts.append(f"[{kind if isinstance(kind, str) else ''}]")
     return "\n".join(texts)
+
+
+def _carried(part: Mapping[str, Any]) -> dict[str, Any] | None:
+    try:
+        return carried_agents_item(part)
+    except ValueError:  # a carried text that is not JSON: shown as the part's type
+        return None
+
+
+def item_text(item: Mapping[str, Any]) -> str:
+    """What an OpenAI Agents SDK item says, as a native message shows the same: a message's
+    text, ``call <id>: name(arguments)``, an output's text, ``reasoning: <summary>``; any other
+    item as ``[its type] <its other fields as JSON>``."""
+    kind = item.get("type")
+    if kind is None or kind == "message":
+        return _content_text(item.get("content"))
+    if kind in _CALL_INPUTS:
+        return f"call {item.get('call_id', '')}: {item.get('name', '')}({item.get(_CALL_INPUTS[kind], '')})"
+    if kind == "reasoning":
+        summary = item.get("summary")
+        texts = [_content_text([part]) for part in summary] if isinstance(summary, list) else []
+        if not texts and item.get("encrypted_content"):
+            texts = ["(encrypted)"]
+        return "reasoning: " + " ".join(texts)
+    if isinstance(kind, str) and kind.endswith("_output") and "output" in item:
+        return _content_text(item["output"])
+    if kind == "mcp_call":
+        answer = item.get("output") or item.get("error") or ""
+        call = f"call {item.get('server_label', '')}.{item.get('name', '')}({item.get('arguments', '')})"
+        return f"{call} -> {answer}" if answer else call
+    fields = {key: value for key, value in item.items() if key != "type"}
+    return f"[{kind}] {_json_text(fields)}"
+
+
+def message_text(message: Mapping[str, Any]) -> str:
+    """The text of a message dict: its string content, or its parts' texts one per line (a
+    part without text as ``[its type]``; a carried Agents SDK item as :func:`item_text` shows
+    it, except a call the message's tool calls show already)."""
+    content = message.get("content")
+    calls = {call.get("id") for call in message.get("tool_calls") or () if isinstance(call, dict)}
+    if calls and isinstance(content, list) and len(content) == 1 and isinstance(content[0], dict):
+        item = _carried(content[0])
+        if item is not None and item.get("type") in _CALL_INPUTS and item.get("call_id") in calls:
+            return ""
+    return _content_text(content)
 
 
 def print_message(index: int, message: Mapping[str, Any], width: int) -> None:

@@ -23,6 +23,7 @@ coroutines. SPEC §6 (Interfaces) names this package; the README has a walkthrou
 
 from rollout_client._aio import AsyncRolloutClient
 from rollout_client._appends import RetryPolicy
+from rollout_client._carried import carried_agents_item
 from rollout_client._channels import blocking_channel
 from rollout_client._delegation import DelegationScope, current_delegation, delegation
 from rollout_client._errors import (
@@ -141,6 +142,7 @@ __all__ = [
     "WatchedRecord",
     "assistant",
     "blocking_channel",
+    "carried_agents_item",
     "client_settings",
     "current_delegation",
     "delegation",

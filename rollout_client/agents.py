@@ -45,14 +45,14 @@ How items are stored (one ledger ``message`` per item):
   "call_id", "output": "text"}`` a tool message;
 * **carried**, for every other item: a message whose content is one part ``{"type":
   "openai_agents_item", "json": <the item as JSON text>}`` (``"codec": "json"`` added when
-  only Python's json module reads the text back exactly: integers beyond 64 bits, NaN).
+  only Python's json module reads the text back exactly: integers beyond 64 bits, NaN;
+  written and read by :mod:`rollout_client._carried`, which the ``rollout`` command reads too).
   Its role says who produced the item (the item's own role; ``assistant`` for model
   output; ``user`` for other outputs given back to the model), and a function or custom
   tool call and its output still carry ``tool_calls`` / ``tool_call_id``, so the ledger
   pairs them as it pairs any call (Resume closes a call left without output; Fork never
   cuts between them). An output whose call the session does not hold is carried
-  unpaired (``role`` user), as a ``SQLiteSession`` stores it. Parts written by earlier
-  versions (``"item": {...}``) are read too.
+  unpaired (``role`` user), as a ``SQLiteSession`` stores it.
 
 Messages not written by this adapter are read as items too: text or parts as ``{"role",
 "content"}``, each tool call as a ``function_call`` / ``custom_tool_call``, a tool message as
@@ -64,7 +64,6 @@ appends the others again, in the same request.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -79,6 +78,7 @@ from agents.memory.session_settings import coerce_session_settings
 from rollout.v1 import reader_pb2
 from rollout_client._aio import AsyncRolloutClient
 from rollout_client._appends import Attempts, is_reply_too_large
+from rollout_client._carried import AGENTS_ITEM_PART, agents_item_part, carried_agents_item
 from rollout_client._errors import (
     AlreadyExistsError,
     FailedPreconditionError,
@@ -96,7 +96,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 #: Type of the content part that carries an item the chat shape cannot hold exactly.
-ITEM_PART = "openai_agents_item"
+ITEM_PART = AGENTS_ITEM_PART
 _CHAT_ROLES = frozenset({"user", "system", "developer", "assistant"})
 _CALL_TYPES = {"function_call": "function", "custom_tool_call": "custom"}
 _OUTPUT_TYPES = {"function": "function_call_output", "custom": "custom_tool_call_output"}
@@ -136,21 +136,9 @@ def _native_message(item: Mapping[str, Any]) -> dict[str, Any] | None:
     return {"role": "tool", "tool_call_id": item["call_id"], "content": item["output"]}
 
 
-def _item_part(item: Mapping[str, Any]) -> dict[str, Any]:
-    """The content part that carries ``item`` as JSON text (orjson where it is exact)."""
-    try:
-        text = orjson.dumps(item)
-    except TypeError:  # an integer beyond 64 bits, a key that is not a string
-        text = b"null"
-    if b"null" not in text:
-        return {"type": ITEM_PART, "json": text.decode()}
-    # NaN and infinities become null in orjson: Python's json module keeps them (as SQLiteSession does).
-    return {"type": ITEM_PART, "json": json.dumps(item, ensure_ascii=False), "codec": "json"}
-
-
 def _carried_message(item: Mapping[str, Any], paired: bool = True) -> dict[str, Any]:
     kind, call_id = item.get("type"), item.get("call_id")
-    message: dict[str, Any] = {"role": "assistant", "content": [_item_part(item)]}
+    message: dict[str, Any] = {"role": "assistant", "content": [agents_item_part(item)]}
     if kind in _CALL_TYPES and call_id and isinstance(call_id, str) and item.get("name"):
         call_type = _CALL_TYPES[kind]
         arguments = item.get("arguments" if call_type == "function" else "input", "")
@@ -180,15 +168,7 @@ def _carried_item(message: Mapping[str, Any]) -> dict[str, Any] | None:
     content = message.get("content")
     if not (isinstance(content, list) and len(content) == 1):
         return None
-    part = content[0]
-    if not isinstance(part, dict) or part.get("type") != ITEM_PART:
-        return None
-    text = part.get("json")
-    if isinstance(text, str):
-        item = json.loads(text) if part.get("codec") == "json" else orjson.loads(text)
-        return item if isinstance(item, dict) else None
-    carried = part.get("item")  # written by earlier versions
-    return carried if set(part) == {"type", "item"} and isinstance(carried, dict) else None
+    return carried_agents_item(content[0])
 
 
 def message_items(message: Mapping[str, Any], call_types: dict[str, str]) -> list[dict[str, Any]]:
@@ -250,12 +230,10 @@ def canonical_items(raw_messages: Sequence[bytes]) -> list[list[dict[str, Any]]]
         message = loads(raw)
         content = message.get("content")
         if type(content) is list and len(content) == 1 and "tool_calls" not in message:
-            part = content[0]
-            if type(part) is dict and part.get("type") == ITEM_PART and type(part.get("json")) is str:
-                item = json.loads(part["json"]) if part.get("codec") == "json" else loads(part["json"])
-                if type(item) is dict:
-                    out.append([item])
-                    continue
+            item = carried_agents_item(content[0])
+            if item is not None:
+                out.append([item])
+                continue
         out.append(message_items(message, call_types))
     return out
 
