@@ -334,15 +334,27 @@ def _next_page_command(token: str) -> str:
     show_default=True,
     help="Characters shown per message (0: all).",
 )
-def replay(session_id: str, reader: str | None, token_budget: int, width: int) -> None:
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='JSON lines: each message as its canonical JSON (the digest\'s form), then {"summary": {...}}.',
+)
+def replay(session_id: str, reader: str | None, token_budget: int, width: int, as_json: bool) -> None:
     """Show the exact rebuilt message sequence of a session (streamed: any size)."""
     with _client("reader", reader) as client:
         stream = client.session(session_id).stream_replay(token_budget or None)
         for index, message in enumerate(stream):
-            session_view.print_message(index, message, width)
+            if as_json:
+                click.echo(session_view.replay_json_line(message))
+            else:
+                session_view.print_message(index, message, width)
     if stream.summary is None:
         raise click.ClickException("the replay stream ended without its summary")
-    session_view.print_replay_summary(stream.summary)
+    if as_json:
+        click.echo(session_view.replay_summary_json_line(stream.summary))
+    else:
+        session_view.print_replay_summary(stream.summary)
 
 
 @cli.command()

@@ -2,7 +2,7 @@
 
 Everything here takes :mod:`rollout_client` results (plain dicts and dataclasses, never
 protobuf) and writes lines to stdout: the session table of ``rollout ls``, the messages
-and summary of ``rollout replay``, the facts of ``rollout stop-facts`` and
+and summary of ``rollout replay`` (or its JSON lines), the facts of ``rollout stop-facts`` and
 the one-line records of ``rollout tail``. Long text is cut to the width asked for, with the full
 length named (``… [1234 chars]``).
 
@@ -14,6 +14,7 @@ another type as ``[its type]`` and its fields in JSON.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import textwrap
@@ -26,6 +27,7 @@ import orjson
 
 from rollout_cli.reachability import in_command_words
 from rollout_client import ReplaySummary, SessionSummary, StopFacts, WatchedRecord, carried_agents_item
+from shared.digest import canonical_message
 from shared.records import parse_timestamp, reasoning_blocks_of
 
 #: Columns assumed when stdout is not a terminal.
@@ -187,6 +189,18 @@ def print_message(index: int, message: Mapping[str, Any], width: int) -> None:
         function = call.get("function") or {}
         arguments = shorten(str(function.get("arguments", "")), width)
         click.echo(f"  call {call.get('id', '')}: {function.get('name', '')}({arguments})")
+
+
+def replay_json_line(message: Mapping[str, Any]) -> str:
+    """One message of ``rollout replay --json``: its canonical JSON (SPEC §4, the form the digest
+    hashes: sorted keys, the digest's fields only)."""
+    return canonical_message(message).decode()
+
+
+def replay_summary_json_line(summary: ReplaySummary) -> str:
+    """The last line of ``rollout replay --json``: ``{"summary": {...}}`` with the fields of
+    :class:`rollout_client.ReplaySummary` (a message line never has a ``summary`` key)."""
+    return _compact({"summary": dataclasses.asdict(summary)})
 
 
 def print_replay_summary(summary: ReplaySummary) -> None:

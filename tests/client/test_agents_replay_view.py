@@ -1,11 +1,14 @@
-"""`rollout replay` and `rollout tail` show what a LedgerSession's carried items say (a real
-agents.Runner over a scripted agents.Model writes the session)."""
+"""`rollout replay` and `rollout tail` show what a LedgerSession's carried items say, and
+`rollout replay --json` gives the replay as canonical JSON lines (a real agents.Runner over a
+scripted agents.Model writes the session)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
+import orjson
 import pytest
 from agents import Agent, Model, ModelResponse, Runner, Usage, function_tool, set_tracing_disabled
 from openai.types.responses import (
@@ -17,7 +20,8 @@ from openai.types.responses import (
 from openai.types.responses.response_reasoning_item import Summary
 
 from rollout_client import RolloutClient
-from rollout_client.agents import ITEM_PART, LedgerSession
+from rollout_client.agents import ITEM_PART, LedgerSession, messages_to_items
+from shared.digest import canonical_message, digest
 from tests.conftest import run_rollout
 
 set_tracing_disabled(True)
@@ -143,3 +147,21 @@ def test_tail_shows_the_text_of_every_carried_item(written, reader_process, monk
         "assistant refusal: I cannot predict tomorrow.",
         'assistant [web_search_call] {"id":"ws_1","status":"completed","action":{"type":"search","query":"oslo forecast"}}',
     ]
+
+
+def test_replay_json_gives_canonical_message_lines_then_the_summary(written, client, reader_process) -> None:
+    """Each message line is the message's canonical JSON (its digest is the replay's), the items
+    read back from the lines are the session's items, and the last line is the summary."""
+    session_id, items = written
+    result = run_rollout("replay", session_id, "--json", "--reader", reader_process.address)
+    assert result.returncode == 0, result.stderr
+    *message_lines, summary_line = result.stdout.splitlines()
+    messages = [json.loads(line) for line in message_lines]
+    assert [line.encode() for line in message_lines] == [canonical_message(message) for message in messages]
+    assert messages_to_items(messages) == items
+    summary = orjson.loads(summary_line)["summary"]
+    replay = client.session(session_id).replay()
+    assert summary["message_count"] == len(messages) == len(replay.messages)
+    assert summary["computed_digest"] == digest(messages) == replay.summary.computed_digest
+    assert summary["digest_status"] == "no_checkpoint"
+    assert [entry["kind"] for entry in summary["degraded"]] == ["no_checkpoint"]
