@@ -3,9 +3,9 @@
 Translation only: each RPC checks and converts its request
 (:mod:`reader_service.wire`), calls the reading code on an I/O thread, and
 returns the converted answer; errors become statuses in
-:func:`shared.status.status_mapping`. Heavy reads (replays, memory views,
-verification) first wait for admission within the read budget
-(:mod:`reader_service.admission`) and run on a pool of their own, so cheap
+:func:`shared.status.rpc_statuses` (one decorator per RPC). Heavy reads
+(replays, memory views, verification) first wait for admission within the read
+budget (:mod:`reader_service.admission`) and run on a pool of their own, so cheap
 reads (stop facts, listing pages, delegations) keep their latency while big
 replays run. Replies already serialized (bytes) are sent as they are.
 """
@@ -25,7 +25,6 @@ from typing import Any, TypeVar
 
 import grpc
 import grpc.aio
-from google.rpc import error_details_pb2
 
 from reader_service import metrics, replies, wire
 from reader_service.admission import ReadBudget, bounded_read_cost, unary_reply_cost
@@ -46,13 +45,13 @@ from reader_service.memory_view import (
 from reader_service.replay import STREAM_CHUNK_BYTES, verify_findings, verify_session
 from reader_service.replay_cache import ReplayCache
 from reader_service.stop_facts import DEFAULT_TAIL_WINDOW, StopFactsResult, read_stop_facts
-from reader_service.watch import SessionFileChangedError, WatchClosedError, WatchHub
+from reader_service.watch import WatchHub
 from rollout.v1 import reader_pb2, reader_pb2_grpc
 from shared.errors import InvalidArgumentError, SessionNotFoundError
 from shared.layout import DataRoot, session_file_stat
 from shared.naming import is_session_id
 from shared.serving import PLAINTEXT, RunningService, ServerSettings, ServiceServer
-from shared.status import abort_with, rich_status, status_mapping
+from shared.status import rpc_statuses
 from shared.tenancy import caller_tenant, keyed_session_id
 
 log = logging.getLogger(__name__)
@@ -169,50 +168,46 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
                 await asyncio.wait([making])
             await self._heavy_run(getattr(chunks, "close", lambda: None))
 
+    @rpc_statuses("GetReplay")
     async def GetReplay(self, request: reader_pb2.ReplayRequest, context: grpc.aio.ServicerContext) -> bytes:
-        async with status_mapping(context, "GetReplay"):
-            wire.check_replay_request(request)
-            session_id, limit = request.session_id, self.config.max_reply_bytes
-            path, size = await self._locate(session_id)
-            if not request.max_messages:
-                replies.check_unary_size("GetReplay", "StreamReplay", session_id, size, limit)
-            await self._admit(context, unary_reply_cost(size, limit))
-            return await self._heavy_run(
-                replies.replay_reply,
-                self.replays,
-                session_id,
-                path,
-                request.token_budget,
-                request.max_messages,
-                limit,
-            )
-        raise AssertionError("unreachable: status_mapping aborts")
+        wire.check_replay_request(request)
+        session_id, limit = request.session_id, self.config.max_reply_bytes
+        path, size = await self._locate(session_id)
+        if not request.max_messages:
+            replies.check_unary_size("GetReplay", "StreamReplay", session_id, size, limit)
+        await self._admit(context, unary_reply_cost(size, limit))
+        return await self._heavy_run(
+            replies.replay_reply,
+            self.replays,
+            session_id,
+            path,
+            request.token_budget,
+            request.max_messages,
+            limit,
+        )
 
+    @rpc_statuses("StreamReplay")
     async def StreamReplay(
         self, request: reader_pb2.ReplayRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[bytes]:
-        async with status_mapping(context, "StreamReplay"):
-            wire.check_replay_request(request)
-            path, size = await self._locate(request.session_id)
-            await self._admit(context, bounded_read_cost(size, STREAM_CHUNK_BYTES))
-            chunks = replies.replay_chunks(
-                request.session_id, path, request.token_budget, request.max_messages
-            )
-            async for chunk in self._stream(chunks):
-                yield chunk
+        wire.check_replay_request(request)
+        path, size = await self._locate(request.session_id)
+        await self._admit(context, bounded_read_cost(size, STREAM_CHUNK_BYTES))
+        chunks = replies.replay_chunks(request.session_id, path, request.token_budget, request.max_messages)
+        async for chunk in self._stream(chunks):
+            yield chunk
 
+    @rpc_statuses("GetRecentMessages")
     async def GetRecentMessages(
         self, request: reader_pb2.RecentMessagesRequest, context: grpc.aio.ServicerContext
     ) -> bytes:
-        async with status_mapping(context, "GetRecentMessages"):
-            wire.check_recent_request(request)
-            session_id, limit = request.session_id, self.config.max_reply_bytes
-            path, size = await self._locate(session_id)
-            await self._admit(context, unary_reply_cost(size, limit))
-            return await self._heavy_run(
-                replies.recent_reply, self.replays, session_id, path, request.limit, request.canonical, limit
-            )
-        raise AssertionError("unreachable: status_mapping aborts")
+        wire.check_recent_request(request)
+        session_id, limit = request.session_id, self.config.max_reply_bytes
+        path, size = await self._locate(session_id)
+        await self._admit(context, unary_reply_cost(size, limit))
+        return await self._heavy_run(
+            replies.recent_reply, self.replays, session_id, path, request.limit, request.canonical, limit
+        )
 
     def _viewer(self, request: reader_pb2.MemoryViewRequest) -> MemoryViewer:
         wire.check_memory_view_request(request)
@@ -221,112 +216,91 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
             request.max_reasoning_chars or DEFAULT_MAX_REASONING_CHARS,
         )
 
+    @rpc_statuses("GetMemoryView")
     async def GetMemoryView(
         self, request: reader_pb2.MemoryViewRequest, context: grpc.aio.ServicerContext
     ) -> bytes:
-        async with status_mapping(context, "GetMemoryView"):
-            viewer = self._viewer(request)
-            session_id, limit = request.session_id, self.config.max_reply_bytes
-            path, size = await self._locate(session_id)
-            replies.check_unary_size("GetMemoryView", "StreamMemoryView", session_id, size, limit)
-            await self._admit(context, unary_reply_cost(size, limit))
-            return await self._heavy_run(replies.memory_view_reply, session_id, path, viewer, limit)
-        raise AssertionError("unreachable: status_mapping aborts")
+        viewer = self._viewer(request)
+        session_id, limit = request.session_id, self.config.max_reply_bytes
+        path, size = await self._locate(session_id)
+        replies.check_unary_size("GetMemoryView", "StreamMemoryView", session_id, size, limit)
+        await self._admit(context, unary_reply_cost(size, limit))
+        return await self._heavy_run(replies.memory_view_reply, session_id, path, viewer, limit)
 
+    @rpc_statuses("StreamMemoryView")
     async def StreamMemoryView(
         self, request: reader_pb2.MemoryViewRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[bytes]:
-        async with status_mapping(context, "StreamMemoryView"):
-            viewer = self._viewer(request)
-            path, size = await self._locate(request.session_id)
-            await self._admit(context, bounded_read_cost(size, replies.CHUNK_BYTES))
-            async for chunk in self._stream(replies.memory_view_chunks(request.session_id, path, viewer)):
-                yield chunk
+        viewer = self._viewer(request)
+        path, size = await self._locate(request.session_id)
+        await self._admit(context, bounded_read_cost(size, replies.CHUNK_BYTES))
+        async for chunk in self._stream(replies.memory_view_chunks(request.session_id, path, viewer)):
+            yield chunk
 
+    @rpc_statuses("VerifySession")
     async def VerifySession(
         self, request: reader_pb2.VerifyRequest, context: grpc.aio.ServicerContext
     ) -> reader_pb2.VerifyReport:
-        async with status_mapping(context, "VerifySession"):
-            path, size = await self._locate(request.session_id)
-            await self._admit(context, bounded_read_cost(size, STREAM_CHUNK_BYTES))
-            facts = await self._heavy_run(verify_session, path)
-            ok, findings = verify_findings(facts)
-            return wire.verify_report(request.session_id, facts, ok, findings)
-        raise AssertionError("unreachable: status_mapping aborts")
+        path, size = await self._locate(request.session_id)
+        await self._admit(context, bounded_read_cost(size, STREAM_CHUNK_BYTES))
+        facts = await self._heavy_run(verify_session, path)
+        ok, findings = verify_findings(facts)
+        return wire.verify_report(request.session_id, facts, ok, findings)
 
+    @rpc_statuses("GetStopFacts")
     async def GetStopFacts(
         self, request: reader_pb2.StopFactsRequest, context: grpc.aio.ServicerContext
     ) -> reader_pb2.StopFacts:
-        async with status_mapping(context, "GetStopFacts"):
-            path, _ = await self._locate(request.session_id)
-            facts, meta = await self._cheap_run(_stop_facts_and_meta, self.index, path)
-            return wire.stop_facts_to_proto(request.session_id, facts, meta)
-        raise AssertionError("unreachable: status_mapping aborts")
+        path, _ = await self._locate(request.session_id)
+        facts, meta = await self._cheap_run(_stop_facts_and_meta, self.index, path)
+        return wire.stop_facts_to_proto(request.session_id, facts, meta)
 
+    @rpc_statuses("ListSessions")
     async def ListSessions(
         self, request: reader_pb2.ListSessionsRequest, context: grpc.aio.ServicerContext
     ) -> reader_pb2.ListSessionsResponse:
-        async with status_mapping(context, "ListSessions"):
-            filters = replace(wire.listing_filters(request), tenant=caller_tenant(request.tenant))
-            page = await self._cheap_run(
-                list_sessions, self.index, request.page_size, request.page_token, filters, request.max_scan
-            )
-            return wire.listing_page(page)
-        raise AssertionError("unreachable: status_mapping aborts")
+        filters = replace(wire.listing_filters(request), tenant=caller_tenant(request.tenant))
+        page = await self._cheap_run(
+            list_sessions, self.index, request.page_size, request.page_token, filters, request.max_scan
+        )
+        return wire.listing_page(page)
 
+    @rpc_statuses("ResolveSession")
     async def ResolveSession(
         self, request: reader_pb2.ResolveSessionRequest, context: grpc.aio.ServicerContext
     ) -> reader_pb2.ResolveSessionResponse:
-        async with status_mapping(context, "ResolveSession"):
-            session_id, found = await self._cheap_run(
-                _resolved, self.index, request.session_key, request.tenant
-            )
-            return reader_pb2.ResolveSessionResponse(session_id=session_id, found=found)
-        raise AssertionError("unreachable: status_mapping aborts")
+        session_id, found = await self._cheap_run(_resolved, self.index, request.session_key, request.tenant)
+        return reader_pb2.ResolveSessionResponse(session_id=session_id, found=found)
 
+    @rpc_statuses("FindDelegations")
     async def FindDelegations(
         self, request: reader_pb2.FindDelegationsRequest, context: grpc.aio.ServicerContext
     ) -> reader_pb2.FindDelegationsResponse:
-        async with status_mapping(context, "FindDelegations"):
-            direction = request.WhichOneof("from")
-            if direction is None:
-                raise InvalidArgumentError("from", "give parent_session_id or child_session_id")
-            if direction == "child_session_id" and request.delegation_id:
-                raise InvalidArgumentError(
-                    "delegation_id", "narrows a lookup from a parent; a child has exactly one parent"
-                )
-            if direction == "parent_session_id":
-                found = await self._cheap_run(
-                    find_children, self.index, request.parent_session_id, request.delegation_id
-                )
-            else:
-                found = [await self._cheap_run(find_parent, self.index, request.child_session_id)]
-            return reader_pb2.FindDelegationsResponse(
-                delegations=[wire.delegation_to_proto(link) for link in found]
+        direction = request.WhichOneof("from")
+        if direction is None:
+            raise InvalidArgumentError("from", "give parent_session_id or child_session_id")
+        if direction == "child_session_id" and request.delegation_id:
+            raise InvalidArgumentError(
+                "delegation_id", "narrows a lookup from a parent; a child has exactly one parent"
             )
-        raise AssertionError("unreachable: status_mapping aborts")
+        if direction == "parent_session_id":
+            found = await self._cheap_run(
+                find_children, self.index, request.parent_session_id, request.delegation_id
+            )
+        else:
+            found = [await self._cheap_run(find_parent, self.index, request.child_session_id)]
+        return reader_pb2.FindDelegationsResponse(
+            delegations=[wire.delegation_to_proto(link) for link in found]
+        )
 
+    @rpc_statuses("WatchSession")
     async def WatchSession(
         self, request: reader_pb2.WatchSessionRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[bytes]:
-        async with status_mapping(context, "WatchSession"):
-            wire.check_watch_request(request)
-            path, _ = await self._locate(request.session_id)
-            try:
-                async for reply in self.watches.follow(request.session_id, path, request.from_seq):
-                    yield reply
-            except SessionFileChangedError as changed:
-                info = error_details_pb2.ErrorInfo(reason=changed.reason, domain="rollout-ledger")
-                await abort_with(context, rich_status(grpc.StatusCode.ABORTED, str(changed), [info]))
-            except WatchClosedError as closed:
-                await abort_with(
-                    context,
-                    rich_status(
-                        grpc.StatusCode.UNAVAILABLE,
-                        f"{closed}; watch again (from the last seq received + 1)",
-                        [],
-                    ),
-                )
+        wire.check_watch_request(request)
+        path, _ = await self._locate(request.session_id)
+        async for reply in self.watches.follow(request.session_id, path, request.from_seq):
+            yield reply
 
     def close(self) -> None:
         self.index.close()

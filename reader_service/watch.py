@@ -19,11 +19,12 @@ checkpoint without its stop record does not end it: the writer writes both
 together, and a reader may see the first before the second.
 
 The file under a watch may change in two ways the stream cannot follow, both
-ending it with :class:`SessionFileChangedError`: it is replaced (another file at
+ending it with :class:`~shared.errors.SessionFileChangedError` (ABORTED): it is replaced (another file at
 its name, or none: inotify reports the move or the dropped link), or it is cut
 below what the tail already read (the writer rolls back a batch whose write
 failed; seen as a smaller size, or a seq that does not follow the last one).
-:meth:`WatchHub.close` ends every stream with :class:`WatchClosedError`.
+:meth:`WatchHub.close` ends every stream with :class:`~shared.errors.WatchClosedError`
+(UNAVAILABLE).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from typing import Any, NamedTuple
 import orjson
 from inotify_simple import INotify, flags
 
+from shared.errors import SessionFileChangedError, WatchClosedError
 from shared.layout import open_session_file, session_file_stat
 from shared.records import RecordType
 
@@ -72,19 +74,6 @@ class WatchedLine(NamedTuple):
     type: str
     ts: str
     line: bytes
-
-
-class SessionFileChangedError(Exception):
-    """The watched file was replaced or cut below what was read (``reason`` names which:
-    ``SESSION_FILE_REPLACED`` or ``SESSION_FILE_TRUNCATED``); the stream cannot go on."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-
-
-class WatchClosedError(Exception):
-    """The reader stops serving watches (it is shutting down)."""
 
 
 def parse_line(raw: bytes) -> WatchedLine:

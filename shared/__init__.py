@@ -24,10 +24,12 @@ from shared.errors import (
     ResourceLimitError,
     SessionBusyError,
     SessionExistsError,
+    SessionFileChangedError,
     SessionNotFoundError,
     SessionStateError,
     SessionUnavailableError,
     StorageWriteError,
+    WatchClosedError,
 )
 from shared.naming import SessionFileName, build_file_name, new_session_id, parse_file_name
 from shared.rebuild import CheckpointRecord, DegradedEntry, DegradedKind, Rebuild, rebuild
@@ -53,12 +55,14 @@ __all__ = [
     "ResumeEligibility",
     "SessionBusyError",
     "SessionExistsError",
+    "SessionFileChangedError",
     "SessionFileName",
     "SessionNotFoundError",
     "SessionStateError",
     "SessionUnavailableError",
     "StopKind",
     "StorageWriteError",
+    "WatchClosedError",
     "build_file_name",
     "canonical_message",
     "classify_resume",

@@ -17,17 +17,24 @@ The hierarchy::
     ├── ResourceLimitError           RESOURCE_EXHAUSTED
     │   ├── QueueFullError           RESOURCE_EXHAUSTED (a session's queue; retry with backoff)
     │   └── ReplyTooLargeError       RESOURCE_EXHAUSTED (use the streaming RPC)
-    └── StorageWriteError            UNAVAILABLE, or RESOURCE_EXHAUSTED when the disk is full
-                                     (write or fsync failed; nothing kept; ErrorInfo names errno
-                                     and operation)
+    ├── StorageWriteError            UNAVAILABLE, or RESOURCE_EXHAUSTED when the disk is full
+    │                                (write or fsync failed; nothing kept; ErrorInfo names errno
+    │                                 and operation)
+    ├── SessionFileChangedError      ABORTED           (a watched file was replaced or cut;
+    │                                                   ErrorInfo names which)
+    └── WatchClosedError             UNAVAILABLE       (the reader stops serving watches; watch
+                                                        again)
 
-The services translate these in one place each (``writer_service/server.py`` and
-``reader_service/server.py``); nothing else chooses a status code.
+Every class is in :data:`LEDGER_ERROR_CLASSES` (and :data:`AnyLedgerError`): the status
+mapping (:func:`shared.status.rpc_statuses`, one decorator on every RPC of both services)
+decides for each of them, with nothing left to a catch-all; nothing else chooses a status
+code.
 """
 
 from __future__ import annotations
 
 import errno
+from typing import Final, TypeAlias
 
 #: Characters of client input an error message quotes (:func:`clip`).
 QUOTE_CHARS = 100
@@ -167,6 +174,22 @@ class StorageWriteError(LedgerError):
         return self.errno_name in ("ENOSPC", "EDQUOT")
 
 
+class SessionFileChangedError(LedgerError):
+    """A watched session file was replaced or cut below what was read; the watch cannot go on.
+    ``reason`` names which: ``SESSION_FILE_REPLACED`` or ``SESSION_FILE_TRUNCATED``."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class WatchClosedError(LedgerError):
+    """The reader stops serving watches (it is shutting down); the message says to watch again."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(f"{why}; watch again (from the last seq received + 1)")
+
+
 def storage_error(exc: OSError, operation: str, what: str) -> StorageWriteError:
     """A StorageWriteError naming the errno and operation (``read``, ``write``, ``fsync``, ...) of a failed
     file operation; ``what`` says what was being done ('creating session file X')."""
@@ -176,3 +199,43 @@ def storage_error(exc: OSError, operation: str, what: str) -> StorageWriteError:
         errno_name=name,
         operation=operation,
     )
+
+
+#: Every error the ledger raises, each decided by the status mapping (shared.status).
+AnyLedgerError: TypeAlias = (
+    RecordValidationError
+    | InvalidArgumentError
+    | FileNameError
+    | PermissionDeniedError
+    | SessionNotFoundError
+    | SessionExistsError
+    | SessionStateError
+    | SessionBusyError
+    | CorruptSessionError
+    | SessionUnavailableError
+    | ResourceLimitError
+    | QueueFullError
+    | ReplyTooLargeError
+    | StorageWriteError
+    | SessionFileChangedError
+    | WatchClosedError
+)
+#: The classes of :data:`AnyLedgerError`, for ``except`` (a test keeps it every LedgerError subclass).
+LEDGER_ERROR_CLASSES: Final = (
+    RecordValidationError,
+    InvalidArgumentError,
+    FileNameError,
+    PermissionDeniedError,
+    SessionNotFoundError,
+    SessionExistsError,
+    SessionStateError,
+    SessionBusyError,
+    CorruptSessionError,
+    SessionUnavailableError,
+    ResourceLimitError,
+    QueueFullError,
+    ReplyTooLargeError,
+    StorageWriteError,
+    SessionFileChangedError,
+    WatchClosedError,
+)

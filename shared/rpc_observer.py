@@ -140,7 +140,7 @@ class RpcObserver(AsyncServerInterceptor):
     its log lines ("writer", "reader").
 
     An aborted call (``context.abort``: every refusal, mapped by
-    :func:`shared.status.status_mapping`, and authentication's) ends here: its AbortError
+    :func:`shared.status.rpc_statuses`, and authentication's) ends here: its AbortError
     loses its tracebacks and the handler returns, and gRPC sends the status the abort set.
     Raised on through gRPC, the error kept the handler's frames, with the request and what
     was built from it, alive until a full garbage collection: measured with a plain

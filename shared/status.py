@@ -1,11 +1,14 @@
-"""One mapping from ledger errors to gRPC statuses, used by both servicers.
+"""One mapping from ledger errors to gRPC statuses, used by every RPC of both servicers.
 
-``async with status_mapping(context, "Append"):`` around a handler body turns a
-:class:`shared.errors.LedgerError` into its canonical status with google.rpc
-rich details (BadRequest field violations, PreconditionFailure), an OSError
-(a session file that cannot be read) into NOT_FOUND or UNAVAILABLE, and any other
-exception into INTERNAL with a short message: a client never sees a traceback.
-The table is in :mod:`shared.errors`.
+``@rpc_statuses("Append")`` on a handler (unary, server-streaming async generator or
+client-streaming) turns what it raises into a status: each class of the hierarchy in
+:mod:`shared.errors` into its canonical status with google.rpc rich details
+(BadRequest field violations, PreconditionFailure, ErrorInfo), decided per class by
+one ``match`` that mypy proves complete (it ends in ``typing.assert_never``); an
+OSError (a session file that cannot be read) into NOT_FOUND or UNAVAILABLE; and
+anything else (a bug) into INTERNAL with a short message: a client never sees a
+traceback. A stream handler names the failing request of its stream by raising
+:class:`StreamRequestError`.
 
 Every status fits gRPC's metadata limits whatever a client sent: messages quote
 client input clipped (shared.records.clip, 100 characters), and as a last guard a
@@ -17,12 +20,14 @@ retryable.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
 import os
 from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import asynccontextmanager
+from contextlib import aclosing
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar, assert_never, cast
 
 import grpc
 from google.protobuf import any_pb2
@@ -33,21 +38,26 @@ from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from shared.errors import (
+    LEDGER_ERROR_CLASSES,
     REPLY_TOO_LARGE,
     SESSION_EXISTS,
+    AnyLedgerError,
     CorruptSessionError,
+    FileNameError,
     InvalidArgumentError,
-    LedgerError,
     PermissionDeniedError,
+    QueueFullError,
     RecordValidationError,
     ReplyTooLargeError,
     ResourceLimitError,
     SessionBusyError,
     SessionExistsError,
+    SessionFileChangedError,
     SessionNotFoundError,
     SessionStateError,
     SessionUnavailableError,
     StorageWriteError,
+    WatchClosedError,
     storage_error,
 )
 
@@ -76,7 +86,9 @@ def _field_violation(error: InvalidArgumentError) -> error_details_pb2.BadReques
     return error_details_pb2.BadRequest(field_violations=[violation])
 
 
-def _status_of(error: LedgerError, prefix: str) -> tuple[grpc.StatusCode, str, list[Message]]:
+def _status_of(error: AnyLedgerError, prefix: str) -> tuple[grpc.StatusCode, str, list[Message]]:
+    """(code, message, google.rpc details) of ``error``, its message after ``prefix``. One case
+    per class of :data:`shared.errors.AnyLedgerError` (a subclass before its base)."""
     message = prefix + str(error)
     match error:
         case RecordValidationError():
@@ -89,6 +101,8 @@ def _status_of(error: LedgerError, prefix: str) -> tuple[grpc.StatusCode, str, l
                 message,
                 [error_details_pb2.BadRequest(field_violations=[violation])],
             )
+        case FileNameError():
+            return grpc.StatusCode.INVALID_ARGUMENT, message, [_field_violation(error)]
         case InvalidArgumentError():
             return grpc.StatusCode.INVALID_ARGUMENT, message, [_field_violation(error)]
         case PermissionDeniedError():
@@ -125,6 +139,8 @@ def _status_of(error: LedgerError, prefix: str) -> tuple[grpc.StatusCode, str, l
         case ReplyTooLargeError():  # the same request meets it every time: the reason says so
             info = error_details_pb2.ErrorInfo(reason=REPLY_TOO_LARGE, domain="rollout-ledger")
             return grpc.StatusCode.RESOURCE_EXHAUSTED, message, [info]
+        case QueueFullError():
+            return grpc.StatusCode.RESOURCE_EXHAUSTED, message, []
         case ResourceLimitError():
             return grpc.StatusCode.RESOURCE_EXHAUSTED, message, []
         case StorageWriteError():
@@ -135,8 +151,13 @@ def _status_of(error: LedgerError, prefix: str) -> tuple[grpc.StatusCode, str, l
             )
             code = grpc.StatusCode.RESOURCE_EXHAUSTED if error.disk_full else grpc.StatusCode.UNAVAILABLE
             return code, message, [info]
+        case SessionFileChangedError():  # the stream cannot go on: watch again from seq 0
+            info = error_details_pb2.ErrorInfo(reason=error.reason, domain="rollout-ledger")
+            return grpc.StatusCode.ABORTED, message, [info]
+        case WatchClosedError():
+            return grpc.StatusCode.UNAVAILABLE, message, []
         case _:
-            return grpc.StatusCode.INTERNAL, message, []
+            assert_never(error)
 
 
 def rich_status(code: grpc.StatusCode, message: str, details: list[Message]) -> grpc.Status:
@@ -171,33 +192,77 @@ def _file_error_status(error: OSError, rpc: str, prefix: str) -> grpc.Status:
     return rich_status(*_status_of(storage_error(error, "read", f"{rpc}: reading {name}"), prefix))
 
 
-@asynccontextmanager
-async def status_mapping(
-    context: grpc.aio.ServicerContext, rpc: str, prefix: str = ""
-) -> AsyncIterator[None]:
-    """Abort the RPC with the canonical status of any error raised in the block.
+class StreamRequestError(Exception):
+    """Raised by a stream handler: request ``position`` (0-based) of the client's stream failed
+    with ``error``. Its status is ``error``'s, the message starting ``request <position> of the
+    stream: ``."""
 
-    An OSError (a session file that cannot be read) becomes NOT_FOUND when the file
-    is gone, else UNAVAILABLE with an ``ErrorInfo`` naming the errno. ``prefix`` is
-    put before the error text (e.g. the position of a request in a stream).
-    Aborting raises inside gRPC, ending the handler.
+    def __init__(self, position: int, error: Exception) -> None:
+        super().__init__(f"request {position} of the stream: {error}")
+        self.position = position
+        self.error = error
+
+
+def status_of_failure(error: Exception, rpc: str) -> grpc.Status:
+    """The status an RPC ends with when its handler raised ``error`` (see the module doc).
+
+    Logs what is not a ledger error (an OSError, or a bug: INTERNAL) with its traceback.
     """
-    try:
-        yield
-    except LedgerError as error:
-        code, message, details = _status_of(error, prefix)
-        await abort_with(context, rich_status(code, message, details))
-    except grpc.aio.AbortError:
-        raise
-    except OSError as error:  # reading a session file (writes raise StorageWriteError)
-        log.exception("%s: file system error", rpc)
-        await abort_with(context, _file_error_status(error, rpc, prefix))
-    except Exception:
-        log.exception("%s failed unexpectedly", rpc)
-        await abort_with(
-            context,
-            rich_status(grpc.StatusCode.INTERNAL, f"{rpc} failed unexpectedly; see the server log", []),
-        )
+    prefix = ""
+    if isinstance(error, StreamRequestError):
+        prefix, error = f"request {error.position} of the stream: ", error.error
+    if isinstance(error, LEDGER_ERROR_CLASSES):
+        return rich_status(*_status_of(error, prefix))
+    if isinstance(error, OSError):  # reading a session file (writes raise StorageWriteError)
+        log.error("%s: file system error", rpc, exc_info=error)
+        return _file_error_status(error, rpc, prefix)
+    log.error("%s failed unexpectedly", rpc, exc_info=error)
+    return rich_status(grpc.StatusCode.INTERNAL, f"{rpc} failed unexpectedly; see the server log", [])
+
+
+Handler = TypeVar("Handler", bound=Callable[..., Any])
+
+
+def rpc_statuses(rpc: str) -> Callable[[Handler], Handler]:
+    """Decorate the servicer method of RPC ``rpc`` so that whatever it raises ends the call with
+    its status (:func:`status_of_failure`); an abort the handler made itself passes as it is.
+
+    Works on coroutine handlers (unary and client-streaming RPCs) and async generator
+    handlers (server-streaming RPCs; the handler's generator is closed when the call ends).
+    """
+
+    def decorate(handler: Handler) -> Handler:
+        if inspect.isasyncgenfunction(handler):
+
+            @functools.wraps(handler)
+            async def streaming(*args: Any) -> AsyncIterator[Any]:
+                context: grpc.aio.ServicerContext = args[-1]
+                try:
+                    async with aclosing(handler(*args)) as replies:
+                        async for reply in replies:
+                            yield reply
+                except grpc.aio.AbortError:
+                    raise
+                except Exception as error:
+                    await abort_with(context, status_of_failure(error, rpc))
+
+            return cast(Handler, streaming)
+        if not inspect.iscoroutinefunction(handler):
+            raise TypeError(f"{rpc}: rpc_statuses decorates async handlers, not {handler!r}")
+
+        @functools.wraps(handler)
+        async def unary(*args: Any) -> Any:
+            context: grpc.aio.ServicerContext = args[-1]
+            try:
+                return await handler(*args)
+            except grpc.aio.AbortError:
+                raise
+            except Exception as error:
+                await abort_with(context, status_of_failure(error, rpc))
+
+        return cast(Handler, unary)
+
+    return decorate
 
 
 class RefusedRequest:
@@ -208,12 +273,12 @@ class RefusedRequest:
 
     __slots__ = ("error",)
 
-    def __init__(self, error: LedgerError) -> None:
+    def __init__(self, error: AnyLedgerError) -> None:
         self.error = error
 
 
 #: A method's screen: given a request's bytes, the error refusing it, or None to decode it.
-RequestScreen = Callable[[bytes], LedgerError | None]
+RequestScreen = Callable[[bytes], AnyLedgerError | None]
 
 
 def _tolerant_deserializer(message_class: Any, screen: RequestScreen | None) -> Callable[[bytes], Any]:
@@ -297,7 +362,7 @@ def add_servicer(
     A handler may return (or yield) its response already serialized, as bytes of
     the method's response type; it is sent as is. ``screens`` maps a method name to
     a function that sees each request's bytes before they are decoded and may refuse
-    them with a LedgerError (answered with its status, as :func:`status_mapping`
+    them with a ledger error (answered with its status, as :func:`rpc_statuses`
     would). Client-streaming methods must call :func:`check_decoded` on each request.
     """
     handlers: dict[str, grpc.RpcMethodHandler] = {}

@@ -1,10 +1,10 @@
 """The RolloutWriter gRPC servicer and its server (grpc.aio).
 
 The servicer only translates: protobuf in, :class:`SessionLedger` call, protobuf
-out; errors become statuses in :func:`shared.status.status_mapping`. Standard
-health checking and server reflection are served beside it. The data root is
-locked (``writer.lock``) for the life of the process: a second writer on the
-same root fails fast (SPEC §2.1).
+out; errors become statuses in :func:`shared.status.rpc_statuses` (one decorator
+per RPC). Standard health checking and server reflection are served beside it.
+The data root is locked (``writer.lock``) for the life of the process: a second
+writer on the same root fails fast (SPEC §2.1).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from shared.errors import InvalidArgumentError, RecordValidationError
 from shared.layout import PRIVATE_FILE_MODE, DataRoot, make_private_dirs
 from shared.records import normalize_timestamp
 from shared.serving import PLAINTEXT, RunningService, ServerSettings, ServiceServer
-from shared.status import check_decoded, status_mapping
+from shared.status import StreamRequestError, check_decoded, rpc_statuses
 from shared.stop_kinds import StopKind
 from shared.tenancy import check_importer, check_may_set_times
 from shared.wire import append_payloads, record_time, session_spec, stop_kind_from_proto
@@ -191,14 +191,13 @@ class RolloutWriterServicer(writer_pb2_grpc.RolloutWriterServicer):
         self.ledger = ledger
         self.pacer = RefusalPacer(ledger.config.unknown_id_rate)
 
+    @rpc_statuses("CreateSession")
     async def CreateSession(
         self, request: writer_pb2.CreateSessionRequest, context: grpc.aio.ServicerContext
     ) -> writer_pb2.CreateSessionResponse:
-        async with status_mapping(context, "CreateSession"):
-            spec = session_spec(request)
-            session_id, created_at = await self.ledger.create_session(spec)
-            return writer_pb2.CreateSessionResponse(session_id=session_id, created_at=created_at, next_seq=1)
-        raise AssertionError("unreachable: status_mapping aborts")
+        spec = session_spec(request)
+        session_id, created_at = await self.ledger.create_session(spec)
+        return writer_pb2.CreateSessionResponse(session_id=session_id, created_at=created_at, next_seq=1)
 
     async def _enqueue(
         self, request: writer_pb2.AppendRequest
@@ -213,6 +212,7 @@ class RolloutWriterServicer(writer_pb2_grpc.RolloutWriterServicer):
         response = writer_pb2.AppendResponse(session_id=request.session_id, seqs=seqs, next_seq=next_seq)
         return response, durable
 
+    @rpc_statuses("Append")
     async def Append(
         self, request: writer_pb2.AppendRequest, context: grpc.aio.ServicerContext
     ) -> writer_pb2.AppendResponse:
@@ -227,12 +227,11 @@ class RolloutWriterServicer(writer_pb2_grpc.RolloutWriterServicer):
             context.set_code(grpc.StatusCode.NOT_FOUND)
             context.set_details(unknown)
             return _REFUSED
-        async with status_mapping(context, "Append"):
-            response, durable = await self._enqueue(request)
-            await durable
-            return response
-        raise AssertionError("unreachable: status_mapping aborts")
+        response, durable = await self._enqueue(request)
+        await durable
+        return response
 
+    @rpc_statuses("AppendStream")
     async def AppendStream(
         self,
         request_iterator: AsyncIterator[writer_pb2.AppendRequest],
@@ -265,62 +264,62 @@ class RolloutWriterServicer(writer_pb2_grpc.RolloutWriterServicer):
         try:
             while (item := await acks.get()) is not None:
                 position, outcome = item
-                async with status_mapping(context, "AppendStream", f"request {position} of the stream: "):
+                try:
                     if isinstance(outcome, Exception):
                         raise outcome
                     response, durable = outcome
                     await durable
+                except Exception as error:
+                    raise StreamRequestError(position, error) from error
                 yield response
         finally:
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await reader
 
+    @rpc_statuses("Stop")
     async def Stop(
         self, request: writer_pb2.StopRequest, context: grpc.aio.ServicerContext
     ) -> writer_pb2.StopResponse:
-        async with status_mapping(context, "Stop"):
-            kind, error, ts = _stop_fields(request)
-            result = await self.ledger.stop(request.session_id, kind, request.reason, error, ts)
-            return writer_pb2.StopResponse(
-                checkpoint_seq=result.checkpoint_seq,
-                stop_seq=result.stop_seq,
-                digest=result.digest,
-                message_count=result.message_count,
-            )
-        raise AssertionError("unreachable: status_mapping aborts")
+        kind, error, ts = _stop_fields(request)
+        result = await self.ledger.stop(request.session_id, kind, request.reason, error, ts)
+        return writer_pb2.StopResponse(
+            checkpoint_seq=result.checkpoint_seq,
+            stop_seq=result.stop_seq,
+            digest=result.digest,
+            message_count=result.message_count,
+        )
 
+    @rpc_statuses("Resume")
     async def Resume(
         self, request: writer_pb2.ResumeRequest, context: grpc.aio.ServicerContext
     ) -> writer_pb2.ResumeResponse:
-        async with status_mapping(context, "Resume"):
-            result = await self.ledger.resume(request.session_id, request.force)
-            return writer_pb2.ResumeResponse(
-                session_id=request.session_id,
-                closed_call_ids=result.closed_call_ids,
-                previous_stop_kind=result.previous_stop_kind,
-                next_seq=result.next_seq,
-            )
-        raise AssertionError("unreachable: status_mapping aborts")
+        result = await self.ledger.resume(request.session_id, request.force)
+        return writer_pb2.ResumeResponse(
+            session_id=request.session_id,
+            closed_call_ids=result.closed_call_ids,
+            previous_stop_kind=result.previous_stop_kind,
+            next_seq=result.next_seq,
+        )
 
+    @rpc_statuses("Fork")
     async def Fork(
         self, request: writer_pb2.ForkRequest, context: grpc.aio.ServicerContext
     ) -> writer_pb2.ForkResponse:
-        async with status_mapping(context, "Fork"):
-            point = request.WhichOneof("at")
-            result = await self.ledger.fork(
-                request.session_id,
-                request.at_seq if point == "at_seq" else None,
-                request.before_user_message if point == "before_user_message" else None,
-            )
-            return writer_pb2.ForkResponse(
-                session_id=result.session_id,
-                forked_at_seq=result.forked_at_seq,
-                digest=result.digest,
-                next_seq=result.next_seq,
-            )
-        raise AssertionError("unreachable: status_mapping aborts")
+        point = request.WhichOneof("at")
+        result = await self.ledger.fork(
+            request.session_id,
+            request.at_seq if point == "at_seq" else None,
+            request.before_user_message if point == "before_user_message" else None,
+        )
+        return writer_pb2.ForkResponse(
+            session_id=result.session_id,
+            forked_at_seq=result.forked_at_seq,
+            digest=result.digest,
+            next_seq=result.next_seq,
+        )
 
+    @rpc_statuses("ImportSessions")
     async def ImportSessions(
         self,
         request_iterator: AsyncIterator[writer_pb2.ImportSessionsRequest],
@@ -328,50 +327,48 @@ class RolloutWriterServicer(writer_pb2_grpc.RolloutWriterServicer):
     ) -> writer_pb2.ImportSessionsResponse:
         """Whole sessions, all or nothing (writer_service.importing); importers only (shared.tenancy)."""
         session_import = SessionImport(self.ledger)
-        async with status_mapping(context, "ImportSessions"):
-            check_importer("ImportSessions")
-            try:
-                async for request in request_iterator:
-                    check_decoded(request)
-                    part = request.WhichOneof("part")
-                    if part == "create":
-                        try:
-                            spec = session_spec(request.create)
-                        except InvalidArgumentError as exc:
-                            raise session_import.named(exc, opening=True) from exc
-                        await session_import.create(spec)
-                    elif part == "records":
-                        try:
-                            payloads, times = request_payloads(request.records)
-                        except RecordValidationError as exc:
-                            raise session_import.refusal(exc) from exc
-                        except InvalidArgumentError as exc:
-                            raise session_import.named(exc) from exc
-                        await session_import.append(payloads, times)
-                    elif part == "stop":
-                        try:
-                            kind, error, ts = _stop_fields(request.stop)
-                        except InvalidArgumentError as exc:
-                            raise session_import.named(exc) from exc
-                        await session_import.stop(kind, request.stop.reason, error, ts)
-                    else:
-                        raise InvalidArgumentError("part", "is empty: set create, records or stop")
-                results = await session_import.commit()
-            finally:
-                await session_import.abort()
-            return writer_pb2.ImportSessionsResponse(
-                sessions=[
-                    writer_pb2.ImportedSessionResult(
-                        session_id=result.session_id,
-                        already_present=result.already_present,
-                        records=result.records,
-                        message_count=result.message_count,
-                        digest=result.digest,
-                    )
-                    for result in results
-                ]
-            )
-        raise AssertionError("unreachable: status_mapping aborts")
+        check_importer("ImportSessions")
+        try:
+            async for request in request_iterator:
+                check_decoded(request)
+                part = request.WhichOneof("part")
+                if part == "create":
+                    try:
+                        spec = session_spec(request.create)
+                    except InvalidArgumentError as exc:
+                        raise session_import.named(exc, opening=True) from exc
+                    await session_import.create(spec)
+                elif part == "records":
+                    try:
+                        payloads, times = request_payloads(request.records)
+                    except RecordValidationError as exc:
+                        raise session_import.refusal(exc) from exc
+                    except InvalidArgumentError as exc:
+                        raise session_import.named(exc) from exc
+                    await session_import.append(payloads, times)
+                elif part == "stop":
+                    try:
+                        kind, error, ts = _stop_fields(request.stop)
+                    except InvalidArgumentError as exc:
+                        raise session_import.named(exc) from exc
+                    await session_import.stop(kind, request.stop.reason, error, ts)
+                else:
+                    raise InvalidArgumentError("part", "is empty: set create, records or stop")
+            results = await session_import.commit()
+        finally:
+            await session_import.abort()
+        return writer_pb2.ImportSessionsResponse(
+            sessions=[
+                writer_pb2.ImportedSessionResult(
+                    session_id=result.session_id,
+                    already_present=result.already_present,
+                    records=result.records,
+                    message_count=result.message_count,
+                    digest=result.digest,
+                )
+                for result in results
+            ]
+        )
 
 
 def _stop_fields(request: writer_pb2.StopRequest) -> tuple[StopKind, dict[str, str] | None, str]:
