@@ -45,6 +45,7 @@ from inotify_simple import INotify, flags
 
 from shared.errors import SessionFileChangedError, WatchClosedError
 from shared.layout import open_session_file, session_file_stat
+from shared.reasons import SESSION_FILE_REPLACED, SESSION_FILE_TRUNCATED
 from shared.records import RecordType
 
 log = logging.getLogger(__name__)
@@ -269,7 +270,7 @@ class SessionTail:
             current = None
         if current is None or (current.st_dev, current.st_ino) != self.identity:
             return SessionFileChangedError(
-                "SESSION_FILE_REPLACED",
+                SESSION_FILE_REPLACED,
                 f"the file of session {self.session_id} was replaced or removed while watched;"
                 " records already received may differ from the file now",
             )
@@ -439,7 +440,7 @@ class WatchHub:
     @staticmethod
     def _truncated(tail: SessionTail, what: str) -> SessionFileChangedError:
         return SessionFileChangedError(
-            "SESSION_FILE_TRUNCATED",
+            SESSION_FILE_TRUNCATED,
             f"the file of session {tail.session_id} was cut below what this watch read (it {what}):"
             " the writer rolled back a failed write, or the file was rewritten; records already"
             " received may no longer be in it",

@@ -45,7 +45,7 @@ import grpc
 
 from rollout.v1 import writer_pb2
 from rollout_client._errors import AppendOutcomeUnknownError, FailedPreconditionError, RolloutError
-from shared.errors import REPLY_TOO_LARGE
+from shared.reasons import GRPC_MESSAGE_TOO_LARGE, REPLY_TOO_LARGE, request_subject
 
 T = TypeVar("T")
 
@@ -71,7 +71,7 @@ def is_retryable(error: RolloutError, retry_on: frozenset[grpc.StatusCode] = RET
         return False
     if error.code is not grpc.StatusCode.RESOURCE_EXHAUSTED:
         return True
-    return not (is_reply_too_large(error) or "larger than max" in error.message)
+    return not (is_reply_too_large(error) or GRPC_MESSAGE_TOO_LARGE in error.message)
 
 
 def is_reply_too_large(error: RolloutError) -> bool:
@@ -190,7 +190,8 @@ class PendingAppend:
         if error.code in RETRYABLE:
             return True
         return isinstance(error, FailedPreconditionError) and any(
-            violation.subject == f"request/{self.request_id}" for violation in error.precondition_violations
+            violation.subject == request_subject(self.request_id)
+            for violation in error.precondition_violations
         )
 
     def outcome_unknown(self, last: RolloutError) -> AppendOutcomeUnknownError:

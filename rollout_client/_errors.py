@@ -27,17 +27,15 @@ neither root nor child.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 import grpc
 from google.protobuf.message import DecodeError
 from google.rpc import error_details_pb2, status_pb2
 
-from shared.errors import SESSION_EXISTS
+from shared.reasons import SESSION_EXISTS, SESSION_IS_OPEN, next_seq_of_precondition
 
 _DETAILS_KEY = "grpc-status-details-bin"
-_NEXT_SEQ = re.compile(r"^next_seq=(\d+)$")
 
 
 @dataclass(frozen=True)
@@ -51,7 +49,8 @@ class FieldViolation:
 @dataclass(frozen=True)
 class PreconditionViolation:
     """One ``google.rpc.PreconditionFailure`` violation (subject ``session/<id>``, description
-    ``next_seq=<n>`` on a seq mismatch or ``session is open`` on a stopped session)."""
+    ``next_seq=<n>`` on a seq mismatch or ``session is open`` on a stopped session: the words
+    of shared.reasons)."""
 
     type: str
     subject: str
@@ -117,9 +116,9 @@ class FailedPreconditionError(RolloutError):
     def next_seq(self) -> int | None:
         """The session's actual next seq when the refusal is a seq mismatch, else None."""
         for violation in self.precondition_violations:
-            match = _NEXT_SEQ.match(violation.description)
-            if match:
-                return int(match.group(1))
+            next_seq = next_seq_of_precondition(violation.description)
+            if next_seq is not None:
+                return next_seq
         return None
 
 
@@ -245,7 +244,7 @@ def error_from_rpc(error: grpc.aio.AioRpcError) -> RolloutError:
         elif packed.Unpack(info):
             infos.append(ErrorInfo(info.reason, info.domain, dict(info.metadata)))
     cls = _CLASSES.get(code, InternalError)
-    if cls is FailedPreconditionError and any(v.description == "session is open" for v in preconditions):
+    if cls is FailedPreconditionError and any(v.description == SESSION_IS_OPEN for v in preconditions):
         cls = SessionStoppedError
     return cls(
         message,

@@ -5,7 +5,8 @@ message sequence (:mod:`shared.rebuild`), the digest (:mod:`shared.digest`), the
 stop-kind vocabulary and resume eligibility (:mod:`shared.stop_kinds`), the file
 name codec (:mod:`shared.naming`), the data root layout (:mod:`shared.layout`),
 the protobuf conversions (:mod:`shared.wire`), the error hierarchy
-(:mod:`shared.errors`) and its gRPC status mapping (:mod:`shared.status`); and how both
+(:mod:`shared.errors`), its gRPC status mapping (:mod:`shared.status`) and the words of
+status details clients read (:mod:`shared.reasons`); and how both
 are served (:mod:`shared.serving`: TLS, interceptors, health, reflection), who calls
 (:mod:`shared.auth`) and what a caller may see (:mod:`shared.tenancy`).
 Neither service re-implements any of it; ``shared`` imports neither service.

@@ -107,7 +107,8 @@ class SessionExistsError(LedgerError):
 class SessionStateError(LedgerError):
     """The session is not in a state that allows the call (stopped, seq mismatch).
 
-    ``subject`` and ``precondition`` feed a google.rpc.PreconditionFailure detail.
+    ``subject`` and ``precondition`` feed a google.rpc.PreconditionFailure detail; those a
+    client reads are built by shared.reasons (``session_subject``, ``SESSION_IS_OPEN``, ...).
     """
 
     def __init__(self, message: str, *, subject: str, precondition: str) -> None:
@@ -146,14 +147,8 @@ class QueueFullError(ResourceLimitError):
 
 class ReplyTooLargeError(ResourceLimitError):
     """A unary reply would exceed the message size limit; use the streaming RPC. Sent as
-    RESOURCE_EXHAUSTED with an ``ErrorInfo`` of reason :data:`REPLY_TOO_LARGE`, which clients
+    RESOURCE_EXHAUSTED with an ``ErrorInfo`` of reason ``REPLY_TOO_LARGE`` (shared.reasons), which clients
     read as "not retryable" (the same request meets it every time)."""
-
-
-#: ErrorInfo reason of :class:`ReplyTooLargeError` (domain ``rollout-ledger``).
-REPLY_TOO_LARGE = "REPLY_TOO_LARGE"
-#: ErrorInfo reason of :class:`SessionExistsError`; its metadata ``session_id`` names the session.
-SESSION_EXISTS = "SESSION_EXISTS"
 
 
 class StorageWriteError(LedgerError):
@@ -176,7 +171,7 @@ class StorageWriteError(LedgerError):
 
 class SessionFileChangedError(LedgerError):
     """A watched session file was replaced or cut below what was read; the watch cannot go on.
-    ``reason`` names which: ``SESSION_FILE_REPLACED`` or ``SESSION_FILE_TRUNCATED``."""
+    ``reason`` names which: shared.reasons ``SESSION_FILE_REPLACED`` or ``SESSION_FILE_TRUNCATED``."""
 
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)

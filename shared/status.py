@@ -39,8 +39,6 @@ from grpc_status import rpc_status
 
 from shared.errors import (
     LEDGER_ERROR_CLASSES,
-    REPLY_TOO_LARGE,
-    SESSION_EXISTS,
     AnyLedgerError,
     CorruptSessionError,
     FileNameError,
@@ -59,6 +57,14 @@ from shared.errors import (
     StorageWriteError,
     WatchClosedError,
     storage_error,
+)
+from shared.reasons import (
+    ERROR_DOMAIN,
+    REPAIR_FAILED,
+    REPLY_TOO_LARGE,
+    SESSION_EXISTS,
+    SESSION_STATE,
+    WRITE_FAILED,
 )
 
 log = logging.getLogger(__name__)
@@ -111,12 +117,12 @@ def _status_of(error: AnyLedgerError, prefix: str) -> tuple[grpc.StatusCode, str
             return grpc.StatusCode.NOT_FOUND, message, []
         case SessionExistsError():
             info = error_details_pb2.ErrorInfo(
-                reason=SESSION_EXISTS, domain="rollout-ledger", metadata={"session_id": error.session_id}
+                reason=SESSION_EXISTS, domain=ERROR_DOMAIN, metadata={"session_id": error.session_id}
             )
             return grpc.StatusCode.ALREADY_EXISTS, message, [info]
         case SessionStateError():
             violation = error_details_pb2.PreconditionFailure.Violation(
-                type="SESSION_STATE",
+                type=SESSION_STATE,
                 subject=bounded(error.subject, MAX_DETAIL_TEXT_BYTES),
                 description=bounded(error.precondition, MAX_DETAIL_TEXT_BYTES),
             )
@@ -131,13 +137,13 @@ def _status_of(error: AnyLedgerError, prefix: str) -> tuple[grpc.StatusCode, str
             return grpc.StatusCode.DATA_LOSS, message, []
         case SessionUnavailableError():
             info = error_details_pb2.ErrorInfo(
-                reason=error.errno_name or "REPAIR_FAILED",
-                domain="rollout-ledger",
+                reason=error.errno_name or REPAIR_FAILED,
+                domain=ERROR_DOMAIN,
                 metadata={"operation": "repair"},
             )
             return grpc.StatusCode.UNAVAILABLE, message, [info]
         case ReplyTooLargeError():  # the same request meets it every time: the reason says so
-            info = error_details_pb2.ErrorInfo(reason=REPLY_TOO_LARGE, domain="rollout-ledger")
+            info = error_details_pb2.ErrorInfo(reason=REPLY_TOO_LARGE, domain=ERROR_DOMAIN)
             return grpc.StatusCode.RESOURCE_EXHAUSTED, message, [info]
         case QueueFullError():
             return grpc.StatusCode.RESOURCE_EXHAUSTED, message, []
@@ -145,14 +151,14 @@ def _status_of(error: AnyLedgerError, prefix: str) -> tuple[grpc.StatusCode, str
             return grpc.StatusCode.RESOURCE_EXHAUSTED, message, []
         case StorageWriteError():
             info = error_details_pb2.ErrorInfo(
-                reason=error.errno_name or "WRITE_FAILED",
-                domain="rollout-ledger",
+                reason=error.errno_name or WRITE_FAILED,
+                domain=ERROR_DOMAIN,
                 metadata={"operation": error.operation or "write"},
             )
             code = grpc.StatusCode.RESOURCE_EXHAUSTED if error.disk_full else grpc.StatusCode.UNAVAILABLE
             return code, message, [info]
         case SessionFileChangedError():  # the stream cannot go on: watch again from seq 0
-            info = error_details_pb2.ErrorInfo(reason=error.reason, domain="rollout-ledger")
+            info = error_details_pb2.ErrorInfo(reason=error.reason, domain=ERROR_DOMAIN)
             return grpc.StatusCode.ABORTED, message, [info]
         case WatchClosedError():
             return grpc.StatusCode.UNAVAILABLE, message, []

@@ -39,6 +39,7 @@ from shared.errors import (
     StorageWriteError,
     WatchClosedError,
 )
+from shared.reasons import SESSION_FILE_REPLACED, SESSION_IS_OPEN, next_seq_precondition, session_subject
 from shared.serving import PLAINTEXT, ServiceServer
 from shared.status import StreamRequestError, rpc_statuses
 from writer_service.server import RolloutWriterServicer
@@ -62,10 +63,17 @@ SAMPLES: list[tuple[LedgerError, str]] = [
     (SessionNotFoundError(SESSION), REFUSED),
     (SessionExistsError(SESSION), REFUSED),
     (
-        SessionStateError("session is stopped", subject=f"session/{SESSION}", precondition="session is open"),
+        SessionStateError(
+            "session is stopped", subject=session_subject(SESSION), precondition=SESSION_IS_OPEN
+        ),
         REFUSED,
     ),
-    (SessionStateError("seq mismatch", subject=f"session/{SESSION}", precondition="next_seq=7"), REFUSED),
+    (
+        SessionStateError(
+            "seq mismatch", subject=session_subject(SESSION), precondition=next_seq_precondition(7)
+        ),
+        REFUSED,
+    ),
     (SessionBusyError("a Stop of the session is in progress"), RETRY_UNWRITTEN),
     (CorruptSessionError("line 3 at byte 120 is damaged"), REFUSED),
     (SessionUnavailableError("awaiting a repair", errno_name="ENOSPC"), RETRY),
@@ -74,7 +82,7 @@ SAMPLES: list[tuple[LedgerError, str]] = [
     (ReplyTooLargeError("use StreamReplay"), REFUSED),
     (StorageWriteError("fsync failed", errno_name="EIO", operation="fsync"), RETRY),
     (StorageWriteError("write failed", errno_name="ENOSPC", operation="write"), RETRY_UNWRITTEN),
-    (SessionFileChangedError("SESSION_FILE_REPLACED", "the file was replaced"), RETRY_UNWRITTEN),
+    (SessionFileChangedError(SESSION_FILE_REPLACED, "the file was replaced"), RETRY_UNWRITTEN),
     (WatchClosedError("the reader is shutting down"), RETRY),
 ]
 
@@ -261,8 +269,10 @@ def test_the_client_reads_the_details_each_error_carries() -> None:
     """A stopped session is SessionStoppedError, a seq mismatch gives next_seq, an existing session
     names its id, a reply too large is never retried, field violations name the field."""
     errors: list[Exception] = [
-        SessionStateError("stopped", subject=f"session/{SESSION}", precondition="session is open"),
-        SessionStateError("mismatch", subject=f"session/{SESSION}", precondition="next_seq=7"),
+        SessionStateError("stopped", subject=session_subject(SESSION), precondition=SESSION_IS_OPEN),
+        SessionStateError(
+            "mismatch", subject=session_subject(SESSION), precondition=next_seq_precondition(7)
+        ),
         SessionExistsError(SESSION),
         ReplyTooLargeError("use StreamReplay"),
         RecordValidationError(2, "message.role", "is not a role"),

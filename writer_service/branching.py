@@ -25,6 +25,7 @@ from typing import Any, Protocol, TypeVar
 
 from shared.errors import SessionStateError
 from shared.naming import build_file_name, new_session_id
+from shared.reasons import session_subject
 from shared.rebuild import DegradedEntry
 from shared.records import (
     FORKED_EVENT,
@@ -163,7 +164,7 @@ def _check_resumable(state: OpenSession) -> None:
     if not eligibility.replayable:
         raise SessionStateError(
             f"cannot resume: {eligibility.reason}; {FORCED_RESUME} re-opens it anyway",
-            subject=f"session/{state.session_id}",
+            subject=session_subject(state.session_id),
             precondition="stop kind replayable as-is (paused or cancelled)",
         )
 

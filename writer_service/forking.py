@@ -20,6 +20,7 @@ import orjson
 from shared.committed_lines import CommittedLines
 from shared.errors import InvalidArgumentError, SessionStateError
 from shared.layout import read_session_file
+from shared.reasons import seq_subject
 from shared.records import RecordType, clip
 
 
@@ -105,7 +106,7 @@ def _checked(point: ForkPoint, last_type: str) -> ForkPoint:
         raise SessionStateError(
             f"fork point seq {point.seq} is a reasoning record whose answer follows it; fork at seq"
             f" {point.seq + 1} (with the answer) or at seq {point.seq - 1} (without the reasoning)",
-            subject=f"seq/{point.seq}",
+            subject=seq_subject(point.seq),
             precondition="a reasoning record stays with its answer",
         )
     return point
@@ -129,6 +130,6 @@ def check_fork_keeps_pairs(path: Path, point: ForkPoint, unanswered_call_ids: Co
                 raise SessionStateError(
                     f"fork point seq {point.seq} falls between tool call {clip(call_id)!r} and its output at"
                     f" seq {seq}; fork at seq {seq} or later, or before the call",
-                    subject=f"seq/{point.seq}",
+                    subject=seq_subject(point.seq),
                     precondition=f"tool pair {clip(call_id)!r} ends at seq {seq}",
                 )

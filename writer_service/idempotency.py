@@ -44,6 +44,7 @@ import orjson
 from shared.committed_lines import lines_before
 from shared.errors import InvalidArgumentError, SessionStateError
 from shared.layout import open_session_file
+from shared.reasons import request_subject
 from shared.records import line_seq, parse_record, request_mark_of
 
 #: Request ids remembered across all sessions (stated in writer.proto).
@@ -175,7 +176,7 @@ def find_request(path: Path, request_id: str, since_seq: int, before_offset: int
                     f"request_since_seq {since_seq} lies more than {MAX_LOOKUP_BYTES} bytes back in the"
                     f" session file; the writer cannot tell whether request {request_id!r} landed. Send"
                     " the next seq last learnt (an AppendResponse's next_seq) as request_since_seq",
-                    subject=f"request/{request_id}",
+                    subject=request_subject(request_id),
                     precondition="request_since_seq within the lookup window",
                 )
             done, found = _match(raw, needle, request_id, since_seq)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, assert_never
 
 from shared.errors import RecordValidationError, SessionBusyError, SessionStateError
+from shared.reasons import SESSION_IS_OPEN, session_subject
 from shared.records import (
     MAX_HISTORY_INDEX,
     RecordType,
@@ -189,8 +190,8 @@ class OpenSession:
             )
             raise SessionStateError(
                 f"session is stopped ({kind or 'no stop kind'}); {advice}",
-                subject=f"session/{self.session_id}",
-                precondition="session is open",
+                subject=session_subject(self.session_id),
+                precondition=SESSION_IS_OPEN,
             )
         self.refuse_if_busy()
 

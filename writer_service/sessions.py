@@ -58,6 +58,7 @@ from shared.naming import (
     validate_agent_name,
     validate_session_id,
 )
+from shared.reasons import next_seq_precondition, session_subject
 from shared.rebuild import collector_paused
 from shared.rebuild_index import index_rebuild
 from shared.records import (
@@ -590,8 +591,8 @@ class SessionLedger:
         if expected_next_seq is not None and expected_next_seq != state.next_seq:
             raise SessionStateError(
                 f"expected_next_seq is {expected_next_seq} but the session's next seq is {state.next_seq}",
-                subject=f"session/{session_id}",
-                precondition=f"next_seq={state.next_seq}",
+                subject=session_subject(session_id),
+                precondition=next_seq_precondition(state.next_seq),
             )
         check_queue_fits(records, self.config.max_queued_records)
         mark = (request_id, print_.hex()) if request_id else None
@@ -715,7 +716,7 @@ class SessionLedger:
         if self._sessions.get(state.session_id) is not state:
             raise SessionStateError(
                 "a write failed while draining; nothing was done, retry",
-                subject=f"session/{state.session_id}",
+                subject=session_subject(state.session_id),
                 precondition="storage healthy",
             )
         try:
