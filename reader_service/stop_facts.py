@@ -29,7 +29,7 @@ from shared.records import RecordType
 from shared.remedies import SEE_VERIFY
 from shared.stop_kinds import ResumeEligibility, classify_session
 from shared.tail import DEFAULT_TAIL_WINDOW as DEFAULT_TAIL_WINDOW  # listing and server take it from here
-from shared.tail import read_tail
+from shared.tail import read_tail, stop_of_tail
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,8 +91,12 @@ def read_stop_facts(path: Path, tail_window: int = DEFAULT_TAIL_WINDOW) -> StopF
     next_seq = _int(last.get("seq")) + 1
     last_ts = last.get("ts")
     last_ts = last_ts if isinstance(last_ts, str) else ""
-    record_type = last.get("type")
-    if record_type == RecordType.STOP:
+    stop = stop_of_tail(records)  # the writer's index decides by the same rule
+    if stop is None:
+        return StopFactsResult(
+            found=False, tail_bytes_read=total_read, last_record_ts=last_ts, next_seq=next_seq, damage=damage
+        )
+    if stop.has_stop_record:
         payload = last["payload"]
         checkpoint = None
         if len(records) > 1 and records[1].get("type") == RecordType.AGENT_CHECKPOINT:
@@ -100,7 +104,7 @@ def read_stop_facts(path: Path, tail_window: int = DEFAULT_TAIL_WINDOW) -> StopF
         error = payload.get("error") if isinstance(payload.get("error"), dict) else None
         return StopFactsResult(
             found=True,
-            stop_kind=str(payload.get("stop_kind") or ""),
+            stop_kind=stop.kind,
             reason=str(payload.get("reason", "")),
             error=error,
             checkpoint=checkpoint,
@@ -111,21 +115,16 @@ def read_stop_facts(path: Path, tail_window: int = DEFAULT_TAIL_WINDOW) -> StopF
             next_seq=next_seq,
             damage=damage,
         )
-    if record_type == RecordType.AGENT_CHECKPOINT:
-        checkpoint = _checkpoint_of(last)
-        return StopFactsResult(
-            found=True,
-            stop_kind=checkpoint.stop_kind if checkpoint else "",
-            reason="the process stopped after writing its checkpoint and before its stop record",
-            checkpoint=checkpoint,
-            has_stop_record=False,
-            tail_bytes_read=total_read,
-            last_record_ts=last_ts,
-            next_seq=next_seq,
-            damage=damage,
-        )
     return StopFactsResult(
-        found=False, tail_bytes_read=total_read, last_record_ts=last_ts, next_seq=next_seq, damage=damage
+        found=True,
+        stop_kind=stop.kind,
+        reason="the process stopped after writing its checkpoint and before its stop record",
+        checkpoint=_checkpoint_of(last),
+        has_stop_record=False,
+        tail_bytes_read=total_read,
+        last_record_ts=last_ts,
+        next_seq=next_seq,
+        damage=damage,
     )
 
 

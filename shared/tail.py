@@ -13,18 +13,24 @@ A returned record whose line check fails (shared.records) is reported in
 What makes a file's end clean for the writer (:func:`record_fits`): its last line is
 complete, a valid record (shared.records.parse_record: ``{}`` is not one, nor a
 line whose check fails) and the record after the one before it (seq + 1).
+
+A session's stop state is its tail's (:func:`stop_of_tail`, the writer's index and the
+reader's stop facts alike): a last record ``stop`` means stopped with its kind, and so does
+a last ``agent_checkpoint`` (a Stop writes the two together; a process killed between them
+left the checkpoint, whose kind it carries); anything else means open.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
 from shared.rebuild import DegradedEntry, DegradedKind
-from shared.records import line_check, parse_record
+from shared.records import RecordType, line_check, parse_record
 
 DEFAULT_TAIL_WINDOW = 64 * 1024
 
@@ -45,6 +51,31 @@ class Tail:
     clean_end: bool
     size: int
     damage: list[DegradedEntry] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class TailStop:
+    """A stopped session's stop as its tail gives it: ``kind`` as recorded ("" for a stop
+    without a kind, as older files have), ``has_stop_record`` false when the last record is
+    the checkpoint of a Stop whose stop line was never written."""
+
+    kind: str
+    has_stop_record: bool
+
+
+def stop_of_tail(records: Sequence[dict[str, Any]]) -> TailStop | None:
+    """The stop state of a session from its last records (newest first, as :func:`read_tail`
+    gives them): a :class:`TailStop` when the last is a ``stop`` or an ``agent_checkpoint``
+    (a trailing checkpoint means stopped), None when it is anything else or there is none
+    (open, or killed before any Stop). Source: SPEC §5 and §2.6; the writer's index and the
+    reader's stop facts both decide by it."""
+    if not records:
+        return None
+    last = records[0]
+    record_type = last.get("type")
+    if record_type != RecordType.STOP and record_type != RecordType.AGENT_CHECKPOINT:
+        return None
+    return TailStop(str(last["payload"].get("stop_kind") or ""), record_type == RecordType.STOP)
 
 
 def last_records(

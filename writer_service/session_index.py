@@ -31,8 +31,7 @@ from typing import Any
 from shared.errors import FileNameError
 from shared.layout import DataRoot, open_session_file
 from shared.naming import FILE_SUFFIX, parse_file_name
-from shared.records import RecordType
-from shared.tail import Tail, read_tail
+from shared.tail import Tail, read_tail, stop_of_tail
 from writer_service.files import remove_stale_temporaries
 from writer_service.recovery import RepairBacklog, repair_torn_tail, unavailable
 from writer_service.session_state import remove_stale_saves
@@ -65,15 +64,13 @@ def _int_seq(record: dict[str, Any]) -> int | None:
 
 
 def entry_from_tail(name: str, tail: Tail) -> IndexEntry:
-    """The index entry a file's tail describes (its last complete record decides)."""
+    """The index entry a file's tail describes (its last complete record decides; the stop
+    state as the reader's stop facts have it: shared.tail.stop_of_tail)."""
     if not tail.records:
         return IndexEntry(name, 0, None, fresh=False)
-    last = tail.records[0]
-    seq = _int_seq(last)
-    payload = last["payload"]
-    stopped: str | None = None
-    if last.get("type") == RecordType.STOP or last.get("type") == RecordType.AGENT_CHECKPOINT:
-        stopped = str(payload.get("stop_kind") or "")
+    seq = _int_seq(tail.records[0])
+    stop = stop_of_tail(tail.records)
+    stopped = stop.kind if stop is not None else None
     return IndexEntry(name, (seq + 1) if seq is not None else 0, stopped, fresh=seq is not None)
 
 
