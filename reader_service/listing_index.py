@@ -33,7 +33,6 @@ Records are counted from their envelope alone (``{"v":..,"seq":..,"ts":..,
 from __future__ import annotations
 
 import bisect
-import contextlib
 import logging
 import os
 import queue
@@ -45,13 +44,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from reader_service.session_folder import SessionFolder
 from reader_service.stop_facts import DEFAULT_TAIL_WINDOW, StopFactsResult, read_stop_facts
 from shared.errors import SessionNotFoundError
 from shared.layout import DataRoot, read_session_file, session_file_stat
 from shared.naming import SessionFileName
+from shared.records import record_of_line
 from shared.session_meta import read_session_meta
 from shared.tenancy import check_visible
 
@@ -164,8 +162,9 @@ def count_messages(path: Path, start: Count, limit: int | None = None) -> Count:
                 count += 1
                 if not preview:
                     end = complete.index(b"\n", match.start())
-                    with contextlib.suppress(orjson.JSONDecodeError, AttributeError):
-                        preview = preview_of(orjson.loads(complete[match.start() : end]).get("payload"))
+                    record = record_of_line(complete[match.start() : end])
+                    if record is not None:
+                        preview = preview_of(record["payload"])
             position += cut
             pending = data[cut:]
 

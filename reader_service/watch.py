@@ -40,13 +40,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import orjson
 from inotify_simple import INotify, flags
 
 from shared.errors import SessionFileChangedError, WatchClosedError
 from shared.layout import open_session_file, session_file_stat
 from shared.reasons import SESSION_FILE_REPLACED, SESSION_FILE_TRUNCATED
-from shared.records import RecordType
+from shared.records import RecordType, record_of_line
 
 log = logging.getLogger(__name__)
 
@@ -78,17 +77,13 @@ class WatchedLine(NamedTuple):
 
 
 def parse_line(raw: bytes) -> WatchedLine:
-    """A line as a :class:`WatchedLine` (NUL bytes before a record are skipped, as tails do)."""
-    try:
-        record = orjson.loads(raw.lstrip(b"\x00"))
-    except orjson.JSONDecodeError:
+    """A line as a :class:`WatchedLine`; a line that holds no record (shared.records.record_of_line,
+    which skips NUL bytes before one) has seq -1."""
+    record = record_of_line(raw)
+    if record is None:
         return WatchedLine(-1, "", "", raw)
-    if not isinstance(record, dict):
-        return WatchedLine(-1, "", "", raw)
-    seq, kind, ts = record.get("seq"), record.get("type"), record.get("ts")
-    if type(seq) is not int or not isinstance(kind, str):
-        return WatchedLine(-1, "", "", raw)
-    return WatchedLine(seq, kind, ts if isinstance(ts, str) else "", raw)
+    ts = record.get("ts")
+    return WatchedLine(record["seq"], record["type"], ts if isinstance(ts, str) else "", raw)
 
 
 def read_lines(fd: int, start: int, end: int, max_bytes: int = CHUNK_BYTES) -> tuple[list[WatchedLine], int]:

@@ -332,25 +332,47 @@ def line_seq(raw: bytes) -> int | None:
     return int(prefix.group(1)) if prefix is not None else None
 
 
-def parse_record(raw: bytes) -> dict[str, Any] | None:
+def record_of_line(raw: bytes) -> dict[str, Any] | None:
     """The record one complete line holds (``raw`` without its ``\\n``), or None when it holds none.
 
     A record is a JSON object with an integer ``seq``, a string ``type`` and an object
-    ``payload`` whose line check holds (or which has none: an older line). Anything
-    else (not JSON, ``{}``, a failed check) is no record: tail repair moves such a last
-    line aside, and tail reads skip it.
+    ``payload``; NUL bytes before it (space a crash left allocated) are skipped. Anything
+    else (not JSON, ``{}``, a seq that is not an integer) is no record. Whether the line
+    still passes its check is another question (:func:`line_check`): a record whose check
+    fails is a damaged record, reported as such. Every reader of lines decides by this
+    rule: the writer (reopening a session, forks) and the reader (tails, watches), and the
+    rebuild's loop inline (shared.rebuild, its hot path; a test holds the two equal).
     """
     try:
         record = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        return None
+        stripped = raw.lstrip(b"\x00")
+        if len(stripped) == len(raw):
+            return None
+        try:
+            record = orjson.loads(stripped)
+        except orjson.JSONDecodeError:
+            return None
     if (
-        not isinstance(record, dict)
+        type(record) is not dict
         or type(record.get("seq")) is not int
-        or not isinstance(record.get("type"), str)
-        or not isinstance(record.get("payload"), dict)
-        or line_check(raw, record) is False
+        or type(record.get("type")) is not str
+        or type(record.get("payload")) is not dict
     ):
+        return None
+    return record
+
+
+def parse_record(raw: bytes) -> dict[str, Any] | None:
+    """The record of a line exactly as the writer leaves it, or None: a record
+    (:func:`record_of_line`) with no NUL bytes before it whose line check holds (or which
+    has none: an older line). What makes a file's end clean (shared.tail.record_fits):
+    tail repair moves any other last line aside.
+    """
+    if raw[:1] == b"\x00":
+        return None
+    record = record_of_line(raw)
+    if record is None or line_check(raw, record) is False:
         return None
     return record
 

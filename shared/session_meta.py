@@ -24,10 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from shared.errors import InvalidArgumentError
 from shared.layout import read_session_file
+from shared.records import RecordType, record_of_line
 
 #: Bytes read from a file's start for its session_meta line (grown only for a longer line).
 HEAD_WINDOW = 64 * 1024
@@ -147,8 +146,8 @@ def is_child(meta: Mapping[str, Any]) -> bool:
 
 
 def read_session_meta(path: Path) -> dict[str, Any] | None:
-    """The payload of a session's first line: {} if it is not a session_meta, None if the line
-    is not complete yet (no newline). Reads :data:`HEAD_WINDOW` bytes at a time. Raises
+    """The payload of a session's first line: {} if it is not a session_meta record
+    (shared.records.record_of_line), None if the line is not complete yet (no newline). Reads :data:`HEAD_WINDOW` bytes at a time. Raises
     OSError when the file cannot be read (ELOOP when it is a symbolic link: never followed)."""
     with read_session_file(path) as handle:
         head = handle.read(HEAD_WINDOW)
@@ -157,18 +156,11 @@ def read_session_meta(path: Path) -> dict[str, Any] | None:
             if not more:
                 return None
             head += more
-    try:
-        record = orjson.loads(head[: head.index(b"\n")])
-    except orjson.JSONDecodeError:
+    record = record_of_line(head[: head.index(b"\n")])
+    if record is None or record["type"] != RecordType.SESSION_META:
         return {}
-    if (
-        isinstance(record, dict)
-        and record.get("type") == "session_meta"
-        and isinstance(record.get("payload"), dict)
-    ):
-        payload: dict[str, Any] = record["payload"]
-        return payload
-    return {}
+    payload: dict[str, Any] = record["payload"]
+    return payload
 
 
 def recorded_tenant(tenant: str) -> str:

@@ -6,7 +6,8 @@ of every session, never a whole-file read). :func:`read_tail` reads a window of
 ``window`` bytes from the end (64 KiB by default) and doubles it only while it
 does not yet hold ``want`` complete records, so the bytes read depend on the size
 of the last records, not of the file. A last line without ``\\n`` is not
-committed and is never returned; unparseable lines and NUL padding are skipped.
+committed and is never returned; lines that hold no record (shared.records.record_of_line)
+are skipped, and NUL bytes before a record.
 A returned record whose line check fails (shared.records) is reported in
 ``Tail.damage`` with its byte offset: whoever uses it knows it changed.
 
@@ -27,10 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
 from shared.rebuild import DegradedEntry, DegradedKind
-from shared.records import RecordType, line_check, parse_record
+from shared.records import RecordType, line_check, parse_record, record_of_line
 
 DEFAULT_TAIL_WINDOW = 64 * 1024
 
@@ -81,8 +80,8 @@ def stop_of_tail(records: Sequence[dict[str, Any]]) -> TailStop | None:
 def last_records(
     tail: bytes, partial_first: bool, want: int, base: int = 0
 ) -> tuple[list[dict[str, Any]], list[DegradedEntry]]:
-    """Up to ``want`` last parseable records (objects with an object ``payload``) of ``tail``, newest
-    first, and the damage entries of those whose line check fails.
+    """Up to ``want`` last records (shared.records.record_of_line) of ``tail``, newest first, and
+    the damage entries of those whose line check fails.
 
     ``partial_first``: the first line of ``tail`` may be cut (the window starts
     inside it) and is skipped. Bytes after the last ``\\n`` are ignored. ``base`` is
@@ -97,11 +96,8 @@ def last_records(
             break
         raw = tail[start:cut].lstrip(b"\x00")
         cut = start - 1
-        try:
-            record = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            continue
-        if isinstance(record, dict) and isinstance(record.get("payload"), dict):
+        record = record_of_line(raw)
+        if record is not None:
             found.append(record)
             if line_check(raw, record) is False:
                 damage.append(

@@ -15,13 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from shared.committed_lines import CommittedLines
 from shared.errors import InvalidArgumentError, SessionStateError
 from shared.layout import read_session_file
 from shared.reasons import seq_subject
-from shared.records import RecordType, clip
+from shared.records import RecordType, clip, record_of_line
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,19 +36,16 @@ READ_CHUNK_BYTES = 1 << 20
 
 
 def _records(path: Path, start: int = 0) -> Iterator[tuple[int, int, dict[str, Any] | None]]:
-    """(line start, line end incl. newline, record or None if unparseable) of committed lines from ``start``.
+    """(line start, line end incl. newline, record or None: shared.records.record_of_line) of the
+    committed lines from ``start``.
 
     Reads the file in chunks: memory stays bounded whatever its size.
     """
     with read_session_file(path) as handle:
         offset = start
         for raw in CommittedLines(handle.fileno(), start, None, READ_CHUNK_BYTES).lines():
-            try:
-                record = orjson.loads(raw)
-            except orjson.JSONDecodeError:
-                record = None
             end = offset + len(raw) + 1
-            yield offset, end, record if isinstance(record, dict) else None
+            yield offset, end, record_of_line(raw)
             offset = end
 
 
@@ -79,18 +74,17 @@ def find_fork_point(path: Path, at_seq: int | None, before_user_message: int | N
         raise InvalidArgumentError("session_id", "the source session has no committed record")
     last_seq, users, last_type = 0, 0, ""
     for start, end, record in _records(path, first_line_end):
-        seq = record.get("seq") if record else None
-        if before_user_message is not None and record and record.get("type") == RecordType.MESSAGE:
-            payload = record.get("payload")
-            if isinstance(payload, dict) and payload.get("role") == "user":
-                users += 1
-                if users == before_user_message:
-                    return _checked(ForkPoint(last_seq, start, first_line_end), last_type)
-        if isinstance(seq, int):
-            last_seq = seq
-            last_type = str(record.get("type")) if record else ""
-            if at_seq is not None and seq == at_seq:
-                return _checked(ForkPoint(seq, end, first_line_end), last_type)
+        if record is None:
+            continue
+        seq, record_type = record["seq"], record["type"]
+        is_user = record_type == RecordType.MESSAGE and record["payload"].get("role") == "user"
+        if before_user_message is not None and is_user:
+            users += 1
+            if users == before_user_message:
+                return _checked(ForkPoint(last_seq, start, first_line_end), last_type)
+        last_seq, last_type = seq, record_type
+        if at_seq is not None and seq == at_seq:
+            return _checked(ForkPoint(seq, end, first_line_end), last_type)
     if at_seq == 0:
         return ForkPoint(0, first_line_end, first_line_end)
     if at_seq is not None:
@@ -120,10 +114,10 @@ def check_fork_keeps_pairs(path: Path, point: ForkPoint, unanswered_call_ids: Co
     if not unanswered_call_ids:
         return
     for _, _, record in _records(path, point.end_offset):
-        if not record or record.get("type") != RecordType.MESSAGE:
+        if record is None or record["type"] != RecordType.MESSAGE:
             continue
-        payload = record.get("payload")
-        if isinstance(payload, dict) and payload.get("role") == "tool":
+        payload = record["payload"]
+        if payload.get("role") == "tool":
             call_id = payload.get("tool_call_id")
             if call_id in unanswered_call_ids:
                 seq = record.get("seq")

@@ -37,8 +37,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-import orjson
-
 from shared.errors import (
     CorruptSessionError,
     InvalidArgumentError,
@@ -69,6 +67,7 @@ from shared.records import (
     format_timestamp,
     now_timestamp,
     parse_timestamp,
+    record_of_line,
 )
 from shared.remedies import SEE_VERIFY
 from shared.session_meta import (
@@ -871,17 +870,13 @@ def _load(root: Path, path: Path, session_id: str, entry: IndexEntry, quick: boo
             view = CallView(set(saved.calls))
             last_seq = saved.last_seq
             for raw in lines_after(fd, saved.offset, size):
-                try:
-                    record = orjson.loads(raw)
-                    record_type = _RECORD_TYPES.get(record["type"])
-                    payload = record["payload"]
-                    seq = record["seq"]
-                except (orjson.JSONDecodeError, KeyError, TypeError):
+                record = record_of_line(raw)  # what the reader's rebuild takes for a record
+                if record is None:
                     continue  # damage is the reader's to report; the view is not changed by it
-                if record_type is not None and isinstance(payload, dict):
-                    apply_record(view, record_type, payload, 0, validate=False)
-                if type(seq) is int:
-                    last_seq = seq
+                record_type = _RECORD_TYPES.get(record["type"])
+                if record_type is not None:
+                    apply_record(view, record_type, record["payload"], 0, validate=False)
+                last_seq = record["seq"]
             calls, meta, saved_offset = view.committed(), saved.meta, saved.offset
         else:
             with collector_paused():
