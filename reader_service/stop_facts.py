@@ -29,7 +29,7 @@ from shared.records import RecordType
 from shared.remedies import SEE_VERIFY
 from shared.stop_kinds import ResumeEligibility, classify_session
 from shared.tail import DEFAULT_TAIL_WINDOW as DEFAULT_TAIL_WINDOW  # listing and server take it from here
-from shared.tail import read_tail, stop_of_tail
+from shared.tail import next_seq_of_tail, read_tail, stop_of_tail
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,16 +54,11 @@ class StopFactsResult:
     damage: list[DegradedEntry] = field(default_factory=list)
 
 
-def _int(value: Any) -> int:
-    """A seq as stored, or -1 when a damaged record holds something else."""
-    return value if type(value) is int else -1
-
-
 def _checkpoint_of(record: dict[str, Any]) -> CheckpointRecord | None:
     payload = record["payload"]
     try:
         return CheckpointRecord(
-            _int(record.get("seq")),
+            record["seq"],
             0,
             str(payload["digest"]),
             int(payload["message_count"]),
@@ -88,7 +83,7 @@ def read_stop_facts(path: Path, tail_window: int = DEFAULT_TAIL_WINDOW) -> StopF
     if not records:
         return StopFactsResult(found=False, tail_bytes_read=total_read)
     last = records[0]
-    next_seq = _int(last.get("seq")) + 1
+    next_seq = next_seq_of_tail(records)  # the writer's index takes it so too
     last_ts = last.get("ts")
     last_ts = last_ts if isinstance(last_ts, str) else ""
     stop = stop_of_tail(records)  # the writer's index decides by the same rule
@@ -109,7 +104,7 @@ def read_stop_facts(path: Path, tail_window: int = DEFAULT_TAIL_WINDOW) -> StopF
             error=error,
             checkpoint=checkpoint,
             has_stop_record=True,
-            stop_seq=_int(last.get("seq")),
+            stop_seq=last["seq"],
             tail_bytes_read=total_read,
             last_record_ts=last_ts,
             next_seq=next_seq,

@@ -15,10 +15,11 @@ What makes a file's end clean for the writer (:func:`record_fits`): its last lin
 complete, a valid record (shared.records.parse_record: ``{}`` is not one, nor a
 line whose check fails) and the record after the one before it (seq + 1).
 
-A session's stop state is its tail's (:func:`stop_of_tail`, the writer's index and the
-reader's stop facts alike): a last record ``stop`` means stopped with its kind, and so does
-a last ``agent_checkpoint`` (a Stop writes the two together; a process killed between them
-left the checkpoint, whose kind it carries); anything else means open.
+A session's next seq and stop state are its tail's (:func:`next_seq_of_tail`,
+:func:`stop_of_tail`; the writer's index and the reader's stop facts alike): the seq after
+its last record; a last record ``stop`` means stopped with its kind, and so does a last
+``agent_checkpoint`` (a Stop writes the two together; a process killed between them left
+the checkpoint, whose kind it carries); anything else means open.
 """
 
 from __future__ import annotations
@@ -60,6 +61,12 @@ class TailStop:
 
     kind: str
     has_stop_record: bool
+
+
+def next_seq_of_tail(records: Sequence[dict[str, Any]]) -> int:
+    """The seq after the last record (records newest first, as :func:`read_tail` gives them),
+    0 when there is none. The writer's index and the reader's stop facts both take it so."""
+    return int(records[0]["seq"]) + 1 if records else 0
 
 
 def stop_of_tail(records: Sequence[dict[str, Any]]) -> TailStop | None:

@@ -31,7 +31,7 @@ from typing import Any
 from shared.errors import FileNameError
 from shared.layout import DataRoot, open_session_file
 from shared.naming import FILE_SUFFIX, parse_file_name
-from shared.tail import Tail, read_tail, stop_of_tail
+from shared.tail import Tail, next_seq_of_tail, read_tail, stop_of_tail
 from writer_service.files import remove_stale_temporaries
 from writer_service.recovery import RepairBacklog, repair_torn_tail, unavailable
 from writer_service.session_state import remove_stale_saves
@@ -58,20 +58,13 @@ class IndexEntry:
     requests_floor: tuple[int, int] | None = None
 
 
-def _int_seq(record: dict[str, Any]) -> int | None:
-    seq = record.get("seq")
-    return seq if type(seq) is int else None
-
-
 def entry_from_tail(name: str, tail: Tail) -> IndexEntry:
-    """The index entry a file's tail describes (its last complete record decides; the stop
-    state as the reader's stop facts have it: shared.tail.stop_of_tail)."""
-    if not tail.records:
-        return IndexEntry(name, 0, None, fresh=False)
-    seq = _int_seq(tail.records[0])
+    """The index entry a file's tail describes (its last complete record decides; the next
+    seq and stop state as the reader's stop facts have them: shared.tail). A tail without a
+    record gives an entry that is not fresh (read again when used)."""
     stop = stop_of_tail(tail.records)
     stopped = stop.kind if stop is not None else None
-    return IndexEntry(name, (seq + 1) if seq is not None else 0, stopped, fresh=seq is not None)
+    return IndexEntry(name, next_seq_of_tail(tail.records), stopped, fresh=bool(tail.records))
 
 
 def read_entry(path: Path) -> IndexEntry:

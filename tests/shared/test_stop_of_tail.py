@@ -1,5 +1,6 @@
-"""A session's stop state from its tail is one rule (shared.tail.stop_of_tail): the writer's
-index and the reader's stop facts agree on every tail, a trailing checkpoint included."""
+"""A session's next seq and stop state from its tail are one rule each (shared.tail.next_seq_of_tail,
+stop_of_tail): the writer's index and the reader's stop facts agree on every tail, a trailing
+checkpoint included."""
 
 from __future__ import annotations
 
@@ -104,6 +105,7 @@ def test_writer_and_reader_give_every_tail_the_same_stop_state(data_dir: Path, c
     assert writer_stop(path) == kind, "writer"
     assert reader_stop(path) == (kind, has_stop_record), "reader"
     assert shared_stop(path) == kind, "shared"
+    assert read_entry(path).next_seq == read_stop_facts(path).next_seq == len(records) + 1
 
 
 @pytest.mark.parametrize(
@@ -162,3 +164,22 @@ def test_a_writer_restarted_on_a_trailing_checkpoint_refuses_appends_until_resum
             await ledger.close()
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    ("module", "next_seq"),
+    [
+        (writer_service.session_index, lambda path: read_entry(path).next_seq),
+        (reader_service.stop_facts, lambda path: read_stop_facts(path).next_seq),
+    ],
+    ids=["writer", "reader"],
+)
+def test_each_side_takes_the_next_seq_with_the_shared_rule(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch, module: Any, next_seq: Callable[[Path], int]
+) -> None:
+    """Each service's next seq of a session comes from shared.tail.next_seq_of_tail."""
+    path = write_session(data_dir, [USER, USER])
+    assert module.next_seq_of_tail is shared.tail.next_seq_of_tail
+    assert next_seq(path) == 3
+    monkeypatch.setattr(module, "next_seq_of_tail", lambda records: 99)
+    assert next_seq(path) == 99
