@@ -33,7 +33,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import re
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -45,7 +44,7 @@ from inotify_simple import INotify, flags
 from shared.errors import SessionFileChangedError, WatchClosedError
 from shared.layout import open_session_file, session_file_stat
 from shared.reasons import SESSION_FILE_REPLACED, SESSION_FILE_TRUNCATED
-from shared.records import RecordType, record_of_line
+from shared.records import RecordType, line_seq, record_of_line
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +54,6 @@ CHUNK_BYTES = 1024 * 1024
 WATCHER_QUEUE_BYTES = 8 * 1024 * 1024
 #: Below this many bytes left, bisection stops and lines are read in order.
 _SCAN_BYTES = 64 * 1024
-#: The seq of a line in the writer's form, found before any nested object (a bisection hint only).
-_SEQ_PREFIX = re.compile(rb'\{[^{}\[\]]{0,200}?"seq":(\d+)[,}]')
 _WATCH_MASK = flags.MODIFY | flags.ATTRIB | flags.MOVE_SELF | flags.DELETE_SELF
 _REREAD_MASK = flags.ATTRIB | flags.MOVE_SELF | flags.DELETE_SELF | flags.IGNORED
 
@@ -106,8 +103,9 @@ def read_lines(fd: int, start: int, end: int, max_bytes: int = CHUNK_BYTES) -> t
 
 def start_offset(fd: int, from_seq: int, end: int) -> int:
     """A line start at or before the first line to send for ``from_seq``: every record before
-    it has a smaller seq. Bisects over the seqs of lines in the writer's form (two small reads
-    a step); lines of another form stop the bisection there (the caller reads on in order)."""
+    it has a smaller seq. Bisects over the seqs of lines in the writer's form
+    (shared.records.line_seq; two small reads a step); lines of another form stop the
+    bisection there (the caller reads on in order)."""
     low, high = 0, end
     if from_seq <= 0:
         return 0
@@ -120,10 +118,10 @@ def start_offset(fd: int, from_seq: int, end: int) -> int:
         line_start = middle + newline
         if line_start >= high:
             break
-        match = _SEQ_PREFIX.match(os.pread(fd, 256, line_start))
-        if match is None:
+        seq = line_seq(os.pread(fd, 256, line_start))  # as the writer's searches back read it
+        if seq is None:
             break
-        if int(match.group(1)) < from_seq:
+        if seq < from_seq:
             low = line_start
         else:
             high = line_start

@@ -327,7 +327,8 @@ _SEQ_PREFIX = re.compile(rb'\{"v":\d+,"seq":(\d+),')
 def line_seq(raw: bytes) -> int | None:
     """The seq at the start of a line as the writer writes it (``{"v":1,"seq":17,...``), read
     without parsing the line; None for a line that does not start so (damaged, another tool's).
-    For searches back through a file; :func:`parse_record` decides what the line holds."""
+    For searches through a file (the writer's request and retraction lookups, the reader's
+    watch bisection); :func:`record_of_line` decides what the line holds."""
     prefix = _SEQ_PREFIX.match(raw)
     return int(prefix.group(1)) if prefix is not None else None
 

@@ -1,5 +1,6 @@
 """What a record line is, one rule (shared.records.record_of_line): the rebuild, the tails, the
-watch, the listing, the writer's reopen and its forks all take the same lines for records."""
+watch, the listing, the writer's reopen and its forks all take the same lines for records; and
+where a line's seq is read without parsing it (shared.records.line_seq), writer and reader read it alike."""
 
 from __future__ import annotations
 
@@ -21,9 +22,11 @@ import shared.records
 import shared.session_meta
 import shared.tail
 import writer_service.forking
+import writer_service.idempotency
+import writer_service.retractions
 import writer_service.sessions
 from reader_service.listing_index import Count, count_messages
-from reader_service.watch import parse_line
+from reader_service.watch import parse_line, start_offset
 from rollout.v1 import records_pb2, writer_pb2
 from shared.layout import DataRoot
 from shared.naming import build_file_name, new_session_id
@@ -225,3 +228,36 @@ def test_the_writer_reopens_a_session_with_the_records_the_reader_sees(
 
     asyncio.run(scenario())
     assert seen, "the writer read the lines after its saved state through record_of_line"
+
+
+def _lookups(path: Path) -> tuple[Any, ...]:
+    """What the writer's request lookup and retraction lookup, and the reader's watch bisection,
+    find in a file of 3,000 records, the first marked with request id r1."""
+    end = path.stat().st_size
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        offset = start_offset(fd, 2500, end)
+    finally:
+        os.close(fd)
+    request = writer_service.idempotency.find_request(path, "r1", 1, end)
+    records = writer_service.retractions._records_at(path, end, {2990})
+    return request, sorted(records), offset > 0
+
+
+@pytest.mark.parametrize(
+    "module",
+    [writer_service.idempotency, writer_service.retractions, reader_service.watch],
+    ids=lambda module: module.__name__,
+)
+def test_writer_and_reader_find_a_seq_in_a_file_with_the_shared_rule(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch, module: Any
+) -> None:
+    """The writer's searches back (request ids, retraction references) and the reader's watch
+    bisection read a line's seq with shared.records.line_seq: with it changed, each finds nothing."""
+    first = encode_line(1, TS, "message", {"role": "user", "content": "a"}, request=("r1", "0" * 32))
+    path = write_session(data_dir, [first, *(user_line(seq, "x" * 100) for seq in range(2, 3001))])
+    assert module.line_seq is shared.records.line_seq
+    honest = _lookups(path)
+    assert honest == ((1, "0" * 32), [2990], True)
+    monkeypatch.setattr(module, "line_seq", lambda raw: None)
+    assert _lookups(path) != honest
