@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from shared.layout import read_session_file
-from shared.rebuild import CheckpointRecord, DegradedEntry
+from shared.rebuild import CheckpointRecord, DegradedEntry, checkpoint_record
 from shared.records import RecordType
 from shared.remedies import SEE_VERIFY
 from shared.stop_kinds import ResumeEligibility, classify_session
@@ -54,22 +54,6 @@ class StopFactsResult:
     damage: list[DegradedEntry] = field(default_factory=list)
 
 
-def _checkpoint_of(record: dict[str, Any]) -> CheckpointRecord | None:
-    payload = record["payload"]
-    try:
-        return CheckpointRecord(
-            record["seq"],
-            0,
-            str(payload["digest"]),
-            int(payload["message_count"]),
-            int(payload["covers_seq"]),
-            str(payload.get("stop_kind", "")),
-            lines_digest=str(payload.get("lines_digest", "")),
-        )
-    except (KeyError, TypeError, ValueError):
-        return None
-
-
 def read_stop_facts(path: Path, tail_window: int = DEFAULT_TAIL_WINDOW) -> StopFactsResult:
     """Read the stop facts of one session file from its tail.
 
@@ -95,7 +79,7 @@ def read_stop_facts(path: Path, tail_window: int = DEFAULT_TAIL_WINDOW) -> StopF
         payload = last["payload"]
         checkpoint = None
         if len(records) > 1 and records[1].get("type") == RecordType.AGENT_CHECKPOINT:
-            checkpoint = _checkpoint_of(records[1])
+            checkpoint = checkpoint_record(records[1]["seq"], records[1]["payload"])
         error = payload.get("error") if isinstance(payload.get("error"), dict) else None
         return StopFactsResult(
             found=True,
@@ -114,7 +98,7 @@ def read_stop_facts(path: Path, tail_window: int = DEFAULT_TAIL_WINDOW) -> StopF
         found=True,
         stop_kind=stop.kind,
         reason="the process stopped after writing its checkpoint and before its stop record",
-        checkpoint=_checkpoint_of(last),
+        checkpoint=checkpoint_record(last["seq"], last["payload"]),
         has_stop_record=False,
         tail_bytes_read=total_read,
         last_record_ts=last_ts,

@@ -145,6 +145,30 @@ class CheckpointRecord:
     sound: bool = True
 
 
+def checkpoint_record(
+    seq: int, payload: dict[str, Any], line: int = 0, offset: int = 0, sound: bool = True
+) -> CheckpointRecord | None:
+    """The :class:`CheckpointRecord` of the ``agent_checkpoint`` payload at ``seq`` (its line
+    number and byte offset where known, 0 otherwise), or None when it lacks a digest, message
+    count or covered seq (a malformed checkpoint). A kind or lines digest that is absent or
+    null reads as "". The rebuild (replays, the writer's Resume and Stop) and the reader's
+    stop facts read checkpoints with it."""
+    try:
+        return CheckpointRecord(
+            seq,
+            line,
+            str(payload["digest"]),
+            int(payload["message_count"]),
+            int(payload["covers_seq"]),
+            str(payload.get("stop_kind") or ""),
+            offset,
+            str(payload.get("lines_digest") or ""),
+            sound,
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 class CheckpointReading(enum.StrEnum):
     """How a checkpoint's message digest reads against the sequence it covers (:func:`read_checkpoint`)."""
 
@@ -593,19 +617,8 @@ class Rebuilder:
                     f" give {found!r}: a line before it was changed, removed or added",
                 )
                 sound = False
-        try:
-            self.result.last_checkpoint = CheckpointRecord(
-                seq,
-                line,
-                str(payload["digest"]),
-                int(payload["message_count"]),
-                int(payload["covers_seq"]),
-                str(payload.get("stop_kind", "")),
-                offset,
-                str(pinned or ""),
-                sound,
-            )
-        except (KeyError, TypeError, ValueError):
+        record = checkpoint_record(seq, payload, line, offset, sound)
+        if record is None:
             self.degrade(
                 DegradedKind.MALFORMED_RECORD,
                 line,
@@ -613,6 +626,7 @@ class Rebuilder:
                 "agent_checkpoint lacks digest, message_count or covers_seq",
             )
             return
+        self.result.last_checkpoint = record
         self.result.checkpoint_messages = list(self.messages)
 
     def resumed(self, body: Any, line: int, offset: int) -> None:
