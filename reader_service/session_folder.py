@@ -42,9 +42,8 @@ from collections.abc import Callable
 
 from inotify_simple import INotify, flags
 
-from shared.errors import FileNameError
 from shared.layout import DataRoot
-from shared.naming import FILE_SUFFIX, SessionFileName, parse_file_name
+from shared.naming import SessionFileName, session_file_name
 
 log = logging.getLogger(__name__)
 
@@ -223,11 +222,8 @@ class SessionFolder:
 
     def _add(self, name: str) -> bool:
         """Know ``name`` as a session file; False when it is not of the session shape."""
-        if not name.endswith(FILE_SUFFIX):
-            return False
-        try:
-            parsed = parse_file_name(name)
-        except FileNameError:
+        parsed = session_file_name(name)  # the entries the writer indexes as sessions
+        if parsed is None:
             return False
         self._names[name] = parsed
         self.root.register(parsed, name)

@@ -45,8 +45,8 @@ import threading
 from pathlib import Path
 from typing import BinaryIO
 
-from shared.errors import FileNameError, SessionNotFoundError
-from shared.naming import FILE_SUFFIX, SessionFileName, parse_file_name, validate_session_id
+from shared.errors import SessionNotFoundError
+from shared.naming import SessionFileName, session_file_name, validate_session_id
 
 SESSIONS_DIR = "sessions"
 DELEGATIONS_DIR = "delegations"
@@ -191,14 +191,9 @@ class DataRoot:
             known = self._parsed
         parsed_names: dict[str, SessionFileName] = {}
         for name in names:
-            parsed = known.get(name)
+            parsed = known.get(name) or session_file_name(name)
             if parsed is None:
-                if not name.endswith(FILE_SUFFIX):
-                    continue
-                try:
-                    parsed = parse_file_name(name)
-                except FileNameError:
-                    continue
+                continue
             parsed_names[name] = parsed
             found.append((parsed, name))
         with self._lock:

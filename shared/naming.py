@@ -132,6 +132,18 @@ def build_file_name(created_at: datetime, session_id: str, agent_name: str = "")
     return f"{stem}_{agent_name}{FILE_SUFFIX}" if agent_name else stem + FILE_SUFFIX
 
 
+def session_file_name(name: str) -> SessionFileName | None:
+    """The parsed name of a session file, or None for any other entry of the sessions folder
+    (a temporary, a torn-tail sidecar ``<file>.torn-<n>``, a stray file). The writer's index,
+    the reader's folder and the data root's scan take the same entries for sessions."""
+    if not name.endswith(FILE_SUFFIX):
+        return None  # the common case of a non-session entry, without a regex
+    try:
+        return parse_file_name(name)
+    except FileNameError:
+        return None
+
+
 def parse_file_name(name: str) -> SessionFileName:
     """Parse a session file name (the mirror of :func:`build_file_name`).
 

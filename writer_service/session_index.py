@@ -28,9 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shared.errors import FileNameError
 from shared.layout import DataRoot, open_session_file
-from shared.naming import FILE_SUFFIX, parse_file_name
+from shared.naming import session_file_name
 from shared.tail import Tail, next_seq_of_tail, read_tail, stop_of_tail
 from writer_service.files import remove_stale_temporaries
 from writer_service.recovery import RepairBacklog, repair_torn_tail, unavailable
@@ -111,11 +110,8 @@ def build_index(root: DataRoot) -> SessionIndex:
     failed: dict[str, str] = {}
     repaired = 0
     for name in os.listdir(folder):
-        if not name.endswith(FILE_SUFFIX):
-            continue
-        try:
-            parsed = parse_file_name(name)
-        except FileNameError:
+        parsed = session_file_name(name)  # the entries the reader lists as sessions
+        if parsed is None:
             continue
         path = folder / name
         try:
