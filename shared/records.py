@@ -27,7 +27,8 @@ the check: see "Request marks" below.)
                       tool_calls? [{id, type, function: {name, arguments}}],
                       tool_call_id?, is_anchored?, truncation_marker?,
                       synthetic? (true on an output written by Resume),
-                      is_error? (true on a tool output that reported failure)
+                      is_error? (true on a tool output that reported failure),
+                      input_kind? (a user message's place in its round, shared.rounds)
   reasoning           content, signature?, encrypted?  (attaches to the next
                       assistant message; several in a row all attach to it)
   compacted           summary, replacement_history? [message payloads]
@@ -57,6 +58,9 @@ Documented additions to the SPEC §1 table (readers must accept them):
   ``compacted`` replacement history, ``"reasoning"`` is the block object when
   there is one (exactly the older shape, so older checkpoints still verify)
   and a list of block objects when there are two or more;
+* a user ``message`` may carry ``"input_kind"``: ``trigger``, ``question_answer``,
+  ``supplement`` or ``timeout`` (:class:`InputKind`; what shared.rounds reads; not part
+  of the digest);
 * optional fields are omitted when absent (never written as ``null``), and
   ``is_anchored`` / ``synthetic`` / ``is_error`` are written only when true.
 
@@ -145,6 +149,19 @@ MESSAGE_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 
 #: Tool call types a message may carry (``custom`` is a documented addition).
 TOOL_CALL_TYPES = frozenset({"function", "custom"})
+
+
+class InputKind(enum.StrEnum):
+    """What a user message is to its round (``"input_kind"`` of its payload; shared.rounds)."""
+
+    TRIGGER = "trigger"
+    QUESTION_ANSWER = "question_answer"
+    SUPPLEMENT = "supplement"
+    TIMEOUT = "timeout"
+
+
+#: Input kinds a user message may carry.
+INPUT_KINDS = frozenset(kind.value for kind in InputKind)
 
 
 class RecordType(enum.StrEnum):
@@ -457,6 +474,20 @@ def validate_message(
         raise RecordValidationError(
             index, f"{field_prefix}.is_error", f"only tool outputs carry is_error, not {clip(role)!r}"
         )
+    input_kind = payload.get("input_kind")
+    if input_kind is not None:
+        if role != "user":
+            raise RecordValidationError(
+                index,
+                f"{field_prefix}.input_kind",
+                f"only user messages carry an input kind, not {clip(role)!r}",
+            )
+        if input_kind not in INPUT_KINDS:
+            raise RecordValidationError(
+                index,
+                f"{field_prefix}.input_kind",
+                f"must be one of {sorted(INPUT_KINDS)}, got {clip(input_kind)!r}",
+            )
     if role == "tool":
         call_id = payload.get("tool_call_id")
         if not call_id:

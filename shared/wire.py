@@ -128,7 +128,7 @@ def _message_fields(message: records_pb2.ChatMessage) -> tuple[list[dict[str, An
 
     One ListFields() call visits only the set fields, in field-number order
     (role, content, name, tool_calls, tool_call_id, is_anchored,
-    truncation_marker, reasoning, synthetic, reasoning_blocks, is_error): the hot path of
+    truncation_marker, reasoning, synthetic, reasoning_blocks, is_error, input_kind): the hot path of
     every Append. Raises BothReasoningFieldsError when both reasoning fields are set.
     """
     payload: dict[str, Any] = {"role": ""}
@@ -147,7 +147,7 @@ def _message_fields(message: records_pb2.ChatMessage) -> tuple[list[dict[str, An
             if reasoning:
                 raise BothReasoningFieldsError("set reasoning (one block) or reasoning_blocks, not both")
             reasoning = [reasoning_payload(block) for block in value]
-        else:  # role, name, tool_call_id, is_anchored, truncation_marker, synthetic, is_error
+        else:  # role, name, tool_call_id, is_anchored, truncation_marker, synthetic, is_error, input_kind
             payload[name] = value
     return reasoning, payload
 
@@ -340,8 +340,9 @@ _JSON_MESSAGE_KEYS = (
     "is_anchored",
     "truncation_marker",
     "is_error",
+    "input_kind",
 )
-_JSON_TEXT_KEYS = frozenset({"role", "name", "tool_call_id", "truncation_marker"})
+_JSON_TEXT_KEYS = frozenset({"role", "name", "tool_call_id", "truncation_marker", "input_kind"})
 _JSON_FLAG_KEYS = frozenset({"is_anchored", "is_error"})
 _REASONING_KEYS = frozenset({"content", "signature", "encrypted"})
 #: Floats from this magnitude on may be integers beyond 64 bits that orjson read as floats.

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18rollout/v1/records.proto\x12\nrollout.v1\x1a\x1cgoogle/protobuf/struct.proto\"P\n\x08ToolCall\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04type\x18\x02 \x01(\t\x12*\n\x08\x66unction\x18\x03 \x01(\x0b\x32\x18.rollout.v1.FunctionCall\"/\n\x0c\x46unctionCall\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\targuments\x18\x02 \x01(\t\"h\n\tReasoning\x12\x0f\n\x07\x63ontent\x18\x01 \x01(\t\x12\x16\n\tsignature\x18\x02 \x01(\tH\x00\x88\x01\x01\x12\x16\n\tencrypted\x18\x03 \x01(\tH\x01\x88\x01\x01\x42\x0c\n\n_signatureB\x0c\n\n_encrypted\"\xa0\x03\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0e\n\x04text\x18\x02 \x01(\tH\x00\x12+\n\x05parts\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.ListValueH\x00\x12\x11\n\x04name\x18\x04 \x01(\tH\x01\x88\x01\x01\x12(\n\ntool_calls\x18\x05 \x03(\x0b\x32\x14.rollout.v1.ToolCall\x12\x19\n\x0ctool_call_id\x18\x06 \x01(\tH\x02\x88\x01\x01\x12\x13\n\x0bis_anchored\x18\x07 \x01(\x08\x12\x1e\n\x11truncation_marker\x18\x08 \x01(\tH\x03\x88\x01\x01\x12(\n\treasoning\x18\t \x01(\x0b\x32\x15.rollout.v1.Reasoning\x12\x11\n\tsynthetic\x18\n \x01(\x08\x12/\n\x10reasoning_blocks\x18\x0b \x03(\x0b\x32\x15.rollout.v1.Reasoning\x12\x10\n\x08is_error\x18\x0c \x01(\x08\x42\t\n\x07\x63ontentB\x07\n\x05_nameB\x0f\n\r_tool_call_idB\x14\n\x12_truncation_marker\"v\n\tCompacted\x12\x0f\n\x07summary\x18\x01 \x01(\t\x12@\n\x13replacement_history\x18\x02 \x01(\x0b\x32\x1e.rollout.v1.ReplacementHistoryH\x00\x88\x01\x01\x42\x16\n\x14_replacement_history\"?\n\x12ReplacementHistory\x12)\n\x08messages\x18\x01 \x03(\x0b\x32\x17.rollout.v1.ChatMessage\"G\n\nMessageRef\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12\x1a\n\rhistory_index\x18\x02 \x01(\x03H\x00\x88\x01\x01\x42\x10\n\x0e_history_index\"F\n\nRetraction\x12(\n\x08messages\x18\x01 \x03(\x0b\x32\x16.rollout.v1.MessageRef\x12\x0e\n\x06reason\x18\x02 \x01(\t\"<\n\x05\x45vent\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12%\n\x04\x62ody\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\"=\n\nForkOrigin\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0b\n\x03seq\x18\x02 \x01(\x03\x12\x0e\n\x06\x64igest\x18\x03 \x01(\t\"\x80\x02\n\x0bSessionMeta\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x12\n\nagent_name\x18\x02 \x01(\t\x12\x19\n\x11parent_session_id\x18\x03 \x01(\t\x12\x15\n\rdelegation_id\x18\x04 \x01(\t\x12\x0e\n\x06tenant\x18\x05 \x01(\t\x12\r\n\x05model\x18\x06 \x01(\t\x12\x0b\n\x03\x63wd\x18\x07 \x01(\t\x12\x12\n\noriginator\x18\x08 \x01(\t\x12\x16\n\x0e\x63lient_version\x18\t \x01(\t\x12+\n\x0b\x66orked_from\x18\n \x01(\x0b\x32\x16.rollout.v1.ForkOrigin\x12\x12\n\ncreated_at\x18\x0b \x01(\t\"\x82\x01\n\x0f\x41gentCheckpoint\x12\x0e\n\x06\x64igest\x18\x01 \x01(\t\x12\x15\n\rmessage_count\x18\x02 \x01(\x03\x12\x12\n\ncovers_seq\x18\x03 \x01(\x03\x12\x11\n\tstop_kind\x18\x04 \x01(\t\x12\x0b\n\x03seq\x18\x05 \x01(\x03\x12\x14\n\x0clines_digest\x18\x06 \x01(\t\".\n\tStopError\x12\x0f\n\x07message\x18\x01 \x01(\t\x12\x10\n\x08\x63\x61tegory\x18\x02 \x01(\t\"m\n\nStopRecord\x12\x11\n\tstop_kind\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12$\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x15.rollout.v1.StopError\x12\x16\n\x0e\x63heckpoint_seq\x18\x04 \x01(\x03\"K\n\rDegradedEntry\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0c\n\x04line\x18\x02 \x01(\x03\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t*\xbd\x01\n\x08StopKind\x12\x19\n\x15STOP_KIND_UNSPECIFIED\x10\x00\x12\x17\n\x13STOP_KIND_COMPLETED\x10\x01\x12\x14\n\x10STOP_KIND_PAUSED\x10\x02\x12\x17\n\x13STOP_KIND_CANCELLED\x10\x03\x12\x14\n\x10STOP_KIND_FAILED\x10\x04\x12\x1d\n\x19STOP_KIND_BUDGET_EXCEEDED\x10\x05\x12\x19\n\x15STOP_KIND_INTERRUPTED\x10\x06\x42\x63\n\x18rolloutledger.rollout.v1P\x01Z*rollout-ledger/gen/go/rollout/v1;rolloutv1\xaa\x02\x18RolloutLedger.Rollout.V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18rollout/v1/records.proto\x12\nrollout.v1\x1a\x1cgoogle/protobuf/struct.proto\"P\n\x08ToolCall\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04type\x18\x02 \x01(\t\x12*\n\x08\x66unction\x18\x03 \x01(\x0b\x32\x18.rollout.v1.FunctionCall\"/\n\x0c\x46unctionCall\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\targuments\x18\x02 \x01(\t\"h\n\tReasoning\x12\x0f\n\x07\x63ontent\x18\x01 \x01(\t\x12\x16\n\tsignature\x18\x02 \x01(\tH\x00\x88\x01\x01\x12\x16\n\tencrypted\x18\x03 \x01(\tH\x01\x88\x01\x01\x42\x0c\n\n_signatureB\x0c\n\n_encrypted\"\xc8\x03\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0e\n\x04text\x18\x02 \x01(\tH\x00\x12+\n\x05parts\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.ListValueH\x00\x12\x11\n\x04name\x18\x04 \x01(\tH\x01\x88\x01\x01\x12(\n\ntool_calls\x18\x05 \x03(\x0b\x32\x14.rollout.v1.ToolCall\x12\x19\n\x0ctool_call_id\x18\x06 \x01(\tH\x02\x88\x01\x01\x12\x13\n\x0bis_anchored\x18\x07 \x01(\x08\x12\x1e\n\x11truncation_marker\x18\x08 \x01(\tH\x03\x88\x01\x01\x12(\n\treasoning\x18\t \x01(\x0b\x32\x15.rollout.v1.Reasoning\x12\x11\n\tsynthetic\x18\n \x01(\x08\x12/\n\x10reasoning_blocks\x18\x0b \x03(\x0b\x32\x15.rollout.v1.Reasoning\x12\x10\n\x08is_error\x18\x0c \x01(\x08\x12\x17\n\ninput_kind\x18\r \x01(\tH\x04\x88\x01\x01\x42\t\n\x07\x63ontentB\x07\n\x05_nameB\x0f\n\r_tool_call_idB\x14\n\x12_truncation_markerB\r\n\x0b_input_kind\"v\n\tCompacted\x12\x0f\n\x07summary\x18\x01 \x01(\t\x12@\n\x13replacement_history\x18\x02 \x01(\x0b\x32\x1e.rollout.v1.ReplacementHistoryH\x00\x88\x01\x01\x42\x16\n\x14_replacement_history\"?\n\x12ReplacementHistory\x12)\n\x08messages\x18\x01 \x03(\x0b\x32\x17.rollout.v1.ChatMessage\"G\n\nMessageRef\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12\x1a\n\rhistory_index\x18\x02 \x01(\x03H\x00\x88\x01\x01\x42\x10\n\x0e_history_index\"F\n\nRetraction\x12(\n\x08messages\x18\x01 \x03(\x0b\x32\x16.rollout.v1.MessageRef\x12\x0e\n\x06reason\x18\x02 \x01(\t\"<\n\x05\x45vent\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12%\n\x04\x62ody\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\"=\n\nForkOrigin\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0b\n\x03seq\x18\x02 \x01(\x03\x12\x0e\n\x06\x64igest\x18\x03 \x01(\t\"\x80\x02\n\x0bSessionMeta\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x12\n\nagent_name\x18\x02 \x01(\t\x12\x19\n\x11parent_session_id\x18\x03 \x01(\t\x12\x15\n\rdelegation_id\x18\x04 \x01(\t\x12\x0e\n\x06tenant\x18\x05 \x01(\t\x12\r\n\x05model\x18\x06 \x01(\t\x12\x0b\n\x03\x63wd\x18\x07 \x01(\t\x12\x12\n\noriginator\x18\x08 \x01(\t\x12\x16\n\x0e\x63lient_version\x18\t \x01(\t\x12+\n\x0b\x66orked_from\x18\n \x01(\x0b\x32\x16.rollout.v1.ForkOrigin\x12\x12\n\ncreated_at\x18\x0b \x01(\t\"\x82\x01\n\x0f\x41gentCheckpoint\x12\x0e\n\x06\x64igest\x18\x01 \x01(\t\x12\x15\n\rmessage_count\x18\x02 \x01(\x03\x12\x12\n\ncovers_seq\x18\x03 \x01(\x03\x12\x11\n\tstop_kind\x18\x04 \x01(\t\x12\x0b\n\x03seq\x18\x05 \x01(\x03\x12\x14\n\x0clines_digest\x18\x06 \x01(\t\".\n\tStopError\x12\x0f\n\x07message\x18\x01 \x01(\t\x12\x10\n\x08\x63\x61tegory\x18\x02 \x01(\t\"m\n\nStopRecord\x12\x11\n\tstop_kind\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12$\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x15.rollout.v1.StopError\x12\x16\n\x0e\x63heckpoint_seq\x18\x04 \x01(\x03\"K\n\rDegradedEntry\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0c\n\x04line\x18\x02 \x01(\x03\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t*\xbd\x01\n\x08StopKind\x12\x19\n\x15STOP_KIND_UNSPECIFIED\x10\x00\x12\x17\n\x13STOP_KIND_COMPLETED\x10\x01\x12\x14\n\x10STOP_KIND_PAUSED\x10\x02\x12\x17\n\x13STOP_KIND_CANCELLED\x10\x03\x12\x14\n\x10STOP_KIND_FAILED\x10\x04\x12\x1d\n\x19STOP_KIND_BUDGET_EXCEEDED\x10\x05\x12\x19\n\x15STOP_KIND_INTERRUPTED\x10\x06\x42\x63\n\x18rolloutledger.rollout.v1P\x01Z*rollout-ledger/gen/go/rollout/v1;rolloutv1\xaa\x02\x18RolloutLedger.Rollout.V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,8 +33,8 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'rollout.v1.records_pb2', _g
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\030rolloutledger.rollout.v1P\001Z*rollout-ledger/gen/go/rollout/v1;rolloutv1\252\002\030RolloutLedger.Rollout.V1'
-  _globals['_STOPKIND']._serialized_start=1810
-  _globals['_STOPKIND']._serialized_end=1999
+  _globals['_STOPKIND']._serialized_start=1850
+  _globals['_STOPKIND']._serialized_end=2039
   _globals['_TOOLCALL']._serialized_start=70
   _globals['_TOOLCALL']._serialized_end=150
   _globals['_FUNCTIONCALL']._serialized_start=152
@@ -42,27 +42,27 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_REASONING']._serialized_start=201
   _globals['_REASONING']._serialized_end=305
   _globals['_CHATMESSAGE']._serialized_start=308
-  _globals['_CHATMESSAGE']._serialized_end=724
-  _globals['_COMPACTED']._serialized_start=726
-  _globals['_COMPACTED']._serialized_end=844
-  _globals['_REPLACEMENTHISTORY']._serialized_start=846
-  _globals['_REPLACEMENTHISTORY']._serialized_end=909
-  _globals['_MESSAGEREF']._serialized_start=911
-  _globals['_MESSAGEREF']._serialized_end=982
-  _globals['_RETRACTION']._serialized_start=984
-  _globals['_RETRACTION']._serialized_end=1054
-  _globals['_EVENT']._serialized_start=1056
-  _globals['_EVENT']._serialized_end=1116
-  _globals['_FORKORIGIN']._serialized_start=1118
-  _globals['_FORKORIGIN']._serialized_end=1179
-  _globals['_SESSIONMETA']._serialized_start=1182
-  _globals['_SESSIONMETA']._serialized_end=1438
-  _globals['_AGENTCHECKPOINT']._serialized_start=1441
-  _globals['_AGENTCHECKPOINT']._serialized_end=1571
-  _globals['_STOPERROR']._serialized_start=1573
-  _globals['_STOPERROR']._serialized_end=1619
-  _globals['_STOPRECORD']._serialized_start=1621
-  _globals['_STOPRECORD']._serialized_end=1730
-  _globals['_DEGRADEDENTRY']._serialized_start=1732
-  _globals['_DEGRADEDENTRY']._serialized_end=1807
+  _globals['_CHATMESSAGE']._serialized_end=764
+  _globals['_COMPACTED']._serialized_start=766
+  _globals['_COMPACTED']._serialized_end=884
+  _globals['_REPLACEMENTHISTORY']._serialized_start=886
+  _globals['_REPLACEMENTHISTORY']._serialized_end=949
+  _globals['_MESSAGEREF']._serialized_start=951
+  _globals['_MESSAGEREF']._serialized_end=1022
+  _globals['_RETRACTION']._serialized_start=1024
+  _globals['_RETRACTION']._serialized_end=1094
+  _globals['_EVENT']._serialized_start=1096
+  _globals['_EVENT']._serialized_end=1156
+  _globals['_FORKORIGIN']._serialized_start=1158
+  _globals['_FORKORIGIN']._serialized_end=1219
+  _globals['_SESSIONMETA']._serialized_start=1222
+  _globals['_SESSIONMETA']._serialized_end=1478
+  _globals['_AGENTCHECKPOINT']._serialized_start=1481
+  _globals['_AGENTCHECKPOINT']._serialized_end=1611
+  _globals['_STOPERROR']._serialized_start=1613
+  _globals['_STOPERROR']._serialized_end=1659
+  _globals['_STOPRECORD']._serialized_start=1661
+  _globals['_STOPRECORD']._serialized_end=1770
+  _globals['_DEGRADEDENTRY']._serialized_start=1772
+  _globals['_DEGRADEDENTRY']._serialized_end=1847
 # @@protoc_insertion_point(module_scope)

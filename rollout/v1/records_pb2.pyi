@@ -54,7 +54,7 @@ class Reasoning(_message.Message):
     def __init__(self, content: _Optional[str] = ..., signature: _Optional[str] = ..., encrypted: _Optional[str] = ...) -> None: ...
 
 class ChatMessage(_message.Message):
-    __slots__ = ("role", "text", "parts", "name", "tool_calls", "tool_call_id", "is_anchored", "truncation_marker", "reasoning", "synthetic", "reasoning_blocks", "is_error")
+    __slots__ = ("role", "text", "parts", "name", "tool_calls", "tool_call_id", "is_anchored", "truncation_marker", "reasoning", "synthetic", "reasoning_blocks", "is_error", "input_kind")
     ROLE_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     PARTS_FIELD_NUMBER: _ClassVar[int]
@@ -67,6 +67,7 @@ class ChatMessage(_message.Message):
     SYNTHETIC_FIELD_NUMBER: _ClassVar[int]
     REASONING_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     IS_ERROR_FIELD_NUMBER: _ClassVar[int]
+    INPUT_KIND_FIELD_NUMBER: _ClassVar[int]
     role: str
     text: str
     parts: _struct_pb2.ListValue
@@ -79,7 +80,8 @@ class ChatMessage(_message.Message):
     synthetic: bool
     reasoning_blocks: _containers.RepeatedCompositeFieldContainer[Reasoning]
     is_error: bool
-    def __init__(self, role: _Optional[str] = ..., text: _Optional[str] = ..., parts: _Optional[_Union[_struct_pb2.ListValue, _Mapping]] = ..., name: _Optional[str] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., tool_call_id: _Optional[str] = ..., is_anchored: _Optional[bool] = ..., truncation_marker: _Optional[str] = ..., reasoning: _Optional[_Union[Reasoning, _Mapping]] = ..., synthetic: _Optional[bool] = ..., reasoning_blocks: _Optional[_Iterable[_Union[Reasoning, _Mapping]]] = ..., is_error: _Optional[bool] = ...) -> None: ...
+    input_kind: str
+    def __init__(self, role: _Optional[str] = ..., text: _Optional[str] = ..., parts: _Optional[_Union[_struct_pb2.ListValue, _Mapping]] = ..., name: _Optional[str] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., tool_call_id: _Optional[str] = ..., is_anchored: _Optional[bool] = ..., truncation_marker: _Optional[str] = ..., reasoning: _Optional[_Union[Reasoning, _Mapping]] = ..., synthetic: _Optional[bool] = ..., reasoning_blocks: _Optional[_Iterable[_Union[Reasoning, _Mapping]]] = ..., is_error: _Optional[bool] = ..., input_kind: _Optional[str] = ...) -> None: ...
 
 class Compacted(_message.Message):
     __slots__ = ("summary", "replacement_history")

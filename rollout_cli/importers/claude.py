@@ -25,7 +25,8 @@ tree of records: each has a ``uuid`` and a ``parentUuid``. Reading it:
 Mapping (Claude Code -> ledger), per record on a chain:
 
 ===================================  =========================================
-user, content a string               user message (text)
+user, content a string               user message (text), input kind
+                                     ``trigger`` unless ``isMeta``
 user, content blocks                 ``tool_result`` blocks -> tool messages
                                      (text, or the blocks as parts;
                                      ``is_error`` kept), other blocks (text,
@@ -86,6 +87,7 @@ from rollout_cli.importers import (
 )
 from shared.errors import FileNameError
 from shared.naming import validate_agent_name
+from shared.records import InputKind
 from shared.session_meta import SessionRole
 from shared.stop_kinds import StopKind
 from shared.wire import python_to_list
@@ -329,9 +331,14 @@ class _SessionWriter:
                 self.compaction(_text_of(content))
                 return
             self.compaction(str((boundary.record or {}).get("content", "")))
+        # A prompt starts a round (shared.rounds); an isMeta record (text Claude Code added, such as
+        # a command's expansion) is left to the rule, which keeps it in the prompt's round.
+        kind = "" if record.get("isMeta") else InputKind.TRIGGER.value
         if isinstance(content, str):
             record = writer_pb2.AppendRecord()
             record.message.role, record.message.text = "user", content  # in place: one copy of it
+            if kind:
+                record.message.input_kind = kind
             self.append(record)
             self.last_role = "user"
             return
@@ -348,6 +355,8 @@ class _SessionWriter:
             record = writer_pb2.AppendRecord()
             record.message.role = "user"
             set_content(record.message, rest)
+            if kind:
+                record.message.input_kind = kind
             self.append(record)
             self.last_role = "user"
 
