@@ -44,12 +44,22 @@ from reader_service.memory_view import (
 )
 from reader_service.replay import STREAM_CHUNK_BYTES, verify_findings, verify_session
 from reader_service.replay_cache import ReplayCache
+from reader_service.rounds import (
+    RoundCache,
+    RoundNotFoundError,
+    check_list_request,
+    lineage_of,
+    round_records,
+    round_to_proto,
+    rounds_page,
+)
 from reader_service.stop_facts import DEFAULT_TAIL_WINDOW, StopFactsResult, read_stop_facts
 from reader_service.watch import WatchHub
 from rollout.v1 import reader_pb2, reader_pb2_grpc
 from shared.errors import InvalidArgumentError, SessionNotFoundError
 from shared.layout import DataRoot, session_file_stat
 from shared.naming import is_session_id
+from shared.rounds import Round, round_at
 from shared.serving import PLAINTEXT, RunningService, ServerSettings, ServiceServer
 from shared.status import rpc_statuses
 from shared.tenancy import caller_tenant, keyed_session_id
@@ -124,6 +134,7 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
         self._cheap = ThreadPoolExecutor(config.io_threads, thread_name_prefix="rollout-read")
         self._heavy = ThreadPoolExecutor(config.heavy_threads, thread_name_prefix="rollout-heavy-read")
         self.watches = WatchHub(self._cheap_run, wire.watch_reply)
+        self.round_cache = RoundCache()
 
     async def _cheap_run(self, function: Callable[..., T], *args: Any) -> T:
         """Run ``function`` on a cheap-read thread, as the caller of this RPC (shared.tenancy)."""
@@ -301,6 +312,46 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
         path, _ = await self._locate(request.session_id)
         async for reply in self.watches.follow(request.session_id, path, request.from_seq):
             yield reply
+
+    def _rounds_of(self, session_id: str, path: Path) -> list[Round]:
+        """The rounds of a located session file, from the round cache (reader_service.rounds)."""
+
+        def meta_of(source: str) -> dict[str, Any] | None:
+            try:
+                return self.index.meta(self.index.locate(source)[1].name)
+            except (SessionNotFoundError, InvalidArgumentError, OSError):
+                return None
+
+        return self.round_cache.rounds(
+            path, lambda: lineage_of(session_id, self.index.meta(path.name), meta_of)
+        )
+
+    async def ListRounds(
+        self, request: reader_pb2.ListRoundsRequest, context: grpc.aio.ServicerContext
+    ) -> reader_pb2.ListRoundsResponse:
+        async with status_mapping(context, "ListRounds"):
+            size, start = check_list_request(request)
+            path, _ = await self._locate(request.session_id)
+            found = await self._heavy_run(self._rounds_of, request.session_id, path)
+            return rounds_page(found, size, start)
+        raise AssertionError("unreachable: status_mapping aborts")
+
+    async def GetRound(
+        self, request: reader_pb2.GetRoundRequest, context: grpc.aio.ServicerContext
+    ) -> reader_pb2.GetRoundResponse:
+        async with status_mapping(context, "GetRound"):
+            if not is_session_id(request.round_id):
+                raise InvalidArgumentError(
+                    "round_id", f"{request.round_id[:64]!r} is not a round id (a lowercase UUID)"
+                )
+            path, _ = await self._locate(request.session_id)
+            rounds = await self._heavy_run(self._rounds_of, request.session_id, path)
+            found = round_at(rounds, request.round_id)
+            if found is None:
+                raise RoundNotFoundError(request.session_id, request.round_id)
+            records = await self._heavy_run(round_records, path, found, self.config.max_reply_bytes)
+            return reader_pb2.GetRoundResponse(round=round_to_proto(found), records=records)
+        raise AssertionError("unreachable: status_mapping aborts")
 
     def close(self) -> None:
         self.index.close()

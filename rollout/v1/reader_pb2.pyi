@@ -378,3 +378,111 @@ class WatchSessionResponse(_message.Message):
     RECORDS_FIELD_NUMBER: _ClassVar[int]
     records: _containers.RepeatedCompositeFieldContainer[WatchedRecord]
     def __init__(self, records: _Optional[_Iterable[_Union[WatchedRecord, _Mapping]]] = ...) -> None: ...
+
+class ListRoundsRequest(_message.Message):
+    __slots__ = ("session_id", "page_size", "page_token")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    page_size: int
+    page_token: str
+    def __init__(self, session_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class RoundInput(_message.Message):
+    __slots__ = ("seq", "kind", "question", "options")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    QUESTION_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    kind: str
+    question: str
+    options: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, seq: _Optional[int] = ..., kind: _Optional[str] = ..., question: _Optional[str] = ..., options: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class RoundSegment(_message.Message):
+    __slots__ = ("first_seq", "last_seq", "answer_seq")
+    FIRST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    ANSWER_SEQ_FIELD_NUMBER: _ClassVar[int]
+    first_seq: int
+    last_seq: int
+    answer_seq: int
+    def __init__(self, first_seq: _Optional[int] = ..., last_seq: _Optional[int] = ..., answer_seq: _Optional[int] = ...) -> None: ...
+
+class Round(_message.Message):
+    __slots__ = ("round_id", "number", "status", "status_reason", "start_seq", "end_seq", "trigger_seqs", "question", "started_at", "ended_at", "duration_s", "tool_calls", "tool_failures", "input_tokens", "output_tokens", "tokens_estimated", "model", "effort", "inputs", "segments", "answer_seq", "message_count", "turn_id")
+    ROUND_ID_FIELD_NUMBER: _ClassVar[int]
+    NUMBER_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    STATUS_REASON_FIELD_NUMBER: _ClassVar[int]
+    START_SEQ_FIELD_NUMBER: _ClassVar[int]
+    END_SEQ_FIELD_NUMBER: _ClassVar[int]
+    TRIGGER_SEQS_FIELD_NUMBER: _ClassVar[int]
+    QUESTION_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    ENDED_AT_FIELD_NUMBER: _ClassVar[int]
+    DURATION_S_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    TOOL_FAILURES_FIELD_NUMBER: _ClassVar[int]
+    INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_ESTIMATED_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    EFFORT_FIELD_NUMBER: _ClassVar[int]
+    INPUTS_FIELD_NUMBER: _ClassVar[int]
+    SEGMENTS_FIELD_NUMBER: _ClassVar[int]
+    ANSWER_SEQ_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    TURN_ID_FIELD_NUMBER: _ClassVar[int]
+    round_id: str
+    number: int
+    status: str
+    status_reason: str
+    start_seq: int
+    end_seq: int
+    trigger_seqs: _containers.RepeatedScalarFieldContainer[int]
+    question: str
+    started_at: str
+    ended_at: str
+    duration_s: float
+    tool_calls: int
+    tool_failures: int
+    input_tokens: int
+    output_tokens: int
+    tokens_estimated: bool
+    model: str
+    effort: str
+    inputs: _containers.RepeatedCompositeFieldContainer[RoundInput]
+    segments: _containers.RepeatedCompositeFieldContainer[RoundSegment]
+    answer_seq: int
+    message_count: int
+    turn_id: str
+    def __init__(self, round_id: _Optional[str] = ..., number: _Optional[int] = ..., status: _Optional[str] = ..., status_reason: _Optional[str] = ..., start_seq: _Optional[int] = ..., end_seq: _Optional[int] = ..., trigger_seqs: _Optional[_Iterable[int]] = ..., question: _Optional[str] = ..., started_at: _Optional[str] = ..., ended_at: _Optional[str] = ..., duration_s: _Optional[float] = ..., tool_calls: _Optional[int] = ..., tool_failures: _Optional[int] = ..., input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., tokens_estimated: _Optional[bool] = ..., model: _Optional[str] = ..., effort: _Optional[str] = ..., inputs: _Optional[_Iterable[_Union[RoundInput, _Mapping]]] = ..., segments: _Optional[_Iterable[_Union[RoundSegment, _Mapping]]] = ..., answer_seq: _Optional[int] = ..., message_count: _Optional[int] = ..., turn_id: _Optional[str] = ...) -> None: ...
+
+class ListRoundsResponse(_message.Message):
+    __slots__ = ("rounds", "next_page_token", "total")
+    ROUNDS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    rounds: _containers.RepeatedCompositeFieldContainer[Round]
+    next_page_token: str
+    total: int
+    def __init__(self, rounds: _Optional[_Iterable[_Union[Round, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., total: _Optional[int] = ...) -> None: ...
+
+class GetRoundRequest(_message.Message):
+    __slots__ = ("session_id", "round_id")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    ROUND_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    round_id: str
+    def __init__(self, session_id: _Optional[str] = ..., round_id: _Optional[str] = ...) -> None: ...
+
+class GetRoundResponse(_message.Message):
+    __slots__ = ("round", "records")
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    round: Round
+    records: _containers.RepeatedCompositeFieldContainer[WatchedRecord]
+    def __init__(self, round: _Optional[_Union[Round, _Mapping]] = ..., records: _Optional[_Iterable[_Union[WatchedRecord, _Mapping]]] = ...) -> None: ...

@@ -89,6 +89,16 @@ class RolloutReaderStub:
                 request_serializer=rollout_dot_v1_dot_reader__pb2.WatchSessionRequest.SerializeToString,
                 response_deserializer=rollout_dot_v1_dot_reader__pb2.WatchSessionResponse.FromString,
                 _registered_method=True)
+        self.ListRounds = channel.unary_unary(
+                '/rollout.v1.RolloutReader/ListRounds',
+                request_serializer=rollout_dot_v1_dot_reader__pb2.ListRoundsRequest.SerializeToString,
+                response_deserializer=rollout_dot_v1_dot_reader__pb2.ListRoundsResponse.FromString,
+                _registered_method=True)
+        self.GetRound = channel.unary_unary(
+                '/rollout.v1.RolloutReader/GetRound',
+                request_serializer=rollout_dot_v1_dot_reader__pb2.GetRoundRequest.SerializeToString,
+                response_deserializer=rollout_dot_v1_dot_reader__pb2.GetRoundResponse.FromString,
+                _registered_method=True)
 
 
 class RolloutReaderServicer:
@@ -266,6 +276,35 @@ class RolloutReaderServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListRounds(self, request, context):
+        """The session as question-and-answer rounds (shared.rounds: one trigger and
+        everything until its final answer), oldest first, paged: each round's id,
+        status, times, metrics and seq range. Derived state: the reader keeps the
+        rounds of a session it has read and extends them by the new records only
+        (a replaced or truncated file is read again from its start).
+        INVALID_ARGUMENT: a malformed session id, page_token or page_size out of
+        range (0..1000). NOT_FOUND: unknown session (or another tenant's: tenancy
+        as for every session RPC). UNAVAILABLE: the session file cannot be read.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetRound(self, request, context):
+        """One round of a session with what a UI needs to draw it as it looked live:
+        its summary, interactive inputs, assistant segments, and its records in
+        seq order (messages, reasoning, tool calls and results, usage, turn
+        events), each as its stored JSONL line. Only the round's bytes of the
+        file are read once its rounds are known.
+        INVALID_ARGUMENT: a malformed session or round id.
+        NOT_FOUND: unknown session (or another tenant's), or no round with that
+        id in the session. RESOURCE_EXHAUSTED: the round's lines exceed the
+        reader's unary reply limit. UNAVAILABLE: the file cannot be read.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RolloutReaderServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -323,6 +362,16 @@ def add_RolloutReaderServicer_to_server(servicer, server):
                     servicer.WatchSession,
                     request_deserializer=rollout_dot_v1_dot_reader__pb2.WatchSessionRequest.FromString,
                     response_serializer=rollout_dot_v1_dot_reader__pb2.WatchSessionResponse.SerializeToString,
+            ),
+            'ListRounds': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListRounds,
+                    request_deserializer=rollout_dot_v1_dot_reader__pb2.ListRoundsRequest.FromString,
+                    response_serializer=rollout_dot_v1_dot_reader__pb2.ListRoundsResponse.SerializeToString,
+            ),
+            'GetRound': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetRound,
+                    request_deserializer=rollout_dot_v1_dot_reader__pb2.GetRoundRequest.FromString,
+                    response_serializer=rollout_dot_v1_dot_reader__pb2.GetRoundResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -622,6 +671,60 @@ class RolloutReader:
             '/rollout.v1.RolloutReader/WatchSession',
             rollout_dot_v1_dot_reader__pb2.WatchSessionRequest.SerializeToString,
             rollout_dot_v1_dot_reader__pb2.WatchSessionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListRounds(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rollout.v1.RolloutReader/ListRounds',
+            rollout_dot_v1_dot_reader__pb2.ListRoundsRequest.SerializeToString,
+            rollout_dot_v1_dot_reader__pb2.ListRoundsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetRound(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rollout.v1.RolloutReader/GetRound',
+            rollout_dot_v1_dot_reader__pb2.GetRoundRequest.SerializeToString,
+            rollout_dot_v1_dot_reader__pb2.GetRoundResponse.FromString,
             options,
             channel_credentials,
             insecure,

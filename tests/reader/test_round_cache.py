@@ -1,0 +1,58 @@
+"""The reader's round cache: a grown file is read from its committed length only, a replaced one
+from its start, and every answer is the one a fresh reading gives."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from reader_service.rounds import RoundCache, lineage_of
+from shared.rounds import Lineage, RoundStatus
+from tests.shared.test_rounds import SESSION, Session
+
+
+def fresh(path: Path):
+    return RoundCache().rounds(path, lambda: Lineage(SESSION))
+
+
+def test_a_grown_file_extends_its_rounds_and_a_replaced_one_is_read_again(tmp_path: Path) -> None:
+    session = Session()
+    session.user("first", kind="trigger", at=0)
+    session.usage(100, at=1)
+    session.say("one", at=2)
+    session.user("second", kind="trigger", at=10)
+    path = tmp_path / "s.jsonl"
+    written = session.lines()
+    path.write_bytes(written)
+    cache = RoundCache()
+    first = cache.rounds(path, lambda: Lineage(SESSION))
+    assert [r.status for r in first] == [RoundStatus.COMPLETE, RoundStatus.PENDING]
+    session.usage(1200, at=200)
+    session.say("two", at=311)
+    with path.open("ab") as grown:
+        grown.write(session.lines()[len(written) :] + b'{"v":1,"seq":')  # and a line being written
+    grown_rounds = cache.rounds(path, lambda: Lineage(SESSION))
+    assert cache.counts == {"unchanged": 0, "extended": 1, "rebuilt": 1}
+    assert grown_rounds == fresh(path)
+    assert (grown_rounds[1].status, grown_rounds[1].duration_s, grown_rounds[1].output_tokens) == (
+        RoundStatus.COMPLETE,
+        301,
+        1100,
+    )
+    assert cache.rounds(path, lambda: Lineage(SESSION)) == grown_rounds
+    assert cache.counts["unchanged"] == 1
+    replaced = tmp_path / "other.jsonl"
+    replaced.write_bytes(written)
+    os.replace(replaced, path)
+    assert cache.rounds(path, lambda: Lineage(SESSION)) == first
+    assert cache.counts["rebuilt"] == 2
+
+
+def test_a_fork_of_a_fork_names_rounds_by_the_oldest_source() -> None:
+    metas = {
+        "b": {"session_id": "b", "forked_from": {"session_id": "a", "seq": 3}},
+        "a": {"session_id": "a"},
+    }
+    meta = {"session_id": "c", "forked_from": {"session_id": "b", "seq": 7}}
+    assert lineage_of("c", meta, metas.get) == Lineage("c", (("a", 3), ("b", 7)))
+    assert lineage_of("c", meta, lambda _: None) == Lineage("c", (("b", 7),))
