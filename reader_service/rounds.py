@@ -35,6 +35,7 @@ from shared.layout import open_session_file
 from shared.naming import is_session_id
 from shared.rebuild import collector_paused
 from shared.rounds import Lineage, Round, RoundTracker, forked_from
+from shared.wire import round_to_proto
 
 #: Rounds per page unless the request says (and the most it may ask).
 DEFAULT_PAGE_SIZE = 100
@@ -184,41 +185,6 @@ def check_list_request(request: reader_pb2.ListRoundsRequest) -> tuple[int, int]
 
 def _token(start: int) -> str:
     return base64.urlsafe_b64encode(f"rounds:{start}".encode()).decode()
-
-
-def round_to_proto(found: Round) -> reader_pb2.Round:
-    """A :class:`shared.rounds.Round` as its message."""
-    return reader_pb2.Round(
-        round_id=found.round_id,
-        number=found.number,
-        status=found.status.value,
-        status_reason=found.status_reason,
-        start_seq=found.start_seq,
-        end_seq=found.end_seq,
-        trigger_seqs=found.trigger_seqs,
-        question=found.question,
-        started_at=found.started_at,
-        ended_at=found.ended_at,
-        duration_s=found.duration_s,
-        tool_calls=found.tool_calls,
-        tool_failures=found.tool_failures,
-        input_tokens=found.input_tokens,
-        output_tokens=found.output_tokens,
-        tokens_estimated=found.tokens_estimated,
-        model=found.model,
-        effort=found.effort,
-        inputs=[
-            reader_pb2.RoundInput(seq=i.seq, kind=i.kind, question=i.question, options=i.options)
-            for i in found.inputs
-        ],
-        segments=[
-            reader_pb2.RoundSegment(first_seq=s.first_seq, last_seq=s.last_seq, answer_seq=s.answer_seq)
-            for s in found.segments
-        ],
-        answer_seq=found.answer_seq,
-        message_count=found.message_count,
-        turn_id=found.turn_id,
-    )
 
 
 def rounds_page(rounds: list[Round], size: int, start: int) -> reader_pb2.ListRoundsResponse:

@@ -50,7 +50,6 @@ from reader_service.rounds import (
     check_list_request,
     lineage_of,
     round_records,
-    round_to_proto,
     rounds_page,
 )
 from reader_service.stop_facts import DEFAULT_TAIL_WINDOW, StopFactsResult, read_stop_facts
@@ -63,6 +62,7 @@ from shared.rounds import Round, round_at
 from shared.serving import PLAINTEXT, RunningService, ServerSettings, ServiceServer
 from shared.status import rpc_statuses
 from shared.tenancy import caller_tenant, keyed_session_id
+from shared.wire import round_to_proto
 
 log = logging.getLogger(__name__)
 
@@ -326,32 +326,30 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
             path, lambda: lineage_of(session_id, self.index.meta(path.name), meta_of)
         )
 
+    @rpc_statuses("ListRounds")
     async def ListRounds(
         self, request: reader_pb2.ListRoundsRequest, context: grpc.aio.ServicerContext
     ) -> reader_pb2.ListRoundsResponse:
-        async with status_mapping(context, "ListRounds"):
-            size, start = check_list_request(request)
-            path, _ = await self._locate(request.session_id)
-            found = await self._heavy_run(self._rounds_of, request.session_id, path)
-            return rounds_page(found, size, start)
-        raise AssertionError("unreachable: status_mapping aborts")
+        size, start = check_list_request(request)
+        path, _ = await self._locate(request.session_id)
+        found = await self._heavy_run(self._rounds_of, request.session_id, path)
+        return rounds_page(found, size, start)
 
+    @rpc_statuses("GetRound")
     async def GetRound(
         self, request: reader_pb2.GetRoundRequest, context: grpc.aio.ServicerContext
     ) -> reader_pb2.GetRoundResponse:
-        async with status_mapping(context, "GetRound"):
-            if not is_session_id(request.round_id):
-                raise InvalidArgumentError(
-                    "round_id", f"{request.round_id[:64]!r} is not a round id (a lowercase UUID)"
-                )
-            path, _ = await self._locate(request.session_id)
-            rounds = await self._heavy_run(self._rounds_of, request.session_id, path)
-            found = round_at(rounds, request.round_id)
-            if found is None:
-                raise RoundNotFoundError(request.session_id, request.round_id)
-            records = await self._heavy_run(round_records, path, found, self.config.max_reply_bytes)
-            return reader_pb2.GetRoundResponse(round=round_to_proto(found), records=records)
-        raise AssertionError("unreachable: status_mapping aborts")
+        if not is_session_id(request.round_id):
+            raise InvalidArgumentError(
+                "round_id", f"{request.round_id[:64]!r} is not a round id (a lowercase UUID)"
+            )
+        path, _ = await self._locate(request.session_id)
+        rounds = await self._heavy_run(self._rounds_of, request.session_id, path)
+        found = round_at(rounds, request.round_id)
+        if found is None:
+            raise RoundNotFoundError(request.session_id, request.round_id)
+        records = await self._heavy_run(round_records, path, found, self.config.max_reply_bytes)
+        return reader_pb2.GetRoundResponse(round=round_to_proto(found), records=records)
 
     def close(self) -> None:
         self.index.close()

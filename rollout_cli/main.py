@@ -392,6 +392,20 @@ def tail(session_id: str, reader: str | None, follow: bool, count: int) -> None:
             records.close()
 
 
+@cli.command()
+@click.argument("session_id", callback=_session_id)
+@reader_option
+def rounds(session_id: str, reader: str) -> None:
+    """A session as question-and-answer rounds: #, status, started, duration, tokens, tool calls
+    and failures, and the first line of each question (shared.rounds decides them)."""
+    with _client("reader", reader) as client:
+        found = client.session(session_id).rounds()
+    if found:
+        session_view.print_rounds(found)
+    else:
+        click.echo("no rounds yet")
+
+
 @cli.command("stop-facts")
 @click.argument("session_id", callback=_session_id)
 @reader_option

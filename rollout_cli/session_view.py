@@ -29,6 +29,7 @@ from rollout_cli.reachability import in_command_words
 from rollout_client import ReplaySummary, SessionSummary, StopFacts, WatchedRecord, carried_agents_item
 from shared.digest import canonical_message
 from shared.records import parse_timestamp, reasoning_blocks_of
+from shared.rounds import Round
 
 #: Columns assumed when stdout is not a terminal.
 DEFAULT_COLUMNS = 160
@@ -92,6 +93,48 @@ def print_sessions(sessions: Iterable[SessionSummary], now: datetime) -> None:
     for name in header:
         table.add_column(name, no_wrap=True, justify="right" if name == "MSGS" else "left")
     table.add_column("PREVIEW", no_wrap=True, overflow="ellipsis", max_width=max(width - used, 12))
+    for row in rows:
+        table.add_row(*row)
+    Console(width=max(width, used + 12), highlight=False, soft_wrap=False).print(table)
+
+
+def _duration_text(seconds: float) -> str:
+    """``42s``, ``5m01s``, ``2h03m``."""
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+
+
+def print_rounds(rounds: Iterable[Round]) -> None:
+    """One row per round: #, status, started (UTC), duration, tokens in/out (``~``: the bytes/4
+    estimate), tool calls and failures, and the first line of its question (cut to the width)."""
+    from rich.console import Console  # here: the other commands start without loading it
+    from rich.table import Table
+
+    header = ("#", "STATUS", "STARTED", "DURATION", "TOKENS IN/OUT", "TOOLS/FAILED")
+    rows = []
+    for found in rounds:
+        estimate = "~" if found.tokens_estimated else ""
+        rows.append(
+            (
+                str(found.number),
+                found.status.value,
+                found.started_at[:19].replace("T", " "),
+                _duration_text(found.duration_s),
+                f"{estimate}{found.input_tokens}/{estimate}{found.output_tokens}",
+                f"{found.tool_calls}/{found.tool_failures}",
+                (found.question.strip().splitlines() or ["-"])[0],
+            )
+        )
+    width = shutil.get_terminal_size((DEFAULT_COLUMNS, 24)).columns
+    used = sum(max(len(row[column]) for row in [header, *rows]) + 2 for column in range(len(header)))
+    table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
+    for name in header:
+        table.add_column(name, no_wrap=True, justify="left" if name in ("STATUS", "STARTED") else "right")
+    table.add_column("QUESTION", no_wrap=True, overflow="ellipsis", max_width=max(width - used, 12))
     for row in rows:
         table.add_row(*row)
     Console(width=max(width, used + 12), highlight=False, soft_wrap=False).print(table)

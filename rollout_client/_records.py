@@ -50,6 +50,7 @@ MESSAGE_KEYS = frozenset(
         "reasoning",
         "synthetic",
         "is_error",
+        "input_kind",
     }
 )
 _TOOL_CALL_KEYS = frozenset({"id", "type", "function"})
@@ -119,11 +120,17 @@ def developer(content: str) -> dict[str, Any]:
     return {"role": "developer", "content": content}
 
 
-def user(content: str | list[Any], *, name: str | None = None) -> dict[str, Any]:
-    """A user message dict; ``content`` is text or a list of content parts (kept as given)."""
+def user(
+    content: str | list[Any], *, name: str | None = None, input_kind: str | None = None
+) -> dict[str, Any]:
+    """A user message dict; ``content`` is text or a list of content parts (kept as given).
+    ``input_kind`` places it in its round (shared.rounds): ``trigger``, ``question_answer``,
+    ``supplement`` or ``timeout``; None lets the documented rule decide."""
     message: dict[str, Any] = {"role": "user", "content": content}
     if name is not None:
         message["name"] = name
+    if input_kind is not None:
+        message["input_kind"] = input_kind
     return message
 
 

@@ -44,7 +44,8 @@ from rollout_client._results import (
     WatchedRecord,
 )
 from shared.errors import RecordValidationError
-from shared.wire import stop_kind_to_proto
+from shared.rounds import Round
+from shared.wire import round_from_proto, stop_kind_to_proto
 
 
 class SessionClient(Protocol):
@@ -296,6 +297,21 @@ class AsyncSession:
             self.client.reader_stub.GetStopFacts, reader_pb2.StopFactsRequest(session_id=self.id)
         )
         return StopFacts.from_proto(facts)
+
+    async def rounds(self) -> list[Round]:
+        """The session as question-and-answer rounds, oldest first (ListRounds, every page):
+        :class:`shared.rounds.Round` each, with its status, times, metrics and seq range."""
+        found: list[Round] = []
+        token = ""
+        while True:
+            page = await self.client.call(
+                self.client.reader_stub.ListRounds,
+                reader_pb2.ListRoundsRequest(session_id=self.id, page_size=1000, page_token=token),
+            )
+            found.extend(round_from_proto(message) for message in page.rounds)
+            token = page.next_page_token
+            if not token:
+                return found
 
     async def verify(self) -> VerifyReport:
         """Full integrity check: every line, seq continuity, the last checkpoint's digest."""

@@ -36,6 +36,7 @@ from rollout_client._results import (
     WatchedRecord,
 )
 from rollout_client._session import AsyncReplayStream, AsyncSession
+from shared.rounds import Round
 
 T = TypeVar("T")
 
@@ -315,6 +316,10 @@ class Session:
     def stop_facts(self) -> StopFacts:
         """See :meth:`AsyncSession.stop_facts`."""
         return self.client.run(self.core.stop_facts())
+
+    def rounds(self) -> list[Round]:
+        """See :meth:`AsyncSession.rounds`."""
+        return self.client.run(self.core.rounds())
 
     def verify(self) -> VerifyReport:
         """See :meth:`AsyncSession.verify`."""

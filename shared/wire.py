@@ -27,9 +27,10 @@ from typing import Any
 import orjson
 from google.protobuf import struct_pb2
 
-from rollout.v1 import records_pb2, writer_pb2
+from rollout.v1 import reader_pb2, records_pb2, writer_pb2
 from shared.errors import InvalidArgumentError, RecordValidationError
 from shared.records import RESERVED_EVENT_KINDS, RecordType, attached_reasoning, clip, normalize_timestamp
+from shared.rounds import InteractiveInput, Round, RoundStatus, Segment
 from shared.session_meta import SessionRole, SessionSpec
 from shared.stop_kinds import StopKind, stop_kind_named
 
@@ -593,3 +594,69 @@ def record_time(value: str, index: int) -> str:
         return normalize_timestamp(value)
     except ValueError as exc:
         raise RecordValidationError(index, "ts", str(exc)) from exc
+
+
+def round_to_proto(found: Round) -> reader_pb2.Round:
+    """A :class:`shared.rounds.Round` as its message (ListRounds, GetRound)."""
+    return reader_pb2.Round(
+        round_id=found.round_id,
+        number=found.number,
+        status=found.status.value,
+        status_reason=found.status_reason,
+        start_seq=found.start_seq,
+        end_seq=found.end_seq,
+        trigger_seqs=found.trigger_seqs,
+        question=found.question,
+        started_at=found.started_at,
+        ended_at=found.ended_at,
+        duration_s=found.duration_s,
+        tool_calls=found.tool_calls,
+        tool_failures=found.tool_failures,
+        input_tokens=found.input_tokens,
+        output_tokens=found.output_tokens,
+        tokens_estimated=found.tokens_estimated,
+        model=found.model,
+        effort=found.effort,
+        inputs=[
+            reader_pb2.RoundInput(seq=i.seq, kind=i.kind, question=i.question, options=i.options)
+            for i in found.inputs
+        ],
+        segments=[
+            reader_pb2.RoundSegment(first_seq=s.first_seq, last_seq=s.last_seq, answer_seq=s.answer_seq)
+            for s in found.segments
+        ],
+        answer_seq=found.answer_seq,
+        message_count=found.message_count,
+        turn_id=found.turn_id,
+    )
+
+
+def round_from_proto(message: reader_pb2.Round) -> Round:
+    """A Round message as a :class:`shared.rounds.Round` (the SDK's; file offsets are not sent: 0)."""
+    return Round(
+        round_id=message.round_id,
+        number=message.number,
+        start_seq=message.start_seq,
+        end_seq=message.end_seq,
+        start_offset=0,
+        end_offset=0,
+        status=RoundStatus(message.status),
+        trigger_seqs=tuple(message.trigger_seqs),
+        question=message.question,
+        started_at=message.started_at,
+        ended_at=message.ended_at,
+        duration_s=message.duration_s,
+        tool_calls=message.tool_calls,
+        tool_failures=message.tool_failures,
+        input_tokens=message.input_tokens,
+        output_tokens=message.output_tokens,
+        tokens_estimated=message.tokens_estimated,
+        model=message.model,
+        effort=message.effort,
+        inputs=tuple(InteractiveInput(i.seq, i.kind, i.question, tuple(i.options)) for i in message.inputs),
+        segments=tuple(Segment(s.first_seq, s.last_seq, s.answer_seq) for s in message.segments),
+        answer_seq=message.answer_seq,
+        message_count=message.message_count,
+        turn_id=message.turn_id,
+        status_reason=message.status_reason,
+    )

@@ -141,6 +141,7 @@ def imported(tmp_path_factory) -> Iterator[tuple[reader_pb2_grpc.RolloutReaderSt
             for report in map(json.loads, result.stdout.splitlines()):
                 assert report["status"] == "imported", report
                 sessions[Path(report["file"]).name] = report["sessions"]
+        sessions["addresses"] = [{"writer": writer.address, "reader": reader.address}]
         with grpc.insecure_channel(reader.address) as channel:
             yield reader_pb2_grpc.RolloutReaderStub(channel), sessions
     finally:
@@ -291,3 +292,25 @@ def test_unknown_rounds_and_bad_requests_have_precise_statuses(imported) -> None
     with pytest.raises(grpc.RpcError) as unknown:
         stub.ListRounds(reader_pb2.ListRoundsRequest(session_id="01900000-0000-7000-8000-00000000dead"))
     assert unknown.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_the_sdk_and_the_cli_show_the_same_rounds(imported) -> None:
+    """session.rounds() gives ListRounds' rounds; `rollout rounds ID` prints one row per round."""
+    from rollout_client import RolloutClient
+    from shared.wire import round_from_proto
+
+    stub, sessions = imported
+    (addresses,) = sessions["addresses"]
+    (session,) = sessions["synthetic-2026-modern-demo.jsonl"]
+    listed = [round_from_proto(r) for r in list_rounds(stub, session["session_id"])]
+    with RolloutClient(addresses["writer"], addresses["reader"]) as client:
+        assert client.session(session["session_id"]).rounds() == listed
+    result = run_rollout("rounds", session["session_id"], "--reader", addresses["reader"])
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].split()[:4] == ["#", "STATUS", "STARTED", "DURATION"]
+    rows = [line.split() for line in lines[1:]]
+    assert [(row[0], row[1]) for row in rows] == [(str(r.number), r.status.value) for r in listed]
+    for row, found in zip(lines[1:], listed, strict=True):
+        assert f"{found.tool_calls}/{found.tool_failures}" in row
+        assert found.question.splitlines()[0][:8] in row  # cut to the width left
