@@ -65,6 +65,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # tests/processes.py, the harness that starts services as processes
 
 from rollout.v1 import reader_pb2, records_pb2, writer_pb2  # noqa: E402
+from shared.rounds import round_id  # noqa: E402
 from tests.processes import ServiceProcess, start_service  # noqa: E402
 
 PROTOS = REPO / "protos" / "rollout" / "v1"
@@ -356,6 +357,10 @@ def valid_request(method: MethodDescriptor, pool: Pool) -> Message:
         )
     if name == "ResolveSession":
         return reader_pb2.ResolveSessionRequest(session_key=rng.choice([sid, "chat-1", "é" * 20]))
+    if name == "ListRounds":
+        return reader_pb2.ListRoundsRequest(session_id=sid, page_size=rng.choice([0, 1, 5]))
+    if name == "GetRound":
+        return reader_pb2.GetRoundRequest(session_id=sid, round_id=round_id(sid, rng.randint(0, 4)))
     raise ValueError(f"no valid request for {name}")
 
 

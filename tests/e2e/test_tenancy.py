@@ -18,6 +18,7 @@ from grpc_reflection.v1alpha import reflection_pb2
 
 from rollout.v1 import reader_pb2, records_pb2, writer_pb2
 from rollout_client import PermissionDeniedError, RolloutClient
+from shared.rounds import round_id
 from tests.e2e.secured import (
     A_IMPORT,
     B_IMPORT,
@@ -74,6 +75,9 @@ SESSION_REQUESTS: dict[str, Callable[[str], tuple[Any, str]]] = {
     "FindDelegations": lambda sid: (reader_pb2.FindDelegationsRequest(parent_session_id=sid), B),
     "WatchSession": lambda sid: (reader_pb2.WatchSessionRequest(session_id=sid), B),
     "GetRecentMessages": lambda sid: (reader_pb2.RecentMessagesRequest(session_id=sid), B),
+    "ListRounds": lambda sid: (reader_pb2.ListRoundsRequest(session_id=sid), B),
+    # The round of the user message at seq 1 (the session's first round).
+    "GetRound": lambda sid: (reader_pb2.GetRoundRequest(session_id=sid, round_id=round_id(sid, 1)), B),
 }
 #: RPCs on no session: checked by their own tests below.
 NOT_ON_A_SESSION = {"ListSessions", "ResolveSession"}
