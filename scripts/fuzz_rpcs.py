@@ -359,8 +359,11 @@ def valid_request(method: MethodDescriptor, pool: Pool) -> Message:
         return reader_pb2.ResolveSessionRequest(session_key=rng.choice([sid, "chat-1", "é" * 20]))
     if name == "ListRounds":
         return reader_pb2.ListRoundsRequest(session_id=sid, page_size=rng.choice([0, 1, 5]))
-    if name == "GetRound":
-        return reader_pb2.GetRoundRequest(session_id=sid, round_id=round_id(sid, rng.randint(0, 4)))
+    if name == "GetRound":  # the first round of a seeded session, or a round that may not exist
+        seeded = rng.choice(pool.sessions[:8]) if pool.sessions else sid
+        return reader_pb2.GetRoundRequest(
+            session_id=seeded, round_id=round_id(seeded, rng.choice([1, 1, 1, 3]))
+        )
     raise ValueError(f"no valid request for {name}")
 
 
@@ -438,6 +441,12 @@ class Fuzzer:
             request = writer_pb2.CreateSessionRequest(role=writer_pb2.SESSION_ROLE_ROOT, tenant="fuzz")
             sid = writer_pb2.CreateSessionResponse.FromString(stub(request.SerializeToString())).session_id
             self.pool.sessions.append(sid)
+            # A prompt at seq 1: the session's first round (GetRound aims at it).
+            prompt = records_pb2.ChatMessage(role="user", text="fuzz", input_kind="trigger")
+            first = writer_pb2.AppendRequest(
+                session_id=sid, records=[writer_pb2.AppendRecord(message=prompt)]
+            )
+            self._stub("writer", "Append")(first.SerializeToString())
             records = [_record(self.pool) for _ in range(4)]
             append = writer_pb2.AppendRequest(
                 session_id=sid, records=[r for r in records if r.WhichOneof("record") != "event"]
