@@ -24,7 +24,7 @@ coroutines. SPEC §6 (Interfaces) names this package; the README has a walkthrou
 from rollout_client._aio import AsyncRolloutClient
 from rollout_client._appends import RetryPolicy
 from rollout_client._carried import carried_agents_item
-from rollout_client._channels import blocking_channel
+from rollout_client._channels import CHANNEL_OPTIONS, blocking_channel
 from rollout_client._delegation import DelegationScope, current_delegation, delegation
 from rollout_client._errors import (
     AbortedError,
@@ -86,6 +86,7 @@ from rollout_client._settings import DEFAULT_READER, DEFAULT_WRITER, ClientSetti
 from rollout_client._sync import ReplayStream, RolloutClient, Session
 
 __all__ = [
+    "CHANNEL_OPTIONS",
     "DEFAULT_READER",
     "DEFAULT_WRITER",
     "AbortedError",

@@ -1,8 +1,9 @@
 """The asyncio client: :class:`AsyncRolloutClient` (its sessions are in :mod:`rollout_client._session`).
 
 This is the one implementation of every call; the blocking :class:`rollout_client.RolloutClient`
-runs it on an event loop of its own. An ``AsyncRolloutClient`` opens its channels on
-its first call and belongs to that call's event loop.
+runs it on an event loop of its own. An ``AsyncRolloutClient`` may be used from several event
+loops (``asyncio.run`` per call, ``Runner.run_sync``, threads each with a loop): it opens a
+channel per service on each loop's first call there (:mod:`rollout_client._connections`).
 """
 
 from __future__ import annotations
@@ -24,12 +25,15 @@ from rollout_client._appends import (
     is_retryable,
 )
 from rollout_client._channels import channel_credentials, open_channel
+from rollout_client._connections import ChannelOpener, ServiceConnection, UnreachedError
 from rollout_client._delegation import current_delegation
 from rollout_client._errors import (
     AlreadyExistsError,
     FailedPreconditionError,
     InternalError,
+    RolloutError,
     RootNotDeclaredError,
+    UnavailableError,
     error_from_rpc,
 )
 from rollout_client._records import Event, append_record
@@ -41,6 +45,25 @@ from shared.naming import new_session_id
 #: Reads: idempotent, retried on every retryable status.
 _READ_RETRY = RETRYABLE
 _PROBE = append_record(Event("rollout_client.next_seq_probe"), 0)
+
+
+def _opener(credentials: dict[str, grpc.ChannelCredentials | None]) -> ChannelOpener:
+    """The client's own channel opener: :func:`open_channel` with each address's credentials."""
+
+    def opener(_service: str, address: str) -> grpc.aio.Channel:
+        return open_channel(address, credentials[address])
+
+    return opener
+
+
+def _unsent_append(pending: PendingAppend, error: RolloutError) -> RolloutError:
+    """The error of an append whose last attempt could not be sent (``error``): its outcome is
+    unknown if an earlier attempt may have landed, else it was not written."""
+    if pending.maybe_landed:
+        return pending.outcome_unknown(error)
+    if isinstance(error, UnavailableError):
+        return pending.not_written(error)
+    return error
 
 
 def _root_role(agent_name: str, root: bool | None) -> writer_pb2.SessionRole:
@@ -66,9 +89,19 @@ class AsyncRolloutClient:
     given comes from the environment as for the ``rollout`` command (``ROLLOUT_WRITER``,
     ``ROLLOUT_READER``, ``ROLLOUT_TOKEN``, ``ROLLOUT_TLS_CA``; :func:`rollout_client.client_settings`),
     else 127.0.0.1:50051, 127.0.0.1:50052, no token, plaintext. ``retry``: the backoff
-    and deadline of retried calls. Use as ``async with AsyncRolloutClient(...) as client:``
-    or call :meth:`close`. Raises ValueError for a token to a non-loopback address without
-    ``tls_ca``.
+    and deadline of retried calls. ``channels``: the transport seam, ``channels(service,
+    address)`` ("writer" / "reader") returning a grpc.aio channel the client uses instead of
+    opening its own (its credentials are the opener's: ValueError with ``token`` or ``tls_ca``;
+    give it :data:`rollout_client.CHANNEL_OPTIONS` for the client's limits and prompt
+    reconnects); called once per event loop, and the client closes what it returns.
+
+    A service that refuses connections and has not answered since the client was created
+    fails the call at once (UnavailableError, "is it running at …?"); one that answered before
+    and is restarting is waited for within the call's deadline, and an append none of whose
+    attempts could be sent raises UnavailableError saying it was not written
+    (:mod:`rollout_client._connections`). Use as ``async with AsyncRolloutClient(...) as
+    client:`` or call :meth:`close`. Raises ValueError for a token to a non-loopback address
+    without ``tls_ca``.
     """
 
     def __init__(
@@ -79,36 +112,46 @@ class AsyncRolloutClient:
         token: str | None = None,
         tls_ca: str | Path | None = None,
         retry: RetryPolicy | None = None,
+        channels: ChannelOpener | None = None,
     ) -> None:
         settings = client_settings(writer, reader, token=token, tls_ca=tls_ca)
         self.writer_address = settings.writer
         self.reader_address = settings.reader
         self.retry = retry or RetryPolicy()
-        self._credentials = (
-            channel_credentials(settings.writer, settings.token, settings.tls_ca),
-            channel_credentials(settings.reader, settings.token, settings.tls_ca),
+        if channels is not None and (token is not None or tls_ca is not None):
+            raise ValueError("give channels= the token and TLS roots of its channels, not token= / tls_ca=")
+        writer, reader = settings.writer, settings.reader
+        opener = channels or _opener(
+            {
+                address: channel_credentials(address, settings.token, settings.tls_ca)
+                for address in (writer, reader)
+            }
         )
-        self._channels: list[grpc.aio.Channel] = []
-        self._writer: writer_pb2_grpc.RolloutWriterStub | None = None
-        self._reader: reader_pb2_grpc.RolloutReaderStub | None = None
+        self.writer_connection: ServiceConnection[writer_pb2_grpc.RolloutWriterStub] = ServiceConnection(
+            "writer", writer, lambda: opener("writer", writer), writer_pb2_grpc.RolloutWriterStub
+        )
+        self.reader_connection: ServiceConnection[reader_pb2_grpc.RolloutReaderStub] = ServiceConnection(
+            "reader", reader, lambda: opener("reader", reader), reader_pb2_grpc.RolloutReaderStub
+        )
 
     # -- channels and calls ---------------------------------------------------------
 
     @property
     def writer_stub(self) -> writer_pb2_grpc.RolloutWriterStub:
-        if self._writer is None:
-            channel = open_channel(self.writer_address, self._credentials[0])
-            self._channels.append(channel)
-            self._writer = writer_pb2_grpc.RolloutWriterStub(channel)  # type: ignore[no-untyped-call]
-        return self._writer
+        """The writer's stub on the running event loop's channel (opened on first use there)."""
+        return self.writer_connection.stub
 
     @property
     def reader_stub(self) -> reader_pb2_grpc.RolloutReaderStub:
-        if self._reader is None:
-            channel = open_channel(self.reader_address, self._credentials[1])
-            self._channels.append(channel)
-            self._reader = reader_pb2_grpc.RolloutReaderStub(channel)  # type: ignore[no-untyped-call]
-        return self._reader
+        """The reader's stub on the running event loop's channel (opened on first use there)."""
+        return self.reader_connection.stub
+
+    def _connection_of(self, method: object) -> ServiceConnection[Any] | None:
+        """The service whose stub ``method`` belongs to (None for a method not of a stub of ours)."""
+        for connection in (self.writer_connection, self.reader_connection):
+            if connection.serves(method):
+                return connection
+        return None
 
     async def call(
         self,
@@ -117,11 +160,15 @@ class AsyncRolloutClient:
         retry_on: frozenset[grpc.StatusCode] = _READ_RETRY,
     ) -> Any:
         """One unary call, retried with backoff on ``retry_on`` statuses within the policy's
-        deadline; a failure raises its typed :class:`RolloutError`."""
+        deadline (and, whatever ``retry_on``, once connected again after an attempt refused at
+        connect: nothing was sent); a failure raises its typed :class:`RolloutError`."""
         attempts = Attempts(self.retry)
+        connection = self._connection_of(method)
         while True:
             try:
-                return await attempts.send(method(request))
+                return await attempts.send(lambda: method(request), connection)
+            except UnreachedError as unreached:
+                raise unreached.error from None
             except grpc.aio.AioRpcError as exc:
                 error = error_from_rpc(exc)
                 if not is_retryable(error, retry_on) or not await attempts.wait():
@@ -130,14 +177,17 @@ class AsyncRolloutClient:
     async def append(self, pending: PendingAppend) -> writer_pb2.AppendResponse:
         """Send one Append until it is settled exactly once (rules in :mod:`rollout_client._appends`):
         the writer alone answers for the request id. Raises AppendOutcomeUnknownError when the
-        outcome cannot be known, else the typed error of the last answer."""
+        outcome cannot be known, UnavailableError ("was not written") when no attempt could be
+        sent, else the typed error of the last answer."""
         attempts = Attempts(self.retry)
         while True:
             try:
                 response: writer_pb2.AppendResponse = await attempts.send(
-                    self.writer_stub.Append(pending.request())
+                    lambda: self.writer_stub.Append(pending.request()), self.writer_connection
                 )
                 return response
+            except UnreachedError as unreached:
+                raise _unsent_append(pending, unreached.error) from None
             except grpc.aio.AioRpcError as exc:
                 error = error_from_rpc(exc)
             if is_retryable(error) and error.code is not None:
@@ -163,11 +213,10 @@ class AsyncRolloutClient:
         raise InternalError(f"the writer accepted a probe for session {session_id} at seq 0")
 
     async def close(self) -> None:
-        """Close both channels (calls in flight are cancelled)."""
-        channels, self._channels = self._channels, []
-        self._writer = self._reader = None
-        for channel in channels:
-            await channel.close()
+        """Close the channels of every event loop (calls in flight on this loop are cancelled; a
+        loop running in another thread closes its own soon)."""
+        await self.writer_connection.close()
+        await self.reader_connection.close()
 
     async def __aenter__(self) -> Self:
         return self
@@ -225,8 +274,12 @@ class AsyncRolloutClient:
         maybe_created = False
         while True:
             try:
-                response = await attempts.send(self.writer_stub.CreateSession(request))
+                response = await attempts.send(
+                    lambda: self.writer_stub.CreateSession(request), self.writer_connection
+                )
                 return AsyncSession(self, response.session_id, next_seq=response.next_seq)
+            except UnreachedError as unreached:
+                raise unreached.error from None
             except grpc.aio.AioRpcError as exc:
                 error = error_from_rpc(exc)
             if isinstance(error, AlreadyExistsError) and maybe_created:

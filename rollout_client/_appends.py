@@ -23,9 +23,15 @@ The answers, and what the client does:
    ``request/<id>``: S lies too far back), which after an attempt that may have
    landed is :class:`AppendOutcomeUnknownError`.
 
-A deadline that runs out after an attempt that may have landed raises
-:class:`AppendOutcomeUnknownError` too: never a second copy, never a silent loss, and
-never a success inferred from counts. A Session whose next seq is unknown (attached
+An attempt refused at connect (no connection to the writer: gRPC never sent it, see
+:mod:`rollout_client._connections`) cannot have landed and is not counted as one that
+may have: while the writer is away (it answered before), the request waits for it to
+accept connections again and is sent then. A deadline that runs out after an attempt
+that may have landed raises :class:`AppendOutcomeUnknownError`; one that runs out with
+every attempt unsent raises UnavailableError saying the request was not written. Never
+a second copy, never a silent loss, and never a success inferred from counts.
+
+A Session whose next seq is unknown (attached
 with ``client.session(id)``) learns it first from the writer: an Append with
 ``expected_next_seq=0`` (never a valid next seq: seq 0 is the session_meta) is
 refused without writing and names the actual next seq.
@@ -37,14 +43,20 @@ import asyncio
 import random
 import time
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import grpc
 
 from rollout.v1 import writer_pb2
-from rollout_client._errors import AppendOutcomeUnknownError, FailedPreconditionError, RolloutError
+from rollout_client._connections import ServiceConnection, UnreachedError, refused_at_connect
+from rollout_client._errors import (
+    AppendOutcomeUnknownError,
+    FailedPreconditionError,
+    RolloutError,
+    UnavailableError,
+)
 from shared.reasons import GRPC_MESSAGE_TOO_LARGE, REPLY_TOO_LARGE, request_subject
 
 T = TypeVar("T")
@@ -111,31 +123,63 @@ class Attempts:
         self.started = time.monotonic()
         self.count = 0
 
+    def remaining(self) -> float:
+        """Seconds left before the policy's deadline (negative once it has passed)."""
+        return self.policy.deadline - (time.monotonic() - self.started)
+
     def timeout(self) -> float:
         """Seconds the next attempt may take (at least 10 ms)."""
         self.count += 1
-        remaining = self.policy.deadline - (time.monotonic() - self.started)
-        return max(0.01, min(self.policy.attempt_timeout, remaining))
+        return max(0.01, min(self.policy.attempt_timeout, self.remaining()))
 
-    async def send(self, attempt: Awaitable[T]) -> T:
-        """Await one attempt (a gRPC call made without ``timeout=``) for at most :meth:`timeout`
-        seconds of the event loop's clock; then it is cancelled and raises
-        ``grpc.aio.AioRpcError`` DEADLINE_EXCEEDED, as a gRPC deadline would have."""
-        timeout = self.timeout()
-        try:
-            return await asyncio.wait_for(attempt, timeout)
-        except TimeoutError:
-            raise grpc.aio.AioRpcError(
-                grpc.StatusCode.DEADLINE_EXCEEDED,
-                grpc.aio.Metadata(),
-                grpc.aio.Metadata(),
-                details=f"no answer within the attempt's {timeout:.3g} s",
-            ) from None
+    def spent(self) -> bool:
+        """Whether the policy's ``max_attempts`` have been made."""
+        return bool(self.policy.max_attempts) and self.count >= self.policy.max_attempts
+
+    async def send(
+        self, start: Callable[[], Awaitable[T]], connection: ServiceConnection[Any] | None = None
+    ) -> T:
+        """Make one attempt: ``start()`` (a gRPC call made without ``timeout=``) awaited for at most
+        :meth:`timeout` seconds of the event loop's clock; then it is cancelled and raises
+        ``grpc.aio.AioRpcError`` DEADLINE_EXCEEDED, as a gRPC deadline would have.
+
+        With the ``connection`` the call goes through: a service that answered before and is away
+        now is waited for first (nothing sent meanwhile), and an attempt refused at connect
+        (nothing sent) is made again once it is back, within the deadline. Raises
+        :class:`UnreachedError` when the call cannot be sent: a service that never answered refused
+        it, or the deadline passed (or the attempts were spent) without a connection."""
+        while True:
+            if connection is not None:
+                await connection.reached(self.remaining())
+            timeout = self.timeout()
+            try:
+                result = await asyncio.wait_for(start(), timeout)
+            except TimeoutError:
+                raise grpc.aio.AioRpcError(
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                    grpc.aio.Metadata(),
+                    grpc.aio.Metadata(),
+                    details=f"no answer within the attempt's {timeout:.3g} s",
+                ) from None
+            except grpc.aio.AioRpcError as error:
+                if connection is None:
+                    raise
+                connection.failed(error)
+                if not refused_at_connect(error):
+                    raise
+                if self.remaining() <= 0 or self.spent():
+                    raise UnreachedError(connection.gone()) from error
+                # the connection broke as the attempt started: wait for it again
+                await asyncio.sleep(min(self.policy.initial_backoff, self.remaining()))
+                continue
+            if connection is not None:
+                connection.answered = True
+            return result
 
     async def wait(self) -> bool:
         """Sleep the backoff; False (without sleeping) when the deadline would pass or the
         attempts are spent."""
-        if self.policy.max_attempts and self.count >= self.policy.max_attempts:
+        if self.spent():
             return False
         delay = self.policy.backoff(self.count)
         if time.monotonic() - self.started + delay >= self.policy.deadline:
@@ -192,6 +236,14 @@ class PendingAppend:
         return isinstance(error, FailedPreconditionError) and any(
             violation.subject == request_subject(self.request_id)
             for violation in error.precondition_violations
+        )
+
+    def not_written(self, unreached: UnavailableError) -> UnavailableError:
+        """The error raised when no attempt of the request was sent (each found no connection):
+        it did not land."""
+        return UnavailableError(
+            f"append {self.request_id} to session {self.session_id} was not written: {unreached.message}",
+            code=unreached.code,
         )
 
     def outcome_unknown(self, last: RolloutError) -> AppendOutcomeUnknownError:

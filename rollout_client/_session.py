@@ -21,6 +21,7 @@ from rollout_client._appends import (
     is_reply_too_large,
     is_retryable,
 )
+from rollout_client._connections import ServiceConnection, UnreachedError, refused_at_connect
 from rollout_client._errors import (
     AppendOutcomeUnknownError,
     FailedPreconditionError,
@@ -30,6 +31,7 @@ from rollout_client._errors import (
     SessionStoppedError,
     error_from_rpc,
 )
+from rollout_client._loops import PerLoop
 from rollout_client._records import Record, append_record, message_to_dict, record_lines
 from rollout_client._results import (
     AppendResult,
@@ -53,6 +55,8 @@ class SessionClient(Protocol):
     implementation), so this module does not import it."""
 
     retry: RetryPolicy
+    writer_connection: ServiceConnection[writer_pb2_grpc.RolloutWriterStub]
+    reader_connection: ServiceConnection[reader_pb2_grpc.RolloutReaderStub]
 
     @property
     def writer_stub(self) -> writer_pb2_grpc.RolloutWriterStub: ...
@@ -83,12 +87,20 @@ class AsyncReplayStream:
 
     async def chunks(self) -> AsyncGenerator[list[dict[str, Any]], None]:
         """The messages chunk by chunk, as the reader sends them."""
+        connection = self._client.reader_connection
         try:
+            await connection.reached(self._client.retry.deadline)
             async for chunk in self._client.reader_stub.StreamReplay(self._request):
                 if chunk.HasField("summary"):
                     self.summary = ReplaySummary.from_proto(chunk.summary, chunk.summary.message_count)
                 yield [message_to_dict(message) for message in chunk.messages]
+        except UnreachedError as unreached:
+            raise unreached.error from None
         except grpc.aio.AioRpcError as exc:
+            try:
+                connection.failed(exc)
+            except UnreachedError as unreached:
+                raise unreached.error from exc
             raise error_from_rpc(exc) from exc
 
     async def __aiter__(self) -> AsyncIterator[dict[str, Any]]:
@@ -100,8 +112,10 @@ class AsyncReplayStream:
 class AsyncSession:
     """One session of the ledger: append, replay, stop, resume, fork, stop facts, verify.
 
-    Appends of one Session object run one at a time, in call order (an agent's turns);
-    use several sessions, not several tasks on one, for parallel writers.
+    Appends of one Session object from one event loop run one at a time, in call order (an
+    agent's turns); use several sessions, not several tasks on one, for parallel writers. From
+    several event loops (threads with loops of their own) each loop's appends keep their order
+    and run beside the other loops' (each still exactly once).
     """
 
     def __init__(
@@ -117,7 +131,7 @@ class AsyncSession:
         self._next_seq = next_seq
         #: Set on the session :meth:`fork` returns: its source, fork seq and digest.
         self.forked_from = forked_from
-        self._append_lock = asyncio.Lock()
+        self._append_locks: PerLoop[asyncio.Lock] = PerLoop(asyncio.Lock)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.id}>"
@@ -130,7 +144,7 @@ class AsyncSession:
     def learn_next_seq(self, next_seq: int) -> None:
         """Take ``next_seq`` (read from the session, e.g. a GetRecentMessages reply) as the lower
         bound of the next append's seq, unless one is known or an append is under way."""
-        if self._next_seq is None and not self._append_lock.locked():
+        if self._next_seq is None and not any(lock.locked() for lock in self._append_locks.values()):
             self._next_seq = next_seq
 
     async def append(self, *records: Record, expected_next_seq: int | None = None) -> AppendResult:
@@ -157,7 +171,7 @@ class AsyncSession:
             violation = FieldViolation(f"records[{exc.index}].{exc.field}", exc.description)
             raise InvalidArgumentError(str(exc), field_violations=(violation,)) from exc
         lines = [record_lines(record) for record in records]
-        async with self._append_lock:
+        async with self._append_locks.get():
             if expected_next_seq is not None:
                 since = expected_next_seq  # landed, it sits exactly there
             else:
@@ -243,8 +257,12 @@ class AsyncSession:
         maybe_stopped = False
         while True:
             try:
-                response = await attempts.send(self.client.writer_stub.Stop(request))
+                response = await attempts.send(
+                    lambda: self.client.writer_stub.Stop(request), self.client.writer_connection
+                )
                 return StopResult.from_proto(response)
+            except UnreachedError as unreached:
+                raise unreached.error from None
             except grpc.aio.AioRpcError as exc:
                 failure = error_from_rpc(exc)
             if isinstance(failure, SessionStoppedError) and maybe_stopped:
@@ -268,7 +286,7 @@ class AsyncSession:
         response = await self.client.call(
             self.client.writer_stub.Resume, writer_pb2.ResumeRequest(session_id=self.id, force=force)
         )
-        async with self._append_lock:
+        async with self._append_locks.get():
             self._next_seq = response.next_seq
         return ResumeResult.from_proto(response)
 
@@ -339,7 +357,12 @@ class AsyncSession:
     async def watch_batches(self, from_seq: int = 0) -> AsyncGenerator[list[WatchedRecord], None]:
         """The records of :meth:`watch` as the reader sends them: lists of one or more."""
         attempts = Attempts(self.client.retry)
+        connection = self.client.reader_connection
         while True:
+            try:
+                await connection.reached(attempts.remaining())
+            except UnreachedError as unreached:
+                raise unreached.error from None
             call = self.client.reader_stub.WatchSession(
                 reader_pb2.WatchSessionRequest(session_id=self.id, from_seq=from_seq)
             )
@@ -354,6 +377,15 @@ class AsyncSession:
                 return
             except grpc.aio.AioRpcError as exc:
                 failure = error_from_rpc(exc)
+                try:
+                    connection.failed(exc)
+                except UnreachedError as unreached:
+                    raise unreached.error from exc
+                if refused_at_connect(exc):  # nothing was opened: open it once connected again
+                    if attempts.remaining() <= 0:
+                        raise connection.gone() from exc
+                    await asyncio.sleep(min(self.client.retry.initial_backoff, attempts.remaining()))
+                    continue
                 if failure.code is not grpc.StatusCode.UNAVAILABLE or not await attempts.wait():
                     raise failure from exc
             finally:

@@ -19,6 +19,7 @@ from typing import Any, Self, TypeVar
 
 from rollout_client._aio import AsyncRolloutClient
 from rollout_client._appends import RetryPolicy
+from rollout_client._connections import ChannelOpener
 from rollout_client._errors import ClientClosedError
 from rollout_client._records import Record
 from rollout_client._results import (
@@ -109,8 +110,8 @@ class _EventLoopThread:
 
 class RolloutClient:
     """A blocking client of one writer and one reader; see :class:`AsyncRolloutClient` for the
-    arguments, the errors and the meaning of each call. Use as a context manager or call
-    :meth:`close`."""
+    arguments, the errors and the meaning of each call (``channels`` is called on the client's
+    own event loop). Use as a context manager or call :meth:`close`."""
 
     def __init__(
         self,
@@ -120,8 +121,11 @@ class RolloutClient:
         token: str | None = None,
         tls_ca: str | Path | None = None,
         retry: RetryPolicy | None = None,
+        channels: ChannelOpener | None = None,
     ) -> None:
-        self.core = AsyncRolloutClient(writer, reader, token=token, tls_ca=tls_ca, retry=retry)
+        self.core = AsyncRolloutClient(
+            writer, reader, token=token, tls_ca=tls_ca, retry=retry, channels=channels
+        )
         self._loop = _EventLoopThread()
         self._close_lock = threading.Lock()
 

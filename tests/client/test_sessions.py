@@ -123,7 +123,12 @@ def test_a_retried_stop_whose_answer_was_lost_takes_the_stop_as_its_own(client) 
     session = client.create_session()
     session.append(user("x"))
     first = session.stop("completed", "all done")
-    real_stop = session.core.client.writer_stub.Stop
+
+    async def writer_stub():
+        return session.core.client.writer_stub  # the stub of the client's own loop
+
+    stub = client.run(writer_stub())
+    real_stop = stub.Stop
     calls = []
 
     async def lost_then_real(request, **options):
@@ -134,7 +139,7 @@ def test_a_retried_stop_whose_answer_was_lost_takes_the_stop_as_its_own(client) 
             raise unavailable()
         return await real_stop(request, **options)
 
-    session.core.client._writer.Stop = lost_then_real
+    stub.Stop = lost_then_real
     assert session.stop("completed", "all done") == first
     with pytest.raises(SessionStoppedError):
         session.stop("completed", "another reason")

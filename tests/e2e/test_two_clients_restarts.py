@@ -27,31 +27,45 @@ def _restart(kind: str, data_dir: Path, address: str) -> ServiceProcess:
     return start_at(kind, data_dir, log, address=address)
 
 
-class _FirstFailure:
-    """Wraps a client's Append stub: records each attempt's status and signals the first failure."""
+class _UnderWay:
+    """Watches a client's appends: records each attempt's status and signals once an append has
+    started after the writer answered (the test starts one while the writer is down: its attempt
+    fails, or it waits for the writer to accept connections again, nothing sent)."""
 
     def __init__(self, client: RolloutClient) -> None:
-        self.failed = threading.Event()
+        self.under_way = threading.Event()
         self.codes: list[grpc.StatusCode] = []
         core = client.core
-        real = core.writer_stub.Append
+
+        async def writer_stub() -> Any:
+            return core.writer_stub  # the stub of the client's own loop
+
+        stub = client.run(writer_stub())
+        real_append = stub.Append
+        real_reached = core.writer_connection.reached
 
         async def append(request: Any, **kwargs: Any) -> Any:
             try:
-                answer = await real(request, **kwargs)
+                answer = await real_append(request, **kwargs)
             except grpc.aio.AioRpcError as error:
                 self.codes.append(error.code())
-                self.failed.set()
+                self.under_way.set()
                 raise
             self.codes.append(grpc.StatusCode.OK)
             return answer
 
-        core.writer_stub.Append = append
+        async def reached(seconds: float) -> None:
+            if core.writer_connection.answered:
+                self.under_way.set()
+            await real_reached(seconds)
+
+        stub.Append = append
+        core.writer_connection.reached = reached  # type: ignore[method-assign]
 
 
 def test_an_append_retried_across_restarts_is_acknowledged_only_for_its_own_record(data_dir) -> None:
-    """20 rounds: writer and reader killed; client 2's append fails, the writer returns, client 1's
-    record lands, client 2's retry lands too: each acknowledged record is in the file once, at the
+    """20 rounds: writer and reader killed; client 2's append is under way (an attempt failed, or
+    it waits for the writer), the writer returns, client 1's record lands, client 2's lands too: each acknowledged record is in the file once, at the
     seq its acknowledgement named, and nothing else was written."""
     writer = start_service("writer", data_dir)
     reader = start_service("reader", data_dir)
@@ -64,11 +78,11 @@ def test_an_append_retried_across_restarts_is_acknowledged_only_for_its_own_reco
             one = first.create_session()
             two = second.session(one.id)
             acknowledged["start"] = two.append(user("start")).seqs
-            watch = _FirstFailure(second)
+            watch = _UnderWay(second)
             for round_no in range(ROUNDS):
                 writer.stop(signal.SIGKILL)
                 reader.stop(signal.SIGKILL)
-                watch.failed.clear()
+                watch.under_way.clear()
                 outcome: dict[str, Any] = {}
 
                 def second_appends(text: str, outcome: dict[str, Any]) -> None:
@@ -79,7 +93,7 @@ def test_an_append_retried_across_restarts_is_acknowledged_only_for_its_own_reco
 
                 worker = threading.Thread(target=second_appends, args=(f"second {round_no}", outcome))
                 worker.start()
-                assert watch.failed.wait(120), "the second client's first attempt never failed"
+                assert watch.under_way.wait(120), "the second client's append never started"
                 writer = _restart("writer", data_dir, writer.address)
                 acknowledged[f"first {round_no}"] = one.append(user(f"first {round_no}")).seqs
                 worker.join(240)
