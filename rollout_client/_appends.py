@@ -11,7 +11,9 @@ a retry needs no one but the writer, across lost answers and writer restarts ali
 The answers, and what the client does:
 
 1. **OK**: done; the Session's next seq becomes the answer's ``next_seq``.
-2. **UNAVAILABLE, RESOURCE_EXHAUSTED, ABORTED, DEADLINE_EXCEEDED**: the request may
+2. **UNAVAILABLE, RESOURCE_EXHAUSTED, ABORTED, DEADLINE_EXCEEDED**, and CANCELLED from
+   the service (a writer shutting down cancels the calls it has not finished; one the
+   client cancels itself raises CancelledError instead): the request may
    or may not have landed (except gRPC's own "larger than max" refusal of a request
    over the writer's size limit: never retried, see :func:`is_retryable`). The *same*
    request (same id, same S) is sent again after a backoff, until the policy's
@@ -68,6 +70,7 @@ RETRYABLE = frozenset(
         grpc.StatusCode.RESOURCE_EXHAUSTED,
         grpc.StatusCode.ABORTED,
         grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.CANCELLED,  # by the service as it stops (ours raise CancelledError)
     }
 )
 #: Statuses that prove a request was refused before anything was written.

@@ -52,7 +52,8 @@ class WriterProxy:
     """A gRPC proxy in front of a writer process. ``plans`` says what happens to the next Appends:
     ``forward`` (default), ``land_then_restart`` (forward, SIGKILL + restart the writer, lose the
     answer), ``restart_before`` (restart, never forward), ``lose_answer`` (forward, lose the
-    answer, writer kept), ``unavailable`` (never forward, writer kept). ``between`` runs after a
+    answer, writer kept), ``unavailable`` (never forward, writer kept), ``land_then_cancel``
+    (forward, then answer CANCELLED as a writer that stops answers the calls it did not finish). ``between`` runs after a
     restart, before the client is told UNAVAILABLE."""
 
     def __init__(self, data_dir: Path) -> None:
@@ -99,10 +100,12 @@ class WriterProxy:
             self.appends_seen += 1
         if plan == "forward":
             return self.forward(method, request, context)
-        if plan in ("land_then_restart", "lose_answer"):
+        if plan in ("land_then_restart", "lose_answer", "land_then_cancel"):
             self.forward(method, request, context)
         if plan in ("land_then_restart", "restart_before"):
             self.restart_writer()
+        if plan == "land_then_cancel":
+            context.abort(grpc.StatusCode.CANCELLED, "proxy: cancelled on purpose")
         context.abort(grpc.StatusCode.UNAVAILABLE, f"proxy: answer lost on purpose ({plan})")
         raise AssertionError("unreachable")
 
@@ -174,6 +177,18 @@ def test_a_lost_answer_is_settled_by_the_writers_request_id_memory(proxy, proxie
     proxy.plans = ["lose_answer", "lose_answer"]
     assert session.append(user("retried twice"), _turn("turn")).seqs == (1, 4)
     assert_each_once(file_records(data_dir, session.id), ["retried twice", "turn"])
+
+
+def test_a_call_the_writer_cancelled_is_retried_and_answered_for_its_request_id(
+    proxy, proxied, data_dir
+) -> None:
+    """An Append answered CANCELLED (a stopping writer cancels the calls it has not finished) may
+    have landed: it is sent again and answered for its request id, written once."""
+    session = proxied.create_session()
+    proxy.plans = ["land_then_cancel"]
+    assert session.append(user("cancelled once")).seqs == (1,)
+    assert proxy.appends_seen == 2
+    assert_each_once(file_records(data_dir, session.id), ["cancelled once"])
 
 
 def _other_client(session_id: str, text: str) -> Callable[[grpc.Channel], None]:
