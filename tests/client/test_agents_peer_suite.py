@@ -145,41 +145,6 @@ DESELECTED = {
     "tests/test_run_impl_resume_paths.py::test_handoff_resume_after_cancelled_compaction_commits": INSERT,
 }
 
-#: With an AsyncRolloutClient, cases that use one session object from more than one event loop
-#: (Runner.run_sync's loop per call, threads with loops of their own, an async fixture on the
-#: session-wide loop of their pytest settings): a LedgerSession over an AsyncRolloutClient is
-#: tied to the loop of the client's first call (its gRPC channels) until the client opens
-#: channels per event loop. They are expected to fail, and the run fails as soon as one passes.
-LOOP_TIED = frozenset(
-    {
-        *(
-            f"tests/memory/test_session.py::{case}[run_sync]"
-            for case in (
-                "test_session_memory_basic_functionality_parametrized",
-                "test_session_memory_with_explicit_instance_parametrized",
-                "test_session_memory_different_sessions_parametrized",
-                "test_session_memory_appends_list_input_by_default",
-                "test_session_callback_prepared_input",
-                "test_session_callback_repeating_history_does_not_grow_session",
-            )
-        ),
-        "tests/memory/test_session.py::test_sqlite_session_concurrent_access",
-        *(
-            f"tests/memory/test_session_limit.py::{case}[run_sync]"
-            for case in (
-                "test_session_limit_parameter",
-                "test_session_limit_zero",
-                "test_session_limit_none_gets_all_history",
-                "test_session_limit_larger_than_history",
-                "test_session_limit_drops_unmatched_history_function_call_output",
-            )
-        ),
-    }
-)
-#: Every case of test_compaction_suffix.py reads its store in an async fixture first (their
-#: pytest settings run async fixtures on one loop for the whole run, and each test on its own).
-LOOP_TIED_FILES = (_SUFFIX,)
-
 
 @pytest.fixture(scope="module")
 def sdk_tests(tmp_path_factory) -> Path:
@@ -255,26 +220,14 @@ def test_the_sdk_session_tests_pass_against_ledger_session(
     report = _run_suite(sdk_tests, client_kind, writer_process.address, reader_process.address, tmp_path)
     cases = report["cases"]
     outcomes = Counter(case["outcome"] for case in cases.values())
-    expected_failures = set()
-    if client_kind == "async":
-        expected_failures = {
-            nodeid for nodeid in cases if nodeid in LOOP_TIED or nodeid.startswith(LOOP_TIED_FILES)
-        }
-    failed = {nodeid: case for nodeid, case in cases.items() if case["outcome"] == "failed"}
-    unexpected = {
-        nodeid: case["failure"] for nodeid, case in failed.items() if nodeid not in expected_failures
-    }
-    now_passing = sorted(expected_failures - set(failed))
+    failed = {nodeid: case["failure"] for nodeid, case in cases.items() if case["outcome"] == "failed"}
     by_reason = Counter(report["deselected"].values())
     summary = (
         f"{client_kind} client: {dict(outcomes)}; deselected {sum(by_reason.values())} by reason:"
         f" {json.dumps(by_reason, indent=1)}"
     )
     print(summary)
-    assert not unexpected, f"{summary}\nfailed:\n" + "\n".join(
-        f"{k}: {v}" for k, v in sorted(unexpected.items())
-    )
-    assert not now_passing, f"these now pass: take them out of LOOP_TIED: {now_passing}"
+    assert not failed, f"{summary}\nfailed:\n" + "\n".join(f"{k}: {v}" for k, v in sorted(failed.items()))
     assert outcomes["skipped"] == 0, [
         nodeid for nodeid, case in cases.items() if case["outcome"] == "skipped"
     ]
