@@ -86,6 +86,7 @@ from rollout_client._errors import (
     NotFoundError,
     ResourceExhaustedError,
 )
+from rollout_client._loops import PerLoop
 from rollout_client._records import Compaction, MessageRef, Record, Retraction, tool_call
 from rollout_client._results import AppendResult
 from rollout_client._session import AsyncSession
@@ -268,15 +269,12 @@ class _Attachment:
 
     session: AsyncSession
     tail: _Tail | None = None
-    locks: dict[int, asyncio.Lock] = field(default_factory=dict)
+    locks: PerLoop[asyncio.Lock] = field(default_factory=lambda: PerLoop(asyncio.Lock))
 
     def lock(self) -> asyncio.Lock:
-        """This object's lock for mutations in the running loop (one per loop)."""
-        loop = id(asyncio.get_running_loop())
-        lock = self.locks.get(loop)
-        if lock is None:
-            lock = self.locks[loop] = asyncio.Lock()
-        return lock
+        """This object's lock for mutations in the running loop (one per loop; a closed loop's is
+        dropped, so a later loop at the same address never meets a lock bound to it)."""
+        return self.locks.get()
 
 
 async def _finish(started: Awaitable[T]) -> T:

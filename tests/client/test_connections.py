@@ -24,6 +24,7 @@ from rollout_client import (
     UnavailableError,
     user,
 )
+from rollout_client._loops import PerLoop
 from tests.client.conftest import TEST_RETRY
 from tests.conftest import start_service
 from tests.processes import ServiceProcess
@@ -242,3 +243,19 @@ def test_given_channels_carry_every_call_and_credentials_go_with_them(writer_pro
     assert all(channel.get_state() is grpc.ChannelConnectivity.SHUTDOWN for _, channel in opener.opened)
     with pytest.raises(ValueError, match="channels="):
         RolloutClient(writer_process.address, reader_process.address, channels=opener, token="t")
+
+
+def test_a_value_per_loop_is_made_once_per_loop_and_dropped_with_its_loop() -> None:
+    """PerLoop (channels, append and mutation locks): one value per running loop; a closed loop's
+    is forgotten, so a later loop (which may reuse its address) gets a fresh one."""
+    values = PerLoop(asyncio.Lock)
+
+    async def twice() -> tuple[asyncio.Lock, asyncio.Lock]:
+        return values.get(), values.get()
+
+    first, again = asyncio.run(twice())
+    assert first is again
+    second, _ = asyncio.run(twice())
+    assert second is not first
+    assert values.values() == []  # both loops closed
+    assert values.current() is None
