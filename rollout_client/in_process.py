@@ -30,9 +30,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
+import grpc
+
 from reader_service.server import ReaderConfig, RunningReader, start_reader
 from rollout_client._aio import AsyncRolloutClient
 from rollout_client._appends import RetryPolicy
+from rollout_client._channels import CHANNEL_OPTIONS
 from rollout_client._sync import RolloutClient
 from writer_service.server import RunningWriter, start_writer
 from writer_service.sessions import WriterConfig
@@ -41,6 +44,11 @@ T = TypeVar("T")
 
 #: Loopback, any free port.
 _ADDRESS = "127.0.0.1:0"
+
+
+def _plaintext(_service: str, address: str) -> grpc.aio.Channel:
+    """The channels of the pair's clients (the ``channels=`` seam): plaintext, the clients' options."""
+    return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
 
 
 async def _cancel_the_rest() -> None:
@@ -117,12 +125,14 @@ class InProcessLedger:
         return self._reader.address
 
     def client(self, *, retry: RetryPolicy | None = None) -> RolloutClient:
-        """A blocking client of the pair (the caller closes it)."""
-        return RolloutClient(self.writer, self.reader, retry=retry)
+        """A blocking client of the pair (the caller closes it); plaintext, no token, whatever
+        ROLLOUT_TLS_CA / ROLLOUT_TOKEN say (they are for the services they name)."""
+        return RolloutClient(self.writer, self.reader, retry=retry, channels=_plaintext)
 
     def async_client(self, *, retry: RetryPolicy | None = None) -> AsyncRolloutClient:
-        """An asyncio client of the pair, usable from any event loop (the caller closes it)."""
-        return AsyncRolloutClient(self.writer, self.reader, retry=retry)
+        """An asyncio client of the pair, usable from any event loop (the caller closes it);
+        plaintext, no token, as :meth:`client`."""
+        return AsyncRolloutClient(self.writer, self.reader, retry=retry, channels=_plaintext)
 
     def close(self) -> None:
         """Stop the reader and the writer (queued work drained, the data root's lock released),

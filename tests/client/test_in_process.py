@@ -34,6 +34,23 @@ def test_an_in_process_pair_serves_both_clients_and_releases_its_data_root(tmp_p
         assert [m["content"] for m in client.session(session.id).replay().messages] == ["blocking", "async"]
 
 
+def test_the_pairs_clients_reach_it_whatever_the_environment_names(monkeypatch, tmp_path) -> None:
+    """ROLLOUT_TLS_CA and ROLLOUT_TOKEN name other services: the pair's clients stay plaintext."""
+    monkeypatch.setenv("ROLLOUT_TLS_CA", str(tmp_path / "elsewhere-ca.pem"))
+    monkeypatch.setenv("ROLLOUT_TOKEN", "for-another-service")
+    with InProcessLedger(tmp_path / "ledger") as ledger, ledger.client() as client:
+        assert client.create_session().append(user("plain")).seqs == (1,)
+
+        async def through_async() -> int:
+            remote = ledger.async_client()
+            try:
+                return (await remote.create_session()).next_seq or 0
+            finally:
+                await remote.close()
+
+        assert asyncio.run(through_async()) == 1
+
+
 def test_a_temporary_data_root_lives_as_long_as_the_pair() -> None:
     """Without a data root the pair serves a temporary folder, removed by close()."""
     ledger = InProcessLedger().start()
