@@ -30,7 +30,7 @@ import orjson
 from reader_service.replay_cache import LINE_CHECK_BYTES, READ_BYTES
 from rollout.v1 import reader_pb2
 from shared.committed_lines import CommittedLines
-from shared.errors import InvalidArgumentError, ReplyTooLargeError, SessionNotFoundError, clip
+from shared.errors import InvalidArgumentError, ReplyTooLargeError, clip
 from shared.layout import open_session_file
 from shared.naming import is_session_id
 from shared.rebuild import collector_paused
@@ -44,14 +44,6 @@ MAX_PAGE_SIZE = 1000
 DEFAULT_MAX_ENTRIES = 256
 #: Sources followed back from a fork for its round ids.
 MAX_FORK_DEPTH = 32
-
-
-class RoundNotFoundError(SessionNotFoundError):
-    """No round with this id in the session (NOT_FOUND, as an unknown session)."""
-
-    def __init__(self, session_id: str, round_id: str) -> None:
-        super().__init__(session_id)
-        self.args = (f"round {clip(round_id)!r} not found in session {clip(session_id)!r}",)
 
 
 #: (session_meta payload of a session id, or None when it cannot be found): how a lineage is walked.

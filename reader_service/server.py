@@ -46,7 +46,6 @@ from reader_service.replay import STREAM_CHUNK_BYTES, verify_findings, verify_se
 from reader_service.replay_cache import ReplayCache
 from reader_service.rounds import (
     RoundCache,
-    RoundNotFoundError,
     check_list_request,
     lineage_of,
     round_records,
@@ -55,7 +54,7 @@ from reader_service.rounds import (
 from reader_service.stop_facts import DEFAULT_TAIL_WINDOW, StopFactsResult, read_stop_facts
 from reader_service.watch import WatchHub
 from rollout.v1 import reader_pb2, reader_pb2_grpc
-from shared.errors import InvalidArgumentError, SessionNotFoundError
+from shared.errors import InvalidArgumentError, RoundNotFoundError, SessionNotFoundError
 from shared.layout import DataRoot, session_file_stat
 from shared.naming import is_session_id
 from shared.rounds import Round, round_at

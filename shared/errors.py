@@ -8,6 +8,7 @@ The hierarchy::
     │   └── FileNameError            INVALID_ARGUMENT  (a name that is not the SPEC §2.9 shape)
     ├── PermissionDeniedError        PERMISSION_DENIED (a request field the caller may not set, named)
     ├── SessionNotFoundError         NOT_FOUND         (also a session of another tenant)
+    │   └── RoundNotFoundError       NOT_FOUND         (no such round in the session)
     ├── SessionExistsError           ALREADY_EXISTS
     ├── SessionStateError            FAILED_PRECONDITION (stopped session, seq mismatch)
     ├── SessionBusyError             ABORTED           (a Stop or Resume in progress; retry)
@@ -94,6 +95,15 @@ class SessionNotFoundError(LedgerError):
     def __init__(self, session_id: str) -> None:
         super().__init__(f"session {clip(session_id)!r} not found")
         self.session_id = session_id
+
+
+class RoundNotFoundError(SessionNotFoundError):
+    """No round with this id in the session (shared.rounds; NOT_FOUND, as an unknown session)."""
+
+    def __init__(self, session_id: str, round_id: str) -> None:
+        super().__init__(session_id)
+        self.round_id = round_id
+        self.args = (f"round {clip(round_id)!r} not found in session {clip(session_id)!r}",)
 
 
 class SessionExistsError(LedgerError):
@@ -203,6 +213,7 @@ AnyLedgerError: TypeAlias = (
     | FileNameError
     | PermissionDeniedError
     | SessionNotFoundError
+    | RoundNotFoundError
     | SessionExistsError
     | SessionStateError
     | SessionBusyError
@@ -222,6 +233,7 @@ LEDGER_ERROR_CLASSES: Final = (
     FileNameError,
     PermissionDeniedError,
     SessionNotFoundError,
+    RoundNotFoundError,
     SessionExistsError,
     SessionStateError,
     SessionBusyError,

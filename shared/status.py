@@ -48,6 +48,7 @@ from shared.errors import (
     RecordValidationError,
     ReplyTooLargeError,
     ResourceLimitError,
+    RoundNotFoundError,
     SessionBusyError,
     SessionExistsError,
     SessionFileChangedError,
@@ -113,6 +114,8 @@ def _status_of(error: AnyLedgerError, prefix: str) -> tuple[grpc.StatusCode, str
             return grpc.StatusCode.INVALID_ARGUMENT, message, [_field_violation(error)]
         case PermissionDeniedError():
             return grpc.StatusCode.PERMISSION_DENIED, message, []
+        case RoundNotFoundError():
+            return grpc.StatusCode.NOT_FOUND, message, []
         case SessionNotFoundError():
             return grpc.StatusCode.NOT_FOUND, message, []
         case SessionExistsError():

@@ -30,6 +30,7 @@ from shared.errors import (
     RecordValidationError,
     ReplyTooLargeError,
     ResourceLimitError,
+    RoundNotFoundError,
     SessionBusyError,
     SessionExistsError,
     SessionFileChangedError,
@@ -61,6 +62,7 @@ SAMPLES: list[tuple[LedgerError, str]] = [
     (FileNameError("session_id", "is not a UUID"), REFUSED),
     (PermissionDeniedError("records[0].ts", "only importers set record times"), REFUSED),
     (SessionNotFoundError(SESSION), REFUSED),
+    (RoundNotFoundError(SESSION, "r"), REFUSED),
     (SessionExistsError(SESSION), REFUSED),
     (
         SessionStateError(
