@@ -55,6 +55,7 @@ from rollout.v1 import writer_pb2
 from rollout_client._connections import ServiceConnection, UnreachedError, refused_at_connect
 from rollout_client._errors import (
     AppendOutcomeUnknownError,
+    ClientClosedError,
     FailedPreconditionError,
     RolloutError,
     UnavailableError,
@@ -157,6 +158,19 @@ class Attempts:
             timeout = self.timeout()
             try:
                 result = await asyncio.wait_for(start(), timeout)
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if (
+                    connection is not None
+                    and connection.closed
+                    and task is not None
+                    and not task.cancelling()
+                ):
+                    # the client closed the channel under this call: say so, not "cancelled"
+                    raise ClientClosedError(
+                        "the client was closed before this call completed (an append may have landed)"
+                    ) from None
+                raise
             except TimeoutError:
                 raise grpc.aio.AioRpcError(
                     grpc.StatusCode.DEADLINE_EXCEEDED,

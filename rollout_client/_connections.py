@@ -94,11 +94,15 @@ class ServiceConnection(Generic[StubT]):
         self.address = address
         #: Set once the service has been connected to (or answered a call).
         self.answered = False
+        #: Set by :meth:`close`: no channel is opened again, every later call raises ClientClosedError.
+        self.closed = False
         self._open_channel = open_channel
         self._make_stub = make_stub
         self._opened: PerLoop[_Opened[StubT]] = PerLoop(self._open_here)
 
     def _open_here(self) -> _Opened[StubT]:
+        if self.closed:
+            raise ClientClosedError("the client is closed")
         channel = self._open_channel()
         stub = self._make_stub(channel)
         return _Opened(channel, stub, tuple(vars(stub).values()))
@@ -117,7 +121,10 @@ class ServiceConnection(Generic[StubT]):
         """Return once the running loop's channel is connected, waiting up to ``seconds`` if the
         service answered before; at once if it never answered (the attempt shows whether it can
         connect). Raises :class:`UnreachedError` when ``seconds`` pass without a connection, and
-        with ClientClosedError when the channel was closed meanwhile."""
+        with ClientClosedError when the channel was closed meanwhile; ClientClosedError itself
+        after :meth:`close`."""
+        if self.closed:
+            raise ClientClosedError("the client is closed")
         channel = self._opened.get().channel
         state = channel.get_state(try_to_connect=True)
         if state is grpc.ChannelConnectivity.READY:
@@ -162,7 +169,9 @@ class ServiceConnection(Generic[StubT]):
 
     async def close(self) -> None:
         """Close the channel of every loop: the running loop's now, a loop running in another
-        thread's soon on that loop; a stopped or closed loop's channel is released when dropped."""
+        thread's soon on that loop; a stopped or closed loop's channel is released when dropped.
+        No channel is opened after it (ClientClosedError)."""
+        self.closed = True
         try:
             running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
