@@ -2,7 +2,8 @@
 
 Every test gets its own data root under pytest's tmp_path and services bound to
 free ports (port 0, the bound port read back from the service's first line), so
-tests run in parallel safely and nothing is written to $HOME.
+tests run in parallel safely and nothing is written to $HOME. No process a test
+starts outlives it (:func:`_no_process_outlives_its_test`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import grpc
 import pytest
 
 from rollout.v1 import reader_pb2_grpc, writer_pb2_grpc
-from tests.processes import ServiceProcess
+from tests.processes import ServiceProcess, reap_started_since, started_count
 from tests.processes import start_service as start_service_process
 
 REPO = Path(__file__).resolve().parent.parent
@@ -37,6 +38,34 @@ def start_service(kind: str, data_dir: Path, *extra: str) -> ServiceProcess:
     """Start ``rollout serve-<kind>`` on a free port, logging to a file beside the data root."""
     log_path = data_dir.parent / f"{kind}-{os.urandom(4).hex()}.log"
     return start_service_process(kind, data_dir, log_path, *extra)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[pytest.TestReport]:
+    """Keep each phase's report on the test (``item.phase_<when>``) for the fixtures' teardown."""
+    report: pytest.TestReport = yield
+    setattr(item, f"phase_{report.when}", report)
+    return report
+
+
+@pytest.fixture(autouse=True)
+def _no_process_outlives_its_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After each test and its fixtures (this fixture is set up first, so torn down last): kill
+    and reap every process it started (tests/processes.py :func:`launch`) that is still running,
+    so that a failed or timed-out test leaves nothing behind. A test that passed with a process
+    still running fails here, naming it. Processes of wider fixtures (a module's pair) are
+    theirs to stop."""
+    mark = started_count()
+    yield
+    passed = all(
+        getattr(request.node, f"phase_{when}", None) is None or getattr(request.node, f"phase_{when}").passed
+        for when in ("setup", "call")
+    )
+    # After a pass, a process has 10 s to finish exiting on its own (one whose last line the
+    # test read may not have exited yet); after a failure, everything is killed at once.
+    left = reap_started_since(mark, grace=10.0 if passed else 0.0)
+    if left and passed:
+        pytest.fail(f"the test left {len(left)} process(es) running (now killed): {left}", pytrace=False)
 
 
 @pytest.fixture

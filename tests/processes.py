@@ -1,22 +1,110 @@
-"""Run a writer or reader as its own process (tests, benchmarks, the crash harness).
+"""Run a writer or reader as its own process (tests, benchmarks, the crash harness), and make
+sure no process a test starts outlives it.
 
 :func:`start_service` starts ``rollout serve-<kind>``, waits for its first stdout
 line ("rollout <kind> listening on HOST:PORT") and returns the bound address, so
 callers can ask for port 0 and run in parallel without port clashes.
+
+Every process started through :func:`launch` (``start_service`` uses it) is registered until it
+is reaped: :func:`reap_started_since` kills and reaps what a test left running (tests/conftest.py
+calls it after each test, failed or not), and whatever is left when the interpreter exits is
+killed then. A process left to the garbage collector would otherwise be reported later, as a
+ResourceWarning in whichever test runs at that moment.
+
+A process inherits signal dispositions through fork and exec: started from a test run whose
+parent ignores SIGINT (``trap '' INT``), it ignores Ctrl-C too. A test that sends SIGINT says
+which disposition its process starts with (:func:`with_sigint`).
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
 import re
 import signal
 import subprocess
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 _LISTENING = re.compile(r"listening on (\S+:\d+)")
 _REPO = Path(__file__).resolve().parent.parent  # the repository root (commands run there)
+
+#: Every launched process not reaped yet, in launch order.
+_started: list[subprocess.Popen[Any]] = []
+
+
+def launch(argv: Sequence[str | os.PathLike[str]], **options: Any) -> subprocess.Popen[Any]:
+    """``subprocess.Popen(argv, **options)``, registered until :func:`reap` (or the test's end)
+    reaps it. Give ``start_new_session=True`` to have the whole process group killed."""
+    process: subprocess.Popen[Any] = subprocess.Popen(argv, **options)
+    _started.append(process)
+    return process
+
+
+def reap(process: subprocess.Popen[Any]) -> int:
+    """Kill ``process`` if it still runs (SIGKILL, to its whole group when it leads one, so that
+    its children go too), wait for it, close its pipes; returns its exit code."""
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            if _leads_its_group(process.pid):
+                os.killpg(process.pid, signal.SIGKILL)
+            else:
+                process.kill()
+    code = process.wait()
+    for stream in (process.stdin, process.stdout, process.stderr):
+        if stream is not None:
+            stream.close()
+    with contextlib.suppress(ValueError):
+        _started.remove(process)
+    return code
+
+
+def _leads_its_group(pid: int) -> bool:
+    try:
+        return os.getpgid(pid) == pid
+    except ProcessLookupError:
+        return False
+
+
+def started_count() -> int:
+    """How many launched processes are not reaped yet (a mark for :func:`reap_started_since`)."""
+    return len(_started)
+
+
+def reap_started_since(mark: int, grace: float = 0.0) -> list[str]:
+    """Reap every process launched after ``mark`` (:func:`started_count`) and not reaped yet;
+    returns the command lines of those still running ``grace`` seconds after the call (they are
+    killed then; one that exits within it, say just after printing its last line, is only reaped)."""
+    left = []
+    for process in list(_started[mark:]):
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(grace)
+        if process.poll() is None:
+            left.append(" ".join(map(str, process.args)))
+        reap(process)
+    return left
+
+
+@atexit.register
+def _reap_all() -> None:
+    for process in list(_started):
+        reap(process)
+
+
+def with_sigint(action: signal.Handlers) -> Callable[[], None]:
+    """A ``preexec_fn`` that starts the child with SIGINT's disposition ``action`` and unblocked,
+    whatever the test run inherited: ``SIG_DFL``, as a terminal's foreground command has it
+    (Ctrl-C reaches it); ``SIG_IGN``, as a shell script's background job has it."""
+
+    def prepare() -> None:
+        signal.signal(signal.SIGINT, action)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+    return prepare
 
 
 @dataclass
@@ -34,14 +122,9 @@ class ServiceProcess:
         """
         if self.process.poll() is None:
             self.process.send_signal(sig)
-        try:
-            code = self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            code = self.process.wait()
-        if self.process.stdout is not None:
-            self.process.stdout.close()
-        return code
+        with contextlib.suppress(subprocess.TimeoutExpired):  # then killed
+            self.process.wait(timeout)
+        return reap(self.process)
 
     def log(self) -> str:
         """What the service wrote to stderr so far."""
@@ -60,12 +143,12 @@ def start_service(
 
     ``repo``: the checkout whose code runs (a benchmark may measure another one).
     Raises RuntimeError with the service's log when it exits before listening
-    (a locked data root, a port in use).
+    (a locked data root, a port in use); the process is reaped whatever ends the wait.
     """
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(repo)}
     command = [sys.executable, "-m", "rollout_cli.main", f"serve-{kind}", "--data-dir", str(data_dir)]
     with log_path.open("a") as log:
-        process = subprocess.Popen(
+        process = launch(
             [*command, "--address", address, *extra],
             stdout=subprocess.PIPE,
             stderr=log,
@@ -73,12 +156,14 @@ def start_service(
             env=env,
             cwd=repo,
         )
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    match = _LISTENING.search(line)
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        match = _LISTENING.search(line)
+    except BaseException:  # a test's timeout, an interrupt: the service must not outlive it
+        reap(process)
+        raise
     if match is None:
-        process.kill()
-        process.wait(10)
-        process.stdout.close()
+        reap(process)
         raise RuntimeError(f"{kind} did not start: {line!r}\n{log_path.read_text(errors='replace')}")
     return ServiceProcess(process, match.group(1), log_path)

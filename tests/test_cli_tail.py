@@ -8,6 +8,7 @@ import sys
 
 from rollout.v1 import records_pb2, writer_pb2
 from tests.conftest import REPO, run_rollout
+from tests.processes import launch
 
 LINE = re.compile(r"^\[(\d+)\] \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} (\S+) ?(.*)$")
 
@@ -60,26 +61,24 @@ def test_tail_follow_prints_records_as_they_land_and_ends_with_the_stop(writer, 
     (read line by line while the command runs), and exits 0 after the stop record."""
     session_id = writer.CreateSession(writer_pb2.CreateSessionRequest()).session_id
     command = [sys.executable, "-m", "rollout_cli.main", "tail", "-f", session_id]
-    with subprocess.Popen(
+    process = launch(  # reaped after the test, also when it fails before tail ends
         [*command, "--reader", reader_process.address],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         cwd=REPO,
         env={"PYTHONUNBUFFERED": "1", "PATH": "/usr/bin:/bin"},
-    ) as process:
-        assert process.stdout is not None
-        assert _parsed(process.stdout.readline())[:2] == (0, "session_meta")
-        for number in range(1, 4):
-            _append(writer, session_id, records_pb2.ChatMessage(role="user", text=f"live {number}"))
-            assert _parsed(process.stdout.readline()) == (number, "user", f"live {number}")
-        writer.Stop(
-            writer_pb2.StopRequest(
-                session_id=session_id, stop_kind=records_pb2.STOP_KIND_PAUSED, reason="lunch"
-            )
-        )
-        rest = process.stdout.read().splitlines()
-        assert process.wait(60) == 0, process.stderr.read() if process.stderr else ""
+    )
+    assert process.stdout is not None
+    assert _parsed(process.stdout.readline())[:2] == (0, "session_meta")
+    for number in range(1, 4):
+        _append(writer, session_id, records_pb2.ChatMessage(role="user", text=f"live {number}"))
+        assert _parsed(process.stdout.readline()) == (number, "user", f"live {number}")
+    writer.Stop(
+        writer_pb2.StopRequest(session_id=session_id, stop_kind=records_pb2.STOP_KIND_PAUSED, reason="lunch")
+    )
+    rest = process.stdout.read().splitlines()
+    assert process.wait(60) == 0, process.stderr.read() if process.stderr else ""
     assert [_parsed(line)[1:] for line in rest][-1] == ("stop", "paused: lunch")
     assert [_parsed(line)[:2] for line in rest] == [(4, "agent_checkpoint"), (5, "stop")]
 

@@ -14,6 +14,7 @@ from rollout_client import RolloutClient
 from rollout_client.agents import LedgerSession
 from tests.client.conftest import TEST_RETRY
 from tests.conftest import REPO
+from tests.processes import launch
 
 POPS = 40
 
@@ -81,8 +82,7 @@ def test_pops_split_over_two_processes_never_return_the_same_item(
         "pops-two-processes",
     ]
     workers = [
-        subprocess.Popen([*command, str(POPS // 2)], stdout=subprocess.PIPE, text=True, cwd=REPO)
-        for _ in range(2)
+        launch([*command, str(POPS // 2)], stdout=subprocess.PIPE, text=True, cwd=REPO) for _ in range(2)
     ]
     popped = []
     for worker in workers:
