@@ -5,9 +5,13 @@
   handlers go in before it starts, and further stop signals are ignored once it stopped.
 * ``rollout serve`` launches both services (``python -m rollout_cli.main serve-<kind>``),
   forwards a stop to them as SIGTERM, and stops the other when one exits on its own (half
-  a pair never keeps running). Each launched service ignores SIGINT until it installs its
-  handlers and gets SIGTERM from the kernel when ``serve`` dies, even by SIGKILL
+  a pair never keeps running). Each launched service ignores SIGINT (``serve`` forwards a
+  Ctrl-C) and gets SIGTERM from the kernel when ``serve`` dies, even by SIGKILL
   (``prctl(PR_SET_PDEATHSIG)``, Linux).
+* A command started with SIGINT ignored keeps ignoring it and stops on SIGTERM alone
+  (:func:`stop_signals`): a shell script's background job (``rollout serve &``) is not
+  meant to end with the Ctrl-C of the script's foreground command, as POSIX shells,
+  Python's own ``KeyboardInterrupt`` and the loading ``rollout`` console script have it.
 """
 
 from __future__ import annotations
@@ -80,20 +84,31 @@ metrics_port_option = click.option(
 )
 
 
-#: The signals that stop a service or the pair: SIGINT (Ctrl-C) and SIGTERM.
-_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+def stop_signals() -> tuple[signal.Signals, ...]:
+    """The signals that stop this service or pair: SIGTERM, and SIGINT (Ctrl-C) unless this
+    process was started with SIGINT ignored (call it before installing any handler).
+
+    A parent that ignores SIGINT (a shell running ``rollout serve &`` from a script, ``trap ''
+    INT``, ``rollout serve`` for its services) passes the ignore on through fork and exec, and
+    means it: a Ctrl-C aimed at the foreground command must not stop this process. SIGTERM
+    (``kill``, systemd, Kubernetes, ``serve`` forwarding a Ctrl-C) always stops it.
+    """
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        return (signal.SIGTERM,)
+    return (signal.SIGINT, signal.SIGTERM)
 
 
 def _ignore_stop_signals() -> None:
     """Once everything has stopped: a further stop request has nothing left to stop, and must
     not kill the process (or raise KeyboardInterrupt) while the interpreter shuts down, which
     first resets the handlers it installed."""
-    for sig in _STOP_SIGNALS:
+    for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
 
 
 async def serve_until_signal(start: Any, label: str) -> None:
-    """Await ``start`` (a coroutine giving a running service), announce it, serve until SIGINT/SIGTERM.
+    """Await ``start`` (a coroutine giving a running service), announce it, serve until SIGTERM,
+    or SIGINT when it was not ignored at start (:func:`stop_signals`).
 
     The signal handlers go in before the service starts: a stop request that arrives while it
     starts, or just after it says it listens, drains it like any other instead of killing it
@@ -103,7 +118,8 @@ async def serve_until_signal(start: Any, label: str) -> None:
     """
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in _STOP_SIGNALS:
+    handled = stop_signals()
+    for sig in handled:
         loop.add_signal_handler(sig, stop.set)
     running = await start
     click.echo(f"rollout {label} listening on {running.address}", err=False)
@@ -111,7 +127,7 @@ async def serve_until_signal(start: Any, label: str) -> None:
     await stop.wait()
     log.info("%s: stopping (draining queued work)", label)
     await running.stop()
-    for sig in _STOP_SIGNALS:
+    for sig in handled:
         loop.remove_signal_handler(sig)
     _ignore_stop_signals()
 
@@ -268,9 +284,9 @@ _PR_SET_PDEATHSIG = 1  # prctl(2) option: the signal this process gets when its 
 def _service_preparation(serve_pid: int) -> Callable[[], None]:
     """What each service `serve` launches runs after fork, before exec (Linux).
 
-    - SIGINT is ignored until the service installs its own handlers: a terminal's Ctrl-C
-      reaches the whole process group and would otherwise end a loading service with a
-      KeyboardInterrupt traceback; `serve` forwards the stop as SIGTERM instead.
+    - SIGINT is ignored, for good (:func:`stop_signals`): a terminal's Ctrl-C reaches the
+      whole process group and would otherwise end a loading service with a KeyboardInterrupt
+      traceback; `serve` forwards the stop as SIGTERM instead.
     - The kernel sends the service SIGTERM when `serve` dies, even by SIGKILL: the service
       drains and exits instead of living on unsupervised (a writer would keep the data root
       locked against the next `serve`). A `serve` that died before the request took effect is
@@ -327,7 +343,8 @@ def serve(
     metrics_port: int | None,
     serving: ServeOptions,
 ) -> None:
-    """Run the writer and a reader as two processes on a local data root; Ctrl-C stops both."""
+    """Run the writer and a reader as two processes on a local data root; Ctrl-C stops both
+    (unless started with SIGINT ignored: then SIGTERM does)."""
     _check_pair_addresses(writer_address, reader_address)
     base = [sys.executable, "-m", "rollout_cli.main"]
     writer_options = ["--durability", durability, "--sync-call", sync_call, "--round-sync", round_sync]
@@ -353,7 +370,7 @@ def serve(
     prepare_service = _service_preparation(os.getpid())
     # Handlers before the launch: a Ctrl-C at any moment stops whatever already runs, and never
     # leaves a service behind a `serve` that died of KeyboardInterrupt.
-    for sig in _STOP_SIGNALS:
+    for sig in stop_signals():
         signal.signal(sig, stop_all)
     click.echo(f"data root: {data_dir.resolve()}")
     for argv in launches:
@@ -373,9 +390,8 @@ def serve(
     _ignore_stop_signals()
     # A service our SIGTERM reached before it could install its handlers (a stop while it starts)
     # dies of it (-15); it had not served anything yet, so that is a clean stop too. (SIGINT
-    # cannot end one: it is ignored until the handlers are in.) A service that ended unasked,
-    # even cleanly (someone sent it SIGTERM), ends the pair as a failure, so a supervisor
-    # restarts it.
+    # cannot end one: it is ignored.) A service that ended unasked, even cleanly (someone sent
+    # it SIGTERM), ends the pair as a failure, so a supervisor restarts it.
     clean_codes = {0, -signal.SIGTERM}
     if not stop_requested or any(code not in clean_codes for code in codes):
         raise SystemExit(1)

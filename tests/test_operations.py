@@ -20,6 +20,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from rollout.v1 import records_pb2, writer_pb2, writer_pb2_grpc
 from tests.conftest import REPO, run_rollout, start_service
+from tests.processes import launch, reap, with_sigint
 
 
 def test_both_services_answer_health_checks_and_reflection(writer_process, reader_process) -> None:
@@ -84,41 +85,43 @@ def test_a_metrics_port_in_use_is_a_plain_error_not_a_traceback(data_dir) -> Non
 
 
 @contextlib.contextmanager
-def _serve(data_dir: Path, *extra: str) -> Iterator[tuple[subprocess.Popen[str], Path]]:
+def _serve(
+    data_dir: Path, *extra: str, sigint: signal.Handlers = signal.SIG_DFL
+) -> Iterator[tuple[subprocess.Popen[str], Path]]:
     """Run ``rollout serve`` on free ports in its own process group; yields it and its stderr log.
 
-    On exit the whole group (serve and both services) is killed if anything is left.
+    ``sigint``: SIGINT's disposition at its start, whatever this test run inherited (SIG_DFL: a
+    terminal's foreground command, which Ctrl-C reaches). On exit the whole group (serve and both
+    services) is killed if anything is left.
     """
     command = [sys.executable, "-m", "rollout_cli.main", "serve", "--data-dir", str(data_dir)]
     addresses = ["--writer-address", "127.0.0.1:0", "--reader-address", "127.0.0.1:0"]
     log_path = data_dir.parent / f"serve-{os.urandom(4).hex()}.log"
     with log_path.open("w") as log:
-        process = subprocess.Popen(
+        process = launch(
             [*command, *addresses, *extra],
             stdout=subprocess.PIPE,
             stderr=log,
             text=True,
             cwd=REPO,
             start_new_session=True,  # its own process group: a failed test can end the whole pair
+            preexec_fn=with_sigint(sigint),
         )
     try:
         yield process, log_path
     finally:
-        with contextlib.suppress(ProcessLookupError):  # the group is gone once all have ended
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-        assert process.stdout is not None
-        process.stdout.close()
+        reap(process)
 
 
-def _wait_for_pair(process: subprocess.Popen[str]) -> None:
-    """Read ``rollout serve``'s first three lines: its data root, then both services listening."""
+def _wait_for_pair(process: subprocess.Popen[str]) -> dict[str, str]:
+    """Read ``rollout serve``'s first three lines: its data root, then both services listening;
+    returns their addresses by kind (writer, reader)."""
     assert process.stdout is not None
     lines = [process.stdout.readline() for _ in range(3)]
     assert lines[0].startswith("data root: "), lines
-    assert sorted(line.split()[1] for line in lines[1:] if "listening on" in line) == ["reader", "writer"], (
-        lines
-    )
+    addresses = {line.split()[1]: line.split()[-1] for line in lines[1:] if "listening on" in line}
+    assert sorted(addresses) == ["reader", "writer"], lines
+    return addresses
 
 
 def test_serve_runs_the_pair_passes_writer_options_and_stops_cleanly_on_ctrl_c(data_dir) -> None:
@@ -244,8 +247,24 @@ def test_ctrl_c_while_the_command_line_loads_exits_130_without_a_traceback(where
         text=True,
         cwd=REPO,
         timeout=60,
+        preexec_fn=with_sigint(signal.SIG_DFL),  # as in a terminal, whatever this run inherited
     )
     assert (done.returncode, done.stdout, done.stderr) == (130, "", "")
+
+
+def test_a_command_started_with_sigint_ignored_ignores_a_ctrl_c_while_it_loads() -> None:
+    """A `rollout` command whose parent ignores SIGINT (a shell script's background job) keeps it
+    ignored: the Ctrl-C during its imports is lost, and the command runs."""
+    done = subprocess.run(
+        [sys.executable, "-c", _CTRL_C_WHILE_LOADING, "in-an-import"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+        preexec_fn=with_sigint(signal.SIG_IGN),
+    )
+    assert (done.returncode, done.stderr) == (0, ""), done.stderr
+    assert "Usage: rollout" in done.stdout
 
 
 def test_the_rollout_console_script_runs_the_command_line() -> None:
@@ -264,6 +283,28 @@ def _has_ended(pid: int) -> bool:
     except FileNotFoundError:
         return True
     return "\nState:\tZ" in status
+
+
+def test_serve_started_with_sigint_ignored_keeps_serving_through_ctrl_c_and_stops_on_sigterm(
+    data_dir,
+) -> None:
+    """`rollout serve &` in a shell script starts with SIGINT ignored: the pair keeps it ignored
+    (a Ctrl-C meant for the script's foreground command reaches the whole group and must not stop
+    it), serves on, and SIGTERM stops it cleanly (exit 0)."""
+    with _serve(data_dir, sigint=signal.SIG_IGN) as (process, log_path):
+        addresses = _wait_for_pair(process)
+        services = _launched_services(process.pid)
+        # Ignored, not merely caught: the kernel discards a SIGINT sent to any of them.
+        assert all(_ignores_sigint(pid) for pid in [process.pid, *services])
+        os.killpg(process.pid, signal.SIGINT)
+        with grpc.insecure_channel(addresses["writer"]) as channel:
+            writer_pb2_grpc.RolloutWriterStub(channel).CreateSession(
+                writer_pb2.CreateSessionRequest(), timeout=60
+            )
+        assert process.poll() is None
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(60) == 0
+    assert "Traceback" not in log_path.read_text(), log_path.read_text()
 
 
 def test_services_stop_when_serve_is_killed_and_release_the_data_root(data_dir) -> None:

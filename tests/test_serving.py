@@ -30,6 +30,7 @@ from rollout.v1 import reader_pb2, reader_pb2_grpc, records_pb2, writer_pb2, wri
 from shared.session_meta import read_session_meta
 from tests.conftest import run_rollout, start_service
 from tests.e2e.secured import A, B, bearer, make_certificates, tls_arguments, tls_channel, write_tokens
+from tests.processes import launch, reap, with_sigint
 
 PAUSED = records_pb2.StopKind.Value("STOP_KIND_PAUSED")
 
@@ -405,7 +406,7 @@ def test_serve_passes_tls_and_tokens_to_both_services(tmp_path, data_dir) -> Non
     certificates = make_certificates(tmp_path)
     tokens = write_tokens(tmp_path / "tokens.json")
     writer_port, reader_port, metrics_port = _free_port(), _free_port(), _free_port()
-    serve = subprocess.Popen(
+    serve = launch(
         [
             *(sys.executable, "-m", "rollout_cli.main", "serve", "--data-dir", str(data_dir)),
             *("--writer-address", f"127.0.0.1:{writer_port}", "--reader-address", f"127.0.0.1:{reader_port}"),
@@ -417,6 +418,8 @@ def test_serve_passes_tls_and_tokens_to_both_services(tmp_path, data_dir) -> Non
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
         cwd=Path(__file__).resolve().parent.parent,
+        start_new_session=True,  # its own process group: a failed test can end the whole pair
+        preexec_fn=with_sigint(signal.SIG_DFL),  # Ctrl-C reaches it, whatever this run inherited
     )
     try:
         assert serve.stdout is not None
@@ -440,11 +443,10 @@ def test_serve_passes_tls_and_tokens_to_both_services(tmp_path, data_dir) -> Non
         metrics = _scrape(metrics_port)
         assert _value(metrics, f'grpc_server_handled_total{{grpc_code="UNAUTHENTICATED",{labels}}}') == 1
         assert _value(metrics, f'grpc_server_handled_total{{grpc_code="OK",{labels}}}') == 1
-    finally:
         serve.send_signal(signal.SIGINT)
         assert serve.wait(30) == 0
-        if serve.stdout is not None:
-            serve.stdout.close()
+    finally:
+        reap(serve)
 
 
 def test_the_start_up_line_says_how_callers_reach_the_service(tmp_path) -> None:
