@@ -9,6 +9,7 @@ import copy
 import json
 import subprocess
 import sys
+import threading
 from typing import Any
 
 import pytest
@@ -159,12 +160,15 @@ def test_a_blocking_client_never_blocks_the_event_loop(client) -> None:
     session = client.create_session()
     ledger = LedgerSession(session.id, client=client)
     original = session.core.client.call
+    ticked = threading.Event()
 
     async def slow_call(*args, **kwargs):
-        await asyncio.sleep(0.3)
+        # Answers once the caller's loop has run another task ten times; were that loop blocked
+        # by this call, it would answer after 60 s with the ticks still short.
+        await asyncio.to_thread(ticked.wait, 60)
         return await original(*args, **kwargs)
 
-    session.core.client.call = slow_call  # the replay behind get_items now takes >= 0.3 s
+    session.core.client.call = slow_call  # the replay behind get_items
 
     async def run() -> int:
         ticks = 0
@@ -174,6 +178,8 @@ def test_a_blocking_client_never_blocks_the_event_loop(client) -> None:
             while True:
                 await asyncio.sleep(0.01)
                 ticks += 1
+                if ticks == 10:
+                    ticked.set()
 
         task = asyncio.create_task(ticker())
         await ledger.get_items()

@@ -238,19 +238,29 @@ def test_a_call_cancelled_while_its_commit_publishes_leaves_the_session_known(da
     """A cancel that lands while the commit links the files (a slow folder fsync here): the session
     is published once, the writer's index knows it (Resume works), and a retry finds it present."""
     import asyncio
-    import time
 
     import writer_service.importing as importing
     from writer_service.server import start_writer
     from writer_service.sessions import WriterConfig
 
     fsync_dir = importing.fsync_dir
+    abort = importing.SessionImport.abort
+    publishing, aborting = threading.Event(), threading.Event()
+
+    async def noted_abort(self: importing.SessionImport) -> None:
+        aborting.set()
+        await abort(self)
+
+    cancelled_in_publish: list[bool] = []
 
     def slow_fsync_dir(path: Path) -> None:
-        time.sleep(1.0)  # a slow disk: the client's cancel arrives meanwhile
+        publishing.set()
+        # A slow disk: the cancel reaches the call (its abort) meanwhile.
+        cancelled_in_publish.append(aborting.wait(60))
         fsync_dir(path)
 
     monkeypatch.setattr(importing, "fsync_dir", slow_fsync_dir)
+    monkeypatch.setattr(importing.SessionImport, "abort", noted_abort)
     parts = [create(PARENT, role=writer_pb2.SESSION_ROLE_ROOT), records(message("user", "hello")), stop()]
 
     async def scenario() -> None:
@@ -259,12 +269,15 @@ def test_a_call_cancelled_while_its_commit_publishes_leaves_the_session_known(da
             async with grpc.aio.insecure_channel(f"127.0.0.1:{writer.port}") as channel:
                 stub = writer_pb2_grpc.RolloutWriterStub(channel)
                 call = stub.ImportSessions(iter(parts))
-                await asyncio.sleep(0.5)  # every part sent; the publish is under way
+                assert await asyncio.to_thread(publishing.wait, 60), "the commit never began publishing"
                 call.cancel()
                 with pytest.raises(asyncio.CancelledError):
                     await call
-                await asyncio.sleep(1.5)
-                assert PARENT in writer.ledger.index.entries
+                loop = asyncio.get_running_loop()
+                deadline = loop.time() + 60
+                while PARENT not in writer.ledger.index.entries:  # the publish ends after the cancel
+                    assert loop.time() < deadline, "the published session never became known"
+                    await asyncio.sleep(0.01)
                 retry = await stub.ImportSessions(iter(parts))
                 assert [result.already_present for result in retry.sessions] == [True]
                 await stub.Resume(
@@ -274,5 +287,6 @@ def test_a_call_cancelled_while_its_commit_publishes_leaves_the_session_known(da
             await writer.stop()
 
     asyncio.run(scenario())
+    assert cancelled_in_publish[0], "the cancel did not reach the call while it published"
     assert len(list((data_dir / "sessions").glob(f"*{PARENT}*"))) == 1
     assert hidden_files(data_dir) == []
