@@ -23,14 +23,19 @@ case, its outcome, its first failure line and the ledger sessions it built).
 
 Which cases run: those whose test function, or a fixture it uses (directly or through other
 fixtures), names one of the session classes swapped here; minus the deselected ones.
+
+Their hang guards are given patience (:func:`_patient_hang_guards`): the timeouts their test code
+passes to ``asyncio.wait_for`` and ``asyncio.wait`` are multiplied by :data:`HANG_GUARD_FACTOR`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import inspect
 import json
 import os
+import sys
 import threading
 import uuid
 from collections.abc import Mapping
@@ -120,6 +125,38 @@ def _swap() -> None:
     agents.extensions.memory.async_sqlite_session.AsyncSQLiteSession = AsyncSQLiteSession
 
 
+#: Their tests bound waits with ``asyncio.wait_for`` / ``asyncio.wait`` timeouts of 1 to 5 s: hang
+#: guards sized for a SQLite file in the test's own process. Here each session call is an RPC to a
+#: writer and a reader that share the machine with the rest of our suite and whatever else loads
+#: it: a Runner turn of 0.07 s on an idle machine has taken over 2 s under load. Their assertions
+#: are unchanged; a case that hangs still ends (and pytest-timeout bounds each case).
+HANG_GUARD_FACTOR = 30
+
+
+def _patient_hang_guards(tests_dir: Path) -> None:
+    """Multiply by :data:`HANG_GUARD_FACTOR` the timeout of ``asyncio.wait_for`` and
+    ``asyncio.wait`` when called from a file under ``tests_dir`` (their test code); calls from
+    anywhere else (the SDK, our client's attempt timeouts) are passed on unchanged. A test that
+    patches either function itself replaces this for its duration."""
+    wait_for, wait = asyncio.wait_for, asyncio.wait
+    folder = str(tests_dir) + os.sep
+
+    def patient(timeout: float | None) -> float | None:
+        called_from_tests = sys._getframe(2).f_code.co_filename.startswith(folder)
+        return timeout * HANG_GUARD_FACTOR if called_from_tests and timeout is not None else timeout
+
+    def patient_wait_for(awaitable: Any, timeout: float | None) -> Any:
+        return wait_for(awaitable, patient(timeout))
+
+    def patient_wait(
+        fs: Any, *, timeout: float | None = None, return_when: str = asyncio.ALL_COMPLETED
+    ) -> Any:
+        return wait(fs, timeout=patient(timeout), return_when=return_when)
+
+    asyncio.wait_for = patient_wait_for  # type: ignore[assignment]
+    asyncio.wait = patient_wait  # type: ignore[assignment]
+
+
 def _plan() -> Mapping[str, str]:
     """``{case or test function id: reason}`` of the cases to deselect (``ROLLOUT_PEER_PLAN``)."""
     path = os.environ.get("ROLLOUT_PEER_PLAN")
@@ -181,6 +218,7 @@ _REPORT = _Report()
 
 def pytest_configure(config: pytest.Config) -> None:
     _swap()
+    _patient_hang_guards(config.rootpath / "tests")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
