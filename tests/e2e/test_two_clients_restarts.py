@@ -10,6 +10,7 @@ from typing import Any
 
 import grpc
 import orjson
+import pytest
 
 from rollout_client import RetryPolicy, RolloutClient, user
 from tests.conftest import start_service
@@ -63,6 +64,9 @@ class _UnderWay:
         core.writer_connection.reached = reached  # type: ignore[method-assign]
 
 
+# 40 service starts and 20 rounds of retries: over 300 s (the suite's per-test limit, meant for a
+# test of ordinary size) measured while other jobs loaded both cores.
+@pytest.mark.timeout(1200)
 def test_an_append_retried_across_restarts_is_acknowledged_only_for_its_own_record(data_dir) -> None:
     """20 rounds: writer and reader killed; client 2's append is under way (an attempt failed, or
     it waits for the writer), the writer returns, client 1's record lands, client 2's lands too: each acknowledged record is in the file once, at the

@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib.util
 import sys
 
+import pytest
+
 from tests.conftest import REPO
 
 _spec = importlib.util.spec_from_file_location("crash_harness", REPO / "scripts" / "crash_harness.py")
@@ -15,6 +17,9 @@ sys.modules["crash_harness"] = crash_harness
 _spec.loader.exec_module(crash_harness)
 
 
+# 30 writer restarts: 133 s measured with other jobs loading both cores (the suite's per-test
+# limit of 300 s is meant for a test of ordinary size).
+@pytest.mark.timeout(1200)
 def test_thirty_kill_points_lose_no_acknowledged_record(data_dir) -> None:
     """kill -9 at 30 random moments (some during Stop): every acknowledged record survives exactly once."""
     report = crash_harness.run_harness(data_dir, kills=30, clients=3, seed=7)
