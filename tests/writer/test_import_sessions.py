@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -187,11 +188,10 @@ def test_a_cancelled_stream_leaves_nothing(writer_process, reader, data_dir) -> 
 
     with grpc.insecure_channel(writer_process.address) as channel:
         future = writer_pb2_grpc.RolloutWriterStub(channel).ImportSessions.future(requests())
-        assert sent.wait(10)
+        assert sent.wait(60)
         future.cancel()
-    for _ in range(100):
-        if not hidden_files(data_dir):
-            break
+    deadline = time.monotonic() + 60  # a hang guard: the clean-up follows the cancel at once
+    while hidden_files(data_dir) and time.monotonic() < deadline:
         threading.Event().wait(0.05)
     assert hidden_files(data_dir) == []
     assert reader.ListSessions(reader_pb2.ListSessionsRequest()).sessions == []
@@ -212,10 +212,9 @@ def test_a_writer_killed_mid_import_leaves_nothing_after_restart(data_dir, tmp_p
     try:
         with grpc.insecure_channel(service.address) as channel:
             future = writer_pb2_grpc.RolloutWriterStub(channel).ImportSessions.future(requests())
-            assert sent.wait(10)
-            for _ in range(100):  # the staging file exists once the records are written
-                if hidden_files(data_dir):
-                    break
+            assert sent.wait(60)
+            deadline = time.monotonic() + 60  # the staging file exists once the records are written
+            while not hidden_files(data_dir) and time.monotonic() < deadline:
                 threading.Event().wait(0.05)
             assert hidden_files(data_dir), "the import never staged its session"
             os.kill(service.process.pid, signal.SIGKILL)
