@@ -4,7 +4,9 @@ the client reads it back as rollout_client/_errors.py documents (shared.status.r
 from __future__ import annotations
 
 import asyncio
+import importlib
 import inspect
+import pkgutil
 import re
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -125,6 +127,20 @@ def client_class_for(code: grpc.StatusCode) -> type[client_errors.RolloutError]:
     return client_errors.InternalError
 
 
+#: The packages whose modules may define ledger errors.
+PRODUCT_PACKAGES = ("shared", "writer_service", "reader_service", "rollout_client", "rollout_cli")
+
+
+def import_every_product_module() -> None:
+    """Import every module of :data:`PRODUCT_PACKAGES`: a class is among ``__subclasses__()`` only
+    once its module is imported, which would otherwise depend on the tests run before in the same
+    process (an error class in a module imported lazily went unseen in one order, failed in another)."""
+    for name in PRODUCT_PACKAGES:
+        package = importlib.import_module(name)
+        for module in pkgutil.walk_packages(package.__path__, f"{name}."):
+            importlib.import_module(module.name)
+
+
 def all_subclasses(cls: type) -> set[type]:
     found = set()
     for subclass in cls.__subclasses__():
@@ -236,6 +252,7 @@ async def _drain(call: Any) -> None:
 def test_every_error_class_has_a_sample_a_documented_status_and_a_case() -> None:
     """The classes raised as ledger errors, those with a line in shared/errors.py's hierarchy, those
     the status mapping decides for and those sampled here are the same set."""
+    import_every_product_module()
     raised = all_subclasses(LedgerError)
     assert raised == set(LEDGER_ERROR_CLASSES)
     assert {cls.__name__ for cls in raised} == set(LEDGER_TREE) - {"LedgerError"}
