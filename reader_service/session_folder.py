@@ -86,12 +86,21 @@ class Notifications:
         self._inotify: INotify | None = None
         self._release: Callable[[], object] = lambda: None
         self._pending: dict[int, list[Event]] = {}
+        #: Why no inotify instance could be had (not asked again: every folder would meet it).
+        self._refused: OSError | None = None
+        self._said: set[int | None] = set()
 
     def watch(self, folder: Path, mask: int) -> int:
         """Watch ``folder`` for ``mask``; returns the watch's descriptor."""
         with self._lock:
+            if self._refused is not None:
+                raise self._refused
             if self._inotify is None:
-                self._inotify = INotify(nonblocking=True)
+                try:
+                    self._inotify = INotify(nonblocking=True)
+                except OSError as exc:
+                    self._refused = exc
+                    raise
                 # Closed with these notifications when nobody called close (an index that was dropped).
                 self._release = weakref.finalize(self, self._inotify.close)
             wd: int = self._inotify.add_watch(folder, mask)
@@ -105,6 +114,15 @@ class Notifications:
             if remove and self._inotify is not None:
                 with contextlib.suppress(OSError):  # already gone with its folder
                     self._inotify.rm_watch(wd)
+
+    def first_to_say(self, exc: OSError) -> bool:
+        """Whether a folder that cannot be followed for ``exc`` is the first to meet its errno (the
+        one that says so: 256 folders meeting one cause log it once)."""
+        with self._lock:
+            if exc.errno in self._said:
+                return False
+            self._said.add(exc.errno)
+            return True
 
     def read(self) -> None:
         """Read every report available and keep it for its watch (a lost-reports report for all)."""
@@ -341,11 +359,13 @@ class SessionFolder:
             if exc.errno in (errno.ENOENT, errno.ENOTDIR):
                 return  # no folder yet: the next listing tries again
             self._unavailable = True
-            log.warning(
-                "sessions folder %s is listed at each change (it cannot be followed: %s)",
-                self.folder,
-                exc,
-            )
+            if self._notifications.first_to_say(exc):
+                log.warning(
+                    "sessions folder %s is listed at each change (it cannot be followed: %s; other"
+                    " folders of the data root that meet the same are not named)",
+                    self.folder,
+                    exc,
+                )
 
     def _drain(self, read: bool = True) -> None:
         """Apply every change reported since the last drain (``read``: read the reports first)."""

@@ -467,3 +467,27 @@ def test_reports_no_call_takes_are_capped_and_that_folder_is_listed(data_dir, mo
     assert set(listed(index)) == {session_id(n) for n in (looked_up, *quiet)}
     assert call_listings(index) == [1, 2]
     index.close()
+
+
+def test_without_inotify_every_shard_folder_is_listed_at_each_change_and_said_once(
+    data_dir, monkeypatch, caplog
+) -> None:
+    """No inotify instance to be had: every shard folder is listed when it changes, inotify is not
+    asked again for each folder, and the reader says so once, not once per folder."""
+    asked: list[object] = []
+
+    def refused(*args: object, **kwargs: object) -> INotify:
+        asked.append(args)
+        return refuse_inotify()
+
+    monkeypatch.setattr(session_folder, "INotify", refused)
+    root = sharded(data_dir)
+    write_in(root, 1)
+    index = ListingIndex(DataRoot(data_dir))
+    assert listed(index) == [session_id(1)]
+    write_in(root, 2)
+    assert listed(index) == [session_id(2), session_id(1)]
+    assert not index.folder.followed
+    assert len(asked) == 1
+    assert caplog.text.count("cannot be followed") == 1
+    index.close()
