@@ -4,7 +4,14 @@ A data root has one sessions folder per shard (shared.layout: 256 by default, on
 legacy root); :class:`SessionFolders` follows every one of them, each as a
 :class:`SessionFolder`, through one inotify instance with a watch per folder
 (:class:`Notifications`). A call about one session makes its shard's folder current; a
-listing makes every folder current (a time stamp each, the reports read once).
+listing makes every folder current, the reports read once. A listing call looks at the
+time stamp of every folder (a ``stat`` each: 256 of them took ~1.2 ms on this machine kind,
+as much as the page itself) at most every :data:`SWEEP_SECONDS`, or when a lookup missed;
+in between it looks only at the folders that need it (reports waiting, reports lost, not
+listed yet, a young time stamp, not followed). So this host's changes are in every call,
+and a change nothing reported (another host's) is in a listing at most
+:data:`SWEEP_SECONDS` later (a lookup of its id looks at once). A root of one folder (the
+legacy layout) looks at its time stamp at every call, as before.
 
 Listing a folder of 50,000 names takes tens of milliseconds (bench/README.md,
 ``listing.py --churn``), so the reader follows the folder instead: one inotify watch on it reports each
@@ -65,6 +72,8 @@ VERIFY_COST_FACTOR = 9
 COARSE_STAMP_SECONDS = 2.0
 #: Reports kept for one folder until it is made current; more are dropped as lost (it is then listed).
 PENDING_REPORTS = 16384
+#: Least time between two looks of a listing call at every shard folder's time stamp (seconds).
+SWEEP_SECONDS = 0.1
 #: Names compared per step of a listing (each step is short, so other threads get the GIL).
 _STEP = 2048
 _NAME_EVENTS = flags.CREATE | flags.MOVED_TO | flags.DELETE | flags.MOVED_FROM
@@ -114,6 +123,10 @@ class Notifications:
             if remove and self._inotify is not None:
                 with contextlib.suppress(OSError):  # already gone with its folder
                     self._inotify.rm_watch(wd)
+
+    def waiting(self, wd: int) -> bool:
+        """Whether reports are kept for watch ``wd`` (as last read)."""
+        return bool(self._pending.get(wd))
 
     def first_to_say(self, exc: OSError) -> bool:
         """Whether a folder that cannot be followed for ``exc`` is the first to meet its errno (the
@@ -184,6 +197,7 @@ class SessionFolder:
     ) -> None:
         self.root = root
         self.folder = folder
+        self._path = os.fspath(folder)  # os.stat of a str: no pathlib on the way of every call
         self.verify_seconds = verify_seconds
         self._added = added
         self._removed = removed
@@ -234,6 +248,15 @@ class SessionFolder:
         reported); ``read`` False: the caller read the reports after the stamp
         (:meth:`Notifications.read`)."""
         with self._lock:
+            if (
+                not read  # the reports were read: none waiting means none came
+                and stamp == self._listed_stamp
+                and self._settled
+                and self._listed
+                and not self._lost
+                and not self._notifications.waiting(self._wd)
+            ):
+                return  # nothing changed since the last listing and nothing was reported
             self._drain(read)
             followed = self._wd >= 0
             changed = stamp != self._listed_stamp
@@ -251,6 +274,19 @@ class SessionFolder:
             self._list_since(began)
         elif ask:
             self._verify_later()
+
+    def quiet(self) -> bool:
+        """Whether a call with its reports read may skip this folder unless its time stamp moved:
+        followed, listed, nothing lost, settled, no report waiting (under the lock: reports
+        another call took are applied)."""
+        with self._lock:
+            return (
+                self._wd >= 0
+                and self._listed
+                and not self._lost
+                and self._settled
+                and not self._notifications.waiting(self._wd)
+            )
 
     def verify(self) -> None:
         """The background listing :meth:`current` asked for (runs it unless one ran since)."""
@@ -275,7 +311,7 @@ class SessionFolder:
     def stamp(self) -> int | None:
         """The folder's modification time (ns); None when it does not exist."""
         try:
-            return os.stat(self.folder).st_mtime_ns
+            return os.stat(self._path).st_mtime_ns
         except FileNotFoundError:
             return None
 
@@ -408,8 +444,12 @@ class SessionFolders:
         removed: NameListener,
         verify_later: Callable[[int], None],
         verify_seconds: float = VERIFY_SECONDS,
+        sweep_seconds: float | None = None,
     ) -> None:
         self.root = root
+        #: Least time between two looks of a listing call at every folder's time stamp (seconds).
+        self.sweep_seconds = SWEEP_SECONDS if sweep_seconds is None else sweep_seconds
+        self._swept = -float("inf")
         self._added = added
         self._removed = removed
         self._verify_later = verify_later
@@ -457,10 +497,19 @@ class SessionFolders:
             folders[self.root.shard_of(session_id)].current(miss)
             return
         began = time.monotonic()
-        stamps = [folder.stamp() for folder in folders]  # before the reports (SessionFolder.current)
+        if len(folders) == 1 or miss or began - self._swept >= self.sweep_seconds:
+            self._swept = began
+            stamps = [folder.stamp() for folder in folders]  # before the reports (SessionFolder.current)
+            self._notifications.read()
+            for folder, stamp in zip(folders, stamps, strict=True):
+                folder.current_since(began, stamp, miss, read=False)
+            return
         self._notifications.read()
-        for folder, stamp in zip(folders, stamps, strict=True):
-            folder.current_since(began, stamp, miss, read=False)
+        for folder in folders:
+            if not folder.quiet():
+                # Stamped after the reports were read: a change in between is taken for an
+                # unreported one (a listing too many, never a change missed).
+                folder.current_since(began, folder.stamp(), miss, read=False)
 
     def verify(self, shard: int) -> None:
         """The background listing a shard's folder asked for (:meth:`SessionFolder.verify`)."""

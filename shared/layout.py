@@ -192,6 +192,8 @@ class DataRoot:
         self._names: dict[str, str] = {}
         #: Per shard, the names its last scan parsed (a rescan parses new names only).
         self._parsed: dict[int, dict[str, SessionFileName]] = {}
+        #: Per shard, its folder and its sessions folder (a path is built once: pathlib is slow).
+        self._folders: dict[int, tuple[Path, Path]] = {}
         self._lock = threading.Lock()
 
     # -- layout ---------------------------------------------------------------------------
@@ -251,15 +253,26 @@ class DataRoot:
 
     def shard_dir(self, shard: int) -> Path:
         """The folder of one shard (the data root itself in a legacy root)."""
-        if not self._shards:
-            self.resolve()
-        if not self._sharded:
-            return self.root
-        return self.root / SHARDS_DIR / shard_folder_name(shard, self._shards)
+        return self._shard_folders(shard)[0]
 
     def sessions_folder(self, shard: int) -> Path:
         """The folder of one shard's session files."""
-        return self.shard_dir(shard) / SESSIONS_DIR
+        return self._shard_folders(shard)[1]
+
+    def _shard_folders(self, shard: int) -> tuple[Path, Path]:
+        folders = self._folders.get(shard)
+        if folders is None:
+            if not self._shards:
+                self.resolve()
+            if not self._shards:
+                return self.root, self.root / SESSIONS_DIR  # not created: nothing is there
+            folder = (
+                self.root / SHARDS_DIR / shard_folder_name(shard, self._shards)
+                if self._sharded
+                else self.root
+            )
+            folders = self._folders[shard] = (folder, folder / SESSIONS_DIR)
+        return folders
 
     def session_path(self, session_id: str, name: str) -> Path:
         """The path of session ``session_id``'s file ``name`` (in its shard's folder)."""

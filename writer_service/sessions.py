@@ -308,7 +308,7 @@ class SessionLedger:
                 str(meta["parent_session_id"]), str(meta.get("delegation_id", "")), session_id
             )
             await self.run_io(create_marker, marker)
-        path = self.root.session_path(session_id, name)
+        path = self.root.sessions_folder(shard) / name
         fd = await self.run_io(create_file, path, body, session_id, copy, trailer)
         size = len(body) + len(trailer) + (copy[2] - copy[1] if copy else 0)
         entry = IndexEntry(name, next_seq, None, requests_floor=(next_seq, size))
@@ -499,7 +499,7 @@ class SessionLedger:
         self._loading[session_id] = future
         try:
             shard_dir = self.root.shard_dir(shard)
-            path = self.root.session_path(session_id, entry.name)
+            path = self.root.sessions_folder(shard) / entry.name
             # A fresh entry whose saved state is recent is reopened right here: a few small
             # reads, cheaper than a hop to an I/O thread and back. Anything else (no state, a
             # stale one, a long suffix, a tail to re-read) goes to an I/O thread.

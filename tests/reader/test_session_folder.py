@@ -491,3 +491,26 @@ def test_without_inotify_every_shard_folder_is_listed_at_each_change_and_said_on
     assert len(asked) == 1
     assert caplog.text.count("cannot be followed") == 1
     index.close()
+
+
+def test_a_listing_looks_at_every_shard_folder_stamp_once_per_sweep(
+    data_dir, unreported, monkeypatch
+) -> None:
+    """A change nothing reported (another host's) is in a listing once a sweep looks at every
+    folder's time stamp (not more often than the sweep interval); a lookup of its id finds it at
+    once; this host's reported changes need no sweep."""
+    monkeypatch.setattr(session_folder, "SWEEP_SECONDS", 3600)
+    root = sharded(data_dir)
+    for shard in range(8):
+        os.utime(root.sessions_folder(shard), ns=(0, 0))  # old stamps: settled folders
+    index = ListingIndex(DataRoot(data_dir))
+    assert listed(index) == []
+    write_in(root, 1)
+    assert listed(index) == [], "not swept yet"
+    assert index.locate(session_id(1))[1].exists()
+    assert listed(index) == [session_id(1)]
+    write_in(root, 2)
+    assert listed(index) == [session_id(1)]
+    index.folder.sweep_seconds = 0
+    assert listed(index) == [session_id(2), session_id(1)]
+    index.close()
