@@ -304,8 +304,8 @@ class ListingIndex:
         not exist. Raises FileNameError (naming ``field``) for a malformed id,
         SessionNotFoundError, OSError ``ELOOP`` when the file is a symbolic link.
         """
-        validate_session_id(session_id, field)
-        self.folder.current(session_id=session_id)  # its shard's names are current: no scan here
+        shard = self.root.shard_of(validate_session_id(session_id, field))
+        self.folder.current(shard=shard)  # its shard's names are current: no scan here
         for miss in (False, True):
             try:
                 parsed, path = self.root.locate(session_id, field, rescan=False)
@@ -313,8 +313,7 @@ class ListingIndex:
             except SessionNotFoundError:
                 if miss:
                     raise
-                # lists the folder if it changed since its last listing
-                self.folder.current(miss=True, session_id=session_id)
+                self.folder.current(miss=True, shard=shard)  # lists it if it changed since its last listing
         check_visible(session_id, lambda: self.meta(path.name))
         return parsed, path
 

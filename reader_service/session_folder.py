@@ -276,9 +276,17 @@ class SessionFolder:
             self._verify_later()
 
     def quiet(self) -> bool:
-        """Whether a call with its reports read may skip this folder unless its time stamp moved:
-        followed, listed, nothing lost, settled, no report waiting (under the lock: reports
-        another call took are applied)."""
+        """Whether a call that has read the reports may skip this folder unless its time stamp
+        moved: followed, listed, nothing lost, settled, no report waiting, and no other call
+        applying reports it took (it holds the lock from taking them to applying them: a held
+        lock is waited for). Looked at without the lock first: this runs for every folder of
+        every listing call."""
+        if not (self._wd >= 0 and self._listed and not self._lost and self._settled):
+            return False
+        if self._notifications.waiting(self._wd):
+            return False
+        if not self._lock.locked():  # after the reports: taken ones were applied, or are waited for
+            return True
         with self._lock:
             return (
                 self._wd >= 0
@@ -486,15 +494,15 @@ class SessionFolders:
                 self._folders = folders
         return self._folders
 
-    def current(self, miss: bool = False, session_id: str | None = None) -> None:
-        """Make the known names current for a call beginning now: of every folder, or of the
-        folder of ``session_id``'s shard only (:meth:`SessionFolder.current`). Raises OSError
-        when a folder exists but cannot be read."""
+    def current(self, miss: bool = False, shard: int | None = None) -> None:
+        """Make the known names current for a call beginning now: of every folder, or of
+        ``shard``'s folder only (:meth:`SessionFolder.current`). Raises OSError when a folder
+        exists but cannot be read."""
         folders = self.shard_folders()
         if not folders:
             return
-        if session_id is not None:
-            folders[self.root.shard_of(session_id)].current(miss)
+        if shard is not None:
+            folders[shard].current(miss)
             return
         began = time.monotonic()
         if len(folders) == 1 or miss or began - self._swept >= self.sweep_seconds:

@@ -190,6 +190,8 @@ class DataRoot:
         self._sharded = False
         self._index: dict[str, SessionFileName] = {}
         self._names: dict[str, str] = {}
+        #: The path of each id located so far (a lookup builds none again).
+        self._paths: dict[str, Path] = {}
         #: Per shard, the names its last scan parsed (a rescan parses new names only).
         self._parsed: dict[int, dict[str, SessionFileName]] = {}
         #: Per shard, its folder and its sessions folder (a path is built once: pathlib is slow).
@@ -355,6 +357,7 @@ class DataRoot:
                 if name not in parsed_names and self._names.get(parsed.session_id) == name:
                     del self._names[parsed.session_id]
                     del self._index[parsed.session_id]
+                    self._paths.pop(parsed.session_id, None)
             self._parsed[shard] = parsed_names
             for parsed, name in found:
                 self._index[parsed.session_id] = parsed
@@ -373,6 +376,7 @@ class DataRoot:
             if self._names.get(parsed.session_id) == name:
                 del self._names[parsed.session_id]
                 del self._index[parsed.session_id]
+                self._paths.pop(parsed.session_id, None)
 
     def locate(
         self, session_id: str, field: str = "session_id", rescan: bool = True
@@ -393,7 +397,9 @@ class DataRoot:
                 name = self._names.get(session_id)
                 parsed = self._index.get(session_id)
             if name is not None and parsed is not None:
-                path = self.session_path(session_id, name)
+                path = self._paths.get(session_id)
+                if path is None or path.name != name:
+                    path = self._paths[session_id] = self.session_path(session_id, name)
                 if os.path.lexists(path):
                     session_file_stat(path)
                     return parsed, path
