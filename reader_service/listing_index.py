@@ -3,9 +3,10 @@
 Derived data only: everything here is rebuilt from the files (a new reader
 starts empty and warms up in the background), it is never the source of truth,
 and a stale or missing entry never hides a session. Which sessions exist comes
-from the sessions folder itself, brought up to date at every call
-(:class:`reader_service.session_folder.SessionFolder`: the changes reported
-since the last call, or a listing of the folder); the index keeps them in
+from the sessions folders themselves (one per shard: shared.layout), brought up to
+date at every call (:class:`reader_service.session_folder.SessionFolders`: the changes
+reported since the last call, or a listing of a folder; a lookup makes current the
+folder of its session's shard only, a listing every folder); the index keeps them in
 listing order as they come and go (an insertion or removal each, never a sort),
 and only saves the reads behind each one.
 
@@ -33,6 +34,7 @@ Records are counted from their envelope alone (``{"v":..,"seq":..,"ts":..,
 from __future__ import annotations
 
 import bisect
+import functools
 import logging
 import os
 import queue
@@ -44,11 +46,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from reader_service.session_folder import SessionFolder
+from reader_service.session_folder import SessionFolders
 from reader_service.stop_facts import DEFAULT_TAIL_WINDOW, StopFactsResult, read_stop_facts
 from shared.errors import SessionNotFoundError
 from shared.layout import DataRoot, read_session_file, session_file_stat
-from shared.naming import SessionFileName
+from shared.naming import SessionFileName, parse_file_name, validate_session_id
 from shared.records import record_of_line
 from shared.session_meta import read_session_meta
 from shared.tenancy import check_visible
@@ -195,10 +197,6 @@ class _Postings:
         return self.keys[position - 1] if position else None
 
 
-#: Background work of the index besides counting: a listing of the sessions folder.
-_VERIFY_FOLDER = ""
-
-
 class ListingIndex:
     """Summaries of the sessions under one data root (thread-safe; see the module doc)."""
 
@@ -214,11 +212,12 @@ class ListingIndex:
         self._headless: set[str] = set()
         self._activity: dict[str, Activity] = {}
         self._postings: dict[tuple[str, str], _Postings] = {}
-        self._counting: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+        #: Background work: a session file name to count, or a shard whose folder to list.
+        self._counting: queue.SimpleQueue[str | int | None] = queue.SimpleQueue()
         self._queued: set[str] = set()
         self._worker: threading.Thread | None = None
         self._closed = False
-        self.folder = SessionFolder(root, self._added, self._removed, self._verify_later)
+        self.folder = SessionFolders(root, self._added, self._removed, self._verify_later)
         self.warm = threading.Event()
         #: Activity lookups by outcome (reader_service.metrics): still current, or read again.
         self.counts = {"current": 0, "refreshed": 0}
@@ -226,9 +225,9 @@ class ListingIndex:
     # -- which sessions exist ---------------------------------------------------------------
 
     def sync(self, miss: bool = False) -> None:
-        """Bring the sessions known up to the folder for a call beginning now (what was reported
-        since the last call, or a listing: :meth:`SessionFolder.current`). ``miss``: a lookup
-        did not find its session. Raises OSError when the folder cannot be read."""
+        """Bring the sessions known up to the folders for a call beginning now (what was reported
+        since the last call, or a listing: :meth:`SessionFolders.current`). ``miss``: a lookup
+        did not find its session. Raises OSError when a folder cannot be read."""
         self.folder.current(miss)
 
     def _added(self, parsed: SessionFileName, name: str) -> None:
@@ -305,7 +304,8 @@ class ListingIndex:
         not exist. Raises FileNameError (naming ``field``) for a malformed id,
         SessionNotFoundError, OSError ``ELOOP`` when the file is a symbolic link.
         """
-        self.sync()  # the folder's names are current: no scan of it here
+        shard = self.root.shard_of(validate_session_id(session_id, field))
+        self.folder.current(shard=shard)  # its shard's names are current: no scan here
         for miss in (False, True):
             try:
                 parsed, path = self.root.locate(session_id, field, rescan=False)
@@ -313,7 +313,7 @@ class ListingIndex:
             except SessionNotFoundError:
                 if miss:
                     raise
-                self.sync(miss=True)  # lists the folder if it changed since its last listing
+                self.folder.current(miss=True, shard=shard)  # lists it if it changed since its last listing
         check_visible(session_id, lambda: self.meta(path.name))
         return parsed, path
 
@@ -327,9 +327,16 @@ class ListingIndex:
             return meta
         return self._read_head(name)
 
+    def path_of(self, name: str) -> Path:
+        """The path of session file ``name`` (in its session's shard folder: shared.layout)."""
+        with self._lock:
+            parsed = self._names.get(name)
+        session_id = parsed.session_id if parsed is not None else parse_file_name(name).session_id
+        return self.root.session_path(session_id, name)
+
     def _read_head(self, name: str) -> dict[str, Any]:
         try:
-            meta = read_session_meta(self.root.sessions_dir / name)
+            meta = read_session_meta(self.path_of(name))
         except FileNotFoundError:
             return {}
         except OSError as exc:  # one unreadable file must not hide the others
@@ -363,7 +370,7 @@ class ListingIndex:
 
         Raises FileNotFoundError when the file is gone; another OSError when it cannot be read.
         """
-        path = self.root.sessions_dir / name
+        path = self.path_of(name)
         stat = session_file_stat(path)
         with self._lock:
             known = self._activity.get(name)
@@ -405,9 +412,9 @@ class ListingIndex:
         self._counting.put(name)
         self._start_worker()
 
-    def _verify_later(self) -> None:
-        """Have the worker list the sessions folder (asked by the folder; never under its lock)."""
-        self._counting.put(_VERIFY_FOLDER)
+    def _verify_later(self, shard: int) -> None:
+        """Have the worker list a shard's sessions folder (asked by the folder; never under its lock)."""
+        self._counting.put(shard)
         self._start_worker()
 
     # -- background work -------------------------------------------------------------------------
@@ -445,15 +452,18 @@ class ListingIndex:
         finally:
             self.warm.set()
         while (work := self._counting.get()) is not None:
-            if work == _VERIFY_FOLDER:
-                self._quietly(lambda _: self.folder.verify(), "the sessions folder")
+            if isinstance(work, int):
+                self._quietly(functools.partial(self._verify_folder, work), "a sessions folder")
                 continue
             with self._lock:
                 self._queued.discard(work)
             self._quietly(self._count_whole, work)
 
+    def _verify_folder(self, shard: int, _: str) -> None:
+        self.folder.verify(shard)
+
     def _count_whole(self, name: str) -> None:
-        path = self.root.sessions_dir / name
+        path = self.path_of(name)
         stat = session_file_stat(path)
         with self._lock:
             known = self._activity.get(name)

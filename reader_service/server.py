@@ -126,6 +126,7 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
     def __init__(self, config: ReaderConfig) -> None:
         self.config = config
         self.root = DataRoot(config.data_dir)
+        self.root.resolve()  # a shard record that cannot be read stops the start (ClusterFileError)
         self.index = ListingIndex(self.root, config.tail_window)
         self.replays = ReplayCache(config.replay_cache_bytes)
         self.budget = ReadBudget(config.read_budget_bytes)

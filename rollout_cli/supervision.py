@@ -40,6 +40,7 @@ from rollout_cli.serve_options import ServeOptions, pair_options, reloading_toke
 from rollout_client import DEFAULT_READER, DEFAULT_WRITER
 from shared.records import DEFAULT_MAX_RECORD_BYTES
 from shared.serving import BindError, split_address
+from shared.shards import DEFAULT_SHARDS, MAX_SHARDS, ClusterFileError
 from writer_service.committer import CommitConfig, Durability, RoundSync, SyncCall
 from writer_service.refusal_pacing import DEFAULT_RATE as DEFAULT_UNKNOWN_ID_RATE
 
@@ -178,6 +179,14 @@ async def serve_until_signal(start: Any, label: str) -> None:
     help="How often a session whose file could not be repaired at start-up (a full disk) is tried"
     " again; it is also tried at each call on it.",
 )
+@click.option(
+    "--shards",
+    type=click.IntRange(1, MAX_SHARDS),
+    default=DEFAULT_SHARDS,
+    show_default=True,
+    help="Shards of a data root this writer creates (recorded in its cluster.json, never changed);"
+    " an existing data root keeps its own.",
+)
 @service_options
 def serve_writer(
     data_dir: Path,
@@ -192,10 +201,12 @@ def serve_writer(
     max_record_bytes: int,
     unknown_id_rate: float,
     repair_retry_seconds: float,
+    shards: int,
     serving: ServeOptions,
 ) -> None:
     """Run the writer service alone (one per data root)."""
-    from writer_service.server import DataRootLockedError, start_writer
+    from writer_service.ownership import DataRootLockedError
+    from writer_service.server import start_writer
     from writer_service.sessions import WriterConfig
 
     settings = serving.begin("writer", metrics_port)
@@ -217,12 +228,13 @@ def serve_writer(
         max_record_bytes=max_record_bytes,
         unknown_id_rate=unknown_id_rate,
         repair_retry_seconds=repair_retry_seconds,
+        shards=shards,
     )
     try:
         asyncio.run(
             serve_until_signal(reloading_tokens(start_writer(config, address, settings), settings), "writer")
         )
-    except (DataRootLockedError, BindError) as exc:
+    except (DataRootLockedError, ClusterFileError, BindError) as exc:
         raise click.ClickException(str(exc)) from exc
 
 
@@ -274,7 +286,7 @@ def serve_reader(
         asyncio.run(
             serve_until_signal(reloading_tokens(start_reader(config, address, settings), settings), "reader")
         )
-    except BindError as exc:
+    except (ClusterFileError, BindError) as exc:
         raise click.ClickException(str(exc)) from exc
 
 

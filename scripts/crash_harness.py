@@ -38,6 +38,7 @@ import orjson
 
 from rollout.v1 import records_pb2, writer_pb2, writer_pb2_grpc
 from shared.digest import digest
+from shared.layout import DataRoot
 from shared.rebuild import DAMAGE_KINDS, DegradedKind, rebuild
 
 # The service-process harness lives in the test suite (tests/processes.py), imported from the checkout.
@@ -208,8 +209,7 @@ def run_harness(data_dir: Path, kills: int, clients: int = 4, seed: int = 1) -> 
         if not log.session_id:
             violations.append("a client never created its session")
             continue
-        (path,) = (data_dir / "sessions").glob(f"*{log.session_id}*.jsonl")
-        violations.extend(check_session(path, log))
+        violations.extend(check_session(DataRoot(data_dir).locate(log.session_id)[1], log))
     return HarnessReport(
         kills, sum(len(log.acked) for log in logs), sum(log.stops for log in logs), violations
     )

@@ -3,10 +3,10 @@
 Record shapes and the line format (:mod:`shared.records`), the rebuild of a
 message sequence (:mod:`shared.rebuild`), the digest (:mod:`shared.digest`), the
 stop-kind vocabulary and resume eligibility (:mod:`shared.stop_kinds`), the file
-name codec (:mod:`shared.naming`), the data root layout (:mod:`shared.layout`),
-the protobuf conversions (:mod:`shared.wire`), the error hierarchy
-(:mod:`shared.errors`), its gRPC status mapping (:mod:`shared.status`) and the words of
-status details clients read (:mod:`shared.reasons`); and how both
+name codec (:mod:`shared.naming`), the data root layout (:mod:`shared.layout`), the
+shard of a session (:mod:`shared.shards`), the protobuf conversions (:mod:`shared.wire`),
+the error hierarchy (:mod:`shared.errors`), its gRPC status mapping (:mod:`shared.status`)
+and the words of status details clients read (:mod:`shared.reasons`); and how both
 are served (:mod:`shared.serving`: TLS, interceptors, health, reflection), who calls
 (:mod:`shared.auth`) and what a caller may see (:mod:`shared.tenancy`).
 Neither service re-implements any of it; ``shared`` imports neither service.
@@ -18,6 +18,7 @@ from shared.errors import (
     FileNameError,
     InvalidArgumentError,
     LedgerError,
+    NotOwnerError,
     PermissionDeniedError,
     QueueFullError,
     RecordValidationError,
@@ -35,6 +36,7 @@ from shared.errors import (
 from shared.naming import SessionFileName, build_file_name, new_session_id, parse_file_name
 from shared.rebuild import CheckpointRecord, DegradedEntry, DegradedKind, Rebuild, rebuild
 from shared.records import RecordType, encode_line, validate_message
+from shared.shards import shard_of
 from shared.stop_kinds import ResumeEligibility, StopKind, classify_resume, classify_session
 
 __all__ = [
@@ -46,6 +48,7 @@ __all__ = [
     "FileNameError",
     "InvalidArgumentError",
     "LedgerError",
+    "NotOwnerError",
     "PermissionDeniedError",
     "QueueFullError",
     "Rebuild",
@@ -73,5 +76,6 @@ __all__ = [
     "new_session_id",
     "parse_file_name",
     "rebuild",
+    "shard_of",
     "validate_message",
 ]

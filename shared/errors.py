@@ -15,6 +15,9 @@ The hierarchy::
     ├── CorruptSessionError          DATA_LOSS         (names the file and byte offset)
     ├── SessionUnavailableError      UNAVAILABLE       (the session's file awaits a repair that
     │                                                   failed; retried; ErrorInfo names errno)
+    ├── NotOwnerError                UNAVAILABLE       (this writer does not own the session's
+    │                                                   shard, or stopped owning it before a
+    │                                                   write was acknowledged; ErrorInfo NOT_OWNER)
     ├── ResourceLimitError           RESOURCE_EXHAUSTED
     │   ├── QueueFullError           RESOURCE_EXHAUSTED (a session's queue; retry with backoff)
     │   └── ReplyTooLargeError       RESOURCE_EXHAUSTED (use the streaming RPC)
@@ -147,6 +150,22 @@ class SessionUnavailableError(LedgerError):
         self.errno_name = errno_name
 
 
+class NotOwnerError(LedgerError):
+    """This writer may not write or acknowledge for the session's shard (SPEC §7): it does not own
+    the shard, or its ownership ended before a write it made was durable in time. Nothing of the
+    request was acknowledged; the bytes of a write already made stay unacknowledged in the file (a
+    retry with the same request id is answered from it). Retry.
+
+    ``shard`` is the shard; ``epoch`` the epoch this writer wrote under (None when it never owned it).
+    Sent as UNAVAILABLE with an ``ErrorInfo`` of reason ``NOT_OWNER`` (shared.reasons).
+    """
+
+    def __init__(self, message: str, *, shard: int, epoch: int | None = None) -> None:
+        super().__init__(message)
+        self.shard = shard
+        self.epoch = epoch
+
+
 class ResourceLimitError(LedgerError):
     """A configured limit was reached; the message says which and what to do."""
 
@@ -219,6 +238,7 @@ AnyLedgerError: TypeAlias = (
     | SessionBusyError
     | CorruptSessionError
     | SessionUnavailableError
+    | NotOwnerError
     | ResourceLimitError
     | QueueFullError
     | ReplyTooLargeError
@@ -239,6 +259,7 @@ LEDGER_ERROR_CLASSES: Final = (
     SessionBusyError,
     CorruptSessionError,
     SessionUnavailableError,
+    NotOwnerError,
     ResourceLimitError,
     QueueFullError,
     ReplyTooLargeError,

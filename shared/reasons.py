@@ -11,6 +11,7 @@ of a message:
   :data:`SESSION_FILE_REPLACED` / :data:`SESSION_FILE_TRUNCATED` (ABORTED, a watch), and
   for a failed write or repair the errno's name (``ENOSPC``, ``EIO``, ...), or
   :data:`WRITE_FAILED` / :data:`REPAIR_FAILED` when the failure had no errno;
+  :data:`NOT_OWNER` (UNAVAILABLE; metadata ``shard`` and ``epoch``: retry);
 * ``PreconditionFailure`` violations (FAILED_PRECONDITION) of type :data:`SESSION_STATE`:
   the subject names what the precondition is about (:func:`session_subject`,
   :func:`request_subject`, :func:`seq_subject`); a stopped session's description is
@@ -41,6 +42,9 @@ SESSION_FILE_TRUNCATED = "SESSION_FILE_TRUNCATED"
 WRITE_FAILED = "WRITE_FAILED"
 #: A session awaits a repair that failed without an errno (otherwise the errno's name).
 REPAIR_FAILED = "REPAIR_FAILED"
+#: UNAVAILABLE of a writer that does not own the session's shard, or whose ownership ended before
+#: the write was durable (nothing acknowledged; retry); metadata ``shard`` and ``epoch``.
+NOT_OWNER = "NOT_OWNER"
 
 #: ``PreconditionFailure.Violation.type`` of every FAILED_PRECONDITION the ledger sends.
 SESSION_STATE = "SESSION_STATE"

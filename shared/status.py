@@ -43,6 +43,7 @@ from shared.errors import (
     CorruptSessionError,
     FileNameError,
     InvalidArgumentError,
+    NotOwnerError,
     PermissionDeniedError,
     QueueFullError,
     RecordValidationError,
@@ -61,6 +62,7 @@ from shared.errors import (
 )
 from shared.reasons import (
     ERROR_DOMAIN,
+    NOT_OWNER,
     REPAIR_FAILED,
     REPLY_TOO_LARGE,
     SESSION_EXISTS,
@@ -143,6 +145,16 @@ def _status_of(error: AnyLedgerError, prefix: str) -> tuple[grpc.StatusCode, str
                 reason=error.errno_name or REPAIR_FAILED,
                 domain=ERROR_DOMAIN,
                 metadata={"operation": "repair"},
+            )
+            return grpc.StatusCode.UNAVAILABLE, message, [info]
+        case NotOwnerError():
+            info = error_details_pb2.ErrorInfo(
+                reason=NOT_OWNER,
+                domain=ERROR_DOMAIN,
+                metadata={
+                    "shard": str(error.shard),
+                    "epoch": "" if error.epoch is None else str(error.epoch),
+                },
             )
             return grpc.StatusCode.UNAVAILABLE, message, [info]
         case ReplyTooLargeError():  # the same request meets it every time: the reason says so

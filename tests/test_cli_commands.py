@@ -10,6 +10,7 @@ from pathlib import Path
 
 from rollout.v1 import reader_pb2, records_pb2, writer_pb2
 from tests.conftest import REPO, run_rollout
+from tests.data_roots import session_file
 
 UNKNOWN_ID = "0197a5e2-3c4d-7e8f-9a0b-1c2d3e4f5a6b"
 
@@ -46,7 +47,7 @@ def _run(*args: str, code: int = 0) -> list[str]:
 
 
 def _session_file(data_dir: Path, session_id: str) -> bytes:
-    [path] = (data_dir / "sessions").glob(f"*{session_id}*.jsonl")
+    path = session_file(data_dir, session_id)
     return path.read_bytes()
 
 

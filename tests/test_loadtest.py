@@ -7,6 +7,7 @@ import orjson
 from rollout.v1 import records_pb2, writer_pb2
 from shared.rebuild import rebuild
 from tests.conftest import run_rollout
+from tests.data_roots import session_file, session_files
 
 
 def test_loadtest_reports_figures_and_writes_only_its_own_stopped_sessions(
@@ -22,7 +23,7 @@ def test_loadtest_reports_figures_and_writes_only_its_own_stopped_sessions(
             records=[writer_pb2.AppendRecord(message=records_pb2.ChatMessage(role="user", text="hi"))],
         )
     )
-    (bystander_path,) = (data_dir / "sessions").glob(f"*{bystander}*.jsonl")
+    bystander_path = session_file(data_dir, bystander)
     before = bystander_path.read_bytes()
     result = run_rollout(
         "loadtest",
@@ -51,7 +52,7 @@ def test_loadtest_reports_figures_and_writes_only_its_own_stopped_sessions(
         <= figures["ack_ms"]["max"]
     )
     assert bystander_path.read_bytes() == before
-    created = [path for path in (data_dir / "sessions").glob("*.jsonl") if path != bystander_path]
+    created = [path for path in session_files(data_dir) if path != bystander_path]
     assert len(created) == figures["sessions_created"]
     children = 0
     for path in created:

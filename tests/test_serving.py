@@ -29,6 +29,7 @@ from grpc_reflection.v1alpha import reflection_pb2
 from rollout.v1 import reader_pb2, reader_pb2_grpc, records_pb2, writer_pb2, writer_pb2_grpc
 from shared.session_meta import read_session_meta
 from tests.conftest import run_rollout, start_service
+from tests.data_roots import session_file, session_files
 from tests.e2e.secured import A, B, bearer, make_certificates, tls_arguments, tls_channel, write_tokens
 from tests.processes import launch, reap, with_sigint
 
@@ -69,7 +70,7 @@ def test_mtls_refuses_a_client_without_a_certificate_and_takes_the_tenant_from_i
             assert caught.value.code() == grpc.StatusCode.PERMISSION_DENIED
     finally:
         writer.stop()
-    (path,) = (data_dir / "sessions").glob(f"*{created.session_id}.jsonl")
+    path = session_file(data_dir, created.session_id)
     assert (read_session_meta(path) or {})["tenant"] == "acme"
 
 
@@ -497,7 +498,7 @@ def test_a_client_certificate_without_exactly_one_cn_is_refused(
             assert "ambiguous" in caught.value.details()
     finally:
         writer.stop()
-    assert list((data_dir / "sessions").glob("*.jsonl")) == []
+    assert list(session_files(data_dir)) == []
 
 
 def test_a_stream_ends_when_its_client_certificate_expires_and_later_calls_are_refused(tmp_path) -> None:

@@ -42,6 +42,18 @@ A ``syncfs`` error cannot be traced to one file, so no session of the round is
 acknowledged. The committer stays usable: the next round writes again.
 ``unsafe_no_fsync`` durability leaves the bytes in OS buffers, surviving a process
 crash only.
+
+Ownership (writer_service.ownership): each session file belongs to a shard, opened
+under the epoch its writer owned it at. Before a round is written, each batch's shard
+is asked for (:meth:`Ownership.owns`); a batch whose shard is no longer owned at its
+epoch is not written. After the round is durable, each batch asks
+:meth:`Ownership.may_acknowledge` with the time the round became durable. A batch
+refused either way fails its waiters, and everything queued behind them, with
+UNAVAILABLE (NotOwnerError), like a failed round but without cutting anything back (a
+writer that lost a shard writes nothing more to it); its session is dropped by its
+owner (``on_failure``), and nothing more is written for that shard under that epoch
+(:meth:`GroupCommitter.epoch_of` refuses it). The other batches of the round are
+acknowledged as usual.
 """
 
 from __future__ import annotations
@@ -58,8 +70,9 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from shared.errors import StorageWriteError
+from shared.errors import LedgerError, NotOwnerError, StorageWriteError
 from writer_service import metrics
+from writer_service.ownership import EmbeddedOwnership, Ownership
 
 log = logging.getLogger(__name__)
 
@@ -216,9 +229,19 @@ class SessionLog:
     """
 
     def __init__(
-        self, committer: GroupCommitter, fd: int, size: int, label: str, on_failure: Callable[[], None]
+        self,
+        committer: GroupCommitter,
+        fd: int,
+        size: int,
+        label: str,
+        on_failure: Callable[[], None],
+        shard: int,
+        epoch: int,
     ) -> None:
         self._committer = committer
+        #: The shard of the session and the epoch its file was opened under (writer_service.ownership).
+        self.shard = shard
+        self.epoch = epoch
         self.fd = fd
         self._size = size
         self.label = label
@@ -314,9 +337,14 @@ class SessionLog:
 class GroupCommitter:
     """The writer's one flush loop: durability rounds over every session with records queued."""
 
-    def __init__(self, config: CommitConfig, health: StorageHealth) -> None:
+    def __init__(
+        self, config: CommitConfig, health: StorageHealth, ownership: Ownership | None = None
+    ) -> None:
         self.config = config
         self._health = health
+        self.ownership: Ownership = ownership if ownership is not None else EmbeddedOwnership()
+        #: (shard, epoch) whose acknowledgement was refused: nothing more is written under them.
+        self._fenced: set[tuple[int, int]] = set()
         self._loop = asyncio.get_running_loop()
         self._lock = threading.Lock()
         self._more = threading.Condition(self._lock)  # a lingering round waits on it for company
@@ -337,9 +365,53 @@ class GroupCommitter:
         """Records queued and not yet taken into a round, over every session (the queue depth)."""
         return self._queued_records
 
-    def open(self, fd: int, size: int, label: str, on_failure: Callable[[], None]) -> SessionLog:
-        """A SessionLog for an open session file of ``size`` committed bytes."""
-        return SessionLog(self, fd, size, label, on_failure)
+    def open(
+        self, fd: int, size: int, label: str, on_failure: Callable[[], None], shard: int, epoch: int
+    ) -> SessionLog:
+        """A SessionLog for an open session file of ``size`` committed bytes, of ``shard`` opened
+        under ``epoch`` (:meth:`epoch_of`)."""
+        return SessionLog(self, fd, size, label, on_failure, shard, epoch)
+
+    def epoch_of(self, shard: int) -> int:
+        """The epoch under which this writer may write ``shard`` now (ask before opening or creating
+        one of its files). Raises NotOwnerError when it does not own it, or when an acknowledgement
+        was refused under its current epoch."""
+        epoch = self.ownership.owns(shard)
+        if epoch is None:
+            raise NotOwnerError(f"this writer does not own shard {shard}; retry", shard=shard)
+        with self._lock:
+            refusal = self._write_refusal(shard, epoch, epoch)
+        if refusal is not None:
+            raise refusal
+        return epoch
+
+    def _write_refusal(self, shard: int, epoch: int, owned: int | None) -> NotOwnerError | None:
+        """Why nothing may be written to ``shard`` under ``epoch`` while the ownership answers
+        ``owned`` for it (None: it may; the lock is held)."""
+        if owned != epoch:
+            return NotOwnerError(
+                f"this writer no longer owns shard {shard} at epoch {epoch}; nothing of this request"
+                " was written; retry",
+                shard=shard,
+                epoch=epoch,
+            )
+        if (shard, epoch) in self._fenced:
+            return NotOwnerError(
+                f"this writer's ownership of shard {shard} (epoch {epoch}) ended; nothing more is"
+                " written to it under that epoch; nothing of this request was written; retry",
+                shard=shard,
+                epoch=epoch,
+            )
+        return None
+
+    def may_acknowledge(self, shard: int, epoch: int, durable_at: float) -> bool:
+        """:meth:`Ownership.may_acknowledge`; a refusal fences ``shard`` at ``epoch``: nothing more
+        is written to it under that epoch (:meth:`epoch_of` refuses it). Any thread."""
+        if self.ownership.may_acknowledge(shard, epoch, durable_at):
+            return True
+        with self._lock:
+            self._fenced.add((shard, epoch))
+        return False
 
     def queue(self, session: SessionLog, data: bytes, records: int) -> asyncio.Future[None]:
         """Queue a request's lines for ``session`` (event loop); see :meth:`SessionLog.submit`."""
@@ -404,6 +476,9 @@ class GroupCommitter:
                 if self.config.linger_ms > 0:
                     self._linger()
                 batches = self._take_round()
+            batches = self._owned(batches)
+            if not batches:
+                continue
             started = time.perf_counter()
             try:
                 self._write_round(batches)
@@ -411,6 +486,7 @@ class GroupCommitter:
                 self._round_failed(batches, exc)
                 continue
             elapsed = time.perf_counter() - started
+            batches = self._acknowledged(batches, time.monotonic())
             with self._lock:
                 for batch in batches:
                     batch.session._size += len(batch.data)
@@ -433,6 +509,59 @@ class GroupCommitter:
                 metrics.BATCH_RECORDS.observe(batch.records)
             if elapsed > SLOW_FSYNC_SECONDS:
                 log.warning("slow round: %d sessions, %d records in %.3f s", len(batches), records, elapsed)
+
+    def _owned(self, batches: list[_Batch]) -> list[_Batch]:
+        """The batches whose shard this writer still owns at their epoch; the others are refused,
+        nothing of them written (rounds' thread)."""
+        refused: list[tuple[_Batch, NotOwnerError]] = []
+        owned: list[_Batch] = []
+        answers: dict[int, int | None] = {}
+        for batch in batches:
+            if batch.session.shard not in answers:
+                answers[batch.session.shard] = self.ownership.owns(batch.session.shard)
+        with self._lock:
+            for batch in batches:
+                shard = batch.session.shard
+                refusal = self._write_refusal(shard, batch.session.epoch, answers[shard])
+                if refusal is None:
+                    owned.append(batch)
+                else:
+                    refused.append((batch, refusal))
+        for batch, refusal in refused:
+            self._loop.call_soon_threadsafe(self._fail, self._take_out([batch]), refusal)
+        return owned
+
+    def _acknowledged(self, batches: list[_Batch], durable_at: float) -> list[_Batch]:
+        """The batches of a durable round that may be acknowledged (:meth:`Ownership.may_acknowledge`);
+        the others fail, their shard and epoch fenced (rounds' thread). Their bytes stay in the
+        file, unacknowledged: a writer whose ownership ended cuts nothing back."""
+        answers: dict[tuple[int, int], bool] = {}
+        kept: list[_Batch] = []
+        for batch in batches:
+            key = (batch.session.shard, batch.session.epoch)
+            if key not in answers:
+                answers[key] = self.may_acknowledge(key[0], key[1], durable_at)
+            if answers[key]:
+                kept.append(batch)
+                continue
+            with self._lock:
+                batch.session._size += len(batch.data)
+            log.error(
+                "ownership of shard %d (epoch %d) ended before a round was durable: %s is not acknowledged"
+                " and nothing more is written to the shard under that epoch",
+                key[0],
+                key[1],
+                batch.session.label,
+            )
+            error = NotOwnerError(
+                f"this writer's ownership of shard {key[0]} (epoch {key[1]}) ended before this request"
+                " was durable; it was not acknowledged and may be in the file; retry with the same"
+                " request id (it is then answered once, never written twice)",
+                shard=key[0],
+                epoch=key[1],
+            )
+            self._loop.call_soon_threadsafe(self._fail, self._take_out([batch]), error)
+        return kept
 
     def _write_round(self, batches: list[_Batch]) -> None:
         """Write every batch and make the round durable; on failure cut every file back (I/O thread).
@@ -457,6 +586,13 @@ class GroupCommitter:
 
     def _round_failed(self, batches: list[_Batch], exc: Exception) -> None:
         """Take a failed round's sessions out of the rounds until :meth:`_fail` runs (I/O thread)."""
+        failures = self._take_out(batches)
+        size = sum(len(batch.data) for batch in batches)
+        self._loop.call_soon_threadsafe(self._write_failed, failures, exc, size)
+
+    def _take_out(self, batches: list[_Batch]) -> list[tuple[SessionLog, list[_Pending]]]:
+        """Take the sessions of refused batches out of the rounds until :meth:`_fail` runs, with the
+        requests to refuse: the batch's and every one queued behind it (rounds' thread)."""
         failures: list[tuple[SessionLog, list[_Pending]]] = []
         with self._lock:
             for batch in batches:
@@ -472,8 +608,7 @@ class GroupCommitter:
                 # of these sessions is written, or acknowledged, between the failure and its delivery.
                 session.failing = True
                 failures.append((session, failed))
-        size = sum(len(batch.data) for batch in batches)
-        self._loop.call_soon_threadsafe(self._fail, failures, exc, size)
+        return failures
 
     def _acknowledge(self) -> None:
         """Resolve the futures of every round made durable since the last call (event loop).
@@ -491,13 +626,11 @@ class GroupCommitter:
             if not item.future.done():
                 item.future.set_result(None)
 
-    def _fail(self, failures: list[tuple[SessionLog, list[_Pending]]], exc: Exception, size: int) -> None:
+    def _write_failed(
+        self, failures: list[tuple[SessionLog, list[_Pending]]], exc: Exception, size: int
+    ) -> None:
         """Refuse every request of a failed round (of ``size`` bytes) and every one queued or
-        submitted behind (event loop).
-
-        Once this has run, each session queues again (its owner has reloaded its
-        view of the file through ``on_failure``).
-        """
+        submitted behind (event loop); storage is reported unhealthy."""
         metrics.WRITE_ERRORS.inc()
         self._health.report(False, size)
         if isinstance(exc, _BatchWriteError):
@@ -512,14 +645,22 @@ class GroupCommitter:
             errno_name=errno_name,
             operation=operation,
         )
+        self._fail(failures, error, f"{reason}; nothing of them kept")
+
+    def _fail(
+        self, failures: list[tuple[SessionLog, list[_Pending]]], error: LedgerError, reason: str = ""
+    ) -> None:
+        """Refuse the requests of refused batches with ``error`` (event loop).
+
+        Once this has run, each session queues again (its owner has reloaded its
+        view of the file through ``on_failure``).
+        """
         for session, failed in failures:
             with self._lock:
                 failed = failed + session.refused
                 session.refused = []
                 session.failing = False
-            log.error(
-                "%s for %s; %d requests refused, nothing of them kept", reason, session.label, len(failed)
-            )
+            log.error("%d requests of %s refused: %s", len(failed), session.label, reason or error)
             for item in failed:
                 if not item.future.done():
                     item.future.set_exception(error)

@@ -34,6 +34,14 @@ def fsync_dir(folder: Path) -> None:
         os.close(dir_fd)
 
 
+def make_durable_dirs(folder: Path) -> None:
+    """Make ``folder`` and any missing parent (mode 0700: shared.layout.make_private_dirs), each
+    folder made fsynced into its parent, so that what is created in it survives a crash with it
+    (a shard's folders come with its first session). Raises OSError."""
+    for made in make_private_dirs(folder):
+        fsync_dir(made.parent)
+
+
 def write_all(fd: int, data: bytes) -> None:
     """Write every byte of ``data`` (os.write may write fewer)."""
     view = memoryview(data)
@@ -100,6 +108,7 @@ def create_file(
     temporary: Path | None = None
     operation = "write"
     try:
+        make_durable_dirs(path.parent)
         # copy_file_range refuses O_APPEND; the mode is the session file's (the link keeps it)
         temporary, fd = create_temporary(path)
         try:
@@ -134,7 +143,7 @@ def create_marker(path: Path) -> None:
     Raises StorageWriteError when the disk refuses.
     """
     try:
-        make_private_dirs(path.parent)
+        make_durable_dirs(path.parent)
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT, PRIVATE_FILE_MODE))
         fsync_dir(path.parent)
     except OSError as exc:

@@ -12,8 +12,10 @@ the checkpoint digests it, checkpoint and stop are appended, the file is fsynced
 
 Only when the stream has ended cleanly are the sessions made visible, parents
 first: each child's delegation marker, then a hard link of each staging file under
-its real name (``link`` never overwrites), one fsync of the folder, and the index
-entries. A refusal, a cancelled stream or a crash before that point leaves no
+its real name (``link`` never overwrites; staging files are made in their session's
+shard folder), one fsync of each folder linked into, and the index entries. Every
+session's shard must be this writer's before the links, and still be so once they are
+durable (writer_service.ownership), or the import is refused (UNAVAILABLE, retryable). A refusal, a cancelled stream or a crash before that point leaves no
 session behind (staging files are removed; a crash leaves only hidden files that
 the next start removes). A session whose id the ledger already holds is skipped:
 its records are read and dropped, and the answer says ``already_present``.
@@ -24,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +35,7 @@ from typing import Any, TypeVar
 from shared.errors import (
     InvalidArgumentError,
     LedgerError,
+    NotOwnerError,
     RecordValidationError,
     SessionExistsError,
     storage_error,
@@ -41,7 +45,7 @@ from shared.session_meta import SessionSpec
 from shared.stop_kinds import StopKind
 from shared.tenancy import current_caller
 from writer_service.file_facts import file_facts, refuse_damage
-from writer_service.files import create_marker, create_temporary, fsync_dir, write_all
+from writer_service.files import create_marker, create_temporary, fsync_dir, make_durable_dirs, write_all
 from writer_service.open_session import RecordTimes, RequestRecords, encode_records
 from writer_service.session_index import IndexEntry
 from writer_service.sessions import SessionLedger, check_stop_text, stop_lines
@@ -151,7 +155,7 @@ class SessionImport:
         self._ledger.reserve(session_id)
         self._sessions.append(staged)
         line = encode_line(0, now_timestamp(), RecordType.SESSION_META, meta)
-        opened = self._start_io(_open_staging, self._ledger.root.sessions_dir, name)
+        opened = self._start_io(_open_staging, self._ledger.root.session_path(session_id, name))
 
         def record_staging(done: asyncio.Future[tuple[Path, int]]) -> None:
             if not done.cancelled() and done.exception() is None:
@@ -251,13 +255,25 @@ class SessionImport:
         ]
 
     async def _publish_and_adopt(self, staged: list[StagedSession]) -> None:
+        committer, root = self._ledger.committer, self._ledger.root
+        epochs = {shard: committer.epoch_of(shard) for shard in {root.shard_of(s.session_id) for s in staged}}
         await self._ledger.run_io(self._publish, staged)
+        durable_at = time.monotonic()
         self._finished = True
         self.close_files()
         for session in staged:
             self._ledger.adopt(
                 session.session_id, IndexEntry(session.name, session.next_seq, session.stopped_kind)
             )
+        for shard, epoch in epochs.items():
+            if not committer.may_acknowledge(shard, epoch, durable_at):
+                raise NotOwnerError(
+                    f"this writer's ownership of shard {shard} (epoch {epoch}) ended before the imported"
+                    " sessions were durable; the import was not acknowledged; retry (sessions already"
+                    " in the ledger are answered already_present)",
+                    shard=shard,
+                    epoch=epoch,
+                )
 
     def _publish(self, staged: list[StagedSession]) -> None:
         """Markers, then links under the real names, then one folder fsync (I/O thread)."""
@@ -273,13 +289,14 @@ class SessionImport:
                     create_marker(marker)
             for session in staged:
                 assert session.staging is not None
-                target = root.sessions_dir / session.name
+                target = root.session_path(session.session_id, session.name)
                 try:
                     os.link(session.staging, target)
                 except FileExistsError as exc:
                     raise SessionExistsError(session.session_id) from exc
                 linked.append(target)
-            fsync_dir(root.sessions_dir)
+            for folder in dict.fromkeys(target.parent for target in linked):
+                fsync_dir(folder)
         except OSError as exc:
             for target in linked:
                 target.unlink(missing_ok=True)
@@ -328,12 +345,13 @@ def _write_staged(fd: int, data: bytes) -> None:
         raise storage_error(exc, "write", "staging an imported session") from exc
 
 
-def _open_staging(folder: Path, name: str) -> tuple[Path, int]:
-    """Create a hidden staging file for session file ``name`` (I/O thread)."""
+def _open_staging(path: Path) -> tuple[Path, int]:
+    """Create a hidden staging file beside the session file ``path`` will be (I/O thread)."""
     try:
-        return create_temporary(folder / name, os.O_APPEND)
+        make_durable_dirs(path.parent)
+        return create_temporary(path, os.O_APPEND)
     except OSError as exc:
-        raise storage_error(exc, "write", f"staging imported session {name}") from exc
+        raise storage_error(exc, "write", f"staging imported session {path.name}") from exc
 
 
 def _finish_staging(fd: int, lines: bytes) -> None:

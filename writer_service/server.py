@@ -3,8 +3,9 @@
 The servicer only translates: protobuf in, :class:`SessionLedger` call, protobuf
 out; errors become statuses in :func:`shared.status.rpc_statuses` (one decorator
 per RPC). Standard health checking and server reflection are served beside it.
-The data root is locked (``writer.lock``) for the life of the process: a second
-writer on the same root fails fast (SPEC §2.1).
+The writer owns every shard of its data root (writer_service.ownership:
+EmbeddedOwnership), the root's ``writer.lock`` held for the life of the process: a
+second writer on the same root fails fast (SPEC §2.1).
 """
 
 from __future__ import annotations
@@ -18,13 +19,12 @@ from dataclasses import dataclass
 
 import grpc
 import grpc.aio
-from filelock import FileLock, Timeout
 from grpc_health.v1 import health_pb2
 from grpc_health.v1._async import HealthServicer
 
 from rollout.v1 import writer_pb2, writer_pb2_grpc
 from shared.errors import InvalidArgumentError, RecordValidationError
-from shared.layout import PRIVATE_FILE_MODE, DataRoot, make_private_dirs
+from shared.layout import DataRoot
 from shared.records import normalize_timestamp
 from shared.serving import PLAINTEXT, RunningService, ServerSettings, ServiceServer
 from shared.status import StreamRequestError, check_decoded, rpc_statuses
@@ -35,6 +35,7 @@ from writer_service.committer import durable_write_method
 from writer_service.heap_trim import HeapTrimmer, keep_large_blocks_mapped
 from writer_service.importing import SessionImport
 from writer_service.open_session import RecordTimes, RequestRecords
+from writer_service.ownership import EmbeddedOwnership
 from writer_service.refusal_pacing import RefusalPacer
 from writer_service.session_index import build_index
 from writer_service.sessions import SessionLedger, WriterConfig
@@ -59,10 +60,6 @@ def request_limit(max_record_bytes: int) -> int:
     "larger than max") before any of it is held. Capped at 2 GiB - 1, gRPC's own ceiling.
     """
     return min(2 * max_record_bytes + 4 * 1024 * 1024, 2**31 - 1)
-
-
-class DataRootLockedError(RuntimeError):
-    """Another writer process holds the data root."""
 
 
 #: No stored line is shorter than its record's protobuf encoding divided by this (the
@@ -418,12 +415,12 @@ class RunningWriter(RunningService):
 
     service: ServiceServer
     ledger: SessionLedger
-    lock: FileLock
+    ownership: EmbeddedOwnership
     repairs: asyncio.Task[None] | None = None
     storage_probe: StorageProbe | None = None
 
     async def stop(self, grace: float = 5.0) -> None:
-        """Stop accepting, let in-flight calls finish, drain queues, release the lock."""
+        """Stop accepting, let in-flight calls finish, drain queues, release the data root's lock."""
         if self.repairs is not None:
             self.repairs.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -432,22 +429,15 @@ class RunningWriter(RunningService):
             await self.storage_probe.close()
         await self.service.stop(grace)
         await self.ledger.close()
-        self.lock.release()
+        self.ownership.release()
 
 
-def acquire_data_root(config: WriterConfig) -> FileLock:
-    """Lock the data root for this process; DataRootLockedError when another writer holds it."""
-    make_private_dirs(config.data_dir)
-    lock_path = DataRoot(config.data_dir).lock_path
-    lock = FileLock(lock_path, mode=PRIVATE_FILE_MODE, is_singleton=False)
-    try:
-        lock.acquire(timeout=0)
-    except Timeout as exc:
-        raise DataRootLockedError(
-            f"data root {config.data_dir} is already in use by another writer process"
-            f" (lock {lock_path}); stop that writer or choose another --data-dir"
-        ) from exc
-    return lock
+def acquire_data_root(config: WriterConfig) -> EmbeddedOwnership:
+    """Create the data root if new (``config.shards`` shards: shared.layout) and own every shard
+    of it, its lock held, for this process; DataRootLockedError when another writer holds it."""
+    root = DataRoot(config.data_dir)
+    root.create(config.shards)
+    return EmbeddedOwnership.claim(root)
 
 
 async def start_writer(
@@ -459,11 +449,11 @@ async def start_writer(
     Raises DataRootLockedError when another writer holds the data root, BindError
     when the address cannot be bound and OSError when a TLS file cannot be read.
     """
-    lock = acquire_data_root(config)
+    ownership = acquire_data_root(config)
     keep_large_blocks_mapped()
     try:
         index = await asyncio.get_running_loop().run_in_executor(None, build_index, DataRoot(config.data_dir))
-        ledger = SessionLedger(config, index)
+        ledger = SessionLedger(config, index, ownership)
         service = ServiceServer(
             "writer",
             settings,
@@ -498,7 +488,7 @@ async def start_writer(
         ledger.index.repairs.observe(observer)
         repairs = asyncio.ensure_future(_retry_repairs(ledger, config.repair_retry_seconds))
     except BaseException:
-        lock.release()
+        ownership.release()
         raise
     log.info(
         "writer serving on %s (%s), data root %s; durable writes: %s",
@@ -507,4 +497,4 @@ async def start_writer(
         config.data_dir,
         durable_write_method(config.commit),
     )
-    return RunningWriter(service, ledger, lock, repairs, storage_probe)
+    return RunningWriter(service, ledger, ownership, repairs, storage_probe)

@@ -1,7 +1,7 @@
 """The writer's in-memory index of every session under its data root (SPEC §2.10).
 
 One :class:`IndexEntry` per session file: its name, the next seq and the stop
-state. :func:`build_index` builds it once at start-up from the file names and the
+state. :func:`build_index` builds it once at start-up, shard by shard, from the file names and the
 tails (shared.tail: bounded bytes per file, whatever its size), repairing torn
 tails on the way (writer_service.recovery); create, fork, stop and resume keep it
 current. The writer is the data root's only writer, so the index is complete: an
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -93,23 +94,46 @@ class SessionIndex:
         self.entries[session_id] = entry
 
 
-def build_index(root: DataRoot) -> SessionIndex:
-    """Repair torn tails and index every session file under ``root`` (start-up, blocking).
+def build_index(root: DataRoot, shards: Iterable[int] | None = None) -> SessionIndex:
+    """Repair torn tails and index every session file of ``shards`` (every shard of the root by
+    default) under ``root`` (start-up, blocking; the root is created if new: shared.layout).
 
-    Reads each file's tail only (:data:`STARTUP_TAIL_WINDOW` bytes, more only for
+    Shard by shard (each shard's recovery is its own): temporaries a crash left are removed,
+    then each file's tail is read (:data:`STARTUP_TAIL_WINDOW` bytes, more only for
     a longer last record); a file whose end is torn is repaired first (its damaged
     bytes moved to a sidecar). A file that cannot be repaired or read is indexed
     as awaiting repair (see the module doc: one bad session never stops the
     start-up); names that are not of the session shape are skipped. Returns the index.
     """
-    root.ensure()
-    folder = root.sessions_dir
-    remove_stale_temporaries(folder)
-    remove_stale_saves(root.root)
+    root.create()
+    remove_stale_saves(root.root)  # the storage probe's scratch (writer_service.storage_probe)
     entries: dict[str, IndexEntry] = {}
     failed: dict[str, str] = {}
     repaired = 0
-    for name in os.listdir(folder):
+    for shard in range(root.shards) if shards is None else shards:
+        repaired += _index_shard(root, shard, entries, failed)
+    if repaired:
+        log.warning("start-up recovery repaired %d session files", repaired)
+    index = SessionIndex(entries)
+    for session_id, reason in failed.items():
+        index.repairs.failed(session_id, reason)
+    log.info("indexed %d sessions (%d awaiting repair)", len(entries), len(failed))
+    return index
+
+
+def _index_shard(root: DataRoot, shard: int, entries: dict[str, IndexEntry], failed: dict[str, str]) -> int:
+    """Recover and index one shard's session files into ``entries`` (``failed``: those awaiting
+    repair, with the reason); returns how many torn tails were repaired."""
+    folder = root.sessions_folder(shard)
+    if root.shard_dir(shard) != root.root:
+        remove_stale_saves(root.shard_dir(shard))
+    try:
+        remove_stale_temporaries(folder)
+        names = os.listdir(folder)
+    except FileNotFoundError:  # a shard no session was written to yet (shared.layout)
+        return 0
+    repaired = 0
+    for name in names:
         parsed = session_file_name(name)  # the entries the reader lists as sessions
         if parsed is None:
             continue
@@ -132,10 +156,4 @@ def build_index(root: DataRoot) -> SessionIndex:
             entry = IndexEntry(name, 0, None, fresh=False)
             failed[parsed.session_id] = str(unavailable(name, exc))
         entries[parsed.session_id] = entry
-    if repaired:
-        log.warning("start-up recovery repaired %d session files", repaired)
-    index = SessionIndex(entries)
-    for session_id, reason in failed.items():
-        index.repairs.failed(session_id, reason)
-    log.info("indexed %d sessions (%d awaiting repair)", len(entries), len(failed))
-    return index
+    return repaired

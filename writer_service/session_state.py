@@ -2,9 +2,10 @@
 
 Validating a tool output needs the tool call ids of the session's current view,
 which only the whole file holds. So that reopening a session never re-reads its
-whole file, the writer saves, per session, a small state file::
+whole file, the writer saves, per session, a small state file in its shard's
+folder (shared.layout; the data root itself in a legacy root)::
 
-    <data root>/writer-state/<session id>.json
+    <shard folder>/writer-state/<session id>.json
     {"v":1,"offset":N,"last_seq":S,"inode":I,"check":"<hex>","calls":[...],"meta":{...}}
 
 ``offset`` is a committed length of the session file, ``last_seq`` the seq of the
@@ -66,8 +67,9 @@ class SessionState:
     meta: dict[str, Any]
 
 
-def state_path(root: Path, session_id: str) -> Path:
-    return root / STATE_DIR / f"{session_id}.json"
+def state_path(shard_dir: Path, session_id: str) -> Path:
+    """Where the state of a session of the shard whose folder is ``shard_dir`` is saved."""
+    return shard_dir / STATE_DIR / f"{session_id}.json"
 
 
 def _check(fd: int, offset: int) -> str | None:
@@ -79,12 +81,12 @@ def _check(fd: int, offset: int) -> str | None:
     return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
-def save_state(root: Path, session_id: str, path: Path, state: SessionState) -> None:
+def save_state(shard_dir: Path, session_id: str, path: Path, state: SessionState) -> None:
     """Write ``state`` for the session file ``path`` (I/O thread); a failure is only logged.
 
     The bytes up to ``state.offset`` must be durable (they are read back for the check).
     """
-    target = state_path(root, session_id)
+    target = state_path(shard_dir, session_id)
     try:
         fd = open_session_file(path)
         try:
@@ -118,10 +120,10 @@ def save_state(root: Path, session_id: str, path: Path, state: SessionState) -> 
         )
 
 
-def load_state(root: Path, session_id: str, fd: int) -> SessionState | None:
+def load_state(shard_dir: Path, session_id: str, fd: int) -> SessionState | None:
     """The saved state of a session whose file is open as ``fd``, or None when missing or stale."""
     try:
-        saved = orjson.loads(state_path(root, session_id).read_bytes())
+        saved = orjson.loads(state_path(shard_dir, session_id).read_bytes())
         offset = saved["offset"]
         status = os.fstat(fd)
         if (
@@ -137,16 +139,16 @@ def load_state(root: Path, session_id: str, fd: int) -> SessionState | None:
         return None
 
 
-def remove_stale_saves(root: Path) -> int:
-    """Remove the temporary files of saves a crash cut short (start-up); returns how many."""
-    folder = root / STATE_DIR
+def remove_stale_saves(shard_dir: Path) -> int:
+    """Remove the temporary files of saves a crash cut short in ``shard_dir`` (start-up); returns how many."""
+    folder = shard_dir / STATE_DIR
     if not folder.is_dir():
         return 0
     return remove_stale_temporaries(folder, "an unfinished save of a session's state")
 
 
-def remove_state(root: Path, session_id: str) -> None:
-    state_path(root, session_id).unlink(missing_ok=True)
+def remove_state(shard_dir: Path, session_id: str) -> None:
+    state_path(shard_dir, session_id).unlink(missing_ok=True)
 
 
 def lines_after(fd: int, offset: int, end: int) -> Iterator[bytes]:

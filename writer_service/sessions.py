@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Container
 from concurrent.futures import ThreadPoolExecutor
@@ -41,6 +42,7 @@ from shared.errors import (
     CorruptSessionError,
     InvalidArgumentError,
     LedgerError,
+    NotOwnerError,
     QueueFullError,
     SessionExistsError,
     SessionNotFoundError,
@@ -77,6 +79,7 @@ from shared.session_meta import (
     session_meta_payload,
     tenant_of,
 )
+from shared.shards import DEFAULT_SHARDS
 from shared.stop_kinds import StopKind
 from shared.tenancy import caller_tenant, check_visible, current_caller, keyed_session_id
 from writer_service import metrics
@@ -94,6 +97,7 @@ from writer_service.open_session import (
     apply_record,
     check_retraction,
 )
+from writer_service.ownership import EmbeddedOwnership, Ownership
 from writer_service.recovery import repair_torn_tail, unavailable
 from writer_service.refusal_pacing import DEFAULT_RATE
 from writer_service.retractions import resolve_retractions
@@ -141,6 +145,8 @@ class WriterConfig:
     unknown_id_rate: float = DEFAULT_RATE
     #: Seconds between two background attempts at the repairs that failed (writer_service.recovery).
     repair_retry_seconds: float = 5.0
+    #: Shards of a data root this writer creates (shared.shards); an existing root keeps its own.
+    shards: int = DEFAULT_SHARDS
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,13 +173,18 @@ class SessionLedger:
     """Create, append to and stop sessions under one data root (single writer).
 
     ``index``: the start-up index (:func:`writer_service.session_index.build_index`,
-    which also repairs torn tails); built here, blocking, when not given.
+    which also repairs torn tails); built here, blocking, when not given. ``ownership``:
+    which shards it may write and acknowledge (writer_service.ownership; every shard
+    when not given). The data root is created if new (shared.layout).
     """
 
-    def __init__(self, config: WriterConfig, index: SessionIndex | None = None) -> None:
+    def __init__(
+        self, config: WriterConfig, index: SessionIndex | None = None, ownership: Ownership | None = None
+    ) -> None:
         self.config = config
         self.root = DataRoot(config.data_dir)
-        self.root.ensure()
+        self.root.create(config.shards)
+        self.ownership: Ownership = ownership if ownership is not None else EmbeddedOwnership()
         self.index = index if index is not None else build_index(self.root)
         self._executor = ThreadPoolExecutor(config.io_threads, thread_name_prefix="rollout-io")
         self._sessions: OrderedDict[str, OpenSession] = OrderedDict()
@@ -186,7 +197,7 @@ class SessionLedger:
         #: Returns memory to the OS after large requests and whole-file work (writer_service.heap_trim).
         self.heap_trimmer = HeapTrimmer(self._executor)
         #: Each session's tenant, read when an authenticated caller first names it (shared.tenancy).
-        self.tenants = SessionTenants(self.root.sessions_dir)
+        self.tenants = SessionTenants(self.root)
         metrics.watch_sessions(self)
 
     @property
@@ -198,7 +209,7 @@ class SessionLedger:
     def committer(self) -> GroupCommitter:
         """The durability rounds of every session (created in the event loop on first use)."""
         if self._group is None:
-            self._group = GroupCommitter(self.config.commit, self.storage_health)
+            self._group = GroupCommitter(self.config.commit, self.storage_health, self.ownership)
         return self._group
 
     async def run_io(self, function: Callable[..., _T], *args: Any) -> _T:
@@ -287,27 +298,44 @@ class SessionLedger:
 
         The file holds ``body``, then bytes ``start``..``end`` of ``copy`` = (file,
         start, end) when given (copied in the kernel), then ``trailer``. Raises
-        SessionExistsError, StorageWriteError.
+        SessionExistsError, StorageWriteError, NotOwnerError (the session's shard is not this
+        writer's, or stopped being so before the file was durable).
         """
+        shard = self.root.shard_of(session_id)
+        epoch = self.committer.epoch_of(shard)
         if meta.get("parent_session_id"):
             marker = self.root.delegation_marker(
                 str(meta["parent_session_id"]), str(meta.get("delegation_id", "")), session_id
             )
             await self.run_io(create_marker, marker)
-        path = self.root.sessions_dir / name
+        path = self.root.sessions_folder(shard) / name
         fd = await self.run_io(create_file, path, body, session_id, copy, trailer)
         size = len(body) + len(trailer) + (copy[2] - copy[1] if copy else 0)
         entry = IndexEntry(name, next_seq, None, requests_floor=(next_seq, size))
         self.index.add(session_id, entry)
         self.tenants.record(session_id, tenant_of(meta))
-        state = OpenSession(session_id, entry, path, self._log(session_id, fd, size), calls, meta)
+        if not self.committer.may_acknowledge(shard, epoch, time.monotonic()):
+            os.close(fd)  # the file is in the ledger; nothing more is written to its shard
+            raise NotOwnerError(
+                f"this writer's ownership of shard {shard} (epoch {epoch}) ended before session"
+                f" {session_id} was durable; it was not acknowledged; retry",
+                shard=shard,
+                epoch=epoch,
+            )
+        state = OpenSession(
+            session_id, entry, path, self._log(session_id, fd, size, shard, epoch), calls, meta
+        )
         self._sessions[session_id] = state
         if size > SAVE_EVERY_BYTES:  # a large fork: its first reopen after a crash stays bounded
             self._save_later(state, size)
         self._close_idle()
 
-    def _log(self, session_id: str, fd: int, size: int) -> SessionLog:
-        return self.committer.open(fd, size, session_id, on_failure=lambda: self._forget(session_id))
+    def _log(self, session_id: str, fd: int, size: int, shard: int, epoch: int) -> SessionLog:
+        return self.committer.open(fd, size, session_id, lambda: self._forget(session_id), shard, epoch)
+
+    def _shard_dir(self, state: OpenSession) -> Path:
+        """The folder of a session's shard (its saved state lives there: writer_service.session_state)."""
+        return self.root.shard_dir(state.log.shard)
 
     def _snapshot(self, state: OpenSession, offset: int) -> SessionState:
         """The state to save at ``offset``: the view after everything queued so far."""
@@ -317,7 +345,7 @@ class SessionLedger:
         """Save the session's state at ``offset`` once ``after`` (the lines up to it) is durable."""
         snapshot = self._snapshot(state, offset)
         state.saved_offset = offset
-        args = (self.root.root, state.session_id, state.path, snapshot)
+        args = (self._shard_dir(state), state.session_id, state.path, snapshot)
         if after is None:
             self._executor.submit(save_state, *args)
             return
@@ -351,7 +379,7 @@ class SessionLedger:
                 if snapshot is None:
                     state.log.close()
                 else:
-                    self._executor.submit(_retire, self.root.root, state, snapshot)
+                    self._executor.submit(_retire, self._shard_dir(state), state, snapshot)
                 excess -= 1
 
     def _keep_view(self, state: OpenSession) -> None:
@@ -465,18 +493,21 @@ class SessionLedger:
         pending = self._loading.get(session_id)
         if pending is not None:
             return await asyncio.shield(pending)
+        shard = self.root.shard_of(session_id)
+        epoch = self.committer.epoch_of(shard)
         future: asyncio.Future[OpenSession] = asyncio.get_running_loop().create_future()
         self._loading[session_id] = future
         try:
-            path = self.root.sessions_dir / entry.name
+            shard_dir = self.root.shard_dir(shard)
+            path = self.root.sessions_folder(shard) / entry.name
             # A fresh entry whose saved state is recent is reopened right here: a few small
             # reads, cheaper than a hop to an I/O thread and back. Anything else (no state, a
             # stale one, a long suffix, a tail to re-read) goes to an I/O thread.
             loaded = self._reopen_kept(session_id, entry, path)
             if loaded is None and entry.fresh:
-                loaded = _load(self.root.root, path, session_id, entry, quick=True)
+                loaded = _load(shard_dir, path, session_id, entry, quick=True)
             if loaded is None:
-                loaded = await self.run_io(_load, self.root.root, path, session_id, entry)
+                loaded = await self.run_io(_load, shard_dir, path, session_id, entry)
                 assert loaded is not None  # only a quick try declines
             if loaded.entry is not entry:
                 self.index.add(session_id, loaded.entry)
@@ -486,7 +517,7 @@ class SessionLedger:
                 session_id,
                 loaded.entry,
                 path,
-                self._log(session_id, loaded.fd, loaded.size),
+                self._log(session_id, loaded.fd, loaded.size, shard, epoch),
                 loaded.calls,
                 loaded.meta,
                 saved_offset=loaded.saved_offset,
@@ -739,7 +770,7 @@ class SessionLedger:
         if entry is None:
             validate_session_id(session_id)
             raise SessionNotFoundError(session_id)
-        return self.root.sessions_dir / entry.name
+        return self.root.session_path(session_id, entry.name)
 
     async def resume(self, session_id: str, force: bool = False) -> ResumeResult:
         """Re-open a session for appending (SPEC §2.8); see :func:`writer_service.branching.resume_session`."""
@@ -764,7 +795,7 @@ class SessionLedger:
         retiring = [
             self._executor.submit(
                 _retire,
-                self.root.root,
+                self._shard_dir(state),
                 state,
                 self._snapshot(state, state.log.size) if state.saved_offset != state.log.size else None,
             )
@@ -830,16 +861,18 @@ def stop_lines(
     )
 
 
-def _retire(root: Path, state: OpenSession, snapshot: SessionState | None) -> None:
+def _retire(shard_dir: Path, state: OpenSession, snapshot: SessionState | None) -> None:
     """Save a closed session's state (when it changed since the last save) and close its file (I/O thread)."""
     try:
         if snapshot is not None:
-            save_state(root, state.session_id, state.path, snapshot)
+            save_state(shard_dir, state.session_id, state.path, snapshot)
     finally:
         state.log.close()
 
 
-def _load(root: Path, path: Path, session_id: str, entry: IndexEntry, quick: bool = False) -> _Loaded | None:
+def _load(
+    shard_dir: Path, path: Path, session_id: str, entry: IndexEntry, quick: bool = False
+) -> _Loaded | None:
     """Open a session file for appending and recover the writer's view of it (I/O thread).
 
     From its saved state and the lines after it when the state matches the file;
@@ -862,7 +895,7 @@ def _load(root: Path, path: Path, session_id: str, entry: IndexEntry, quick: boo
         raise unavailable(path.name, exc) from exc
     try:
         size = os.fstat(fd).st_size
-        saved = load_state(root, session_id, fd)
+        saved = load_state(shard_dir, session_id, fd)
         if quick and (saved is None or size - saved.offset > SAVE_ON_CLOSE_BYTES):
             os.close(fd)
             return None
@@ -889,7 +922,7 @@ def _load(root: Path, path: Path, session_id: str, entry: IndexEntry, quick: boo
                 calls, meta, last_seq = found.call_ids, found.session_meta, found.last_seq
                 saved_offset = found.committed_bytes
                 del found
-            save_state(root, session_id, path, SessionState(saved_offset, last_seq, list(calls), meta))
+            save_state(shard_dir, session_id, path, SessionState(saved_offset, last_seq, list(calls), meta))
         if not entry.fresh or entry.next_seq != last_seq + 1:
             entry = IndexEntry(entry.name, last_seq + 1, entry.stopped_kind)
         return _Loaded(fd, size, calls, meta, entry, saved_offset)

@@ -9,17 +9,16 @@ about: 20,000 sessions take ~2 MB.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from shared.errors import SessionNotFoundError, storage_error
+from shared.layout import DataRoot
 from shared.session_meta import read_session_meta, tenant_of
 
 
 class SessionTenants:
     """Session id -> tenant, read from each session file's first line on first use (event loop)."""
 
-    def __init__(self, sessions_dir: Path) -> None:
-        self.sessions_dir = sessions_dir
+    def __init__(self, root: DataRoot) -> None:
+        self.root = root
         self._tenants: dict[str, str] = {}
 
     def record(self, session_id: str, tenant: str) -> None:
@@ -37,7 +36,7 @@ class SessionTenants:
         if tenant is not None:
             return tenant
         try:
-            meta = read_session_meta(self.sessions_dir / name)
+            meta = read_session_meta(self.root.session_path(session_id, name))
         except FileNotFoundError as exc:  # moved or deleted outside the ledger
             raise SessionNotFoundError(session_id) from exc
         except OSError as exc:

@@ -36,6 +36,7 @@ from rollout_client import AsyncRolloutClient, RolloutClient
 from rollout_client.agents import ITEM_PART, LedgerSession, item_to_message, messages_to_items
 from tests.client.conftest import TEST_RETRY
 from tests.conftest import REPO
+from tests.data_roots import session_files
 
 set_tracing_disabled(True)
 
@@ -219,7 +220,7 @@ def test_a_pop_costs_one_small_record_whatever_the_history(client, data_dir) -> 
     """The bytes a pop appends do not grow with the history (a retraction names the message)."""
     session = client.create_session()
     ledger = LedgerSession(session.id, client=client)
-    (path,) = (data_dir / "sessions").glob("*.jsonl")
+    (path,) = session_files(data_dir)
 
     async def run(count: int) -> int:
         await ledger.add_items([{"role": "user", "content": "x" * 1000} for _ in range(count)])

@@ -37,6 +37,7 @@ from rollout_client._appends import PendingAppend
 from rollout_client._errors import InvalidArgumentError
 from tests.client.conftest import TEST_RETRY
 from tests.conftest import start_service
+from tests.data_roots import session_file
 
 APPEND = "/rollout.v1.RolloutWriter/Append"
 
@@ -129,7 +130,7 @@ def proxied(proxy: WriterProxy, reader_process) -> Iterator[RolloutClient]:
 
 
 def file_records(data_dir: Path, session_id: str) -> list[dict[str, Any]]:
-    (path,) = (data_dir / "sessions").glob(f"*{session_id}*.jsonl")
+    path = session_file(data_dir, session_id)
     return [orjson.loads(line) for line in path.read_bytes().splitlines()]
 
 

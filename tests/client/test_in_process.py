@@ -55,7 +55,7 @@ def test_a_temporary_data_root_lives_as_long_as_the_pair() -> None:
     """Without a data root the pair serves a temporary folder, removed by close()."""
     ledger = InProcessLedger().start()
     try:
-        assert (ledger.data_dir / "sessions").is_dir()
+        assert (ledger.data_dir / "cluster.json").is_file()
         with ledger.client() as client:
             client.create_session().append(user("kept while running"))
     finally:

@@ -18,6 +18,7 @@ from rollout_client import (
     tool_result,
     user,
 )
+from tests.data_roots import session_files
 
 
 def test_the_last_messages_come_with_their_origins_and_the_next_seq(client) -> None:
@@ -83,7 +84,7 @@ def test_an_uncached_session_gets_the_same_answer_as_a_cached_one(client, data_d
     session = client.create_session()
     session.append(user("a"), assistant("b", reasoning={"content": "r"}), Compaction("g", [user("c")]))
     session.append(user("d"), Retraction([MessageRef(4, 0)]))
-    (path,) = (data_dir / "sessions").glob("*.jsonl")
+    (path,) = session_files(data_dir)
     for limit in (0, 1, 5):
         cached = replies.recent_reply(ReplayCache(1 << 20), session.id, path, limit, canonical, 1 << 20)
         bounded = replies.recent_reply(ReplayCache(0, 0), session.id, path, limit, canonical, 1 << 20)

@@ -12,6 +12,7 @@ import pytest
 from rollout_client import DataLossError, FailedPreconditionError, user
 from shared.remedies import FORCED_RESUME, SEE_VERIFY
 from tests.conftest import REPO, run_rollout
+from tests.data_roots import session_file
 
 #: A command-line flag (``--tls-ca``), or a client command of ``rollout`` (``rollout verify``).
 FLAG = re.compile(r"(?<![\w-])--[a-z]")
@@ -55,8 +56,7 @@ def test_the_services_name_no_client_command_in_their_messages(package) -> None:
 
 
 def _session_file(data_dir: Path, session_id: str) -> Path:
-    (path,) = (data_dir / "sessions").glob(f"*{session_id}*.jsonl")
-    return path
+    return session_file(data_dir, session_id)
 
 
 def test_refusals_name_the_client_calls_that_go_on(client, data_dir, reader_process) -> None:

@@ -17,6 +17,7 @@ import pytest
 from rollout.v1 import reader_pb2
 from shared.records import parse_timestamp
 from tests.conftest import CORPUS, run_rollout
+from tests.data_roots import session_file as locate_file
 
 CODEX_FILES = sorted((CORPUS / "codex").glob("*.jsonl"))
 
@@ -204,7 +205,7 @@ def test_imported_record_times_are_the_sources(imported, data_dir, path: Path) -
         for line in map(json.loads, path.read_text(encoding="utf-8").splitlines())
         if "timestamp" in line
     }
-    [session_file] = (data_dir / "sessions").glob(f"*{source_session_id(path)}*.jsonl")
+    session_file = locate_file(data_dir, source_session_id(path))
     stored = {parse_timestamp(json.loads(raw)["ts"]) for raw in session_file.read_text().splitlines()[1:]}
     assert stored <= source_times
     assert (min(stored), max(stored)) == (min(source_times), max(source_times))

@@ -6,6 +6,7 @@ import grpc
 import pytest
 
 from rollout.v1 import reader_pb2, records_pb2, writer_pb2
+from shared.layout import DataRoot
 
 
 def call(call_id: str) -> writer_pb2.AppendRecord:
@@ -138,7 +139,7 @@ def test_a_parent_that_is_not_in_the_ledger_is_refused(writer, data_dir) -> None
         )
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert caught.value.details().startswith("parent_session_id:")
-    assert not (data_dir / "delegations" / ghost).exists()
+    assert not DataRoot(data_dir).delegation_marker(ghost, "call_1", ghost).parent.exists()
 
 
 def test_find_delegations_needs_a_direction(reader) -> None:

@@ -19,6 +19,7 @@ import pytest
 from rollout.v1 import reader_pb2
 from shared.records import parse_timestamp
 from tests.conftest import CORPUS, run_rollout
+from tests.data_roots import session_file
 
 CLAUDE_FILES = sorted((CORPUS / "claude").glob("*.jsonl"))
 
@@ -196,8 +197,8 @@ def test_imported_record_times_are_the_sources(imported, data_dir) -> None:
     path = CORPUS / "claude" / "claude-code-1.0.98-a.jsonl"
     source_times = {parse_timestamp(r["timestamp"]) for r in _records(path) if "timestamp" in r}
     session_id = reports[path.name]["sessions"][0]["session_id"]
-    [session_file] = (data_dir / "sessions").glob(f"*{session_id}*.jsonl")
-    stored = [orjson.loads(raw) for raw in session_file.read_bytes().splitlines()]
+    path = session_file(data_dir, session_id)
+    stored = [orjson.loads(raw) for raw in path.read_bytes().splitlines()]
     times = {parse_timestamp(record["ts"]) for record in stored[1:]}
     assert times <= source_times
     assert min(times) == min(source_times)

@@ -10,6 +10,7 @@ import grpc
 
 from rollout.v1 import reader_pb2, reader_pb2_grpc
 from tests.conftest import CORPUS, run_rollout, start_service
+from tests.data_roots import session_files
 
 
 def test_a_refused_record_names_file_and_line_and_nothing_of_the_file_is_kept(data_dir, tmp_path) -> None:
@@ -49,7 +50,7 @@ def test_a_refused_record_names_file_and_line_and_nothing_of_the_file_is_kept(da
         assert (
             json.loads(good.read_text(encoding="utf-8").splitlines()[0])["payload"]["id"] == only.session_id
         )
-        assert sorted(p.name for p in (data_dir / "sessions").iterdir() if p.name.startswith(".")) == []
+        assert session_files(data_dir, ".*") == []
     finally:
         writer.stop()
         reader.stop()

@@ -15,6 +15,7 @@ import pytest
 
 from rollout.v1 import reader_pb2, reader_pb2_grpc, records_pb2, writer_pb2, writer_pb2_grpc
 from tests.conftest import ServiceProcess, start_service
+from tests.data_roots import session_file, session_files
 from tests.e2e.secured import bearer, write_tokens
 
 REVOKED, KEPT = "tok-revoked-5e1f", "tok-kept-77a0"
@@ -179,7 +180,7 @@ def test_a_revoked_token_ends_its_append_stream_and_its_import(pair, data_dir) -
         # Both imports hold their session open until their stop arrives: wait until the writer has
         # staged them (nothing of a staged session is visible before the commit).
         deadline = time.monotonic() + WAIT_SECONDS
-        while len(list((data_dir / "sessions").glob(".*.tmp-*"))) < 2:
+        while len(list(session_files(data_dir, ".*.tmp-*"))) < 2:
             assert time.monotonic() < deadline, "the imports were never staged"
             time.sleep(0.02)
 
@@ -206,9 +207,9 @@ def test_a_revoked_token_ends_its_append_stream_and_its_import(pair, data_dir) -
         assert [s.session_id for s in kept_import.result().sessions] == [kept_import_id]
     texts = [line for line in _session_file(data_dir, sid).read_text().splitlines()[1:]]
     assert ['"r1"' in texts[0], '"k1"' in texts[1], '"k2"' in texts[2], len(texts)] == [True, True, True, 3]
-    assert list((data_dir / "sessions").glob(f"*{revoked_import_id}*")) == []
+    assert list(session_files(data_dir, f"*{revoked_import_id}*")) == []
 
 
 def _session_file(data_dir, session_id: str):
-    (path,) = (data_dir / "sessions").glob(f"*{session_id}*.jsonl")
+    path = session_file(data_dir, session_id)
     return path

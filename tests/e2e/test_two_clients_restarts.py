@@ -14,6 +14,7 @@ import pytest
 
 from rollout_client import RetryPolicy, RolloutClient, user
 from tests.conftest import start_service
+from tests.data_roots import session_files
 from tests.processes import ServiceProcess
 
 ROUNDS = 20
@@ -110,7 +111,7 @@ def test_an_append_retried_across_restarts_is_acknowledged_only_for_its_own_reco
         writer.stop()
         reader.stop()
 
-    (path,) = (data_dir / "sessions").glob("*.jsonl")
+    (path,) = session_files(data_dir)
     records = [orjson.loads(line) for line in path.read_bytes().splitlines()]
     assert [record["seq"] for record in records] == list(range(len(records)))
     texts = {record["seq"]: record["payload"].get("content") for record in records}

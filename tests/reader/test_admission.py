@@ -20,19 +20,18 @@ from shared.naming import build_file_name
 from shared.rebuild import Rebuilder
 from shared.records import encode_line, parse_timestamp
 from tests.conftest import start_service
+from tests.data_roots import session_path
 
 TS = "2026-11-30T10:00:00.000000Z"
 SID = "01a22c15-89a6-7d3d-b5b7-165622bd350c"
 
 
 def write_session(data_dir: Path, texts: list[str]) -> Path:
-    folder = data_dir / "sessions"
-    folder.mkdir(parents=True, exist_ok=True)
     data = encode_line(0, TS, "session_meta", {"session_id": SID, "tenant": "t", "created_at": TS})
     for seq, text in enumerate(texts, start=1):
         role = "system" if seq == 1 else "user"
         data += encode_line(seq, TS, "message", {"role": role, "content": text})
-    path = folder / build_file_name(parse_timestamp(TS), SID)
+    path = session_path(data_dir, SID, build_file_name(parse_timestamp(TS), SID))
     path.write_bytes(data)
     return path
 

@@ -14,6 +14,7 @@ from grpc_status import rpc_status
 from rollout.v1 import reader_pb2
 from shared.naming import build_file_name, new_session_id
 from shared.records import encode_line
+from tests.data_roots import session_path
 
 TS = "2026-11-30T10:00:00.000000Z"
 SECRET = "the target's private line"
@@ -30,9 +31,7 @@ def plant_link(data_dir: Path, tmp_path: Path) -> str:
         + SECRET.encode()
         + b"\n"
     )
-    folder = data_dir / "sessions"
-    folder.mkdir(exist_ok=True)
-    os.symlink(target, folder / build_file_name(datetime.now(UTC), session_id))
+    os.symlink(target, session_path(data_dir, session_id, build_file_name(datetime.now(UTC), session_id)))
     return session_id
 
 

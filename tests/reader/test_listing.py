@@ -15,14 +15,13 @@ from rollout.v1 import reader_pb2, records_pb2, writer_pb2
 from shared.layout import DataRoot
 from shared.naming import build_file_name
 from shared.records import encode_line, format_timestamp
+from tests.data_roots import session_file, session_path
 
 BASE = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def make_sessions(data_dir: Path, count: int, *, stopped_every: int = 0) -> list[str]:
     """``count`` session files with real names, one second apart; returns ids oldest first."""
-    folder = data_dir / "sessions"
-    folder.mkdir(exist_ok=True)
     ids = []
     for index in range(count):
         created = BASE + timedelta(seconds=index)
@@ -55,7 +54,7 @@ def make_sessions(data_dir: Path, count: int, *, stopped_every: int = 0) -> list
                 "stop",
                 {"stop_kind": "paused", "reason": "p", "checkpoint_seq": 1},
             )
-        (folder / build_file_name(created, session_id)).write_bytes(lines)
+        session_path(data_dir, session_id, build_file_name(created, session_id)).write_bytes(lines)
         ids.append(session_id)
     return ids
 
@@ -182,7 +181,7 @@ def add_session(data_dir: Path, seconds: int, number: int) -> str:
     created = BASE + timedelta(seconds=seconds)
     session_id = f"01900000-0000-7000-8000-{number:012x}"
     meta = {"session_id": session_id, "tenant": "even", "created_at": format_timestamp(created)}
-    path = data_dir / "sessions" / build_file_name(created, session_id)
+    path = session_path(data_dir, session_id, build_file_name(created, session_id))
     path.write_bytes(encode_line(0, format_timestamp(created), "session_meta", meta))
     return session_id
 
@@ -199,7 +198,7 @@ def test_a_session_created_or_removed_between_pages_is_listed_in_its_place(data_
     below = add_session(data_dir, 2 * 7 if tenant else 7, 1000)  # next to the 8th oldest
     above = add_session(data_dir, 100, 1001)
     removed = ids[3]
-    next(path for path in (data_dir / "sessions").iterdir() if removed in path.name).unlink()
+    session_file(data_dir, removed).unlink()
     rest: list[str] = []
     token = first.next_page_token
     while token:

@@ -15,6 +15,7 @@ from reader_service.listing_index import ListingIndex, preview_of
 from shared.layout import DataRoot
 from shared.naming import build_file_name
 from shared.records import encode_line, format_timestamp
+from tests.data_roots import session_path
 
 BASE = datetime(2026, 3, 1, tzinfo=UTC)
 
@@ -25,8 +26,6 @@ def session_id(number: int) -> str:
 
 def write(data_dir: Path, number: int, tenant: str, *records: tuple[str, dict], cwd: str = "") -> Path:
     """A session file with real name and head, then ``records``; one second after the previous number."""
-    folder = data_dir / "sessions"
-    folder.mkdir(parents=True, exist_ok=True)
     created = BASE + timedelta(seconds=number)
     meta = {"session_id": session_id(number), "tenant": tenant, "created_at": format_timestamp(created)}
     if cwd:
@@ -34,7 +33,7 @@ def write(data_dir: Path, number: int, tenant: str, *records: tuple[str, dict], 
     data = encode_line(0, format_timestamp(created), "session_meta", meta)
     for seq, (record_type, payload) in enumerate(records, start=1):
         data += encode_line(seq, format_timestamp(created + timedelta(minutes=seq)), record_type, payload)
-    path = folder / build_file_name(created, session_id(number))
+    path = session_path(data_dir, session_id(number), build_file_name(created, session_id(number)))
     path.write_bytes(data)
     return path
 
@@ -89,7 +88,9 @@ def test_sessions_created_after_the_index_was_built_are_listed_and_filtered(data
     index = ListingIndex(DataRoot(data_dir))
     assert len(list_sessions(index, filters=SessionFilters(tenant="a")).sessions) == 2
     write(data_dir, 10, "a", user("new"))
-    os.utime(data_dir / "sessions", ns=(0, 0))  # whatever the folder's time stamp says
+    os.utime(
+        session_path(data_dir, session_id(10), "x").parent, ns=(0, 0)
+    )  # whatever its folder's time stamp says
     assert ids(list_sessions(index, filters=SessionFilters(tenant="a")))[0] == session_id(10)
     assert ids(list_sessions(index))[0] == session_id(10)
 

@@ -20,6 +20,7 @@ from shared.rebuild import DegradedKind, rebuild
 from shared.rebuild_index import MessageSource, index_rebuild
 from shared.records import encode_line
 from tests.conftest import run_rollout
+from tests.data_roots import session_file
 from writer_service.file_facts import file_facts
 
 TS = "2026-11-30T10:00:00.000000Z"
@@ -416,7 +417,7 @@ def test_verify_reports_a_clean_session_ok_and_a_damaged_one_with_its_place(tmp_
 def test_rollout_verify_command_exits_non_zero_on_problems(writer, reader_process, data_dir) -> None:
     """`rollout verify` prints its findings and exits 1 when the session is damaged."""
     sid = writer.CreateSession(writer_pb2.CreateSessionRequest()).session_id
-    (path,) = (data_dir / "sessions").glob(f"*{sid}*")
+    path = session_file(data_dir, sid)
     with path.open("ab") as handle:
         handle.write(b"not json\n")
         handle.write(

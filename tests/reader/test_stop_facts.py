@@ -12,6 +12,7 @@ from reader_service.wire import stop_facts_to_proto
 from rollout.v1 import reader_pb2
 from shared.naming import build_file_name, new_session_id
 from shared.records import encode_line
+from tests.data_roots import session_path
 
 TS = "2026-11-30T10:00:00.000000Z"
 
@@ -21,9 +22,11 @@ def write_session(
 ) -> tuple[str, Path]:
     """A session file with the real on-disk name: session_meta, optional sparse padding, then ``records``."""
     session_id = new_session_id()
-    folder = data_dir / "sessions"
-    folder.mkdir(exist_ok=True)
-    path = folder / build_file_name(datetime.now(UTC), session_id, (meta or {}).get("agent_name", ""))
+    path = session_path(
+        data_dir,
+        session_id,
+        build_file_name(datetime.now(UTC), session_id, (meta or {}).get("agent_name", "")),
+    )
     head = encode_line(0, TS, "session_meta", {"session_id": session_id, "tenant": "t", **(meta or {})})
     with path.open("wb") as handle:
         handle.write(head)

@@ -21,6 +21,7 @@ from rollout.v1 import reader_pb2, reader_pb2_grpc, records_pb2, writer_pb2
 from shared.naming import build_file_name, new_session_id
 from shared.records import RecordType, encode_line, now_timestamp, parse_timestamp
 from tests.conftest import start_service
+from tests.data_roots import session_file, session_path
 
 END = object()
 
@@ -108,7 +109,7 @@ def test_watchers_started_before_during_and_after_appends_see_every_record_once_
     assert end is END
     assert _seqs(records) == expected
     assert [record.type for record in records[-2:]] == ["agent_checkpoint", "stop"]
-    (path,) = (data_dir / "sessions").glob(f"*{session_id}*")
+    path = session_file(data_dir, session_id)
     assert b"".join(record.line + b"\n" for record in records) == path.read_bytes()
     stored = [orjson.loads(record.line) for record in records]
     assert [(line["seq"], line["ts"], line["type"]) for line in stored] == [
@@ -158,9 +159,7 @@ def _session_file(data_dir: Path, count: int, text: str = "x") -> tuple[str, Pat
     """A session file of a session_meta and ``count - 1`` user messages, written directly."""
     session_id = new_session_id()
     ts = now_timestamp()
-    folder = data_dir / "sessions"
-    folder.mkdir(exist_ok=True)
-    path = folder / build_file_name(parse_timestamp(ts), session_id)
+    path = session_path(data_dir, session_id, build_file_name(parse_timestamp(ts), session_id))
     lines = [encode_line(0, ts, RecordType.SESSION_META, {"session_id": session_id, "created_at": ts})]
     lines += [_message_line(seq, f"{text} {seq}") for seq in range(1, count)]
     path.write_bytes(b"".join(lines))

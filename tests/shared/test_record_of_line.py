@@ -35,6 +35,7 @@ from shared.records import encode_line, record_of_line
 from shared.session_meta import SessionSpec, read_session_meta
 from shared.tail import read_tail
 from shared.wire import append_payloads
+from tests.data_roots import session_file, session_path
 from writer_service.forking import find_fork_point
 from writer_service.session_index import build_index
 from writer_service.sessions import SessionLedger, WriterConfig
@@ -117,9 +118,7 @@ def test_the_rebuild_and_record_of_line_agree_on_any_object(
 def write_session(data_dir: Path, lines: list[bytes]) -> Path:
     """A session file with its real on-disk name: a session_meta line, then ``lines`` as given."""
     session_id = new_session_id()
-    folder = data_dir / "sessions"
-    folder.mkdir(exist_ok=True)
-    path = folder / build_file_name(datetime(2026, 11, 30, tzinfo=UTC), session_id)
+    path = session_path(data_dir, session_id, build_file_name(datetime(2026, 11, 30, tzinfo=UTC), session_id))
     path.write_bytes(
         b"".join([encode_line(0, TS, "session_meta", {"session_id": session_id, "tenant": "t"}), *lines])
     )
@@ -209,7 +208,7 @@ def test_the_writer_reopens_a_session_with_the_records_the_reader_sees(
             )
         finally:
             await ledger.close()  # saves the session's state at the end of its file
-        (path,) = (data_dir / "sessions").glob(f"*{session_id}*.jsonl")
+        path = session_file(data_dir, session_id)
         payload = {
             "role": "assistant",
             "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "run", "arguments": "{}"}}],

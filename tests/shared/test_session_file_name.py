@@ -23,8 +23,11 @@ MOMENT = datetime(2026, 11, 30, tzinfo=UTC)
 
 
 def sessions_folder(data_dir: Path) -> set[str]:
-    """A sessions folder of two sessions and the entries beside them that are none; their ids."""
-    folder = data_dir / "sessions"
+    """A sessions folder of two sessions and the entries beside them that are none (a data root of
+    one shard: every entry in one folder); their ids."""
+    root = DataRoot(data_dir)
+    root.create(shards=1)
+    folder = root.sessions_folder(0)
     folder.mkdir(parents=True, exist_ok=True)
     ids = set()
     for agent in ("", "planner"):
@@ -53,8 +56,13 @@ def writer_ids(data_dir: Path) -> set[str]:
 
 def reader_ids(data_dir: Path) -> set[str]:
     seen: set[str] = set()
+    root = DataRoot(data_dir)
     folder = SessionFolder(
-        DataRoot(data_dir), lambda parsed, name: seen.add(parsed.session_id), lambda *_: None, lambda: None
+        root,
+        root.sessions_folder(0),
+        lambda parsed, name: seen.add(parsed.session_id),
+        lambda *_: None,
+        lambda: None,
     )
     try:
         folder.current()

@@ -27,6 +27,7 @@ from shared.session_meta import SessionSpec
 from shared.stop_kinds import StopKind
 from shared.tail import read_tail, stop_of_tail
 from shared.wire import append_payloads
+from tests.data_roots import session_file, session_path
 from writer_service.session_index import build_index, read_entry
 from writer_service.sessions import SessionLedger, WriterConfig
 
@@ -65,12 +66,10 @@ TAILS: dict[str, tuple[list[tuple[str, dict[str, Any]]], str | None, bool]] = {
 def write_session(data_dir: Path, records: list[tuple[str, dict[str, Any]]]) -> Path:
     """A session file with its real on-disk name: session_meta, then ``records``."""
     session_id = new_session_id()
-    folder = data_dir / "sessions"
-    folder.mkdir(exist_ok=True)
     body = encode_line(0, TS, "session_meta", {"session_id": session_id, "tenant": "t"})
     for seq, (record_type, payload) in enumerate(records, start=1):
         body += encode_line(seq, TS, record_type, payload)
-    path = folder / build_file_name(datetime(2026, 11, 30, tzinfo=UTC), session_id)
+    path = session_path(data_dir, session_id, build_file_name(datetime(2026, 11, 30, tzinfo=UTC), session_id))
     path.write_bytes(body)
     return path
 
@@ -147,7 +146,7 @@ def test_a_writer_restarted_on_a_trailing_checkpoint_refuses_appends_until_resum
             await ledger.stop(session_id, StopKind.PAUSED, "lunch", None, "")
         finally:
             await ledger.close()
-        (path,) = (data_dir / "sessions").glob(f"*{session_id}*.jsonl")
+        path = session_file(data_dir, session_id)
         data = path.read_bytes()
         path.write_bytes(data[: data.rstrip(b"\n").rfind(b"\n") + 1])  # the stop line never written
         assert reader_stop(path) == ("paused", False)

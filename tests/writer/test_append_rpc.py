@@ -9,6 +9,7 @@ from grpc_status import rpc_status
 
 from rollout.v1 import reader_pb2, records_pb2, writer_pb2, writer_pb2_grpc
 from tests.conftest import run_rollout, start_service
+from tests.data_roots import session_file
 
 
 def user(text: str) -> writer_pb2.AppendRecord:
@@ -19,11 +20,6 @@ def tool_output(call_id: str, text: str) -> writer_pb2.AppendRecord:
     return writer_pb2.AppendRecord(
         message=records_pb2.ChatMessage(role="tool", tool_call_id=call_id, text=text)
     )
-
-
-def session_file(data_dir, session_id: str):
-    (path,) = (data_dir / "sessions").glob(f"*{session_id}*.jsonl")
-    return path
 
 
 def test_append_acknowledges_contiguous_seqs(writer, data_dir) -> None:

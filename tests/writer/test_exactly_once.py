@@ -11,6 +11,7 @@ from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
 from rollout.v1 import records_pb2, writer_pb2
+from tests.data_roots import session_file
 
 
 def user(text: str) -> writer_pb2.AppendRecord:
@@ -18,7 +19,7 @@ def user(text: str) -> writer_pb2.AppendRecord:
 
 
 def lines_of(data_dir, session_id: str) -> list[dict]:
-    (path,) = (data_dir / "sessions").glob(f"*{session_id}*.jsonl")
+    path = session_file(data_dir, session_id)
     return [orjson.loads(line) for line in path.read_bytes().splitlines()]
 
 

@@ -23,6 +23,7 @@ from shared.records import APPENDABLE_TYPES, RecordType, encode_line
 from shared.session_meta import SessionSpec
 from shared.stop_kinds import StopKind
 from shared.wire import append_payloads
+from tests.data_roots import session_file, session_files, session_path
 from writer_service.committer import SessionLog
 from writer_service.idempotency import RequestMemory
 from writer_service.open_session import CallView, apply_record
@@ -56,12 +57,12 @@ def write_session_file(data_dir: Path, lines: list[tuple[str, dict]], session_id
     from datetime import UTC, datetime
 
     session_id = session_id or new_session_id()
-    folder = data_dir / "sessions"
-    folder.mkdir(parents=True, exist_ok=True)
     body = encode_line(0, TS, "session_meta", {"session_id": session_id, "tenant": "t"})
     for seq, (record_type, payload) in enumerate(lines, start=1):
         body += encode_line(seq, TS, record_type, payload)
-    (folder / build_file_name(datetime(2026, 11, 30, tzinfo=UTC), session_id)).write_bytes(body)
+    session_path(
+        data_dir, session_id, build_file_name(datetime(2026, 11, 30, tzinfo=UTC), session_id)
+    ).write_bytes(body)
     return session_id
 
 
@@ -77,7 +78,7 @@ def test_start_up_indexes_next_seq_and_stop_state_from_tails_and_repairs_torn_en
         ],
     )
     torn_id = write_session_file(data_dir, [("message", {"role": "user", "content": "a"})])
-    (torn_path,) = (data_dir / "sessions").glob(f"*{torn_id}.jsonl")
+    torn_path = session_file(data_dir, torn_id)
     with torn_path.open("ab") as handle:
         handle.write(b'{"v":1,"seq":2,"ts"')
     index = build_index(sessions.DataRoot(data_dir))
@@ -85,7 +86,7 @@ def test_start_up_indexes_next_seq_and_stop_state_from_tails_and_repairs_torn_en
     assert (index.get(stopped_id).next_seq, index.get(stopped_id).stopped_kind) == (4, "paused")
     assert index.get(torn_id).next_seq == 2
     assert torn_path.read_bytes().endswith(b"\n")
-    assert list((data_dir / "sessions").glob(f"*{torn_id}.jsonl.torn-1"))
+    assert list(session_files(data_dir, f"*{torn_id}.jsonl.torn-1"))
 
 
 def test_an_unknown_id_is_not_found_without_touching_the_disk(data_dir, monkeypatch) -> None:
@@ -205,7 +206,8 @@ def test_a_session_without_saved_state_is_indexed_from_its_file_once(data_dir) -
             await ledger.close()
 
     assert asyncio.run(scenario()) == [2]
-    saved = orjson.loads((data_dir / session_state.STATE_DIR / f"{sid}.json").read_bytes())
+    root = sessions.DataRoot(data_dir)
+    saved = orjson.loads(session_state.state_path(root.shard_dir(root.shard_of(sid)), sid).read_bytes())
     assert saved["calls"] == ["c1"]
     assert saved["last_seq"] == 2
 

@@ -18,6 +18,7 @@ from shared.session_meta import SessionSpec
 from shared.stop_kinds import StopKind
 from shared.wire import append_payloads
 from tests.conftest import run_rollout, start_service
+from tests.data_roots import session_files, session_path
 from writer_service.files import create_file
 from writer_service.sessions import SessionLedger, WriterConfig
 
@@ -59,12 +60,10 @@ def test_session_creation_is_atomic_and_never_half_written(tmp_path, monkeypatch
 
 def test_an_empty_or_headless_session_file_is_moved_aside_or_refused(data_dir) -> None:
     """A 0-byte file (a creation cut short) frees its id at start-up; a file without session_meta is DATA_LOSS."""
-    sessions = data_dir / "sessions"
-    sessions.mkdir()
     empty_id = "01900000-0000-7000-8000-000000000001"
-    (sessions / f"2026-01-01_000000_{empty_id}.jsonl").write_bytes(b"")
+    session_path(data_dir, empty_id, f"2026-01-01_000000_{empty_id}.jsonl").write_bytes(b"")
     headless_id = "01900000-0000-7000-8000-000000000002"
-    (sessions / f"2026-01-01_000001_{headless_id}.jsonl").write_bytes(
+    session_path(data_dir, headless_id, f"2026-01-01_000001_{headless_id}.jsonl").write_bytes(
         encode_line(0, TS, "message", {"role": "user", "content": "no meta"})
     )
     writer = start_service("writer", data_dir)
@@ -80,7 +79,7 @@ def test_an_empty_or_headless_session_file_is_moved_aside_or_refused(data_dir) -
             assert "does not start with a session_meta" in error.details()
     finally:
         writer.stop()
-    assert list(sessions.glob(f"*{empty_id}.jsonl.torn-1"))
+    assert session_files(data_dir, f"*{empty_id}.jsonl.torn-1")
 
 
 def test_idle_session_files_are_closed_beyond_the_limit(data_dir) -> None:
@@ -256,8 +255,6 @@ def test_a_fork_of_a_child_is_found_from_the_parent(writer, reader) -> None:
 
 def test_damaged_records_never_break_reader_calls(data_dir, reader) -> None:
     """A stop whose seq is null and a message whose tool_calls is 5: replay, stop facts and listing still answer."""
-    sessions = data_dir / "sessions"
-    sessions.mkdir(exist_ok=True)
     sid = "01900000-0000-7000-8000-00000000000a"
     body = encode_line(0, TS, "session_meta", {"session_id": sid, "tenant": "t"})
     body += encode_line(1, TS, "message", {"role": "assistant", "content": "x", "tool_calls": 5})
@@ -265,7 +262,7 @@ def test_damaged_records_never_break_reader_calls(data_dir, reader) -> None:
         orjson.dumps({"v": 1, "seq": None, "ts": TS, "type": "stop", "payload": {"stop_kind": "paused"}})
         + b"\n"
     )
-    (sessions / f"2026-01-01_000000_{sid}.jsonl").write_bytes(body)
+    session_path(data_dir, sid, f"2026-01-01_000000_{sid}.jsonl").write_bytes(body)
     replay = reader.GetReplay(reader_pb2.ReplayRequest(session_id=sid))
     assert [m.text for m in replay.messages] == ["x"]
     reader.GetStopFacts(reader_pb2.StopFactsRequest(session_id=sid))

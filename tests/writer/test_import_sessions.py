@@ -17,6 +17,7 @@ from grpc_status import rpc_status
 
 from rollout.v1 import reader_pb2, records_pb2, writer_pb2, writer_pb2_grpc
 from tests.conftest import start_service
+from tests.data_roots import session_file, session_files
 
 PARENT = "01938a4b-1111-7000-8000-000000000001"
 CHILD = "01938a4b-1111-7000-8000-000000000002"
@@ -68,12 +69,12 @@ def parent_and_child() -> list[writer_pb2.ImportSessionsRequest]:
 
 
 def lines_of(data_dir: Path, session_id: str) -> list[dict]:
-    [path] = (data_dir / "sessions").glob(f"*{session_id}*.jsonl")
+    path = session_file(data_dir, session_id)
     return [orjson.loads(line) for line in path.read_bytes().splitlines()]
 
 
 def hidden_files(data_dir: Path) -> list[str]:
-    return sorted(path.name for path in (data_dir / "sessions").iterdir() if path.name.startswith("."))
+    return [path.name for path in session_files(data_dir, ".*")]
 
 
 def test_a_parent_and_its_child_arrive_together_stopped_and_verified(writer, reader, data_dir) -> None:
@@ -122,7 +123,7 @@ def test_a_refused_record_midway_leaves_no_session_of_the_stream(writer, reader,
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert _refusal_field(caught.value) == "sessions[1].records[1].message.tool_call_id"
     assert reader.ListSessions(reader_pb2.ListSessionsRequest()).sessions == []
-    assert not (data_dir / "delegations").exists() or not any((data_dir / "delegations").iterdir())
+    assert list(data_dir.glob("shards/*/delegations/*")) == []
     assert hidden_files(data_dir) == []
     assert len(writer.ImportSessions(iter(parent_and_child())).sessions) == 2  # the ids were not taken
 
@@ -225,7 +226,7 @@ def test_a_writer_killed_mid_import_leaves_nothing_after_restart(data_dir, tmp_p
     restarted = start_service("writer", data_dir)
     try:
         assert hidden_files(data_dir) == []
-        assert [p.name for p in (data_dir / "sessions").glob("*.jsonl")] == []
+        assert [p.name for p in session_files(data_dir)] == []
         with grpc.insecure_channel(restarted.address) as channel:
             answer = writer_pb2_grpc.RolloutWriterStub(channel).ImportSessions(iter(parent_and_child()))
         assert [s.already_present for s in answer.sessions] == [False, False]
@@ -287,5 +288,5 @@ def test_a_call_cancelled_while_its_commit_publishes_leaves_the_session_known(da
 
     asyncio.run(scenario())
     assert cancelled_in_publish[0], "the cancel did not reach the call while it published"
-    assert len(list((data_dir / "sessions").glob(f"*{PARENT}*"))) == 1
+    assert len(list(session_files(data_dir, f"*{PARENT}*"))) == 1
     assert hidden_files(data_dir) == []

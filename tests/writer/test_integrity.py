@@ -15,6 +15,7 @@ from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
 from rollout.v1 import reader_pb2, reader_pb2_grpc, records_pb2, writer_pb2, writer_pb2_grpc
+from tests.data_roots import session_file, session_files, session_path
 
 PAUSED = records_pb2.STOP_KIND_PAUSED
 UNKNOWN_PARENT = "01a22c15-89a6-7d3d-b5b7-165622bd350c"
@@ -39,7 +40,7 @@ def tool_event(output: str) -> writer_pb2.AppendRecord:
 
 
 def file_of(data_dir: Path, session_id: str) -> Path:
-    (path,) = (data_dir / "sessions").glob(f"*{session_id}*.jsonl")
+    path = session_file(data_dir, session_id)
     return path
 
 
@@ -235,8 +236,8 @@ def test_an_unknown_parent_is_refused_and_no_delegation_folder_is_made(writer, d
     error = refused(lambda: writer.ImportSessions(stream))
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert field_paths(error) == ["sessions[0].parent_session_id"]
-    assert not (data_dir / "delegations").exists() or list((data_dir / "delegations").iterdir()) == []
-    assert list((data_dir / "sessions").glob("*.jsonl")) == []
+    assert list(data_dir.glob("shards/*/delegations/*")) == []
+    assert list(session_files(data_dir)) == []
 
 
 def test_checkpoints_a_fork_copies_keep_verifying_in_forks_of_forks(writer, reader) -> None:
@@ -286,8 +287,7 @@ def test_an_older_file_whose_message_changed_under_its_checkpoint_is_refused_and
         orjson.dumps({"v": 1, "seq": seq, "ts": ts, "type": kind, "payload": payload}) + b"\n"
         for seq, (kind, payload) in enumerate(records)
     )
-    (data_dir / "sessions").mkdir()
-    path = data_dir / "sessions" / build_file_name(datetime(2026, 11, 30, tzinfo=UTC), sid)
+    path = session_path(data_dir, sid, build_file_name(datetime(2026, 11, 30, tzinfo=UTC), sid))
     path.write_bytes(older.replace(b"staging", b"prodxyz"))
     writer_process = start_service("writer", data_dir)
     reader_process = start_service("reader", data_dir)

@@ -12,6 +12,7 @@ import grpc
 from rollout.v1 import records_pb2, writer_pb2, writer_pb2_grpc
 from shared.layout import make_private_dirs
 from tests.conftest import start_service
+from tests.data_roots import session_files
 
 PAUSED = records_pb2.StopKind.Value("STOP_KIND_PAUSED")
 #: Loaded by every Python process started with it on PYTHONPATH: records each chmod to a file.
@@ -74,9 +75,9 @@ def _exercise(address: str) -> None:
 def test_files_and_folders_the_writer_creates_have_no_group_or_other_permissions(
     tmp_path, monkeypatch
 ) -> None:
-    """Under umask 0, the data root, sessions, markers and their folders, saved states, the lock and
-    a torn tail set aside at start-up are all 0600 (files) or 0700 (folders), and no chmod made them so
-    (the lock file's library sets the mode it created it with)."""
+    """Under umask 0, the data root, its shard record and shard folders, sessions, markers and their
+    folders, saved states, the locks and a torn tail set aside at start-up are all 0600 (files) or
+    0700 (folders), and no chmod made them so (the lock file's library sets the mode it created it with)."""
     hooks = tmp_path / "hooks"
     hooks.mkdir()
     (hooks / "sitecustomize.py").write_text(AUDIT_CHMOD)
@@ -89,7 +90,7 @@ def test_files_and_folders_the_writer_creates_have_no_group_or_other_permissions
         writer = start_service("writer", data)
         _exercise(writer.address)
         assert writer.stop() == 0  # saves the writer's states of open sessions
-        session = next((data / "sessions").glob("*.jsonl"))
+        session = session_files(data)[0]
         with session.open("ab") as handle:  # a torn tail, set aside by the next start
             handle.write(b'{"v":1,"seq":99,"ty')
         writer = start_service("writer", data)
@@ -99,7 +100,7 @@ def test_files_and_folders_the_writer_creates_have_no_group_or_other_permissions
     made = sorted(data.rglob("*"))
     names = {path.name for path in made}
     assert any(name.endswith(".torn-1") for name in names)
-    assert {"writer.lock", "sessions", "delegations", "writer-state"} <= names
+    assert {"cluster.json", "shards", "writer.lock", "sessions", "delegations", "writer-state"} <= names
     assert any(path.parent.name == "writer-state" for path in made)
     assert sum(1 for path in made if path.parent.parent.name == "delegations") == 2
     modes = {path: stat.S_IMODE(path.stat().st_mode) for path in [data, *made]}

@@ -10,11 +10,7 @@ import pytest
 
 from rollout.v1 import reader_pb2, records_pb2, writer_pb2
 from shared.records import DEFAULT_MAX_RECORD_BYTES
-
-
-def session_file(data_dir: Path, session_id: str) -> Path:
-    [path] = (data_dir / "sessions").glob(f"*{session_id}*.jsonl")
-    return path
+from tests.data_roots import session_file
 
 
 def lines_of(data_dir: Path, session_id: str) -> list[dict]:

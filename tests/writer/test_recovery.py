@@ -18,6 +18,7 @@ from shared.layout import PRIVATE_FILE_MODE, DataRoot
 from shared.rebuild import rebuild
 from shared.records import encode_line
 from tests.conftest import start_service
+from tests.data_roots import session_file
 from writer_service.files import create_file, create_temporary
 from writer_service.recovery import repair_torn_tail
 from writer_service.session_index import build_index
@@ -76,7 +77,7 @@ def test_damaged_tail_is_moved_aside_and_the_next_append_lands_on_its_own_line(
         sid = stub.CreateSession(writer_pb2.CreateSessionRequest()).session_id
         stub.Append(writer_pb2.AppendRequest(session_id=sid, records=[user("one"), user("two")]))
     assert writer.stop() == 0
-    (path,) = (data_dir / "sessions").glob(f"*{sid}*.jsonl")
+    path = session_file(data_dir, sid)
     good = path.read_bytes()
     bad = damage(path)
     path.write_bytes(good + bad)
@@ -169,7 +170,7 @@ def test_sigterm_with_a_full_queue_loses_nothing_acknowledged(data_dir) -> None:
             stream_ended.wait(0.01)
         assert writer.stop(signal.SIGTERM, timeout=60) == 0
         consumer.join(60)
-    (path,) = (data_dir / "sessions").glob(f"*{sid}*.jsonl")
+    path = session_file(data_dir, sid)
     records = {
         r["seq"]: r["payload"].get("content") for r in map(orjson.loads, path.read_bytes().splitlines())
     }
@@ -180,18 +181,21 @@ def test_sigterm_with_a_full_queue_loses_nothing_acknowledged(data_dir) -> None:
 
 def test_start_up_removes_what_a_crash_left_under_temporary_names_and_nothing_else(tmp_path) -> None:
     """A crash between creating a temporary file and linking or renaming it leaves it behind:
-    a session creation's and an import staging's in ``sessions/``, a saved state's in
-    ``writer-state/``. Start-up removes those (never acknowledged) and keeps every other file,
-    session files and saved states included."""
+    a session creation's and an import staging's in a shard's ``sessions/``, a saved state's in a
+    shard's ``writer-state/``. Start-up removes those (never acknowledged), in every shard, and keeps
+    every other file, session files and saved states included."""
     root = DataRoot(tmp_path)
-    root.ensure()
-    session = root.sessions_dir / "kept.jsonl"
+    root.create(shards=2)
+    sessions = root.sessions_folder(0)
+    sessions.mkdir(parents=True)
+    root.sessions_folder(1).mkdir(parents=True)
+    session = sessions / "kept.jsonl"
     session.write_bytes(encode_line(0, TS, "session_meta", {"session_id": "x"}))
-    creation, fd = create_temporary(root.sessions_dir / "2026-new.jsonl")
+    creation, fd = create_temporary(sessions / "2026-new.jsonl")
     os.close(fd)
-    staging, fd = create_temporary(root.sessions_dir / "2026-imported.jsonl", os.O_APPEND)
+    staging, fd = create_temporary(root.sessions_folder(1) / "2026-imported.jsonl", os.O_APPEND)
     os.close(fd)
-    states = tmp_path / STATE_DIR
+    states = root.shard_dir(1) / STATE_DIR
     states.mkdir()
     saved = states / "kept.json"
     saved.write_bytes(b"{}")
@@ -201,7 +205,7 @@ def test_start_up_removes_what_a_crash_left_under_temporary_names_and_nothing_el
     assert creation.name.startswith(".2026-new.jsonl.tmp-")
     # Names that only resemble a temporary's, and a folder and a link that have one, are kept.
     lookalikes = []
-    for folder in (root.sessions_dir, states):
+    for folder in (sessions, states):
         for name in (
             ".notes",
             ".notes.tmp-keep",
@@ -217,7 +221,7 @@ def test_start_up_removes_what_a_crash_left_under_temporary_names_and_nothing_el
         (folder / ".folder.tmp-0123abcd").mkdir()
         (folder / ".link.tmp-4567cdef").symlink_to(session)
         lookalikes += [folder / ".folder.tmp-0123abcd", folder / ".link.tmp-4567cdef"]
-    agent_session = root.sessions_dir / "2026-agent.tmp-0123abcd.jsonl"
+    agent_session = sessions / "2026-agent.tmp-0123abcd.jsonl"
     agent_session.write_bytes(session.read_bytes())
 
     build_index(root)
@@ -236,10 +240,11 @@ def test_a_temporary_that_cannot_be_removed_is_logged_and_start_up_goes_on(
 ) -> None:
     """Start-up never fails over a stale temporary it may not remove: it says so and goes on."""
     root = DataRoot(tmp_path)
-    root.ensure()
-    stuck, fd = create_temporary(root.sessions_dir / "2026-new.jsonl")
+    root.create(shards=1)
+    root.sessions_folder(0).mkdir(parents=True)
+    stuck, fd = create_temporary(root.sessions_folder(0) / "2026-new.jsonl")
     os.close(fd)
-    gone, fd = create_temporary(root.sessions_dir / "2026-other.jsonl")
+    gone, fd = create_temporary(root.sessions_folder(0) / "2026-other.jsonl")
     os.close(fd)
     real_unlink = os.unlink
 
@@ -262,16 +267,16 @@ def test_a_session_file_the_disk_refuses_leaves_no_temporary_behind(
     """A creation the disk refuses (full while writing, or the link failing) raises StorageWriteError
     naming the errno and removes its temporary at once: nothing waits for the next start-up."""
     root = DataRoot(tmp_path)
-    root.ensure()
+    root.create(shards=1)
 
     def full(*args: object) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(writer_service.files if failing == "write_all" else os, failing, full)
     with pytest.raises(StorageWriteError) as caught:
-        create_file(root.sessions_dir / "2026-new.jsonl", b"line\n", "new")
+        create_file(root.sessions_folder(0) / "2026-new.jsonl", b"line\n", "new")
     assert (caught.value.errno_name, caught.value.operation) == (
         "ENOSPC",
         "write" if failing == "write_all" else "link",
     )
-    assert list(root.sessions_dir.iterdir()) == []
+    assert list(root.sessions_folder(0).iterdir()) == []

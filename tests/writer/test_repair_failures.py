@@ -23,6 +23,7 @@ from grpc_status import rpc_status
 
 from rollout.v1 import records_pb2, writer_pb2, writer_pb2_grpc
 from shared.records import encode_line
+from tests.data_roots import session_file, session_files
 from tests.processes import ServiceProcess, start_service
 from tests.test_operations import _free_port
 
@@ -93,7 +94,7 @@ def test_a_repair_without_space_refuses_that_session_only_and_succeeds_once_spac
             healthy = stub.CreateSession(writer_pb2.CreateSessionRequest()).session_id
             stub.Append(writer_pb2.AppendRequest(session_id=torn, records=[user("kept")]))
         assert writer.stop() == 0
-        (torn_file,) = (data_dir / "sessions").glob(f"*{torn}*.jsonl")
+        torn_file = session_file(data_dir, torn)
         good = torn_file.read_bytes()
         torn_bytes = encode_line(2, TS, "message", {"role": "user", "content": "x" * 300_000})[:250_000]
         torn_file.write_bytes(good + torn_bytes)
@@ -118,7 +119,7 @@ def test_a_repair_without_space_refuses_that_session_only_and_succeeds_once_spac
 
                 ack = stub.Append(writer_pb2.AppendRequest(session_id=healthy, records=[user("fine")]))
                 assert list(ack.seqs) == [1], "every other session serves"
-                assert list((data_dir / "sessions").glob("*.torn-*")) == [], "no empty set-aside file"
+                assert list(session_files(data_dir, "*.torn-*")) == [], "no empty set-aside file"
                 assert torn_file.read_bytes() == good + torn_bytes, "nothing of the session was changed"
                 assert health_of(channel) == health_pb2.HealthCheckResponse.NOT_SERVING
                 metrics = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10)
@@ -131,7 +132,7 @@ def test_a_repair_without_space_refuses_that_session_only_and_succeeds_once_spac
                 while health_of(channel) != health_pb2.HealthCheckResponse.SERVING:
                     assert time.monotonic() < deadline, "the background retry never repaired the session"
                     time.sleep(0.1)
-                (sidecar,) = (data_dir / "sessions").glob("*.torn-*")
+                (sidecar,) = session_files(data_dir, "*.torn-*")
                 assert sidecar.read_bytes() == torn_bytes
                 assert torn_file.read_bytes() == good
                 ack = stub.Append(writer_pb2.AppendRequest(session_id=torn, records=[user("more")]))
@@ -151,13 +152,12 @@ def test_a_link_or_an_unreadable_file_is_refused_at_start_up_and_never_followed(
             stub.CreateSession(writer_pb2.CreateSessionRequest()).session_id for _ in range(3)
         )
     assert writer.stop() == 0
-    sessions = data_dir / "sessions"
-    (linked_file,) = sessions.glob(f"*{linked}*.jsonl")
+    linked_file = session_file(data_dir, linked)
     target = tmp_path / "elsewhere.jsonl"
     target.write_bytes(linked_file.read_bytes() + b'{"torn')  # a torn tail a repair would cut
     linked_file.unlink()
     linked_file.symlink_to(target)
-    (unreadable_file,) = sessions.glob(f"*{unreadable}*.jsonl")
+    unreadable_file = session_file(data_dir, unreadable)
     unreadable_file.unlink()
     unreadable_file.mkdir()
     before = target.read_bytes()

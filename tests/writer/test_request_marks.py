@@ -35,7 +35,7 @@ def thinking(text: str) -> list:
 def file_lines(ledger: SessionLedger, session_id: str) -> list[dict]:
     entry = ledger.index.get(session_id)
     assert entry is not None
-    data = (ledger.root.sessions_dir / entry.name).read_bytes()
+    data = ledger.root.session_path(session_id, entry.name).read_bytes()
     return [orjson.loads(line) for line in data.splitlines()]
 
 
@@ -61,7 +61,7 @@ def test_the_first_line_of_a_request_carries_its_mark_and_replay_ignores_it(data
             await append(ledger, sid, [thinking("x"), user("y")], request_id="r-1", since=1)
             await append(ledger, sid, [user("z")])
             entry = ledger.index.get(sid)
-            return file_lines(ledger, sid), (ledger.root.sessions_dir / entry.name).read_bytes()
+            return file_lines(ledger, sid), ledger.root.session_path(sid, entry.name).read_bytes()
         finally:
             await ledger.close()
 

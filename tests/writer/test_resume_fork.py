@@ -9,6 +9,7 @@ import orjson
 import pytest
 
 from rollout.v1 import reader_pb2, records_pb2, writer_pb2
+from tests.data_roots import session_file
 
 PAUSED = records_pb2.STOP_KIND_PAUSED
 
@@ -30,7 +31,7 @@ def append(writer, session_id: str, *records) -> writer_pb2.AppendResponse:
 
 
 def file_of(data_dir, session_id: str):
-    (path,) = (data_dir / "sessions").glob(f"*{session_id}*.jsonl")
+    path = session_file(data_dir, session_id)
     return path
 
 

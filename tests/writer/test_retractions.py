@@ -56,7 +56,10 @@ async def append(ledger, session_id, *records):
 
 def lines_of(ledger, session_id):
     entry = ledger.index.get(session_id)
-    return [orjson.loads(line) for line in (ledger.root.sessions_dir / entry.name).read_bytes().splitlines()]
+    return [
+        orjson.loads(line)
+        for line in ledger.root.session_path(session_id, entry.name).read_bytes().splitlines()
+    ]
 
 
 def test_a_retracted_call_cannot_be_answered_and_its_id_is_in_the_record(data_dir) -> None:
@@ -158,7 +161,7 @@ def test_history_entries_and_summaries_are_retractable_and_stop_checkpoints_veri
             await append(ledger, summary_only, compaction())
             await append(ledger, summary_only, retract({"seq": 1}))
             await ledger.stop(summary_only, StopKind.PAUSED, "")
-            paths = [ledger.root.sessions_dir / ledger.index.get(s).name for s in (sid, summary_only)]
+            paths = [ledger.root.session_path(s, ledger.index.get(s).name) for s in (sid, summary_only)]
             return result, paths
         finally:
             await ledger.close()

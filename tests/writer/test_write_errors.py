@@ -20,6 +20,7 @@ from shared.session_meta import SessionSpec
 from shared.status import _status_of
 from shared.stop_kinds import StopKind
 from shared.wire import append_payloads
+from tests.data_roots import session_file
 from writer_service import metrics
 from writer_service.sessions import SessionLedger, WriterConfig
 
@@ -111,7 +112,7 @@ def test_a_failed_batch_fails_its_callers_leaves_no_partial_line_and_later_batch
     assert failed.operation == on
     assert failed.errno_name == errno.errorcode[error]
     assert [o[0] for i, o in enumerate(outcomes) if i != 3] == [[1], [2], [3], [4], [5]]
-    (path,) = (data_dir / "sessions").glob(f"*{sid}*")
+    path = session_file(data_dir, sid)
     data = path.read_bytes()
     assert data.endswith(b"\n")
     texts = [orjson.loads(line)["payload"].get("content") for line in data.splitlines()[1:]]
@@ -245,6 +246,6 @@ def test_a_retry_with_the_request_id_of_a_failed_write_writes_it_once(data_dir, 
     sid, first, seqs = asyncio.run(scenario())
     assert isinstance(first, StorageWriteError)
     assert seqs == [1]
-    (path,) = (data_dir / "sessions").glob(f"*{sid}*")
+    path = session_file(data_dir, sid)
     texts = [orjson.loads(line)["payload"].get("content") for line in path.read_bytes().splitlines()[1:]]
     assert texts == ["once"]
