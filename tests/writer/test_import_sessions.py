@@ -190,6 +190,10 @@ def test_a_cancelled_stream_leaves_nothing(writer_process, reader, data_dir) -> 
     with grpc.insecure_channel(writer_process.address) as channel:
         future = writer_pb2_grpc.RolloutWriterStub(channel).ImportSessions.future(requests())
         assert sent.wait(60)
+        deadline = time.monotonic() + 60  # the staging file exists once the records are written
+        while not hidden_files(data_dir) and time.monotonic() < deadline:
+            threading.Event().wait(0.05)
+        assert hidden_files(data_dir), "the writer staged nothing to clean up"
         future.cancel()
     deadline = time.monotonic() + 60  # a hang guard: the clean-up follows the cancel at once
     while hidden_files(data_dir) and time.monotonic() < deadline:
