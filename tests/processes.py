@@ -8,12 +8,13 @@ callers can ask for port 0 and run in parallel without port clashes.
 Every process started through :func:`launch` (``start_service`` uses it) is registered until it
 is reaped: :func:`reap_started_since` kills and reaps what a test left running (tests/conftest.py
 calls it after each test, failed or not), and whatever is left when the interpreter exits is
-killed then. A process left to the garbage collector would otherwise be reported later, as a
-ResourceWarning in whichever test runs at that moment.
+killed then, and the kernel kills it if the test process dies abruptly. A process left to the
+garbage collector would otherwise be reported later, as a ResourceWarning in whichever test runs
+at that moment.
 
 A process inherits signal dispositions through fork and exec: started from a test run whose
 parent ignores SIGINT (``trap '' INT``), it ignores Ctrl-C too. A test that sends SIGINT says
-which disposition its process starts with (:func:`with_sigint`).
+which disposition its process starts with (``launch(..., sigint=...)``, :func:`prefixed`).
 """
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ import atexit
 import contextlib
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,11 +38,50 @@ _REPO = Path(__file__).resolve().parent.parent  # the repository root (commands 
 #: Every launched process not reaped yet, in launch order.
 _started: list[subprocess.Popen[Any]] = []
 
+#: util-linux's setpriv (Debian: the essential util-linux package), or None.
+_SETPRIV = shutil.which("setpriv")
+#: GNU coreutils' env, found here: a command given its own environment may have another PATH.
+_ENV = shutil.which("env") or "env"
 
-def launch(argv: Sequence[str | os.PathLike[str]], **options: Any) -> subprocess.Popen[Any]:
-    """``subprocess.Popen(argv, **options)``, registered until :func:`reap` (or the test's end)
-    reaps it. Give ``start_new_session=True`` to have the whole process group killed."""
-    process: subprocess.Popen[Any] = subprocess.Popen(argv, **options)
+
+def prefixed(argv: Sequence[str | os.PathLike[str]], *, sigint: signal.Handlers | None = None) -> list[str]:
+    """``argv`` run so that the kernel kills it (SIGKILL) when the calling thread ends, and with
+    SIGINT's disposition ``sigint`` (None: as this process has it).
+
+    The first by ``setpriv --pdeathsig KILL`` (util-linux; left out where there is none), the
+    second by ``env --default-signal=INT`` or ``--ignore-signal=INT`` (GNU coreutils 8.31+):
+    both set it and exec the command, keeping its process id. Never a ``preexec_fn``: Python run
+    between fork and exec in a process whose gRPC threads are busy can abort the child (SIGABRT
+    from gRPC's fork handlers, seen in one writer restart of nine).
+    """
+    prefix: list[str] = []
+    if _SETPRIV is not None:
+        prefix += [_SETPRIV, "--pdeathsig", "KILL", "--"]
+    if sigint is signal.SIG_DFL:
+        prefix += [_ENV, "--default-signal=INT"]
+    elif sigint is signal.SIG_IGN:
+        prefix += [_ENV, "--ignore-signal=INT"]
+    elif sigint is not None:
+        raise ValueError(f"sigint is SIG_DFL, SIG_IGN or None, not {sigint!r}")
+    return [*prefix, *map(str, argv)]
+
+
+def launch(
+    argv: Sequence[str | os.PathLike[str]], *, sigint: signal.Handlers | None = None, **options: Any
+) -> subprocess.Popen[Any]:
+    """``subprocess.Popen(prefixed(argv, sigint=sigint), **options)``, registered until
+    :func:`reap` (or the test's end) reaps it. Give ``start_new_session=True`` to have its whole
+    process group killed.
+
+    ``sigint``: SIG_DFL starts it as a terminal's foreground command (Ctrl-C reaches it), SIG_IGN
+    as a shell script's background job; None leaves what this test run inherited. The kernel
+    kills it if the calling thread ends first (:func:`prefixed`), so a test process that dies
+    abruptly leaves nothing running: call it from a thread that lives as long as the process
+    should, the test's own. ``preexec_fn`` is refused (see :func:`prefixed`).
+    """
+    if "preexec_fn" in options:
+        raise TypeError("launch() takes no preexec_fn: it can abort the child of a process using gRPC")
+    process: subprocess.Popen[Any] = subprocess.Popen(prefixed(argv, sigint=sigint), **options)
     _started.append(process)
     return process
 
@@ -93,18 +134,6 @@ def reap_started_since(mark: int, grace: float = 0.0) -> list[str]:
 def _reap_all() -> None:
     for process in list(_started):
         reap(process)
-
-
-def with_sigint(action: signal.Handlers) -> Callable[[], None]:
-    """A ``preexec_fn`` that starts the child with SIGINT's disposition ``action`` and unblocked,
-    whatever the test run inherited: ``SIG_DFL``, as a terminal's foreground command has it
-    (Ctrl-C reaches it); ``SIG_IGN``, as a shell script's background job has it."""
-
-    def prepare() -> None:
-        signal.signal(signal.SIGINT, action)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-
-    return prepare
 
 
 @dataclass

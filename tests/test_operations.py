@@ -20,7 +20,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from rollout.v1 import records_pb2, writer_pb2, writer_pb2_grpc
 from tests.conftest import REPO, run_rollout, start_service
-from tests.processes import launch, reap, with_sigint
+from tests.processes import launch, prefixed, reap
 
 
 def test_both_services_answer_health_checks_and_reflection(writer_process, reader_process) -> None:
@@ -105,7 +105,7 @@ def _serve(
             text=True,
             cwd=REPO,
             start_new_session=True,  # its own process group: a failed test can end the whole pair
-            preexec_fn=with_sigint(sigint),
+            sigint=sigint,
         )
     try:
         yield process, log_path
@@ -242,12 +242,12 @@ def test_ctrl_c_while_the_command_line_loads_exits_130_without_a_traceback(where
     prints nothing, where Python would print a KeyboardInterrupt traceback from inside an import,
     or (landing in a finalizer or an import-lock callback) print "Exception ignored" and go on."""
     done = subprocess.run(
-        [sys.executable, "-c", _CTRL_C_WHILE_LOADING, where],
+        # As in a terminal, whatever this test run inherited.
+        prefixed([sys.executable, "-c", _CTRL_C_WHILE_LOADING, where], sigint=signal.SIG_DFL),
         capture_output=True,
         text=True,
         cwd=REPO,
         timeout=60,
-        preexec_fn=with_sigint(signal.SIG_DFL),  # as in a terminal, whatever this run inherited
     )
     assert (done.returncode, done.stdout, done.stderr) == (130, "", "")
 
@@ -256,12 +256,11 @@ def test_a_command_started_with_sigint_ignored_ignores_a_ctrl_c_while_it_loads()
     """A `rollout` command whose parent ignores SIGINT (a shell script's background job) keeps it
     ignored: the Ctrl-C during its imports is lost, and the command runs."""
     done = subprocess.run(
-        [sys.executable, "-c", _CTRL_C_WHILE_LOADING, "in-an-import"],
+        prefixed([sys.executable, "-c", _CTRL_C_WHILE_LOADING, "in-an-import"], sigint=signal.SIG_IGN),
         capture_output=True,
         text=True,
         cwd=REPO,
         timeout=60,
-        preexec_fn=with_sigint(signal.SIG_IGN),
     )
     assert (done.returncode, done.stderr) == (0, ""), done.stderr
     assert "Usage: rollout" in done.stdout

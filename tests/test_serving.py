@@ -31,7 +31,7 @@ from shared.session_meta import read_session_meta
 from tests.conftest import run_rollout, start_service
 from tests.data_roots import session_file, session_files
 from tests.e2e.secured import A, B, bearer, make_certificates, tls_arguments, tls_channel, write_tokens
-from tests.processes import launch, reap, with_sigint
+from tests.processes import launch, reap
 
 PAUSED = records_pb2.StopKind.Value("STOP_KIND_PAUSED")
 
@@ -421,7 +421,7 @@ def test_serve_passes_tls_and_tokens_to_both_services(tmp_path, data_dir) -> Non
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
         cwd=Path(__file__).resolve().parent.parent,
         start_new_session=True,  # its own process group: a failed test can end the whole pair
-        preexec_fn=with_sigint(signal.SIG_DFL),  # Ctrl-C reaches it, whatever this run inherited
+        sigint=signal.SIG_DFL,  # Ctrl-C reaches it, whatever this test run inherited
     )
     try:
         assert serve.stdout is not None
