@@ -21,10 +21,19 @@ are thread-safe and answer from memory (no I/O, no blocking: it is on every batc
 root at epoch :data:`EMBEDDED_EPOCH` for the life of the process, and always may
 acknowledge. It holds the data root's lock file (``writer.lock``: shared.layout) for all of
 them, so that a second writer on the same data root fails fast (SPEC §2.1).
+
+A writer of a cluster (``serve-writer --etcd``) owns shards through leases in etcd instead
+(writer_service.cluster_ownership, docs/cluster.md §2); it implements :class:`ServedOwnership`,
+the life cycle the server drives: :meth:`~ServedOwnership.start` once the writer listens (its
+address is what the owner keys advertise), :meth:`~ServedOwnership.stop` when it stops. A
+served ownership takes and gives up shards while the writer runs, and tells the ledger through
+a :class:`ShardKeeper`: a shard is indexed afresh from its folder before its new epoch is
+answered by :meth:`Ownership.owns`, and its in-flight batches finish before it is released.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -40,6 +49,11 @@ class DataRootLockedError(RuntimeError):
     """Another writer process holds the data root (one of its shard locks)."""
 
 
+class OwnershipStartError(RuntimeError):
+    """A served ownership cannot start: the coordination service is unreachable, or its record of
+    the cluster contradicts the data root (the message says which and what to do)."""
+
+
 class Ownership(Protocol):
     """What a writer may write and acknowledge, shard by shard (module docstring)."""
 
@@ -50,6 +64,34 @@ class Ownership(Protocol):
         """Whether a batch of ``shard`` written under ``epoch`` and durable at ``durable_at``
         (``time.monotonic()`` seconds) may be acknowledged."""
 
+    def owner_of(self, shard: int) -> tuple[str, int] | None:
+        """The owner of ``shard`` as this writer knows it: (its advertised address, its epoch),
+        or None when no owner is known (for routing: the address a client is sent to)."""
+
+
+class ShardKeeper(Protocol):
+    """What a served ownership asks of the ledger as shards come and go (event loop)."""
+
+    async def take_shard(self, shard: int) -> None:
+        """Index ``shard`` afresh from its folder (another writer may have written it since)."""
+
+    async def release_shard(self, shard: int) -> None:
+        """Finish the in-flight batches of ``shard``'s open sessions, then close them."""
+
+
+class ServedOwnership(Ownership, Protocol):
+    """An ownership with a life cycle driven by the writer's server (module docstring)."""
+
+    async def start(self, address: str, keeper: ShardKeeper) -> None:
+        """Begin owning shards, advertising ``address``; OwnershipStartError when it cannot."""
+
+    async def stop(self) -> None:
+        """Release every shard (in-flight batches finished first) and stop."""
+
+    async def wait_drained(self) -> None:
+        """Return once the ownership was asked to drain from outside and has released everything
+        (the writer then exits); never returns for an ownership that cannot be drained so."""
+
 
 class EmbeddedOwnership:
     """Every shard, epoch :data:`EMBEDDED_EPOCH`, always acknowledged; holds the data root's lock.
@@ -59,6 +101,7 @@ class EmbeddedOwnership:
 
     def __init__(self, locks: Sequence[FileLock] = ()) -> None:
         self._locks = list(locks)
+        self.address = ""
 
     @classmethod
     def claim(cls, root: DataRoot) -> EmbeddedOwnership:
@@ -82,6 +125,22 @@ class EmbeddedOwnership:
 
     def may_acknowledge(self, shard: int, epoch: int, durable_at: float) -> bool:
         return True
+
+    def owner_of(self, shard: int) -> tuple[str, int] | None:
+        """This writer's own address (empty until started) and :data:`EMBEDDED_EPOCH`."""
+        return self.address, EMBEDDED_EPOCH
+
+    async def start(self, address: str, keeper: ShardKeeper) -> None:
+        """Record the writer's address (every shard is owned from the start)."""
+        self.address = address
+
+    async def stop(self) -> None:
+        """:meth:`release`."""
+        self.release()
+
+    async def wait_drained(self) -> None:
+        """Never returns: an embedded writer stops on a signal alone."""
+        await asyncio.Event().wait()
 
     def release(self) -> None:
         """Give up the lock (the writer has stopped writing)."""

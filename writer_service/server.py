@@ -3,9 +3,11 @@
 The servicer only translates: protobuf in, :class:`SessionLedger` call, protobuf
 out; errors become statuses in :func:`shared.status.rpc_statuses` (one decorator
 per RPC). Standard health checking and server reflection are served beside it.
-The writer owns every shard of its data root (writer_service.ownership:
+By default the writer owns every shard of its data root (writer_service.ownership:
 EmbeddedOwnership), the root's ``writer.lock`` held for the life of the process: a
-second writer on the same root fails fast (SPEC §2.1).
+second writer on the same root fails fast (SPEC §2.1). Given a served ownership (a
+writer of a cluster: docs/cluster.md), it owns the shards that ownership takes, indexing
+each when it is taken, and releases them when it stops.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from writer_service.committer import durable_write_method
 from writer_service.heap_trim import HeapTrimmer, keep_large_blocks_mapped
 from writer_service.importing import SessionImport
 from writer_service.open_session import RecordTimes, RequestRecords
-from writer_service.ownership import EmbeddedOwnership
+from writer_service.ownership import EmbeddedOwnership, ServedOwnership
 from writer_service.refusal_pacing import RefusalPacer
 from writer_service.session_index import build_index
 from writer_service.sessions import SessionLedger, WriterConfig
@@ -415,12 +417,19 @@ class RunningWriter(RunningService):
 
     service: ServiceServer
     ledger: SessionLedger
-    ownership: EmbeddedOwnership
+    ownership: ServedOwnership
     repairs: asyncio.Task[None] | None = None
     storage_probe: StorageProbe | None = None
 
+    async def wait_drained(self) -> None:
+        """Return once the writer's ownership was drained from outside (``rollout cluster drain``):
+        the writer should then stop. Never returns for the embedded default."""
+        await self.ownership.wait_drained()
+
     async def stop(self, grace: float = 5.0) -> None:
-        """Stop accepting, let in-flight calls finish, drain queues, release the data root's lock."""
+        """Release the shards (in-flight batches finish first), stop accepting, let in-flight
+        calls finish, drain queues, release the data root's lock."""
+        await self.ownership.stop()
         if self.repairs is not None:
             self.repairs.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -429,7 +438,6 @@ class RunningWriter(RunningService):
             await self.storage_probe.close()
         await self.service.stop(grace)
         await self.ledger.close()
-        self.ownership.release()
 
 
 def acquire_data_root(config: WriterConfig) -> EmbeddedOwnership:
@@ -441,18 +449,34 @@ def acquire_data_root(config: WriterConfig) -> EmbeddedOwnership:
 
 
 async def start_writer(
-    config: WriterConfig, address: str = "127.0.0.1:0", settings: ServerSettings = PLAINTEXT
+    config: WriterConfig,
+    address: str = "127.0.0.1:0",
+    settings: ServerSettings = PLAINTEXT,
+    ownership: ServedOwnership | None = None,
 ) -> RunningWriter:
     """Lock the root, repair torn tails, start serving on ``address`` with ``settings``
     (TLS, authentication, interceptors: shared.serving).
 
+    ``ownership``: a served ownership (a writer of a cluster) instead of the embedded default:
+    nothing is locked or indexed up front; each shard is recovered and indexed when it is
+    taken, after the server listens (its bound address is advertised unless the ownership
+    was given another).
+
     Raises DataRootLockedError when another writer holds the data root, BindError
-    when the address cannot be bound and OSError when a TLS file cannot be read.
+    when the address cannot be bound, OSError when a TLS file cannot be read and
+    OwnershipStartError when the served ownership cannot start.
     """
-    ownership = acquire_data_root(config)
+    if ownership is None:
+        ownership = acquire_data_root(config)
+        indexed: list[int] | None = None  # every shard, now
+    else:
+        DataRoot(config.data_dir).create(config.shards)
+        indexed = []  # none: each as it is taken
     keep_large_blocks_mapped()
     try:
-        index = await asyncio.get_running_loop().run_in_executor(None, build_index, DataRoot(config.data_dir))
+        index = await asyncio.get_running_loop().run_in_executor(
+            None, build_index, DataRoot(config.data_dir), indexed
+        )
         ledger = SessionLedger(config, index, ownership)
         service = ServiceServer(
             "writer",
@@ -487,8 +511,16 @@ async def start_writer(
         ledger.storage_health.observe(storage_probe)
         ledger.index.repairs.observe(observer)
         repairs = asyncio.ensure_future(_retry_repairs(ledger, config.repair_retry_seconds))
+        try:
+            await ownership.start(bound, ledger)
+        except BaseException:
+            repairs.cancel()
+            await storage_probe.close()
+            await service.stop(0)
+            await ledger.close()
+            raise
     except BaseException:
-        ownership.release()
+        await ownership.stop()
         raise
     log.info(
         "writer serving on %s (%s), data root %s; durable writes: %s",

@@ -121,6 +121,19 @@ def build_index(root: DataRoot, shards: Iterable[int] | None = None) -> SessionI
     return index
 
 
+def index_shard(root: DataRoot, shard: int) -> tuple[dict[str, IndexEntry], dict[str, str]]:
+    """Recover and index one shard's session files (blocking), as :func:`build_index` does for
+    each: (entries by session id, the reason of each session awaiting repair). A writer of a
+    cluster calls it when it takes a shard (docs/cluster.md §2.4): another writer may have
+    written the shard since this one last indexed it."""
+    entries: dict[str, IndexEntry] = {}
+    failed: dict[str, str] = {}
+    repaired = _index_shard(root, shard, entries, failed)
+    if repaired:
+        log.warning("recovery of shard %d repaired %d session files", shard, repaired)
+    return entries, failed
+
+
 def _index_shard(root: DataRoot, shard: int, entries: dict[str, IndexEntry], failed: dict[str, str]) -> int:
     """Recover and index one shard's session files into ``entries`` (``failed``: those awaiting
     repair, with the reason); returns how many torn tails were repaired."""

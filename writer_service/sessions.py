@@ -101,7 +101,7 @@ from writer_service.ownership import EmbeddedOwnership, Ownership
 from writer_service.recovery import repair_torn_tail, unavailable
 from writer_service.refusal_pacing import DEFAULT_RATE
 from writer_service.retractions import resolve_retractions
-from writer_service.session_index import IndexEntry, SessionIndex, build_index, read_entry
+from writer_service.session_index import IndexEntry, SessionIndex, build_index, index_shard, read_entry
 from writer_service.session_state import (
     SAVE_EVERY_BYTES,
     SessionState,
@@ -415,6 +415,41 @@ class SessionLedger:
             state.entry.requests_floor = None  # set again from the file when next opened
             state.log.close()
 
+    # -- shards coming and going (writer_service.ownership.ShardKeeper) ------------------
+
+    async def take_shard(self, shard: int) -> None:
+        """Index ``shard`` afresh from its folder (its own recovery: torn tails repaired) before
+        this writer writes it under a new epoch: another writer may have written it since. Any
+        session of the shard still open from an older epoch is closed first."""
+        await self.release_shard(shard)
+        entries, failed = await self.run_io(index_shard, self.root, shard)
+        for session_id, entry in entries.items():
+            self._kept.pop(session_id, None)
+            self.index.add(session_id, entry)
+        for session_id, reason in failed.items():
+            self.index.repairs.failed(session_id, reason)
+
+    async def release_shard(self, shard: int) -> None:
+        """Let the in-flight batches of ``shard``'s open sessions finish (the ownership refuses any
+        new one), then close those sessions; the next owner reads their files afresh."""
+        while True:
+            open_here = [state for state in self._sessions.values() if state.log.shard == shard]
+            if not open_here:
+                return
+            for state in open_here:
+                await state.log.drain()
+                if self._sessions.get(state.session_id) is state:
+                    self._forget(state.session_id)
+
+    def _check_owner(self, session_id: str) -> None:
+        """Raise NotOwnerError when this writer does not own ``session_id``'s shard (a well-formed
+        id): asked before the index answers NOT_FOUND, which it can only for its own shards."""
+        shard = self.root.shard_of(session_id)
+        if self.ownership.owns(shard) is None:
+            raise NotOwnerError(
+                f"this writer does not own shard {shard} of session {session_id}; retry", shard=shard
+            )
+
     def reserve(self, session_id: str) -> None:
         """Hold ``session_id`` for a session being created elsewhere (an import): creating it is refused."""
         self._creating.add(session_id)
@@ -433,6 +468,7 @@ class SessionLedger:
         malformed id): the cheap refusal a servicer makes before decoding a request's records."""
         if self.visible_entry(session_id) is None:
             validate_session_id(session_id)
+            self._check_owner(session_id)
             raise SessionNotFoundError(session_id)
 
     def visible_entry(self, session_id: str) -> IndexEntry | None:
@@ -467,8 +503,8 @@ class SessionLedger:
         if session_id in self.index.entries:
             if current_caller().tenant is None or self.visible_entry(session_id) is not None:
                 return None
-        elif not is_session_id(session_id):
-            return None
+        elif not is_session_id(session_id) or self.ownership.owns(self.root.shard_of(session_id)) is None:
+            return None  # the normal path gives INVALID_ARGUMENT, or NOT_OWNER
         return str(SessionNotFoundError(session_id))
 
     async def open_session(self, session_id: str) -> OpenSession:
@@ -489,6 +525,7 @@ class SessionLedger:
         entry = self.visible_entry(session_id)
         if entry is None:
             validate_session_id(session_id)
+            self._check_owner(session_id)
             raise SessionNotFoundError(session_id)
         pending = self._loading.get(session_id)
         if pending is not None:

@@ -1,0 +1,299 @@
+"""Writers of one cluster on one shared data root, owning shards through a real etcd
+(writer_service.cluster_ownership, docs/cluster.md §2).
+
+Until each epoch writes its own segment (docs/cluster.md §3), two owners of a shard in
+sequence append to the same session files; what these tests pin is that only the lease
+holder writes and acknowledges.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import grpc
+import pytest
+from google.rpc import error_details_pb2, status_pb2
+
+from rollout.v1 import records_pb2, writer_pb2, writer_pb2_grpc
+from shared.reasons import NOT_OWNER
+from shared.shards import shard_of
+from tests.cluster.etcd import EtcdCluster
+from tests.cluster.proxy import TcpRelay
+from tests.cluster.waits import wait_until
+from tests.processes import ServiceProcess, start_service
+from writer_service.coordination import ClusterKeys, EtcdClient
+
+SHARDS = 8
+KEYS = ClusterKeys("test")
+
+
+def start_writer(data_dir: Path, log: Path, etcd: str, *extra: str) -> ServiceProcess:
+    return start_service(
+        "writer",
+        data_dir,
+        log,
+        "--etcd",
+        etcd,
+        "--cluster",
+        KEYS.name,
+        "--shards",
+        str(SHARDS),
+        "--durability",
+        "unsafe_no_fsync",
+        *extra,
+    )
+
+
+async def owners(etcd: EtcdClient) -> dict[int, tuple[str, int]]:
+    """Shard -> (owner address, epoch), as etcd holds them now."""
+    snapshot = await etcd.owners(KEYS.shards)
+    return {
+        KEYS.shard_of(key): (record.owner.address, record.epoch) for key, record in snapshot.owners.items()
+    }
+
+
+def balanced(held: dict[int, tuple[str, int]], addresses: list[str]) -> bool:
+    """Every shard owned, by the given writers alone, ceil(N / writers) at most each."""
+    counts = Counter(address for address, _ in held.values())
+    most = -(-SHARDS // len(addresses))
+    return len(held) == SHARDS and set(counts) == set(addresses) and max(counts.values()) <= most
+
+
+def id_in_shard(shard: int) -> str:
+    while True:
+        session_id = str(uuid.uuid4())
+        if shard_of(session_id, SHARDS) == shard:
+            return session_id
+
+
+def not_owner(error: grpc.RpcError) -> bool:
+    """Whether ``error`` is UNAVAILABLE with ErrorInfo NOT_OWNER."""
+    if error.code() != grpc.StatusCode.UNAVAILABLE:
+        return False
+    for key, value in error.trailing_metadata() or ():
+        if key == "grpc-status-details-bin":
+            status = status_pb2.Status.FromString(value)
+            for detail in status.details:
+                info = error_details_pb2.ErrorInfo()
+                if detail.Unpack(info) and info.reason == NOT_OWNER:
+                    return True
+    return False
+
+
+def user(text: str) -> writer_pb2.AppendRecord:
+    return writer_pb2.AppendRecord(message=records_pb2.ChatMessage(role="user", text=text))
+
+
+class Writer:
+    """A writer process and a stub on it (its channel made in the event loop that first uses it)."""
+
+    def __init__(self, process: ServiceProcess) -> None:
+        self.process = process
+        self.address = process.address
+        self._channel: grpc.aio.Channel | None = None
+
+    @property
+    def stub(self) -> writer_pb2_grpc.RolloutWriterStub:
+        if self._channel is None:
+            self._channel = grpc.aio.insecure_channel(self.address)
+        return writer_pb2_grpc.RolloutWriterStub(self._channel)
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            await self._channel.close()
+
+    async def create(self, session_id: str) -> None:
+        await self.stub.CreateSession(writer_pb2.CreateSessionRequest(session_id=session_id), timeout=30)
+
+    async def append(self, session_id: str, text: str, request_id: str = "") -> int:
+        answer = await self.stub.Append(
+            writer_pb2.AppendRequest(session_id=session_id, records=[user(text)], request_id=request_id),
+            timeout=30,
+        )
+        return int(answer.seqs[0])
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    root = tmp_path / "data"
+    root.mkdir()
+    return root
+
+
+def test_two_writers_split_the_shards_and_only_the_owner_writes(
+    etcd1: EtcdCluster, data_dir: Path, tmp_path: Path
+):
+    """Two writers on one data root each own about half the shards (epochs are the keys' create
+    revisions, all distinct); a session is written by its shard's owner, and the other writer
+    answers UNAVAILABLE NOT_OWNER, writing nothing."""
+    one = Writer(start_writer(data_dir, tmp_path / "one.log", etcd1.endpoints))
+    two = Writer(start_writer(data_dir, tmp_path / "two.log", etcd1.endpoints))
+
+    async def scenario() -> None:
+        async with EtcdClient(etcd1.endpoints) as etcd:
+            held: dict[int, tuple[str, int]] = {}
+
+            async def split() -> bool:
+                nonlocal held
+                held = await owners(etcd)
+                return balanced(held, [one.address, two.address])
+
+            await wait_until(split, "the shards split between the two writers")
+            assert len({epoch for _, epoch in held.values()}) == SHARDS
+            shard = next(s for s, (address, _) in held.items() if address == one.address)
+            session_id = id_in_shard(shard)
+            with pytest.raises(grpc.RpcError) as refused:
+                await two.create(session_id)
+            assert not_owner(refused.value), refused.value
+            await one.create(session_id)
+            assert await one.append(session_id, "hello") == 1
+            with pytest.raises(grpc.RpcError) as refused:
+                await two.append(session_id, "not here")
+            assert not_owner(refused.value), refused.value
+            assert await one.append(session_id, "again") == 2
+
+    asyncio.run(scenario())
+    assert one.process.stop() == 0
+    assert two.process.stop() == 0
+
+
+def test_a_joining_writer_gets_its_share_and_a_drained_one_hands_over(
+    etcd1: EtcdCluster, data_dir: Path, tmp_path: Path
+):
+    """A third writer joining takes shards from the other two (handover: released, then taken at
+    a new epoch); SIGTERM drains one (its shards released, then taken by the others), and its
+    sessions carry on from the file at the next owner."""
+    first = Writer(start_writer(data_dir, tmp_path / "w1.log", etcd1.endpoints))
+    second = Writer(start_writer(data_dir, tmp_path / "w2.log", etcd1.endpoints))
+
+    async def scenario() -> None:
+        async with EtcdClient(etcd1.endpoints) as etcd:
+            held: dict[int, tuple[str, int]] = {}
+
+            async def settled(*writers: Writer) -> bool:
+                nonlocal held
+                held = await owners(etcd)
+                return balanced(held, [writer.address for writer in writers])
+
+            await wait_until(lambda: settled(first, second), "two writers share the shards")
+            before = dict(held)
+            shard = next(s for s, (address, _) in held.items() if address == first.address)
+            session_id = id_in_shard(shard)
+            await first.create(session_id)
+            assert await first.append(session_id, "one") == 1
+
+            third = Writer(start_writer(data_dir, tmp_path / "w3.log", etcd1.endpoints))
+            await wait_until(lambda: settled(first, second, third), "three writers share the shards")
+            moved = [s for s in held if held[s][0] == third.address]
+            assert moved
+            assert all(held[s][1] > before[s][1] for s in moved), (before, held)
+
+            owner = next(w for w in (first, second, third) if w.address == held[shard][0])
+            assert owner.process.stop(signal.SIGTERM) == 0  # drained, then exited
+            rest = [w for w in (first, second, third) if w is not owner]
+            await wait_until(lambda: settled(*rest), "the drained writer's shards taken by the others")
+            new_owner = next(w for w in rest if w.address == held[shard][0])
+            # seq 0 the meta, 1 "one": the next owner read the file the first one wrote
+            assert await new_owner.append(session_id, "after the handover") == 2
+            for writer in rest:
+                assert writer.process.stop() == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_writer_cut_off_from_etcd_stops_then_resumes_with_new_epochs(
+    etcd1: EtcdCluster, data_dir: Path, tmp_path: Path
+):
+    """etcd unreachable (a relay holding every byte): the writer refuses writes with UNAVAILABLE
+    NOT_OWNER on its own (its lease deadline passed; etcd never told it); once etcd is reachable
+    again it takes its shards back under a new lease, at larger epochs, and writes resume."""
+
+    async def scenario() -> None:
+        relay = TcpRelay(etcd1.members[0].client_port)
+        await relay.start()
+        # in a thread: the relay serves from this event loop while the writer starts
+        process = await asyncio.to_thread(
+            start_writer, data_dir, tmp_path / "cut.log", relay.endpoint, "--lease-ttl", "3"
+        )
+        writer = Writer(process)
+        try:
+            async with EtcdClient(etcd1.endpoints) as etcd:
+                held: dict[int, tuple[str, int]] = {}
+
+                async def all_mine() -> bool:
+                    nonlocal held
+                    held = await owners(etcd)
+                    return balanced(held, [writer.address])
+
+                await wait_until(all_mine, "the writer owns every shard")
+                before = dict(held)
+                session_id = id_in_shard(0)
+                await writer.create(session_id)
+                assert await writer.append(session_id, "before") == 1
+
+                relay.hold()
+                refused: grpc.RpcError | None = None
+
+                async def refusing() -> bool:
+                    nonlocal refused
+                    try:
+                        await writer.append(session_id, "while cut off", request_id=str(uuid.uuid4()))
+                    except grpc.RpcError as error:
+                        refused = error
+                        return True
+                    return False
+
+                await wait_until(refusing, "writes refused once the lease deadline passed")
+                assert refused is not None
+                assert not_owner(refused), refused
+
+                relay.release()
+
+                async def taken_again() -> bool:
+                    held = await owners(etcd)
+                    return await all_mine() and all(held[s][1] > before[s][1] for s in held)
+
+                await wait_until(taken_again, "every shard taken again, at a larger epoch")
+
+                async def writing() -> bool:
+                    try:
+                        await writer.append(session_id, "after", request_id="after-1")
+                    except grpc.RpcError as error:
+                        if not not_owner(error):
+                            raise
+                        return False
+                    return True
+
+                await wait_until(writing, "writes resumed")
+        finally:
+            await asyncio.to_thread(writer.process.stop)
+            await writer.close()
+            await relay.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_data_root_whose_shard_count_differs_from_the_cluster_is_refused(
+    etcd1: EtcdCluster, data_dir: Path, tmp_path: Path
+):
+    """The cluster record says 8 shards; a writer whose data root has 4 refuses to start, saying both."""
+    first = start_writer(data_dir, tmp_path / "ok.log", etcd1.endpoints)
+    other = tmp_path / "other"
+    other.mkdir()
+    with pytest.raises(RuntimeError, match="has 8 shards but this data root has 4"):
+        start_service(
+            "writer",
+            other,
+            tmp_path / "refused.log",
+            "--etcd",
+            etcd1.endpoints,
+            "--cluster",
+            KEYS.name,
+            "--shards",
+            "4",
+        )
+    assert first.stop() == 0
