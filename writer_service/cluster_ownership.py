@@ -39,11 +39,13 @@ import os
 import re
 import socket
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 
 from writer_service import metrics
 from writer_service.coordination import (
     ClusterKeys,
+    ClusterRecord,
     CoordinationError,
     EtcdClient,
     Lease,
@@ -410,3 +412,97 @@ class EtcdOwnership:
         log.info("writer %s drained: it owns no shard", self.writer_id)
         self._drained.set()
         return True
+
+
+# -- what operators ask (``rollout cluster status`` / ``drain``) -----------------------------
+
+
+@dataclass(frozen=True)
+class ShardOwner:
+    """One shard's owner as etcd holds it (None fields: no owner)."""
+
+    shard: int
+    address: str | None
+    writer_id: str | None
+    epoch: int | None
+    lease_left: int | None
+
+
+@dataclass(frozen=True)
+class WriterPresence:
+    """One writer present in the cluster: its id, address, shards owned and lease seconds left
+    (etcd's count, whole seconds)."""
+
+    writer_id: str
+    address: str
+    shards: int
+    lease_left: int | None
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """A cluster as etcd holds it at one revision: its shard count (None: never created), writers
+    and the owner of every shard."""
+
+    name: str
+    shard_count: int | None
+    revision: int
+    writers: list[WriterPresence]
+    shards: list[ShardOwner]
+
+
+async def read_cluster(endpoints: str, name: str) -> ClusterView:
+    """The state of cluster ``name`` in the etcd at ``endpoints``. Raises CoordinationError when
+    etcd does not answer or holds values this version does not write, ValueError for a bad name."""
+    keys = ClusterKeys(name)
+    async with EtcdClient(endpoints) as etcd:
+        record = (await etcd.values(keys.record)).get(keys.record)
+        writers = await etcd.owners(keys.writers)
+        shards = await etcd.owners(keys.shards)
+        leases = {held.lease_id for held in (*writers.owners.values(), *shards.owners.values())}
+        left = {lease_id: await etcd.remaining_ttl(lease_id) for lease_id in leases}
+    count = None if record is None else ClusterRecord.decode(keys.record, record).shard_count
+    held = Counter(ownership.owner.writer_id for ownership in shards.owners.values())
+    by_shard = {keys.shard_of(key): ownership for key, ownership in shards.owners.items()}
+    owners = []
+    for shard in sorted(set(range(count or 0)) | by_shard.keys()):
+        ownership = by_shard.get(shard)
+        if ownership is None:
+            owners.append(ShardOwner(shard, None, None, None, None))
+        else:
+            owner = ownership.owner
+            owners.append(
+                ShardOwner(shard, owner.address, owner.writer_id, ownership.epoch, left[ownership.lease_id])
+            )
+    present = [
+        WriterPresence(
+            ownership.owner.writer_id,
+            ownership.owner.address,
+            held[ownership.owner.writer_id],
+            left[ownership.lease_id],
+        )
+        for ownership in sorted(writers.owners.values(), key=lambda ownership: ownership.owner.address)
+    ]
+    return ClusterView(name, count, shards.revision, present, owners)
+
+
+async def request_drain(endpoints: str, name: str, address: str, *, wait: float | None) -> str:
+    """Ask the writer of cluster ``name`` that advertises ``address`` to drain (release every shard,
+    then exit) by putting its drain key; returns its writer id. ``wait``: seconds to wait until
+    it has left the cluster (None: do not wait). Raises LookupError when no writer advertises
+    ``address``, TimeoutError when it is still present after ``wait`` seconds, CoordinationError
+    when etcd does not answer."""
+    keys = ClusterKeys(name)
+    async with EtcdClient(endpoints) as etcd:
+        writers = await etcd.owners(keys.writers)
+        matching = [held.owner for held in writers.owners.values() if held.owner.address == address]
+        if not matching:
+            known = ", ".join(sorted(held.owner.address for held in writers.owners.values())) or "none"
+            raise LookupError(f"no writer of cluster {name!r} advertises {address} (writers: {known})")
+        writer = matching[0]
+        await etcd.put(keys.drain(writer.writer_id), writer.encode())
+        if wait is not None:
+            async with asyncio.timeout(wait):
+                while keys.writer(writer.writer_id) in (await etcd.owners(keys.writers)).owners:
+                    await asyncio.sleep(0.2)
+    return writer.writer_id

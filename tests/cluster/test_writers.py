@@ -10,18 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import urllib.request
 import uuid
 from collections import Counter
 from pathlib import Path
 
 import grpc
 import pytest
+from click.testing import CliRunner
 from google.rpc import error_details_pb2, status_pb2
 
 from rollout.v1 import records_pb2, writer_pb2, writer_pb2_grpc
+from rollout_cli.main import cli
 from shared.reasons import NOT_OWNER
 from shared.shards import shard_of
-from tests.cluster.etcd import EtcdCluster
+from tests.cluster.etcd import EtcdCluster, free_ports
 from tests.cluster.proxy import TcpRelay
 from tests.cluster.waits import wait_until
 from tests.processes import ServiceProcess, start_service
@@ -109,9 +112,45 @@ class Writer:
     async def create(self, session_id: str) -> None:
         await self.stub.CreateSession(writer_pb2.CreateSessionRequest(session_id=session_id), timeout=30)
 
-    async def append(self, session_id: str, text: str, request_id: str = "") -> int:
+    async def create_when_owned(self, session_id: str) -> None:
+        """Create the session once this writer writes its shard (etcd may show the key a moment
+        before the writer has indexed the shard)."""
+
+        async def created() -> bool:
+            try:
+                await self.create(session_id)
+            except grpc.RpcError as error:
+                if not not_owner(error):
+                    raise
+                return False
+            return True
+
+        await wait_until(created, f"session {session_id} created at {self.address}")
+
+    async def append_when_owned(self, session_id: str, text: str, request_id: str) -> int:
+        """Append once this writer writes the session's shard (as :meth:`create_when_owned`);
+        ``request_id`` keeps a retry from writing twice."""
+        seq = -1
+
+        async def appended() -> bool:
+            nonlocal seq
+            try:
+                seq = await self.append(session_id, text, request_id)
+            except grpc.RpcError as error:
+                if not not_owner(error):
+                    raise
+                return False
+            return True
+
+        await wait_until(appended, f"an append to {session_id} at {self.address}")
+        return seq
+
+    async def append(self, session_id: str, text: str, request_id: str = "", since: int | None = None) -> int:
+        """Append one record; ``request_id`` and ``since`` (request_since_seq) as a client sends them."""
         answer = await self.stub.Append(
-            writer_pb2.AppendRequest(session_id=session_id, records=[user(text)], request_id=request_id),
+            writer_pb2.AppendRequest(
+                session_id=session_id, records=[user(text)], request_id=request_id, request_since_seq=since
+            ),
             timeout=30,
         )
         return int(answer.seqs[0])
@@ -149,7 +188,7 @@ def test_two_writers_split_the_shards_and_only_the_owner_writes(
             with pytest.raises(grpc.RpcError) as refused:
                 await two.create(session_id)
             assert not_owner(refused.value), refused.value
-            await one.create(session_id)
+            await one.create_when_owned(session_id)
             assert await one.append(session_id, "hello") == 1
             with pytest.raises(grpc.RpcError) as refused:
                 await two.append(session_id, "not here")
@@ -183,7 +222,7 @@ def test_a_joining_writer_gets_its_share_and_a_drained_one_hands_over(
             before = dict(held)
             shard = next(s for s, (address, _) in held.items() if address == first.address)
             session_id = id_in_shard(shard)
-            await first.create(session_id)
+            await first.create_when_owned(session_id)
             assert await first.append(session_id, "one") == 1
 
             third = Writer(start_writer(data_dir, tmp_path / "w3.log", etcd1.endpoints))
@@ -198,7 +237,7 @@ def test_a_joining_writer_gets_its_share_and_a_drained_one_hands_over(
             await wait_until(lambda: settled(*rest), "the drained writer's shards taken by the others")
             new_owner = next(w for w in rest if w.address == held[shard][0])
             # seq 0 the meta, 1 "one": the next owner read the file the first one wrote
-            assert await new_owner.append(session_id, "after the handover") == 2
+            assert await new_owner.append_when_owned(session_id, "after the handover", "handover-1") == 2
             for writer in rest:
                 assert writer.process.stop() == 0
 
@@ -232,7 +271,7 @@ def test_a_writer_cut_off_from_etcd_stops_then_resumes_with_new_epochs(
                 await wait_until(all_mine, "the writer owns every shard")
                 before = dict(held)
                 session_id = id_in_shard(0)
-                await writer.create(session_id)
+                await writer.create_when_owned(session_id)
                 assert await writer.append(session_id, "before") == 1
 
                 relay.hold()
@@ -297,3 +336,171 @@ def test_a_data_root_whose_shard_count_differs_from_the_cluster_is_refused(
             "4",
         )
     assert first.stop() == 0
+
+
+def test_cluster_status_shows_every_shard_s_owner_and_drain_hands_a_writer_s_shards_over(
+    etcd1: EtcdCluster, data_dir: Path, tmp_path: Path
+):
+    """`rollout cluster status` lists each shard with its owner and epoch and each writer with its
+    share and lease time left; `rollout cluster drain ADDR` makes that writer release its shards
+    to the other and exit (status 0)."""
+    one = Writer(start_writer(data_dir, tmp_path / "one.log", etcd1.endpoints))
+    two = Writer(start_writer(data_dir, tmp_path / "two.log", etcd1.endpoints))
+
+    async def held_by(*writers: Writer) -> dict[int, tuple[str, int]]:
+        async with EtcdClient(etcd1.endpoints) as etcd:
+            held: dict[int, tuple[str, int]] = {}
+
+            async def settled() -> bool:
+                nonlocal held
+                held = await owners(etcd)
+                return balanced(held, [writer.address for writer in writers])
+
+            await wait_until(settled, f"{len(writers)} writers share the shards")
+            return held
+
+    held = asyncio.run(held_by(one, two))
+    result = CliRunner().invoke(cli, ["cluster", "status", "--etcd", etcd1.endpoints, "--cluster", KEYS.name])
+    assert result.exit_code == 0, result.output
+    assert f"{SHARDS} of {SHARDS} shards owned" in result.output
+    cells = [[cell.strip() for cell in row.split("│")[1:-1]] for row in result.output.splitlines()]
+    shown = {int(row[0]): (row[1], int(row[3])) for row in cells if len(row) == 5 and row[0].isdigit()}
+    assert shown == held
+    writers = {row[0]: int(row[2]) for row in cells if len(row) == 4 and row[2].isdigit()}
+    assert writers == {one.address: SHARDS // 2, two.address: SHARDS // 2}
+
+    result = CliRunner().invoke(
+        cli, ["cluster", "drain", one.address, "--etcd", etcd1.endpoints, "--cluster", KEYS.name]
+    )
+    assert result.exit_code == 0, result.output
+    assert "drained and left" in result.output
+    assert one.process.process.wait(60) == 0
+    after = asyncio.run(held_by(two))
+    assert all(after[s][1] > held[s][1] for s in held if held[s][0] == one.address)
+    assert two.process.stop() == 0
+
+
+def test_drain_names_the_writers_when_none_advertises_the_address(
+    etcd1: EtcdCluster, data_dir: Path, tmp_path: Path
+):
+    """Draining an address no writer advertises is refused, listing the writers' addresses."""
+    one = start_writer(data_dir, tmp_path / "one.log", etcd1.endpoints)
+
+    async def present() -> bool:
+        async with EtcdClient(etcd1.endpoints) as etcd:
+            return bool((await etcd.owners(KEYS.writers)).owners)
+
+    asyncio.run(wait_until(present, "the writer present in the cluster"))
+    result = CliRunner().invoke(
+        cli, ["cluster", "drain", "127.0.0.1:1", "--etcd", etcd1.endpoints, "--cluster", KEYS.name]
+    )
+    assert result.exit_code == 1
+    assert f"no writer of cluster 'test' advertises 127.0.0.1:1 (writers: {one.address})" in result.output
+    assert one.stop() == 0
+
+
+def test_a_writer_exports_its_shards_lease_and_acquisitions(
+    etcd1: EtcdCluster, data_dir: Path, tmp_path: Path
+):
+    """/metrics: rollout_owned_shards, rollout_lease_remaining_seconds (within the TTL) and the
+    acquisitions counter of a writer that took every shard."""
+    (port,) = free_ports(1)
+    writer = start_writer(data_dir, tmp_path / "metrics.log", etcd1.endpoints, "--metrics-port", str(port))
+    figures: dict[str, float] = {}
+
+    def scraped() -> bool:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+            text = reply.read().decode()
+        figures.clear()
+        for line in text.splitlines():
+            name, _, value = line.partition(" ")
+            if name.startswith("rollout_") and value:
+                figures[name] = float(value)
+        return figures.get("rollout_owned_shards") == SHARDS
+
+    asyncio.run(wait_until(scraped, "every shard owned, as the metrics say"))
+    assert 0 < figures["rollout_lease_remaining_seconds"] < 10
+    assert figures["rollout_shard_acquisitions_total"] == SHARDS
+    assert figures["rollout_lease_losses_total"] == 0
+    assert writer.stop() == 0
+
+
+def test_writers_stop_without_quorum_and_resume_with_new_epochs_when_it_returns(
+    etcd3: EtcdCluster, data_dir: Path, tmp_path: Path
+):
+    """Three etcd members: one killed, the writers keep writing; two killed (no quorum, no lease
+    renewed), their writes are refused UNAVAILABLE NOT_OWNER; both back, the shards are taken
+    again at larger epochs and the session's writes resume where they stopped."""
+    writers = [
+        Writer(start_writer(data_dir, tmp_path / f"q{index}.log", etcd3.endpoints, "--lease-ttl", "3"))
+        for index in range(2)
+    ]
+
+    async def scenario() -> None:
+        async with EtcdClient(etcd3.endpoints) as etcd:
+            held: dict[int, tuple[str, int]] = {}
+
+            async def settled() -> bool:
+                nonlocal held
+                held = await owners(etcd)
+                return balanced(held, [writer.address for writer in writers])
+
+            await wait_until(settled, "two writers share the shards")
+            before = dict(held)
+            session_id = id_in_shard(0)
+            owner = next(writer for writer in writers if writer.address == held[0][0])
+            await owner.create_when_owned(session_id)
+            assert await owner.append(session_id, "one", request_id="r-1") == 1
+            # a session on each writer: below, every writer's lease must lapse, not only the first
+            probes = {}
+            for writer in writers:
+                shard = next(s for s, (address, _) in held.items() if address == writer.address)
+                probes[writer.address] = id_in_shard(shard) if writer is not owner else session_id
+                if writer is not owner:
+                    await writer.create_when_owned(probes[writer.address])
+
+            await asyncio.to_thread(etcd3.kill, 2)
+            assert await owner.append(session_id, "two", request_id="r-2", since=2) == 2
+
+            await asyncio.to_thread(etcd3.kill, 1)
+
+            async def refused(writer: Writer) -> bool:
+                try:
+                    await writer.append(probes[writer.address], "probe", request_id=str(uuid.uuid4()))
+                except grpc.RpcError as error:
+                    if not not_owner(error):
+                        raise
+                    return True
+                return False
+
+            for writer in writers:
+                await wait_until(lambda writer=writer: refused(writer), "writes refused without a quorum")
+
+            for index in (1, 2):
+                await asyncio.to_thread(etcd3.restart, index, wait=False)
+            await asyncio.to_thread(etcd3.wait_healthy)
+
+            async def taken_again() -> bool:
+                return await settled() and all(held[s][1] > before[s][1] for s in held)
+
+            await wait_until(taken_again, "every shard taken again, at a larger epoch")
+            current = next(writer for writer in writers if writer.address == held[0][0])
+
+            async def writing() -> bool:
+                try:
+                    await current.append(session_id, "after", request_id="r-after")
+                except grpc.RpcError as error:
+                    if not not_owner(error):
+                        raise
+                    return False
+                return True
+
+            await wait_until(writing, "writes resumed")
+            # the retried id is answered from the file, not written again: "two" stays seq 2
+            assert await current.append(session_id, "two", request_id="r-2", since=2) == 2
+        for writer in writers:
+            await writer.close()
+
+    asyncio.run(scenario())
+    for writer in writers:
+        assert writer.process.stop() == 0
