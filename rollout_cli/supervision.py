@@ -278,8 +278,9 @@ def serve_writer(
 def _cluster_ownership(
     config: WriterConfig, etcd: str | None, cluster_name: str | None, lease_ttl: int, advertise: str | None
 ) -> ServedOwnership | None:
-    """The ownership of a writer of a cluster (``--etcd``), or None for the embedded default;
-    click.UsageError for options that do not go together."""
+    """The ownership of a writer of a cluster (``--etcd``: the data root created if new and its
+    lock held shared), or None for the embedded default; click.UsageError for options that do
+    not go together or a bad cluster name, DataRootLockedError when a single writer holds the root."""
     cluster_only = {"--cluster": cluster_name, "--advertise": advertise}
     if etcd is None:
         given = [name for name, value in cluster_only.items() if value is not None]
@@ -290,14 +291,16 @@ def _cluster_ownership(
         raise click.UsageError("--etcd needs --cluster NAME (the cluster's name in etcd)")
     from shared.layout import DataRoot
     from writer_service.cluster_ownership import ClusterSettings, EtcdOwnership
+    from writer_service.ownership import SharedRootLock
 
-    root = DataRoot(config.data_dir)
-    root.create(config.shards)
     try:
         settings = ClusterSettings(etcd, cluster_name, lease_ttl, advertise)
-        return EtcdOwnership(settings, root.shards)
+        EtcdOwnership(settings, 1)  # the name and TTL checked before anything is made
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
+    root = DataRoot(config.data_dir)
+    root.create(config.shards)
+    return EtcdOwnership(settings, root.shards, SharedRootLock.claim(root))
 
 
 @click.command("serve-reader")

@@ -53,7 +53,7 @@ from writer_service.coordination import (
     OwnerRecord,
     ShardCountMismatchError,
 )
-from writer_service.ownership import OwnershipStartError, ShardKeeper
+from writer_service.ownership import OwnershipStartError, ShardKeeper, SharedRootLock
 
 log = logging.getLogger(__name__)
 
@@ -108,14 +108,18 @@ class EtcdOwnership:
     """The shards this writer owns in cluster ``settings.cluster`` (module docstring).
 
     ``shard_count``: the data root's (shared.shards); the cluster record must hold the same.
+    ``root_lock``: the data root's lock held shared, released by :meth:`close`.
     ``owns``, ``may_acknowledge`` and ``owner_of`` answer from memory, from any thread.
     """
 
-    def __init__(self, settings: ClusterSettings, shard_count: int) -> None:
+    def __init__(
+        self, settings: ClusterSettings, shard_count: int, root_lock: SharedRootLock | None = None
+    ) -> None:
         if settings.lease_ttl < 1:
             raise ValueError(f"a lease TTL is a whole number of seconds >= 1, not {settings.lease_ttl}")
         self.settings = settings
         self.shard_count = shard_count
+        self._root_lock = root_lock
         self.keys = ClusterKeys(settings.cluster)
         self.writer_id = settings.writer_id
         self.keys.writer(self.writer_id)  # ValueError for a bad id, now
@@ -237,8 +241,16 @@ class EtcdOwnership:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         await self._drop_all()
+
+    async def close(self) -> None:
+        """Close the etcd client, revoking the lease if it is still held (after :meth:`stop`)."""
         etcd, self._etcd = self._etcd, None
-        await etcd.close(revoke_leases=True)
+        try:
+            if etcd is not None:
+                await etcd.close(revoke_leases=True)
+        finally:
+            if self._root_lock is not None:
+                self._root_lock.release()
 
     # -- the background work ---------------------------------------------------------------
 

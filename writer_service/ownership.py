@@ -34,6 +34,8 @@ answered by :meth:`Ownership.owns`, and its in-flight batches finish before it i
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import os
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -86,7 +88,10 @@ class ServedOwnership(Ownership, Protocol):
         """Begin owning shards, advertising ``address``; OwnershipStartError when it cannot."""
 
     async def stop(self) -> None:
-        """Release every shard (in-flight batches finished first) and stop."""
+        """Release every shard (in-flight batches finished first): the writer is stopping."""
+
+    async def close(self) -> None:
+        """Give up what is still held once the ledger has closed (a lock, a lease)."""
 
     async def wait_drained(self) -> None:
         """Return once the ownership was asked to drain from outside and has released everything
@@ -135,6 +140,9 @@ class EmbeddedOwnership:
         self.address = address
 
     async def stop(self) -> None:
+        """Nothing: the lock is held until the ledger has closed (:meth:`close`)."""
+
+    async def close(self) -> None:
         """:meth:`release`."""
         self.release()
 
@@ -147,3 +155,34 @@ class EmbeddedOwnership:
         for lock in self._locks:
             lock.release()
         self._locks = []
+
+
+class SharedRootLock:
+    """The data root's lock file (``writer.lock``) held *shared* (``flock(LOCK_SH)``) by a writer
+    of a cluster: any number of them share a root, while the embedded default holds the same
+    file exclusively, so the two kinds exclude each other on one host (across hosts, etcd's
+    leases decide). Create with :meth:`claim`; :meth:`release` when the writer has stopped."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd: int | None = fd
+
+    @classmethod
+    def claim(cls, root: DataRoot) -> SharedRootLock:
+        """Hold ``root``'s lock shared; DataRootLockedError when a single writer holds it."""
+        path = root.lock_path
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, PRIVATE_FILE_MODE)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            os.close(fd)
+            raise DataRootLockedError(
+                f"data root {root.root} is in use by a writer that is not in a cluster (lock {path});"
+                " stop it before starting writers of a cluster on this data root"
+            ) from exc
+        return cls(fd)
+
+    def release(self) -> None:
+        """Give up the lock."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None

@@ -428,7 +428,7 @@ class RunningWriter(RunningService):
 
     async def stop(self, grace: float = 5.0) -> None:
         """Release the shards (in-flight batches finish first), stop accepting, let in-flight
-        calls finish, drain queues, release the data root's lock."""
+        calls finish, drain queues, then release the data root's lock (or the lease)."""
         await self.ownership.stop()
         if self.repairs is not None:
             self.repairs.cancel()
@@ -438,6 +438,7 @@ class RunningWriter(RunningService):
             await self.storage_probe.close()
         await self.service.stop(grace)
         await self.ledger.close()
+        await self.ownership.close()
 
 
 def acquire_data_root(config: WriterConfig) -> EmbeddedOwnership:
@@ -521,6 +522,7 @@ async def start_writer(
             raise
     except BaseException:
         await ownership.stop()
+        await ownership.close()
         raise
     log.info(
         "writer serving on %s (%s), data root %s; durable writes: %s",

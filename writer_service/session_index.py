@@ -106,7 +106,8 @@ def build_index(root: DataRoot, shards: Iterable[int] | None = None) -> SessionI
     start-up); names that are not of the session shape are skipped. Returns the index.
     """
     root.create()
-    remove_stale_saves(root.root)  # the storage probe's scratch (writer_service.storage_probe)
+    if shards is None:  # the root's only writer: no other writer's probe is running
+        remove_stale_saves(root.root)  # the storage probe's scratch (writer_service.storage_probe)
     entries: dict[str, IndexEntry] = {}
     failed: dict[str, str] = {}
     repaired = 0

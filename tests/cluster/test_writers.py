@@ -504,3 +504,21 @@ def test_writers_stop_without_quorum_and_resume_with_new_epochs_when_it_returns(
     asyncio.run(scenario())
     for writer in writers:
         assert writer.process.stop() == 0
+
+
+def test_a_cluster_writer_and_a_single_writer_exclude_each_other_on_one_data_root(
+    etcd1: EtcdCluster, data_dir: Path, tmp_path: Path
+):
+    """Writers of a cluster hold the data root's lock shared: a second one starts, a single
+    writer (no --etcd) is refused; and a cluster writer is refused on a root a single writer holds."""
+    first = start_writer(data_dir, tmp_path / "first.log", etcd1.endpoints)
+    second = start_writer(data_dir, tmp_path / "second.log", etcd1.endpoints)
+    with pytest.raises(RuntimeError, match="already in use by another writer process"):
+        start_service("writer", data_dir, tmp_path / "single.log")
+    assert first.stop() == 0
+    assert second.stop() == 0
+
+    single = start_service("writer", data_dir, tmp_path / "single-again.log")
+    with pytest.raises(RuntimeError, match="in use by a writer that is not in a cluster"):
+        start_writer(data_dir, tmp_path / "refused.log", etcd1.endpoints)
+    assert single.stop() == 0
