@@ -224,8 +224,8 @@ class EtcdOwnership:
 
     async def stop(self) -> None:
         """Drain: release every shard (in-flight batches finish first), revoke the lease, leave.
-        When etcd does not answer within a few seconds, the shards are dropped here and left to
-        the lease's TTL."""
+        When that takes longer than :data:`STOP_RELEASE_TIMEOUT` plus the TTL (etcd does not
+        answer), the shards are dropped here and their keys left to the lease's TTL."""
         if self._etcd is None:
             return
         self._draining = True
