@@ -7,7 +7,9 @@ import time
 from dataclasses import dataclass
 
 import pytest
+from click.testing import CliRunner
 
+from rollout_cli.main import cli
 from writer_service.cluster_ownership import ClusterSettings, EtcdOwnership, shard_share
 from writer_service.coordination import LeaseState
 
@@ -94,3 +96,20 @@ def test_a_writer_aims_at_ceil_of_its_share_or_floor_while_another_is_short(shar
     """shard_share: ceil(N / writers), or floor(N / writers) while another writer holds fewer than
     floor (a joining writer gets shards handed over)."""
     assert shard_share(shards, held, "a") == share
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--cluster", "prod"], "--cluster needs --etcd"),
+        (["--advertise", "10.0.0.7:50051"], "--advertise needs --etcd"),
+        (["--etcd", "127.0.0.1:2379"], "--etcd needs --cluster NAME"),
+        (["--etcd", "127.0.0.1:2379", "--cluster", "no/slash"], "cluster name 'no/slash' must be"),
+    ],
+)
+def test_serve_writer_refuses_cluster_options_that_do_not_go_together(tmp_path, arguments, message):
+    """Usage errors (exit 2) name the option, before anything is created or contacted."""
+    result = CliRunner().invoke(cli, ["serve-writer", "--data-dir", str(tmp_path / "data"), *arguments])
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert not (tmp_path / "data").exists()

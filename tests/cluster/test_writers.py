@@ -574,3 +574,42 @@ def test_a_killed_writer_s_shards_fail_over_to_another_with_nothing_lost_or_repe
     (path,) = data_dir.glob(f"shards/*/sessions/*{session_id}*.jsonl")
     seqs = [orjson.loads(line)["seq"] for line in path.read_bytes().splitlines()]
     assert seqs == list(range(7))
+
+
+def test_a_shard_that_comes_back_is_read_afresh(etcd1: EtcdCluster, data_dir: Path, tmp_path: Path):
+    """A shard goes from writer A to B (B joins), B appends, then back to A (B drained): A carries
+    on after B's records, not from what it knew when it let the shard go."""
+    first = Writer(start_writer(data_dir, tmp_path / "a.log", etcd1.endpoints))
+
+    async def scenario() -> None:
+        async with EtcdClient(etcd1.endpoints) as etcd:
+            held: dict[int, tuple[str, int]] = {}
+
+            async def settled(*alive: Writer) -> bool:
+                nonlocal held
+                held = await owners(etcd)
+                return balanced(held, [writer.address for writer in alive])
+
+            await wait_until(lambda: settled(first), "the first writer owns every shard")
+            sessions = [id_in_shard(shard) for shard in range(SHARDS)]
+            for session_id in sessions:
+                await first.create_when_owned(session_id)
+                assert await first.append(session_id, "from A", "a-1", since=1) == 1
+
+            second = Writer(
+                await asyncio.to_thread(start_writer, data_dir, tmp_path / "b.log", etcd1.endpoints)
+            )
+            await wait_until(lambda: settled(first, second), "two writers share the shards")
+            moved = [shard for shard, (address, _) in held.items() if address == second.address]
+            for shard in moved:
+                assert await second.append_when_owned(sessions[shard], "from B", "b-1", since=2) == 2
+
+            assert await asyncio.to_thread(second.process.stop) == 0
+            await wait_until(lambda: settled(first), "the shards back at the first writer")
+            for shard in moved:
+                assert await first.append_when_owned(sessions[shard], "from A again", "a-2", since=3) == 3
+            await second.close()
+        await first.close()
+
+    asyncio.run(scenario())
+    assert first.process.stop() == 0
