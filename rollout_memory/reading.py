@@ -36,7 +36,7 @@ def get_memories(
     store: MemoryStore,
     *,
     tenant: str,
-    scope: Scope,
+    scope: Scope | None,
     query: str | None = None,
     limit: int = 20,
     as_of: str | None = None,
@@ -44,7 +44,8 @@ def get_memories(
     kinds: Sequence[ArtifactKind] = (ArtifactKind.MEMORY,),
     now: datetime | None = None,
 ) -> list[MemoryView]:
-    """The tenant's artifacts of ``scope``, newest first, each with its age and staleness marks.
+    """The tenant's artifacts of ``scope`` (None: of every scope), newest first, each with its
+    age and staleness marks.
 
     ``query``: every whitespace-separated word must occur in the text (case-insensitive).
     ``as_of`` (RFC 3339): the store as it stood then (later artifacts and supersessions left
@@ -59,9 +60,14 @@ def get_memories(
     except ValueError as exc:
         raise InvalidArgumentError("as_of", f"must be an RFC 3339 time: {exc}") from exc
     moment = cutoff or now or datetime.now(UTC)
-    state = store.read_scope(tenant, scope.key())
+    keys = [scope.key()] if scope is not None else store.scope_keys(tenant)
+    states = [store.read_scope(tenant, key) for key in keys]
+    marks = {i: m for state in states for i, m in state.marks.items()}
     present = [
-        a for a in state.artifacts.values() if cutoff is None or parse_timestamp(a.created_at) <= cutoff
+        a
+        for state in states
+        for a in state.artifacts.values()
+        if cutoff is None or parse_timestamp(a.created_at) <= cutoff
     ]
     superseded: dict[str, tuple[str, Supersession]] = {}
     for artifact in present:
@@ -86,7 +92,7 @@ def get_memories(
                     age,
                     by[0] if by else None,
                     by[1] if by else None,
-                    tuple(state.marks.get(artifact.artifact_id, ())),
+                    tuple(marks.get(artifact.artifact_id, ())),
                 ),
             )
         )

@@ -48,11 +48,14 @@ class FakeChatCompletions:
                 except Exception as exc:  # the test's responder chose to fail
                     status, answer = 500, {"error": {"message": str(exc), "type": "server_error"}}
                 data = json.dumps(answer).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client is gone (a worker killed mid-request)
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass

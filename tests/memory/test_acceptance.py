@@ -3,11 +3,15 @@ outputs; what is checked is the ledger's bookkeeping of provenance, supersession
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
-from rollout_client import assistant, tool_call, tool_result, user
+import pytest
+
+from rollout_client import NotFoundError, assistant, tool_call, tool_result, user
 from rollout_client.memories import render_memory_block
 from rollout_memory import get_memories, resolve_provenance
+from shared.errors import InvalidArgumentError
 from shared.memory import ArtifactKind, Scope, SourceKind
 from tests.memory.conftest import CWD, TENANT
 
@@ -73,7 +77,8 @@ def test_a_later_price_supersedes_an_earlier_one_with_evidence(client, store, pi
 
     block = render_memory_block(everything)
     current_part, _, superseded_part = block.partition("Superseded")
-    assert "$25" in current_part and "$20" not in current_part
+    assert "$25" in current_part
+    assert "$20" not in current_part
     assert "$20" in superseded_part
     assert f"session {first} seq {first_seqs[0]}" in superseded_part
     assert "take precedence" in block
@@ -125,7 +130,7 @@ def test_a_tool_output_labelled_as_said_by_the_user_stays_a_tool_output(client, 
     [merged] = get_memories(store, tenant=TENANT, scope=SCOPE)
     kinds = {(c.seq, c.kind) for s in merged.artifact.sources for c in s.citations}
     assert kinds == {(seqs[2], SourceKind.TOOL_OUTPUT), (seqs[0], SourceKind.USER)}
-    assert "seq %d (tool_output)" % seqs[2] in render_memory_block([merged])
+    assert f"seq {seqs[2]} (tool_output)" in render_memory_block([merged])
 
 
 def test_two_sources_keep_both_entries_and_resolve_to_the_source_after_a_fork(client, store, pipeline_for):
@@ -201,16 +206,9 @@ def test_tenant_b_sees_none_of_tenant_a(client, store, pipeline_for):
     assert store.scope_keys("other") == []
     assert store.watermarks("other") == {}
     assert store.find_artifact("other", view.artifact.artifact_id) is None
-    import pytest
-
-    from rollout_client import NotFoundError
-    from shared.errors import InvalidArgumentError
-
     with pytest.raises(InvalidArgumentError):
         resolve_provenance(client, tenant="other", artifact=view.artifact)
-    forged = type(view.artifact)(
-        **{**{f: getattr(view.artifact, f) for f in view.artifact.__slots__}, "tenant": "other"}
-    )
+    forged = dataclasses.replace(view.artifact, tenant="other")
     with pytest.raises(NotFoundError):
         resolve_provenance(client, tenant="other", artifact=forged)
     assert store.forget("other", session_id=session) == []
