@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+
+import pytest
 
 from rollout_client import Compaction, assistant, user
-from rollout_memory import MemoryPipeline, get_memories
+from rollout_memory import CommandExtractor, ExtractorError, MemoryPipeline, PipelineConfig, get_memories
 from shared.layout import DataRoot
 from shared.memory import ArtifactKind, SourceRecord
 from tests.conftest import run_rollout
@@ -166,3 +169,22 @@ def test_the_command_line_lists_shows_and_forgets(ledger, client, store, pipelin
     assert get_memories(store, tenant=TENANT, scope=SCOPE_ALL) == []
     assert store.read_scope(TENANT, view.artifact.scope.key()).forgotten[0]["by"] == "ops"
     assert pipeline.run().distilled == []  # forgotten, not distilled again
+
+
+def test_a_local_command_is_an_extractor(client, store):
+    """--extractor-command: the request on stdin, the result on stdout; a failing command is an ExtractorError."""
+    script = (
+        "import json,sys; r=json.load(sys.stdin);"
+        "m=r.get('messages') or [];"
+        "print(json.dumps({'memories':[{'text':'cmd: '+m[0]['text'],'cites':[m[0]['seq']]}] if m else []}))"
+    )
+    extractor = CommandExtractor([sys.executable, "-c", script])
+    pipeline = MemoryPipeline(client, store, extractor, tenant=TENANT, config=PipelineConfig(worker_id="w1"))
+    stopped(client, user("from a command"))
+    assert pipeline.run().distilled
+    [view] = get_memories(store, tenant=TENANT, scope=SCOPE_ALL)
+    assert view.artifact.text == "cmd: from a command"
+    assert view.artifact.generator.model == "command"
+    failing = CommandExtractor([sys.executable, "-c", "import sys; sys.exit(3)"])
+    with pytest.raises(ExtractorError, match="exited with 3"):
+        failing.run({"task": "extract"})
