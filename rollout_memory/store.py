@@ -326,6 +326,8 @@ class MemoryStore:
                         ]
                         if session_id is None or entry.get("job", {}).get("session_id") == session_id:
                             entry["refused"] = []  # refusals quote the model's text
+                        if not entry["artifacts"] and not entry["refused"]:
+                            continue  # an emptied commit goes; the forgotten entry keeps its watermark
                     elif entry.get("entry") == "marked" and entry.get("artifact_id") in gone:
                         continue
                     rewritten.append(entry)
