@@ -4,7 +4,8 @@ The artifact format and provenance rules are shared (:mod:`shared.memory`); this
 is the rest, a client of the reader and never part of the writer's or reader's paths:
 the artifact store under ``<data root>/memories/`` (:mod:`rollout_memory.store`), job
 leases (:mod:`rollout_memory.leases`), extractors (:mod:`rollout_memory.extractors`), the
-pipeline that ``rollout memory run`` runs (:mod:`rollout_memory.pipeline`) and the reads
+pipeline that ``rollout memory run`` runs (:mod:`rollout_memory.pipeline`), its staleness
+sweep (:mod:`rollout_memory.staleness`) and the reads
 (:mod:`rollout_memory.reading`). docs/memory.md is the specification.
 """
 

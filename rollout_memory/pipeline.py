@@ -17,10 +17,8 @@ One :meth:`MemoryPipeline.run` (docs/memory.md "The pipeline"):
 3. **Phase 2, per scope touched**: the scope's current memories go to the extractor to be
    consolidated; a merged memory's sources are the union of its inputs' (never re-stamped),
    and it supersedes each input with that input's last citation as evidence.
-4. **Staleness sweep**: every source session cited is read again: gone (NOT_FOUND) marks
-   its artifacts ``deleted``, a ``compacted`` record or a Resume forced over damage after
-   the cited range marks them so, a changed cited range ``changed``; a listed session whose
-   ``forked_from`` names a cited session marks that session's artifacts ``forked``.
+4. **Staleness sweep** (rollout_memory.staleness): deleted, changed, compacted, resumed
+   over damage or forked sources mark the artifacts citing them.
 
 Tenancy: the pipeline serves one tenant (its credentials' with authentication); it lists
 that tenant's sessions only, refuses a session whose session_meta names another, and writes
@@ -31,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +42,7 @@ from rollout_memory.extractors import (
 )
 from rollout_memory.leases import Lease, acquire, held, release
 from rollout_memory.sources import read_source_records
+from rollout_memory.staleness import sweep
 from rollout_memory.store import MemoryStore, ScopeState
 from shared.errors import clip
 from shared.memory import (
@@ -53,16 +52,13 @@ from shared.memory import (
     Generator,
     ProvenanceError,
     Scope,
-    Source,
     SourceRecord,
-    StaleMark,
     Supersession,
     check_source,
     check_supersession,
     merge_sources,
     new_artifact_id,
     scope_of,
-    stale_mark_of,
     stamp_source,
 )
 from shared.records import now_timestamp
@@ -146,17 +142,6 @@ class MemoryPipeline:
         """The session's records with seq <= ``upto_seq`` as stored (WatchSession), checked to
         be the tenant's. Raises NotFoundError (also for another tenant's session)."""
         return read_source_records(self.client, session_id, upto_seq, tenant=self.tenant)
-
-    def _first_record(self, session_id: str) -> SourceRecord | None:
-        watch = self.client.session(session_id).watch(0)
-        try:
-            for record in watch:
-                if record.seq >= 0 and record.payload is not None:
-                    return SourceRecord(record.seq, record.type, record.ts, record.payload, record.line)
-                return None
-        finally:
-            watch.close()
-        return None
 
     # -- the run ------------------------------------------------------------------------------
 
@@ -468,52 +453,9 @@ class MemoryPipeline:
             )
         return artifacts, refused
 
-    # -- staleness ----------------------------------------------------------------------------
-
     def sweep(self, listed: Sequence[str], report: RunReport) -> None:
-        """Mark the artifacts whose sources were forked, compacted, resumed over damage,
-        deleted or changed (see the module doc)."""
-        cited: dict[str, list[tuple[str, Artifact, Source]]] = {}
-        for key in self.store.scope_keys(self.tenant):
-            for artifact in self.store.read_scope(self.tenant, key).artifacts.values():
-                for source in artifact.sources:
-                    cited.setdefault(source.session_id, []).append((key, artifact, source))
-        for session_id, uses in cited.items():
-            for key, artifact, mark, evidence in self._stale_uses(session_id, uses):
-                if self.store.mark(self.tenant, key, artifact.artifact_id, mark, evidence):
-                    report.marked.append((artifact.artifact_id, mark.value))
-        for session_id in listed:
-            first = self._first_record(session_id)
-            forked = first.payload.get("forked_from") if first is not None else None
-            if not isinstance(forked, dict) or forked.get("session_id") not in cited:
-                continue
-            for key, artifact, source in cited[str(forked["session_id"])]:
-                if any(c.seq <= int(forked.get("seq", -1)) for c in source.citations):
-                    evidence = {"fork_session_id": session_id, "seq": forked.get("seq")}
-                    if self.store.mark(self.tenant, key, artifact.artifact_id, StaleMark.FORKED, evidence):
-                        report.marked.append((artifact.artifact_id, StaleMark.FORKED.value))
-
-    def _stale_uses(
-        self, session_id: str, uses: Sequence[tuple[str, Artifact, Source]]
-    ) -> Iterator[tuple[str, Artifact, StaleMark, dict[str, Any]]]:
-        try:
-            facts = self.client.session(session_id).stop_facts()
-            records = self.read_records(
-                session_id, max(facts.next_seq - 1, max(s.last_seq for _, _, s in uses))
-            )
-        except NotFoundError:
-            for key, artifact, _ in uses:
-                yield key, artifact, StaleMark.DELETED, {"session_id": session_id}
-            return
-        for key, artifact, source in uses:
-            try:
-                check_source(source, records)
-            except ProvenanceError as exc:
-                yield key, artifact, StaleMark.CHANGED, {"session_id": session_id, "reason": str(exc)}
-            for record in records:
-                mark = stale_mark_of(record, source.last_seq)
-                if mark is not None:
-                    yield key, artifact, mark, {"session_id": session_id, "seq": record.seq}
+        """Mark the artifacts whose sources went stale (rollout_memory.staleness)."""
+        report.marked += sweep(self.client, self.store, tenant=self.tenant, listed=listed)
 
 
 def _merge_supersession(artifact: Artifact) -> Supersession:
