@@ -153,6 +153,11 @@ def ls_command(
         include_superseded=superseded,
         kinds=kinds,
     )
+    store = _store(data_dir)
+    for key in [scope.key()] if scope is not None else store.scope_keys(tenant):
+        damaged = store.read_scope(tenant, key).damaged
+        if damaged:
+            click.echo(f"warning: scope {key}: lines {damaged} hold no readable entry (skipped)", err=True)
     for view in views:
         flags = [view.artifact.kind.value, f"{int(view.age_seconds)}s"]
         flags += [f"stale:{mark.value}" for mark in view.marks]

@@ -22,8 +22,13 @@ torn by a crash is not an entry (readers skip a last line without ``\\n``, the n
 append cuts it off first). A session's **watermark** is the highest ``stop_seq`` of its
 commits and of the ``watermarks`` a ``forgotten`` entry keeps (a forgotten session is not
 distilled again). :meth:`MemoryStore.commit_job` appends a job's line only while the
-session's watermark is below the job's stop, under the store lock: the fence that keeps a
-session from being distilled twice whatever happened to leases.
+session's watermark in the job's scope file is below the job's stop, under the store lock:
+the fence that keeps a session from being distilled twice whatever happened to leases
+(every worker distilling one stop reads the same records, so commits to the same scope).
+
+A line that is not a JSON object, or not an entry of the shape above (damage), is reported
+in :attr:`ScopeState.damaged` by its line number and otherwise skipped, never a crash; a
+``forget`` rewrite leaves damaged lines out.
 
 ``forget`` is the one rewrite: the scope file is written again without the forgotten
 artifacts (and their marks) to a temporary file, fsynced, renamed over the old one, the
@@ -61,7 +66,7 @@ def tenant_key(tenant: str) -> str:
 class ScopeState:
     """What one scope file holds, read in order: artifacts by id (commit order), the
     supersession of each superseded one (by the superseding artifact's id), staleness marks,
-    session watermarks, refusals and forgotten entries (as stored)."""
+    session watermarks, refusals, forgotten entries (as stored) and damaged lines."""
 
     artifacts: dict[str, Artifact] = field(default_factory=dict)
     superseded_by: dict[str, tuple[str, Supersession]] = field(default_factory=dict)
@@ -69,45 +74,56 @@ class ScopeState:
     watermarks: dict[str, int] = field(default_factory=dict)
     refused: list[dict[str, Any]] = field(default_factory=list)
     forgotten: list[dict[str, Any]] = field(default_factory=list)
+    #: Line numbers (from 1) that hold no readable entry: damage, reported, never a crash.
+    damaged: list[int] = field(default_factory=list)
 
     def live(self) -> list[Artifact]:
         """Artifacts no other supersedes, in commit order."""
         return [a for a in self.artifacts.values() if a.artifact_id not in self.superseded_by]
 
     def apply(self, entry: Mapping[str, Any]) -> None:
-        """Take one entry into the state (unknown entry kinds are kept out, never a crash)."""
+        """Take one entry into the state, whole or not at all: KeyError, TypeError or ValueError
+        (nothing taken) for an entry not of its kind's shape. Unknown kinds are left out."""
         kind = entry.get("entry")
         if kind == "commit":
-            job = entry.get("job", {})
-            if "session_id" in job:
-                session = str(job["session_id"])
-                self.watermarks[session] = max(self.watermarks.get(session, -1), int(job["stop_seq"]))
-            for value in entry.get("artifacts", ()):
-                artifact = Artifact.from_json(value)
+            job = entry["job"]
+            session = str(job["session_id"]) if "session_id" in job else None
+            stop_seq = int(job["stop_seq"]) if session is not None else -1
+            artifacts = [Artifact.from_json(value) for value in entry.get("artifacts", ())]
+            refused = [dict(item) for item in entry.get("refused", ())]
+            if session is not None:
+                self.watermarks[session] = max(self.watermarks.get(session, -1), stop_seq)
+            for artifact in artifacts:
                 self.artifacts[artifact.artifact_id] = artifact
                 for superseded in artifact.supersedes:
                     self.superseded_by.setdefault(superseded.artifact_id, (artifact.artifact_id, superseded))
-            self.refused.extend(entry.get("refused", ()))
+            self.refused += refused
         elif kind == "marked":
-            marks = self.marks.setdefault(str(entry["artifact_id"]), [])
-            mark = StaleMark(entry["mark"])
+            artifact_id, mark = str(entry["artifact_id"]), StaleMark(entry["mark"])
+            marks = self.marks.setdefault(artifact_id, [])
             if mark not in marks:
                 marks.append(mark)
         elif kind == "forgotten":
+            watermarks = {str(session): int(seq) for session, seq in entry.get("watermarks", {}).items()}
             self.forgotten.append(dict(entry))
-            for session, stop_seq in entry.get("watermarks", {}).items():
-                self.watermarks[session] = max(self.watermarks.get(session, -1), int(stop_seq))
+            for session, stop_seq in watermarks.items():
+                self.watermarks[session] = max(self.watermarks.get(session, -1), stop_seq)
 
 
-def _entries(path: Path) -> Iterator[dict[str, Any]]:
-    """The complete entries of a scope file, in order (a last line without ``\\n`` is skipped)."""
+def _lines(path: Path) -> Iterator[tuple[int, dict[str, Any] | None]]:
+    """(line number from 1, entry) of each complete line of a scope file, in order; the entry
+    is None for a line that is not a JSON object (damage). A last line without ``\n`` (torn
+    by a crash) is not a line."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
         return
-    for line in data.split(b"\n")[:-1]:
-        if line:
-            yield orjson.loads(line)
+    for number, line in enumerate(data.split(b"\n")[:-1], 1):
+        try:
+            entry = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            entry = None
+        yield number, entry if isinstance(entry, dict) else None
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -156,9 +172,14 @@ class MemoryStore:
         """The state of one scope file of the tenant (empty when it has none). Entries of
         another tenant (a file copied by hand) are left out."""
         state = ScopeState()
-        for entry in _entries(self.scope_path(tenant, scope_key)):
-            if entry.get("tenant") == tenant:
-                state.apply(entry)
+        for number, entry in _lines(self.scope_path(tenant, scope_key)):
+            if entry is None:
+                state.damaged.append(number)
+            elif entry.get("tenant") == tenant:
+                try:
+                    state.apply(entry)
+                except (KeyError, TypeError, ValueError):
+                    state.damaged.append(number)
         return state
 
     def watermarks(self, tenant: str) -> dict[str, int]:
@@ -219,7 +240,9 @@ class MemoryStore:
         nothing written) when the session's watermark has reached ``stop_seq`` already: another
         worker committed it (the fence; see the module doc)."""
         with self._lock(tenant):
-            if self.watermarks(tenant).get(session_id, -1) >= stop_seq:
+            # Every worker distilling (session, stop) reads the same records, so the same scope:
+            # that scope's file alone holds any commit of this job.
+            if self.read_scope(tenant, scope.key()).watermarks.get(session_id, -1) >= stop_seq:
                 return False
             self._append(
                 tenant,
@@ -316,7 +339,9 @@ class MemoryStore:
                 if not gone and session_id is not None:
                     continue
                 kept = [
-                    entry for entry in _entries(self.scope_path(tenant, key)) if entry.get("tenant") == tenant
+                    entry
+                    for _, entry in _lines(self.scope_path(tenant, key))
+                    if entry is not None and entry.get("tenant") == tenant
                 ]
                 rewritten: list[dict[str, Any]] = []
                 for entry in kept:

@@ -123,3 +123,18 @@ def test_entries_of_another_tenant_in_a_tenants_file_are_not_read(store):
     with store.scope_path("acme", SCOPE.key()).open("ab") as file:
         file.write(stolen)
     assert list(store.read_scope("acme", SCOPE.key()).artifacts) == ["mem_a"]
+
+
+def test_a_damaged_line_is_reported_and_skipped(store):
+    """A line that is not an entry is reported by its number; the entries around it are read."""
+    store.commit_job("acme", SCOPE, SESSION, 7, [artifact("mem_a")])
+    with store.scope_path("acme", SCOPE.key()).open("ab") as file:
+        file.write(b"\x00\x00not json\n")
+        file.write(
+            b'{"v":1,"entry":"commit","tenant":"acme","job":{"session_id":"x","stop_seq":1},"artifacts":[{}]}\n'
+        )
+    store.commit_job("acme", SCOPE, OTHER, 3, [artifact("mem_b", OTHER)])
+    state = store.read_scope("acme", SCOPE.key())
+    assert state.damaged == [2, 3]
+    assert list(state.artifacts) == ["mem_a", "mem_b"]
+    assert "x" not in state.watermarks  # a damaged commit moves no watermark
