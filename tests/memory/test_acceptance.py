@@ -172,6 +172,10 @@ def test_two_sources_keep_both_entries_and_resolve_to_the_source_after_a_fork(cl
     ]
     assert resolved.messages[0].payload["content"] == "Where is our warehouse?"
     assert resolved.messages[1].payload["content"] == "warehouse: Lyon"
+    stored = {}
+    for record in session.watch(0):
+        stored[record.seq] = record.line
+    assert [m.line for m in resolved.messages] == [stored[seqs[0]], stored[seqs[2]]]
 
     report = pipeline.run()
     assert report.distilled == [fork.id]
