@@ -25,6 +25,7 @@ from rollout_memory import (
     ChatCompletionsExtractor,
     CommandExtractor,
     Extractor,
+    ExtractorError,
     MemoryPipeline,
     MemoryStore,
     PipelineConfig,
@@ -99,9 +100,11 @@ def run_command(
     if extractor_command is not None and extractor_url is None:
         extractor = CommandExtractor(shlex.split(extractor_command))
     elif extractor_url is not None and extractor_command is None and extractor_model:
-        extractor = ChatCompletionsExtractor(
-            extractor_url, extractor_model, os.environ.get(extractor_key_env, "")
-        )
+        key = os.environ.get(extractor_key_env, "")
+        try:
+            extractor = ChatCompletionsExtractor(extractor_url, extractor_model, key)
+        except ExtractorError as exc:  # the memory extra is not installed
+            raise click.ClickException(str(exc)) from exc
     else:
         raise click.UsageError("give --extractor-url with --extractor-model, or --extractor-command")
     config = PipelineConfig(

@@ -82,10 +82,16 @@ def _result_object(text: str | bytes, where: str) -> dict[str, Any]:
 class ChatCompletionsExtractor:
     """An OpenAI-compatible chat-completions endpoint (``openai`` package): the system prompt
     of the task, the request as the user message, a JSON object asked for as the answer.
-    ``timeout`` in seconds; the client's own retries are off (the pipeline retries)."""
+    ``timeout`` in seconds; the client's own retries are off (the pipeline retries). Raises
+    ExtractorError when the ``openai`` package (the ``memory`` extra) is not installed."""
 
     def __init__(self, base_url: str, model: str, api_key: str, *, timeout: float = 120.0) -> None:
-        import openai  # the `memory` extra
+        try:
+            import openai  # the `memory` extra
+        except ImportError as exc:
+            raise ExtractorError(
+                "the chat-completions extractor needs the openai package: pip install 'rollout-ledger[memory]'"
+            ) from exc
 
         self._openai = openai
         self._client = openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=0)
