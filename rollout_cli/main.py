@@ -3,7 +3,7 @@
 Commands: ``serve`` (both services, as two processes), ``serve-writer``,
 ``serve-reader`` (:mod:`rollout_cli.supervision`), ``import codex|claude``, ``ls``,
 ``replay``, ``tail``, ``stop-facts``, ``verify``, ``stop``, ``resume``, ``fork``,
-``loadtest``. Client commands reach the services at ``--writer`` / ``--reader`` (or
+``loadtest``, ``memory run|ls|show|forget`` (:mod:`rollout_cli.memory_commands`). Client commands reach the services at ``--writer`` / ``--reader`` (or
 the ``ROLLOUT_WRITER`` / ``ROLLOUT_READER`` environment variables) through
 :mod:`rollout_client`, as any agent would: addresses, ``--token`` and ``--tls-ca`` are resolved
 with the environment by :func:`rollout_client.client_settings`, as ``RolloutClient()`` resolves
@@ -30,6 +30,7 @@ import click
 
 from rollout_cli import session_view
 from rollout_cli.loadtest import LoadtestConfig
+from rollout_cli.memory_commands import memory
 from rollout_cli.reachability import cleartext_token_message, in_command_words, unreachable_message
 from rollout_cli.supervision import serve, serve_reader, serve_writer
 from rollout_client import (
@@ -118,6 +119,7 @@ def _settings(writer: str | None = None, reader: str | None = None) -> ClientSet
 cli.add_command(serve_writer)
 cli.add_command(serve_reader)
 cli.add_command(serve)
+cli.add_command(memory)
 
 
 # -- clients ------------------------------------------------------------------------

@@ -17,6 +17,10 @@ a delegation marker lives in its parent's shard::
         sessions/<file name>.jsonl.torn-<n>   bytes set aside by start-up repair
         delegations/<parent id>/<delegation key>.<child id>   empty marker per child
         writer-state/<session id>.json        the writer's saved state (derived)
+      memories/<tenant key>/       memory artifacts of one tenant (rollout_memory.store, docs/memory.md):
+        scopes/<scope key>.jsonl   append-only entries of one scope, fsynced; never read by replay
+        leases/<session id>.lease  a pipeline worker's lease on distilling a session
+        store.lock                 held while an entry is written or a scope file rewritten
 
 For example, with 256 shards, session ``01a22c15-89a6-7d3d-b5b7-165622bd350c``
 (shard 96) is ``shards/096/sessions/2026-11-30_101530_01a22c15-89a6-7d3d-b5b7-165622bd350c.jsonl``.
@@ -81,6 +85,8 @@ from shared.naming import SessionFileName, session_file_name, validate_session_i
 from shared.shards import DEFAULT_SHARDS, create_cluster, read_cluster, shard_of
 
 SESSIONS_DIR = "sessions"
+#: The folder of memory artifacts (docs/memory.md), beside the shards, never read by replay.
+MEMORIES_DIR = "memories"
 DELEGATIONS_DIR = "delegations"
 LOCK_FILE = "writer.lock"
 #: The folder of a sharded root's shards (``shards/<NNN>``).
@@ -279,6 +285,12 @@ class DataRoot:
     def session_path(self, session_id: str, name: str) -> Path:
         """The path of session ``session_id``'s file ``name`` (in its shard's folder)."""
         return self.sessions_folder(self.shard_of(session_id)) / name
+
+    @property
+    def memories_folder(self) -> Path:
+        """The folder of memory artifacts (``<root>/memories``), in either layout; the memory
+        pipeline (rollout_memory) alone writes it, and no replay reads it."""
+        return self.root / MEMORIES_DIR
 
     @property
     def lock_path(self) -> Path:
