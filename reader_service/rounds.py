@@ -23,7 +23,6 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import orjson
 
@@ -34,7 +33,9 @@ from shared.errors import InvalidArgumentError, ReplyTooLargeError, clip
 from shared.layout import open_session_file
 from shared.naming import is_session_id
 from shared.rebuild import collector_paused
-from shared.rounds import Lineage, Round, RoundTracker, forked_from
+from shared.rounds import MAX_FORK_DEPTH as MAX_FORK_DEPTH
+from shared.rounds import Lineage, Round, RoundTracker
+from shared.rounds import lineage_of as lineage_of
 from shared.wire import round_to_proto
 
 #: Rounds per page unless the request says (and the most it may ask).
@@ -42,29 +43,6 @@ DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
 #: Sessions whose rounds the cache keeps.
 DEFAULT_MAX_ENTRIES = 256
-#: Sources followed back from a fork for its round ids.
-MAX_FORK_DEPTH = 32
-
-
-#: (session_meta payload of a session id, or None when it cannot be found): how a lineage is walked.
-MetaOf = Callable[[str], dict[str, Any] | None]
-
-
-def lineage_of(session_id: str, meta: dict[str, Any], meta_of: MetaOf) -> Lineage:
-    """The lineage of a session whose session_meta is ``meta``: each fork source's id and fork seq,
-    oldest first, found by following ``forked_from`` through ``meta_of`` (a source that cannot be
-    found ends the walk)."""
-    forks: list[tuple[str, int]] = []
-    origin = forked_from(meta)
-    seen = {session_id}
-    while origin is not None and len(forks) < MAX_FORK_DEPTH and origin[0] not in seen:
-        source, point = origin
-        # A source's own fork point can only be at or before what it gave this fork.
-        forks.insert(0, (source, point))
-        seen.add(source)
-        source_meta = meta_of(source)
-        origin = forked_from(source_meta) if source_meta else None
-    return Lineage(session_id, tuple(forks))
 
 
 class _Entry:

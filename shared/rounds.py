@@ -57,14 +57,14 @@ from __future__ import annotations
 import enum
 import hashlib
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
 
 from shared.records import INPUT_KINDS as INPUT_KINDS
-from shared.records import RESUMED_EVENT, InputKind, RecordType, parse_timestamp
+from shared.records import RESUMED_EVENT, ROUND_INTERRUPTED_EVENT, InputKind, RecordType, parse_timestamp
 
 
 class RoundStatus(enum.StrEnum):
@@ -92,8 +92,11 @@ CUMULATIVE_USAGE_EVENT = "token_count"
 #: Per-call usage (``body.input_tokens``, ``body.output_tokens``), added up per round.
 USAGE_EVENT = "usage"
 #: The writer's record that a round was interrupted (Resume of a crashed session with a
-#: pending round); ``body.round_id`` names it.
-ROUND_INTERRUPTED_EVENT = "round_interrupted"
+#: pending round; shared.records reserves the kind); ``body.round_id`` and ``body.start_seq``
+#: name it. Re-exported here, where the rules that read it live.
+ROUND_INTERRUPTED_EVENT = ROUND_INTERRUPTED_EVENT
+#: Sources followed back from a fork for its round ids (:func:`lineage_of`).
+MAX_FORK_DEPTH = 32
 
 _ROUND_DOMAIN = b"rollout.round.v1"
 
@@ -138,6 +141,29 @@ def forked_from(session_meta: Mapping[str, Any] | None) -> tuple[str, int] | Non
     ):
         return origin["session_id"], origin["seq"]
     return None
+
+
+#: (session_meta payload of a session id, or None when it cannot be found): how a lineage is walked.
+MetaOf = Callable[[str], Mapping[str, Any] | None]
+
+
+def lineage_of(session_id: str, meta: Mapping[str, Any] | None, meta_of: MetaOf) -> Lineage:
+    """The lineage of a session whose session_meta is ``meta``: each fork source's id and fork seq,
+    oldest first, found by following ``forked_from`` through ``meta_of`` (a source that cannot be
+    found ends the walk: its rounds are named by the oldest source found; at most
+    :data:`MAX_FORK_DEPTH` sources). The reader's round ids and the writer's interruption
+    record both name rounds through it."""
+    forks: list[tuple[str, int]] = []
+    origin = forked_from(meta)
+    seen = {session_id}
+    while origin is not None and len(forks) < MAX_FORK_DEPTH and origin[0] not in seen:
+        source, point = origin
+        # A source's own fork point can only be at or before what it gave this fork.
+        forks.insert(0, (source, point))
+        seen.add(source)
+        source_meta = meta_of(source)
+        origin = forked_from(source_meta) if source_meta else None
+    return Lineage(session_id, tuple(forks))
 
 
 @dataclass(frozen=True, slots=True)
@@ -555,6 +581,19 @@ class RoundTracker:
             return list(self.done)
         status, reason = self._status_of(self.current, self.stopped)
         return [*self.done, self.current.freeze(status, reason)]
+
+
+def round_to_close(tracker: RoundTracker) -> Round | None:
+    """The round a session's tail leaves pending with no one to finish it, once its writer or host
+    crashed: the last round when it is pending, which it never is with a stop record after it
+    (:meth:`RoundTracker.rounds` reads a stopped session's pending round interrupted, and a
+    Resume after a Stop continues it as one round). The one rule for "a crash left this round open": the writer's
+    Resume records it interrupted (:data:`ROUND_INTERRUPTED_EVENT`), the reader's
+    ListPendingRounds lists it. None when there is nothing to close."""
+    found = tracker.rounds()
+    if not found or found[-1].status is not RoundStatus.PENDING:
+        return None
+    return found[-1]
 
 
 def rounds_of(
