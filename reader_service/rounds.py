@@ -23,6 +23,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import orjson
 
@@ -34,9 +35,11 @@ from shared.layout import open_session_file
 from shared.naming import is_session_id
 from shared.rebuild import collector_paused
 from shared.rounds import MAX_FORK_DEPTH as MAX_FORK_DEPTH
-from shared.rounds import Lineage, Round, RoundTracker
+from shared.rounds import Lineage, Round, RoundTracker, round_to_close
 from shared.rounds import lineage_of as lineage_of
 from shared.wire import round_to_proto
+
+T = TypeVar("T")
 
 #: Rounds per page unless the request says (and the most it may ask).
 DEFAULT_PAGE_SIZE = 100
@@ -91,9 +94,18 @@ class RoundCache:
     def rounds(self, path: Path, lineage: Callable[[], Lineage]) -> list[Round]:
         """The rounds of the session file at ``path`` as it is now; ``lineage`` is asked only when
         the file is read from its start. Raises OSError naming the file when it cannot be read."""
+        return self.read(path, lineage, RoundTracker.rounds)
+
+    def to_close(self, path: Path, lineage: Callable[[], Lineage]) -> Round | None:
+        """The round the session file at ``path`` leaves pending as it is now
+        (shared.rounds.round_to_close); raises as :meth:`rounds` does."""
+        return self.read(path, lineage, round_to_close)
+
+    def read(self, path: Path, lineage: Callable[[], Lineage], answer: Callable[[RoundTracker], T]) -> T:
+        """``answer`` of the session's tracker brought up to date with the file at ``path``."""
         fd = open_session_file(path)
         try:
-            return self._rounds(str(path), fd, lineage)
+            return self._read(str(path), fd, lineage, answer)
         except OSError as exc:
             if exc.filename is None:
                 raise OSError(exc.errno, exc.strerror, os.fspath(path)) from exc
@@ -101,7 +113,9 @@ class RoundCache:
         finally:
             os.close(fd)
 
-    def _rounds(self, key: str, fd: int, lineage: Callable[[], Lineage]) -> list[Round]:
+    def _read(
+        self, key: str, fd: int, lineage: Callable[[], Lineage], answer: Callable[[RoundTracker], T]
+    ) -> T:
         stat = os.fstat(fd)
         with self._lock:
             entry = self._entries.get(key)
@@ -113,7 +127,7 @@ class RoundCache:
                     before = entry.committed
                     entry.extend(fd, stat)
                     self._count("extended" if entry.committed != before else "unchanged")
-                    return entry.tracker.rounds()
+                    return answer(entry.tracker)
         entry = _Entry(stat.st_dev, stat.st_ino, lineage())
         with entry.lock:
             entry.extend(fd, stat)
@@ -123,7 +137,7 @@ class RoundCache:
                 self._entries.move_to_end(key)
                 while len(self._entries) > self.max_entries:
                     self._entries.popitem(last=False)
-            return entry.tracker.rounds()
+            return answer(entry.tracker)
 
     def _count(self, kind: str) -> None:
         with self._lock:

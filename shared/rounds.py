@@ -461,8 +461,9 @@ class RoundTracker:
                 self.lineage = Lineage(payload["session_id"], (source,) if source else ())
             return
         if record_type in (_STOP, _CHECKPOINT):
-            if record_type == _STOP:
-                self.stopped = True
+            # A Stop writes its checkpoint, then its stop record: a trailing checkpoint is a
+            # stopped session too (shared.tail.stop_of_tail reads it so).
+            self.stopped = True
             return
         if record_type == _MESSAGE and payload.get("role") == "user":
             self.stopped = False
