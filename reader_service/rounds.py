@@ -46,6 +46,10 @@ DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
 #: Sessions whose rounds the cache keeps.
 DEFAULT_MAX_ENTRIES = 256
+#: Bytes of serialized settled rounds the cache keeps over all its sessions.
+DEFAULT_ENCODED_BUDGET = 64 * 1024 * 1024
+#: The tag of ListRoundsResponse.rounds (field 1, length-delimited) on the wire.
+_ROUNDS_TAG = b"\x0a"
 
 
 class _Entry:
@@ -60,6 +64,10 @@ class _Entry:
         self.last_line = b""
         self.seen_size = 0
         self.seen_mtime_ns = 0
+        #: Serialized Round messages of the settled rounds so far (``tracker.done``, which only
+        #: grows), made by the ListRounds pages that needed them; their total size in bytes.
+        self.encoded: list[bytes] = []
+        self.encoded_bytes = 0
 
     def matches(self, fd: int, stat: os.stat_result) -> bool:
         if (stat.st_dev, stat.st_ino) != (self.device, self.inode) or stat.st_size < self.committed:
@@ -85,8 +93,11 @@ class _Entry:
 class RoundCache:
     """Rounds of recently read session files (thread-safe); ``counts`` says how answers were made."""
 
-    def __init__(self, max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
+    def __init__(
+        self, max_entries: int = DEFAULT_MAX_ENTRIES, encoded_budget: int = DEFAULT_ENCODED_BUDGET
+    ) -> None:
         self.max_entries = max_entries
+        self.encoded_budget = encoded_budget
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         self._lock = threading.Lock()
         self.counts = {"unchanged": 0, "extended": 0, "rebuilt": 0}
@@ -94,15 +105,35 @@ class RoundCache:
     def rounds(self, path: Path, lineage: Callable[[], Lineage]) -> list[Round]:
         """The rounds of the session file at ``path`` as it is now; ``lineage`` is asked only when
         the file is read from its start. Raises OSError naming the file when it cannot be read."""
-        return self.read(path, lineage, RoundTracker.rounds)
+        return self.read(path, lineage, lambda entry: entry.tracker.rounds())
 
     def to_close(self, path: Path, lineage: Callable[[], Lineage]) -> Round | None:
         """The round the session file at ``path`` leaves pending as it is now
         (shared.rounds.round_to_close); raises as :meth:`rounds` does."""
-        return self.read(path, lineage, round_to_close)
+        return self.read(path, lineage, lambda entry: round_to_close(entry.tracker))
 
-    def read(self, path: Path, lineage: Callable[[], Lineage], answer: Callable[[RoundTracker], T]) -> T:
-        """``answer`` of the session's tracker brought up to date with the file at ``path``."""
+    def page(self, path: Path, lineage: Callable[[], Lineage], size: int, start: int) -> bytes:
+        """A serialized ListRoundsResponse: ``size`` rounds from index ``start`` of the session
+        file at ``path`` as it is now. Settled rounds are serialized once and kept (within
+        :attr:`encoded_budget` bytes over the cache, least recently used dropped first), so a
+        page of a session read before costs what its bytes do. Raises as :meth:`rounds` does."""
+        answer = self.read(path, lineage, lambda entry: _encoded_page(entry, size, start))
+        self._trim_encoded()
+        return answer
+
+    def _trim_encoded(self) -> None:
+        with self._lock:
+            total = sum(entry.encoded_bytes for entry in self._entries.values())
+            victims = list(self._entries.values())
+        for entry in victims:  # least recently used first; one entry's lock at a time
+            if total <= self.encoded_budget:
+                return
+            with entry.lock:
+                total -= entry.encoded_bytes
+                entry.encoded, entry.encoded_bytes = [], 0
+
+    def read(self, path: Path, lineage: Callable[[], Lineage], answer: Callable[[_Entry], T]) -> T:
+        """``answer`` of the session's entry (under its lock), brought up to date with the file."""
         fd = open_session_file(path)
         try:
             return self._read(str(path), fd, lineage, answer)
@@ -113,9 +144,7 @@ class RoundCache:
         finally:
             os.close(fd)
 
-    def _read(
-        self, key: str, fd: int, lineage: Callable[[], Lineage], answer: Callable[[RoundTracker], T]
-    ) -> T:
+    def _read(self, key: str, fd: int, lineage: Callable[[], Lineage], answer: Callable[[_Entry], T]) -> T:
         stat = os.fstat(fd)
         with self._lock:
             entry = self._entries.get(key)
@@ -127,7 +156,7 @@ class RoundCache:
                     before = entry.committed
                     entry.extend(fd, stat)
                     self._count("extended" if entry.committed != before else "unchanged")
-                    return answer(entry.tracker)
+                    return answer(entry)
         entry = _Entry(stat.st_dev, stat.st_ino, lineage())
         with entry.lock:
             entry.extend(fd, stat)
@@ -137,7 +166,7 @@ class RoundCache:
                 self._entries.move_to_end(key)
                 while len(self._entries) > self.max_entries:
                     self._entries.popitem(last=False)
-            return answer(entry.tracker)
+            return answer(entry)
 
     def _count(self, kind: str) -> None:
         with self._lock:
@@ -180,6 +209,41 @@ def rounds_page(rounds: list[Round], size: int, start: int) -> reader_pb2.ListRo
         next_page_token=_token(following) if following < len(rounds) else "",
         total=len(rounds),
     )
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _encoded_page(entry: _Entry, size: int, start: int) -> bytes:
+    """The serialized page :func:`rounds_page` makes, the settled rounds' bytes taken from (and
+    added to) ``entry.encoded``: a message's fields may be written in any order and a repeated
+    field's elements one by one, so the page is their concatenation (protobuf encoding)."""
+    rounds = entry.tracker.rounds()
+    done = len(entry.tracker.done)
+    page = rounds[start : start + size]
+    following = start + len(page)
+    parts: list[bytes] = []
+    for index, found in enumerate(page, start):
+        if index < done:
+            while len(entry.encoded) <= index:
+                encoded = round_to_proto(rounds[len(entry.encoded)]).SerializeToString()
+                entry.encoded.append(encoded)
+                entry.encoded_bytes += len(encoded)
+            raw = entry.encoded[index]
+        else:
+            raw = round_to_proto(found).SerializeToString()
+        parts += (_ROUNDS_TAG, _varint(len(raw)), raw)
+    tail = reader_pb2.ListRoundsResponse(
+        next_page_token=_token(following) if following < len(rounds) else "", total=len(rounds)
+    )
+    parts.append(tail.SerializeToString())
+    return b"".join(parts)
 
 
 def round_records(path: Path, found: Round, max_bytes: int) -> list[reader_pb2.WatchedRecord]:

@@ -51,7 +51,6 @@ from reader_service.rounds import (
     check_list_request,
     lineage_of,
     round_records,
-    rounds_page,
 )
 from reader_service.stop_facts import DEFAULT_TAIL_WINDOW, StopFactsResult, read_stop_facts
 from reader_service.watch import WatchHub
@@ -337,11 +336,12 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
     @rpc_statuses("ListRounds")
     async def ListRounds(
         self, request: reader_pb2.ListRoundsRequest, context: grpc.aio.ServicerContext
-    ) -> reader_pb2.ListRoundsResponse:
+    ) -> bytes:
         size, start = check_list_request(request)
         path, _ = await self._locate(request.session_id)
-        found = await self._heavy_run(self._rounds_of, request.session_id, path)
-        return rounds_page(found, size, start)
+        return await self._heavy_run(
+            self.round_cache.page, path, self._lineage(request.session_id, path), size, start
+        )
 
     @rpc_statuses("GetRound")
     async def GetRound(
