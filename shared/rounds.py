@@ -118,17 +118,22 @@ def round_id(session_id: str, seq: int) -> str:
 @dataclass(frozen=True, slots=True)
 class Lineage:
     """Who first wrote each seq of a session: ``forks`` lists (source session id, fork seq) from
-    the oldest ancestor to the direct source (a session that is no fork: empty). Seq ``s`` was
-    written by the oldest source whose fork seq is ``>= s``, else by ``session_id``."""
+    the oldest ancestor to the direct source (a session that is no fork: empty), each fork seq
+    being where the next session (or this one) was forked from that source. Seq ``s`` was
+    copied from the direct source when ``s <= `` its fork seq, and so on back: the last source
+    reached that way wrote it (a fork point may be below its source's own: a fork of a fork
+    taken before the first fork's point holds only its own records after it)."""
 
     session_id: str
     forks: tuple[tuple[str, int], ...] = ()
 
     def owner(self, seq: int) -> str:
-        for source, point in self.forks:
-            if seq <= point:
-                return source
-        return self.session_id
+        writer = self.session_id
+        for source, point in reversed(self.forks):
+            if seq > point:
+                break
+            writer = source
+        return writer
 
 
 def forked_from(session_meta: Mapping[str, Any] | None) -> tuple[str, int] | None:
@@ -158,7 +163,6 @@ def lineage_of(session_id: str, meta: Mapping[str, Any] | None, meta_of: MetaOf)
     seen = {session_id}
     while origin is not None and len(forks) < MAX_FORK_DEPTH and origin[0] not in seen:
         source, point = origin
-        # A source's own fork point can only be at or before what it gave this fork.
         forks.insert(0, (source, point))
         seen.add(source)
         source_meta = meta_of(source)

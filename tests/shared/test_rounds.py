@@ -270,6 +270,9 @@ def test_round_ids_are_stable_and_a_fork_keeps_its_source_s_ids_before_its_point
     # A fork of a fork: the oldest source that held the seq names the round.
     lineage = Lineage("c", (("a", 2), ("b", 5)))
     assert [lineage.owner(seq) for seq in (1, 2, 3, 5, 6)] == ["a", "a", "b", "b", "c"]
+    # c forked from b at 2, below b's own fork point from a (5): c wrote seqs 3 on itself.
+    below = Lineage("c", (("a", 5), ("b", 2)))
+    assert [below.owner(seq) for seq in (1, 2, 3, 5, 6)] == ["a", "a", "c", "c", "c"]
 
 
 @pytest.mark.parametrize(
