@@ -68,6 +68,8 @@ class _Entry:
         #: grows), made by the ListRounds pages that needed them; their total size in bytes.
         self.encoded: list[bytes] = []
         self.encoded_bytes = 0
+        #: Settled rounds whose origin the cache has noted (:meth:`RoundCache.origin`).
+        self.noted = 0
 
     def matches(self, fd: int, stat: os.stat_result) -> bool:
         if (stat.st_dev, stat.st_ino) != (self.device, self.inode) or stat.st_size < self.committed:
@@ -101,6 +103,11 @@ class RoundCache:
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         self._lock = threading.Lock()
         self.counts = {"unchanged": 0, "extended": 0, "rebuilt": 0}
+        #: Round id -> (session that wrote its trigger, the trigger's seq), for every round read
+        #: so far (ids are derived from both: they never change), and per session file read the
+        #: committed length noted: the derived index GetRound by id alone looks in.
+        self._origins: dict[str, tuple[str, int]] = {}
+        self._noted_bytes: dict[str, int] = {}
 
     def rounds(self, path: Path, lineage: Callable[[], Lineage]) -> list[Round]:
         """The rounds of the session file at ``path`` as it is now; ``lineage`` is asked only when
@@ -156,17 +163,42 @@ class RoundCache:
                     before = entry.committed
                     entry.extend(fd, stat)
                     self._count("extended" if entry.committed != before else "unchanged")
+                    self._note(key, entry)
                     return answer(entry)
         entry = _Entry(stat.st_dev, stat.st_ino, lineage())
         with entry.lock:
             entry.extend(fd, stat)
             self._count("rebuilt")
+            self._note(key, entry)
             with self._lock:
                 self._entries[key] = entry
                 self._entries.move_to_end(key)
                 while len(self._entries) > self.max_entries:
                     self._entries.popitem(last=False)
             return answer(entry)
+
+    def _note(self, key: str, entry: _Entry) -> None:
+        """Note the origins of the rounds of ``entry`` not noted yet (call under its lock)."""
+        tracker = entry.tracker
+        lineage = tracker.lineage or Lineage("")
+        fresh = [(found.round_id, found.start_seq) for found in tracker.done[entry.noted :]]
+        if tracker.current is not None:
+            fresh.append((tracker.current.round_id, tracker.current.start_seq))
+        with self._lock:
+            for round_id, seq in fresh:
+                self._origins[round_id] = (lineage.owner(seq), seq)
+            self._noted_bytes[key] = entry.committed
+        entry.noted = len(tracker.done)
+
+    def origin(self, round_id: str) -> tuple[str, int] | None:
+        """(session that wrote the trigger, its seq) of a round this cache has read, or None."""
+        with self._lock:
+            return self._origins.get(round_id)
+
+    def noted_bytes(self, path: Path) -> int:
+        """The committed length of ``path`` whose rounds' origins are noted (-1: never read)."""
+        with self._lock:
+            return self._noted_bytes.get(str(path), -1)
 
     def _count(self, kind: str) -> None:
         with self._lock:

@@ -46,6 +46,7 @@ from reader_service.memory_view import (
 from reader_service.pending_rounds import check_pending_request, last_append_at, pending_rounds
 from reader_service.replay import STREAM_CHUNK_BYTES, verify_findings, verify_session
 from reader_service.replay_cache import ReplayCache
+from reader_service.round_index import find_origin, holders
 from reader_service.rounds import (
     RoundCache,
     check_list_request,
@@ -351,13 +352,29 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
             raise InvalidArgumentError(
                 "round_id", f"{request.round_id[:64]!r} is not a round id (a lowercase UUID)"
             )
-        path, _ = await self._locate(request.session_id)
-        rounds = await self._heavy_run(self._rounds_of, request.session_id, path)
+        origin = None
+        if not request.session_id:
+            origin = await self._heavy_run(
+                find_origin, self.index, self.round_cache, request.round_id, self._lineage
+            )
+            if origin is None:
+                raise RoundNotFoundError("", request.round_id)
+        held = await self._cheap_run(holders, self.index, *origin) if origin is not None else []
+        session_id = request.session_id or (held[0] if held else "")
+        if not session_id:
+            raise RoundNotFoundError("", request.round_id)
+        path, _ = await self._locate(session_id)
+        rounds = await self._heavy_run(self._rounds_of, session_id, path)
         found = round_at(rounds, request.round_id)
         if found is None:
             raise RoundNotFoundError(request.session_id, request.round_id)
+        if origin is None:
+            origin = self.round_cache.origin(request.round_id)  # noted by the reading above
+            held = await self._cheap_run(holders, self.index, *origin) if origin is not None else [session_id]
         records = await self._heavy_run(round_records, path, found, self.config.max_reply_bytes)
-        return reader_pb2.GetRoundResponse(round=round_to_proto(found), records=records)
+        return reader_pb2.GetRoundResponse(
+            round=round_to_proto(found), records=records, held_by=len(held), session_id=session_id
+        )
 
     @rpc_statuses("ListPendingRounds")
     async def ListPendingRounds(

@@ -510,9 +510,13 @@ class GetRoundRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., round_id: _Optional[str] = ...) -> None: ...
 
 class GetRoundResponse(_message.Message):
-    __slots__ = ("round", "records")
+    __slots__ = ("round", "records", "held_by", "session_id")
     ROUND_FIELD_NUMBER: _ClassVar[int]
     RECORDS_FIELD_NUMBER: _ClassVar[int]
+    HELD_BY_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     round: Round
     records: _containers.RepeatedCompositeFieldContainer[WatchedRecord]
-    def __init__(self, round: _Optional[_Union[Round, _Mapping]] = ..., records: _Optional[_Iterable[_Union[WatchedRecord, _Mapping]]] = ...) -> None: ...
+    held_by: int
+    session_id: str
+    def __init__(self, round: _Optional[_Union[Round, _Mapping]] = ..., records: _Optional[_Iterable[_Union[WatchedRecord, _Mapping]]] = ..., held_by: _Optional[int] = ..., session_id: _Optional[str] = ...) -> None: ...

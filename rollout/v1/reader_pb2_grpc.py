@@ -296,15 +296,23 @@ class RolloutReaderServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetRound(self, request, context):
-        """One round of a session with what a UI needs to draw it as it looked live:
-        its summary, interactive inputs, assistant segments, and its records in
-        seq order (messages, reasoning, tool calls and results, usage, turn
-        events), each as its stored JSONL line. Only the round's bytes of the
-        file are read once its rounds are known.
+        """One round with what a UI needs to draw it as it looked live: its summary,
+        interactive inputs, assistant segments, and its records in seq order
+        (messages, reasoning, tool calls and results, usage, turn events), each as
+        its stored JSONL line; and how many sessions hold it (the session that
+        wrote its trigger and the forks that copied it: the round store's
+        reference count). By round id alone, or with a session to read it from.
+        A round id alone is found in the reader's derived index of the rounds it
+        has read (a round id names the session and seq of its trigger, which
+        cannot be read back from it); one not read yet is looked for in the
+        caller's sessions that grew since the index last saw them, so the first
+        lookup after a restart reads them. Only the round's bytes of the file are
+        read once its rounds are known.
         INVALID_ARGUMENT: a malformed session or round id.
-        NOT_FOUND: unknown session (or another tenant's), or no round with that
-        id in the session. RESOURCE_EXHAUSTED: the round's lines exceed the
-        reader's unary reply limit. UNAVAILABLE: the file cannot be read.
+        NOT_FOUND: unknown session (or another tenant's), no round with that id
+        in the session given, or (no session given) in any session the caller
+        sees. RESOURCE_EXHAUSTED: the round's lines exceed the reader's unary
+        reply limit. UNAVAILABLE: the file cannot be read.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -196,6 +196,22 @@ def test_pending_rounds_show_only_the_callers_tenant(channels) -> None:
     assert denied.code() == grpc.StatusCode.PERMISSION_DENIED
 
 
+def test_a_round_id_alone_finds_only_the_callers_rounds(channels) -> None:
+    """GetRound by round id alone: tenant a reads its round (held by 1 session); for b the same id
+    is NOT_FOUND with exactly the answer of a round id that no session holds."""
+    target = _session_of_a(channels)
+    reader = channels[READER.full_name]
+    method = READER.methods_by_name["GetRound"]
+    first = round_id(target, 1)
+    (own,) = call(reader, method, reader_pb2.GetRoundRequest(round_id=first), A)
+    assert (own.held_by, own.session_id) == (1, target)
+    seen = refusal(reader, method, reader_pb2.GetRoundRequest(round_id=first), B)
+    absent = round_id(str(uuid.uuid4()), 1)
+    unknown = refusal(reader, method, reader_pb2.GetRoundRequest(round_id=absent), B)
+    assert seen.code() == grpc.StatusCode.NOT_FOUND
+    assert _same_answer(seen, unknown, (first, absent)), (seen.details(), unknown.details())
+
+
 def test_a_key_names_a_session_of_the_callers_tenant_only(channels) -> None:
     """The same session key names two sessions for tenants a and b; b resolving a's session id, or a's
     key, finds nothing of a's (ResolveSession answers found=false, as for an absent session)."""
