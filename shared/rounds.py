@@ -29,7 +29,9 @@ Boundaries (in this order):
 
 Status: ``pending`` (no final answer yet), ``complete`` (a final assistant message
 with no open tool call, or the turn's completion event), ``interrupted`` (aborted, cut
-off by the next trigger, recorded by the writer (:data:`ROUND_INTERRUPTED_EVENT`), or
+off by the next trigger, stopped by the user (a user message starting with
+:data:`USER_INTERRUPTION_MARK`, which belongs to the round it stops and starts none),
+recorded by the writer (:data:`ROUND_INTERRUPTED_EVENT`), or
 pending while its session is stopped: a Resume after a pause makes it pending again,
 and it stays one round). ``error`` is reserved and never written. :func:`is_settled`
 is the one "is this round over" rule.
@@ -43,8 +45,12 @@ duration in seconds, tool calls and tool failures (``is_error`` outputs), input 
 output tokens as per-round deltas of usage events: Codex ``token_count`` events carry
 cumulative counters (``info.total_token_usage``: deltas against the last counters seen
 in the session, a counter that goes down counts from 0), a ``usage`` event
-(``{"input_tokens", "output_tokens"}``) adds per call; a round with no usage event
-gets the bytes/4 estimate of its lines (``tokens_estimated``). Model and effort are
+(``{"input_tokens", "output_tokens"}``) adds per call, and Claude Code's per-message
+usage (``claude.record`` events: ``message.usage`` of each API message ``message.id``,
+repeated on every record of that message with its output growing: the last one seen
+counts, once per message; input is ``input_tokens`` plus both cache counters, what the
+model read); a round with none of these gets the bytes/4 estimate of its lines
+(``tokens_estimated``). Model and effort are
 those of the last ``turn_context`` in effect in the round.
 
 Round ids (:func:`round_id`) are UUIDv8 from BLAKE2b of the session that first wrote
@@ -91,6 +97,12 @@ TURN_ABORTED_EVENTS = frozenset({"turn_aborted"})
 CUMULATIVE_USAGE_EVENT = "token_count"
 #: Per-call usage (``body.input_tokens``, ``body.output_tokens``), added up per round.
 USAGE_EVENT = "usage"
+#: Claude Code's fields without a mapping, kept by its importer before each record: an
+#: assistant record's ``body.message`` holds the API message's ``id`` and ``usage``.
+CLAUDE_RECORD_EVENT = "claude.record"
+#: Claude Code's text for a turn the user stopped (``[Request interrupted by user]``, and
+#: ``... for tool use]``): a user message that starts with it interrupts the current round.
+USER_INTERRUPTION_MARK = "[Request interrupted by user"
 #: The writer's record that a round was interrupted (Resume of a crashed session with a
 #: pending round; shared.records reserves the kind); ``body.round_id`` and ``body.start_seq``
 #: name it. Re-exported here, where the rules that read it live.
@@ -99,6 +111,8 @@ ROUND_INTERRUPTED_EVENT = ROUND_INTERRUPTED_EVENT
 MAX_FORK_DEPTH = 32
 
 _ROUND_DOMAIN = b"rollout.round.v1"
+#: The input counters of a Claude API usage object, added up: what the model read.
+_CLAUDE_INPUT_COUNTERS = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
 
 
 def round_id(session_id: str, seq: int) -> str:
@@ -281,6 +295,7 @@ class _Open:
     input_tokens: int = 0
     output_tokens: int = 0
     usage_seen: bool = False
+    message_usage: dict[str, tuple[int, int]] = field(default_factory=dict)
     estimated_in: int = 0
     estimated_out: int = 0
     model: str = ""
@@ -406,6 +421,11 @@ class RoundTracker:
     def _user(self, seq: int, ts: str, offset: int, payload: Mapping[str, Any]) -> None:
         kind = payload.get("input_kind")
         current = self.current
+        if current is not None and message_text(payload).lstrip().startswith(USER_INTERRUPTION_MARK):
+            if self._status_of(current, stopped=False)[0] is RoundStatus.PENDING:
+                current.status, current.status_reason = RoundStatus.INTERRUPTED, "stopped by the user"
+            current.turn_closed = True
+            return
         if kind == InputKind.TRIGGER or (kind in INPUT_KINDS and current is None):
             self._trigger(self._start(seq, ts, offset, "cut off by the next trigger"), seq, payload)
             return
@@ -498,6 +518,8 @@ class RoundTracker:
                         self.current.input_tokens += delta_in
                         self.current.output_tokens += delta_out
                         self.current.usage_seen = True
+            elif kind == CLAUDE_RECORD_EVENT and self.current is not None:
+                self._message_usage(self.current, body)
             elif kind == USAGE_EVENT and self.current is not None and isinstance(body, dict):
                 used_in, used_out = body.get("input_tokens", 0), body.get("output_tokens", 0)
                 self.current.input_tokens += used_in if type(used_in) is int else 0
@@ -533,6 +555,26 @@ class RoundTracker:
         elif record_type == _REASONING:
             current.output = True
             current.estimated_out += size // 4
+
+    @staticmethod
+    def _message_usage(current: _Open, body: Any) -> None:
+        """Claude Code's usage of one API message (a ``claude.record`` body): the last one seen
+        for its id counts, once."""
+        message = body.get("message") if isinstance(body, dict) else None
+        usage = message.get("usage") if isinstance(message, dict) else None
+        if not isinstance(usage, dict):
+            return
+        message_id = message.get("id") if isinstance(message, dict) else None
+        counts = [usage.get(name, 0) for name in _CLAUDE_INPUT_COUNTERS]
+        used_out = usage.get("output_tokens", 0)
+        used_in = sum(count for count in counts if type(count) is int)
+        used_out = used_out if type(used_out) is int else 0
+        key = message_id if isinstance(message_id, str) else f"#{len(current.message_usage)}"
+        before_in, before_out = current.message_usage.get(key, (0, 0))
+        current.message_usage[key] = (used_in, used_out)
+        current.input_tokens += used_in - before_in
+        current.output_tokens += used_out - before_out
+        current.usage_seen = True
 
     @staticmethod
     def _assistant(current: _Open, seq: int, payload: Mapping[str, Any], size: int) -> None:
