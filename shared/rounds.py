@@ -350,11 +350,16 @@ class RoundTracker:
     and :meth:`add` may go on after it (the reader extends one tracker as a file grows).
 
     ``lineage`` names who first wrote each seq (round ids); when None, the session's own
-    ``session_meta`` record (its id and ``forked_from``) sets a one-level lineage.
+    ``session_meta`` record (its id and ``forked_from``) sets a one-level lineage. With
+    ``keep_done`` False the settled rounds are counted, not kept (memory that does not grow
+    with the session): :meth:`rounds` then holds the current round only, enough for
+    :func:`round_to_close`.
     """
 
-    def __init__(self, lineage: Lineage | None = None) -> None:
+    def __init__(self, lineage: Lineage | None = None, keep_done: bool = True) -> None:
         self.lineage = lineage
+        self.keep_done = keep_done
+        self.settled = 0
         self.done: list[Round] = []
         self.current: _Open | None = None
         self.stopped = False
@@ -370,7 +375,7 @@ class RoundTracker:
         lineage = self.lineage or Lineage("")
         opened = _Open(
             round_id(lineage.owner(seq), seq),
-            len(self.done) + 1,
+            self.settled + 1,
             seq,
             offset,
             ts,
@@ -390,7 +395,9 @@ class RoundTracker:
         status, why = self._status_of(current, stopped=False)
         if status is RoundStatus.PENDING:
             status, why = pending_becomes, reason
-        self.done.append(current.freeze(status, why))
+        self.settled += 1
+        if self.keep_done:
+            self.done.append(current.freeze(status, why))
         self.current = None
 
     @staticmethod

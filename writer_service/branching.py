@@ -137,9 +137,11 @@ async def resume_session(ledger: SessionLedger, session_id: str, force: bool = F
             refuse_damage(damage, state.path.name, "resume", FORCE_HINT)
         closed = found.unanswered_call_ids
         previous = state.stopped_kind or ""
-        cut_off = await ledger.run_io(
-            round_left_pending, ledger.root, state.session_id, state.path, found.committed_bytes
-        )
+        cut_off = None
+        if state.stopped_kind is None:  # a stopped tail never leaves a round to close (round_to_close)
+            cut_off = await ledger.run_io(
+                round_left_pending, ledger.root, state.session_id, state.path, found.committed_bytes
+            )
         ts = now_timestamp()
         seq = state.next_seq
         lines = b""
@@ -178,8 +180,9 @@ async def resume_session(ledger: SessionLedger, session_id: str, force: bool = F
 def round_left_pending(root: DataRoot, session_id: str, path: Path, end: int) -> Round | None:
     """The round the first ``end`` bytes of a session file leave pending with no stop record after
     it (shared.rounds.round_to_close), named through the session's fork lineage; None when
-    there is none. Reads the file in chunks on an I/O thread (memory grows with its number of
-    rounds); raises OSError when it cannot be read."""
+    there is none. Reads the file in chunks on an I/O thread, in memory that does not grow with
+    the session (the settled rounds are counted, not kept); raises OSError when it cannot be
+    read."""
 
     def meta_of(source: str) -> dict[str, Any] | None:
         try:
@@ -190,7 +193,7 @@ def round_left_pending(root: DataRoot, session_id: str, path: Path, end: int) ->
     fd = open_session_file(path)
     try:
         meta = read_session_meta(path)
-        tracker = RoundTracker(lineage_of(session_id, meta, meta_of))
+        tracker = RoundTracker(lineage_of(session_id, meta, meta_of), keep_done=False)
         offset = 0
         with collector_paused():
             for lines in CommittedLines(fd, 0, end, ROUND_READ_BYTES):
