@@ -108,6 +108,7 @@ class RoundCache:
         #: committed length noted: the derived index GetRound by id alone looks in.
         self._origins: dict[str, tuple[str, int]] = {}
         self._noted_bytes: dict[str, int] = {}
+        self._closing: dict[str, tuple[tuple[int, int, int], Round | None]] = {}
 
     def rounds(self, path: Path, lineage: Callable[[], Lineage]) -> list[Round]:
         """The rounds of the session file at ``path`` as it is now; ``lineage`` is asked only when
@@ -116,8 +117,19 @@ class RoundCache:
 
     def to_close(self, path: Path, lineage: Callable[[], Lineage]) -> Round | None:
         """The round the session file at ``path`` leaves pending as it is now
-        (shared.rounds.round_to_close); raises as :meth:`rounds` does."""
-        return self.read(path, lineage, lambda entry: round_to_close(entry.tracker))
+        (shared.rounds.round_to_close); raises as :meth:`rounds` does. The answer is kept per
+        file (inode, size, modification time): an idle session is not read again, even once its
+        rounds have left the cache."""
+        seen = os.stat(path, follow_symlinks=False)
+        identity = (seen.st_ino, seen.st_size, seen.st_mtime_ns)
+        with self._lock:
+            known = self._closing.get(str(path))
+        if known is not None and known[0] == identity:
+            return known[1]
+        answer = self.read(path, lineage, lambda entry: round_to_close(entry.tracker))
+        with self._lock:
+            self._closing[str(path)] = (identity, answer)
+        return answer
 
     def page(self, path: Path, lineage: Callable[[], Lineage], size: int, start: int) -> bytes:
         """A serialized ListRoundsResponse: ``size`` rounds from index ``start`` of the session

@@ -89,3 +89,24 @@ def test_a_page_made_from_kept_round_bytes_is_the_page_a_fresh_reading_serialize
     assert reader_pb2.ListRoundsResponse.FromString(pages()[3]).total == 7
     cache.encoded_budget = 0
     assert pages() == expected()
+
+
+def test_the_round_to_close_of_an_unchanged_file_is_not_read_again(tmp_path: Path) -> None:
+    """ListPendingRounds' question (shared.rounds.round_to_close) is answered once per file state:
+    an idle session is not read again even once its rounds left the cache; a grown one is."""
+    session = Session()
+    session.user("first", kind="trigger", at=0)
+    path = tmp_path / "s.jsonl"
+    written = session.lines()
+    path.write_bytes(written)
+    cache = RoundCache(max_entries=0)  # nothing stays in the cache itself
+    pending = cache.to_close(path, lambda: Lineage(SESSION))
+    assert pending is not None
+    assert pending.status is RoundStatus.PENDING
+    assert cache.to_close(path, lambda: Lineage(SESSION)) == pending
+    assert cache.counts["rebuilt"] == 1
+    session.say("answered", at=5)
+    with path.open("ab") as grown:
+        grown.write(session.lines()[len(written) :])
+    assert cache.to_close(path, lambda: Lineage(SESSION)) is None
+    assert cache.counts["rebuilt"] == 2
