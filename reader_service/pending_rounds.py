@@ -8,7 +8,7 @@ writer's Resume applies before it records the round interrupted. The sessions ar
 those of the caller's tenant as the listing index holds them (shared.tenancy); each
 one's stop facts and modification time come from the index's activity (a tail read
 when the file changed), and only open, idle sessions in the window have their
-rounds read, from the reader's round cache (reader_service.rounds).
+rounds read, once per state of their file (reader_service.rounds.RoundCache.to_close).
 """
 
 from __future__ import annotations

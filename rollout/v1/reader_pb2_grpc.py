@@ -325,8 +325,9 @@ class RolloutReaderServicer:
         record, nothing was appended to it for idle_seconds (its file unchanged),
         and its last round has no final answer: shared.rounds.round_to_close, the
         rule the writer's Resume applies. At most one round per session. Each
-        open, idle session in the window has its rounds read (once; then from the
-        round cache, extended by new records only): bound the work with `since`.
+        open, idle session in the window has its rounds read once per state of
+        its file (the answer is kept while the file does not change): bound the
+        work of a first call with `since`.
         INVALID_ARGUMENT: a malformed `since`, limit out of range (0..1000) or a
         negative idle_seconds. PERMISSION_DENIED: with authentication, tenant
         names another tenant than the caller's (a listing only ever holds the
