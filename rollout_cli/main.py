@@ -16,6 +16,7 @@ exactly-once machinery and event loop would be part of what it measures).
 
 from __future__ import annotations
 
+import bisect
 import logging
 import shlex
 import ssl
@@ -342,8 +343,20 @@ def _next_page_command(token: str) -> str:
     is_flag=True,
     help='JSON lines: each message as its canonical JSON (the digest\'s form), then {"summary": {...}}.',
 )
-def replay(session_id: str, reader: str | None, token_budget: int, width: int, as_json: bool) -> None:
+@click.option(
+    "--rounds",
+    "by_round",
+    is_flag=True,
+    help="Group the messages by round, each under a header with its status and metrics (read in one"
+    " reply: a session too large for it is refused; use the plain replay).",
+)
+def replay(
+    session_id: str, reader: str | None, token_budget: int, width: int, as_json: bool, by_round: bool
+) -> None:
     """Show the exact rebuilt message sequence of a session (streamed: any size)."""
+    if by_round:
+        _replay_by_round(session_id, reader, width, as_json)
+        return
     with _client("reader", reader) as client:
         stream = client.session(session_id).stream_replay(token_budget or None)
         for index, message in enumerate(stream):
@@ -357,6 +370,31 @@ def replay(session_id: str, reader: str | None, token_budget: int, width: int, a
         click.echo(session_view.replay_summary_json_line(stream.summary))
     else:
         session_view.print_replay_summary(stream.summary)
+
+
+def _replay_by_round(session_id: str, reader: str | None, width: int, as_json: bool) -> None:
+    """``rollout replay --rounds``: the rebuilt view with each message's origin (GetRecentMessages),
+    each message under the round whose seq range holds its origin (ListRounds; shared.rounds),
+    a header whenever the round changes (messages before the first round have none)."""
+    with _client("reader", reader) as client:
+        session = client.session(session_id)
+        found = session.rounds()
+        view = session.recent_messages(0)
+    starts = [one.start_seq for one in found]
+    shown = -1
+    for index, (message, origin) in enumerate(zip(view.messages, view.origins, strict=True)):
+        at = bisect.bisect_right(starts, origin.seq) - 1
+        if at != shown and at >= 0:
+            click.echo(
+                session_view.round_json_line(found[at]) if as_json else session_view.round_header(found[at])
+            )
+        shown = at
+        if as_json:
+            click.echo(session_view.replay_json_line(message))
+        else:
+            session_view.print_message(index, message, width)
+    if not as_json:
+        click.echo(f"-- {len(view.messages)} messages in {len(found)} rounds")
 
 
 @cli.command()

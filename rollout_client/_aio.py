@@ -37,7 +37,7 @@ from rollout_client._errors import (
     error_from_rpc,
 )
 from rollout_client._records import Event, append_record
-from rollout_client._results import Delegation, SessionPage
+from rollout_client._results import Delegation, PendingRound, SessionPage
 from rollout_client._session import AsyncSession
 from rollout_client._settings import client_settings
 from shared.naming import new_session_id
@@ -301,6 +301,22 @@ class AsyncRolloutClient:
             reader_pb2.ResolveSessionRequest(session_key=session_key, tenant=tenant),
         )
         return reply.session_id, reply.found
+
+    async def pending_rounds(
+        self, *, tenant: str = "", since: str = "", limit: int = 0, idle_seconds: int = 0
+    ) -> list[PendingRound]:
+        """Rounds a crash left pending, newest first (reader.proto ListPendingRounds): sessions with
+        no stop record, nothing appended for ``idle_seconds`` (0: 300) and a last round without
+        a final answer; ``since`` (RFC 3339) bounds the last append, ``limit`` the rounds (0:
+        100). Close one with ``session(pending.session_id).resume()``, which records it
+        interrupted. Raises InvalidArgumentError, PermissionDeniedError (another tenant)."""
+        reply = await self.call(
+            self.reader_stub.ListPendingRounds,
+            reader_pb2.ListPendingRoundsRequest(
+                tenant=tenant, since=since, limit=limit, idle_seconds=idle_seconds
+            ),
+        )
+        return [PendingRound.from_proto(message) for message in reply.rounds]
 
     def session(self, session_id: str) -> AsyncSession:
         """The existing session ``session_id`` (no call is made; a wrong id fails on first use)."""

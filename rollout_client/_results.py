@@ -13,6 +13,8 @@ import orjson
 
 from rollout.v1 import reader_pb2, records_pb2, writer_pb2
 from rollout_client._records import MessageRef, message_to_dict
+from shared.rounds import Round
+from shared.wire import round_from_proto
 
 _DIGEST_STATUS: dict[int, str] = {
     reader_pb2.DIGEST_STATUS_VERIFIED: "verified",
@@ -209,15 +211,37 @@ class StopResult:
 @dataclass(frozen=True)
 class ResumeResult:
     """Tool call ids closed with a synthetic output, the stop kind the session had ("" when it
-    was open) and the next seq."""
+    was open), the next seq, and the round a crash had left pending that the Resume recorded
+    interrupted ("" when none: shared.rounds)."""
 
     closed_call_ids: tuple[str, ...]
     previous_stop_kind: str
     next_seq: int
+    interrupted_round_id: str = ""
 
     @classmethod
     def from_proto(cls, response: writer_pb2.ResumeResponse) -> ResumeResult:
-        return cls(tuple(response.closed_call_ids), response.previous_stop_kind, response.next_seq)
+        return cls(
+            tuple(response.closed_call_ids),
+            response.previous_stop_kind,
+            response.next_seq,
+            response.interrupted_round_id,
+        )
+
+
+@dataclass(frozen=True)
+class PendingRound:
+    """A round a crash left pending (reader.proto ListPendingRounds): its session, the round
+    (:class:`shared.rounds.Round`, file offsets 0) and when the session was last appended to
+    (RFC 3339 UTC)."""
+
+    session_id: str
+    round: Round
+    last_append_at: str
+
+    @classmethod
+    def from_proto(cls, message: reader_pb2.PendingRound) -> PendingRound:
+        return cls(message.session_id, round_from_proto(message.round), message.last_append_at)
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from rollout_client._results import (
     AppendResult,
     Delegation,
     ForkOrigin,
+    PendingRound,
     RecentMessages,
     Replay,
     ReplaySummary,
@@ -205,6 +206,14 @@ class RolloutClient:
     def resolve_session(self, session_key: str, *, tenant: str = "") -> tuple[str, bool]:
         """See :meth:`AsyncRolloutClient.resolve_session`."""
         return self.run(self.core.resolve_session(session_key, tenant=tenant))
+
+    def pending_rounds(
+        self, *, tenant: str = "", since: str = "", limit: int = 0, idle_seconds: int = 0
+    ) -> list[PendingRound]:
+        """See :meth:`AsyncRolloutClient.pending_rounds`."""
+        return self.run(
+            self.core.pending_rounds(tenant=tenant, since=since, limit=limit, idle_seconds=idle_seconds)
+        )
 
     def session(self, session_id: str) -> Session:
         """The existing session ``session_id`` (no call is made)."""

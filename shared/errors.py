@@ -106,7 +106,8 @@ class RoundNotFoundError(SessionNotFoundError):
     def __init__(self, session_id: str, round_id: str) -> None:
         super().__init__(session_id)
         self.round_id = round_id
-        self.args = (f"round {clip(round_id)!r} not found in session {clip(session_id)!r}",)
+        where = f"in session {clip(session_id)!r}" if session_id else "in any session the caller sees"
+        self.args = (f"round {clip(round_id)!r} not found {where}",)
 
 
 class SessionExistsError(LedgerError):

@@ -51,7 +51,9 @@ Documented additions to the SPEC §1 table (readers must accept them):
   ``child_without_coordinates`` (files without it keep the older reading);
 * a tool ``message`` may carry ``"is_error": true``: the tool reported a failure
   (an Anthropic ``tool_result`` with ``is_error``); not part of the digest;
-* an ``event`` of kind ``resumed`` / ``forked`` records a Resume / Fork;
+* an ``event`` of kind ``resumed`` / ``forked`` records a Resume / Fork, and one of kind
+  ``round_interrupted`` (body ``{"round_id"}``) the round a crash left pending, written by
+  the Resume that follows (shared.rounds);
 * several ``reasoning`` records before one assistant message all attach to it,
   in file order (Responses-API agents write more than one per turn, each with
   its own encrypted content). In a rebuilt message, and inline in a
@@ -107,7 +109,7 @@ makes that checkpoint fail, in every later reading. Older checkpoints have no
 ``lines_digest`` and are verified by their message digest alone (SPEC §4).
 
 An ``event`` whose ``kind`` is in :data:`RESERVED_EVENT_KINDS` is the writer's own
-record (Resume, Fork); clients may not append one.
+record (Resume, Fork, a round's interruption); clients may not append one.
 
 Request marks (an addition to SPEC §1, for SPEC §2.4): the first line an Append request
 writes, when the request carried a ``request_id``, also holds that id and a fingerprint
@@ -182,9 +184,12 @@ class RecordType(enum.StrEnum):
 RESUMED_EVENT = "resumed"
 #: Event kind of the first record a Fork writes after the copied lines.
 FORKED_EVENT = "forked"
+#: Event kind of the writer's record that a crash left a round pending (shared.rounds): written by
+#: Resume of a session without a stop record, before its ``resumed`` event.
+ROUND_INTERRUPTED_EVENT = "round_interrupted"
 #: Event kinds the writer uses for its own records; an Append or an import that names one is
 #: refused (INVALID_ARGUMENT), so they cannot be forged.
-RESERVED_EVENT_KINDS = frozenset({RESUMED_EVENT, FORKED_EVENT})
+RESERVED_EVENT_KINDS = frozenset({RESUMED_EVENT, FORKED_EVENT, ROUND_INTERRUPTED_EVENT})
 
 #: (request id, fingerprint of the request's records as hex): the mark on a request's first line.
 RequestMark = tuple[str, str]

@@ -1,8 +1,10 @@
 """Resume and fork: continuing a session's identity, or branching a new one (SPEC §2.8).
 
 Resume re-opens a session for appending to the same file: every tool call left
-without an output gets an appended synthetic output, then a ``resumed`` event;
-nothing written is rewritten. Eligibility is default-deny (shared.stop_kinds)
+without an output gets an appended synthetic output; a round a crash left pending (a
+session without a stop record: shared.rounds.round_to_close) gets a
+``round_interrupted`` event naming it; then a ``resumed`` event. Nothing written is
+rewritten. Eligibility is default-deny (shared.stop_kinds)
 unless forced, and a file that fails verification (a failed line check, a seq gap
 or repeat, a checkpoint that does not match) is refused (DATA_LOSS) unless forced:
 a forced Resume over damage records the damage in its ``resumed`` event, which
@@ -17,25 +19,31 @@ draining (SPEC §2.7); a fork's bytes are copied in the kernel (``copy_file_rang
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from shared.errors import SessionStateError
+from shared.committed_lines import CommittedLines
+from shared.errors import SessionNotFoundError, SessionStateError
+from shared.layout import DataRoot, open_session_file
 from shared.naming import build_file_name, new_session_id
 from shared.reasons import session_subject
-from shared.rebuild import DegradedEntry
+from shared.rebuild import DegradedEntry, collector_paused
 from shared.records import (
     FORKED_EVENT,
     RESUMED_EVENT,
+    ROUND_INTERRUPTED_EVENT,
     RecordType,
     encode_line,
     format_timestamp,
     now_timestamp,
 )
 from shared.remedies import FORCED_RESUME
+from shared.rounds import Round, RoundTracker, lineage_of, round_to_close
+from shared.session_meta import read_session_meta
 from shared.stop_kinds import classify_session
 from writer_service.file_facts import FORCE_HINT, RebuiltFacts, file_facts, refuse_damage
 from writer_service.forking import check_fork_keeps_pairs, find_fork_point
@@ -50,6 +58,7 @@ class SessionLedger(Protocol):
     is the one implementation): its small public API, so this module does not import it."""
 
     heap_trimmer: HeapTrimmer
+    root: DataRoot
 
     async def open_session(self, session_id: str) -> OpenSession: ...
 
@@ -79,15 +88,19 @@ log = logging.getLogger(__name__)
 SYNTHETIC_OUTPUT = "Error: interrupted before the tool returned"
 #: Damage entries a forced Resume records in its event (the first ones; their number too).
 RECORDED_DAMAGE_ENTRIES = 16
+#: Bytes read at a time when Resume looks for a round a crash left pending.
+ROUND_READ_BYTES = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
 class ResumeResult:
-    """What a Resume did: the calls it closed, the stop kind it lifted ("" if open), the next seq."""
+    """What a Resume did: the calls it closed, the stop kind it lifted ("" if open), the next seq,
+    and the id of the round it recorded interrupted ("" if none was left pending)."""
 
     closed_call_ids: list[str]
     previous_stop_kind: str
     next_seq: int
+    interrupted_round_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,8 +116,10 @@ class ForkResult:
 async def resume_session(ledger: SessionLedger, session_id: str, force: bool = False) -> ResumeResult:
     """Re-open a session for appending, closing calls left without an output (SPEC §2.8).
 
-    Appends one synthetic tool message per unanswered call, then a ``resumed``
-    event, in one batch. A stopped session whose stop kind is not replayable
+    Appends one synthetic tool message per unanswered call, a ``round_interrupted``
+    event when the session has no stop record and its last round is pending (a crash
+    cut it off: shared.rounds.round_to_close; issue 24), then a ``resumed`` event, in
+    one batch. A stopped session whose stop kind is not replayable
     as-is is refused unless ``force``, and so is a damaged file (see the module
     doc). Raises SessionNotFoundError, SessionStateError (not replayable),
     CorruptSessionError (damaged: DATA_LOSS naming line and byte offset),
@@ -122,6 +137,11 @@ async def resume_session(ledger: SessionLedger, session_id: str, force: bool = F
             refuse_damage(damage, state.path.name, "resume", FORCE_HINT)
         closed = found.unanswered_call_ids
         previous = state.stopped_kind or ""
+        cut_off = None
+        if state.stopped_kind is None:  # a stopped tail never leaves a round to close (round_to_close)
+            cut_off = await ledger.run_io(
+                round_left_pending, ledger.root, state.session_id, state.path, found.committed_bytes
+            )
         ts = now_timestamp()
         seq = state.next_seq
         lines = b""
@@ -133,6 +153,13 @@ async def resume_session(ledger: SessionLedger, session_id: str, force: bool = F
                 "synthetic": True,
             }
             lines += encode_line(seq, ts, RecordType.MESSAGE, output)
+            seq += 1
+        if cut_off is not None:
+            interrupted = {
+                "kind": ROUND_INTERRUPTED_EVENT,
+                "body": {"round_id": cut_off.round_id, "start_seq": cut_off.start_seq},
+            }
+            lines += encode_line(seq, ts, RecordType.EVENT, interrupted)
             seq += 1
         body: dict[str, Any] = {"previous_stop_kind": previous, "closed_call_ids": closed, "forced": force}
         if damage is not None:
@@ -147,7 +174,33 @@ async def resume_session(ledger: SessionLedger, session_id: str, force: bool = F
         state.busy = ""
     await durable
     log.info("resumed %s (was %s), closed %d dangling calls", session_id, previous or "open", len(closed))
-    return ResumeResult(closed, previous, seq)
+    return ResumeResult(closed, previous, seq, cut_off.round_id if cut_off is not None else "")
+
+
+def round_left_pending(root: DataRoot, session_id: str, path: Path, end: int) -> Round | None:
+    """The round the first ``end`` bytes of a session file leave pending with no stop record after
+    it (shared.rounds.round_to_close), named through the session's fork lineage; None when
+    there is none. Reads the file in chunks on an I/O thread, in memory that does not grow with
+    the session (the settled rounds are counted, not kept); raises OSError when it cannot be
+    read."""
+
+    def meta_of(source: str) -> dict[str, Any] | None:
+        try:
+            return read_session_meta(root.locate(source)[1])
+        except (SessionNotFoundError, OSError):
+            return None
+
+    fd = open_session_file(path)
+    try:
+        meta = read_session_meta(path)
+        tracker = RoundTracker(lineage_of(session_id, meta, meta_of), keep_done=False)
+        offset = 0
+        with collector_paused():
+            for lines in CommittedLines(fd, 0, end, ROUND_READ_BYTES):
+                offset = tracker.add_lines(lines, offset)
+    finally:
+        os.close(fd)
+    return round_to_close(tracker)
 
 
 def _recorded_damage(entries: list[DegradedEntry]) -> list[dict[str, Any]]:

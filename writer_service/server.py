@@ -297,6 +297,7 @@ class RolloutWriterServicer(writer_pb2_grpc.RolloutWriterServicer):
             closed_call_ids=result.closed_call_ids,
             previous_stop_kind=result.previous_stop_kind,
             next_seq=result.next_seq,
+            interrupted_round_id=result.interrupted_round_id,
         )
 
     @rpc_statuses("Fork")

@@ -159,7 +159,10 @@ class RolloutWriterServicer:
         call left without an output is closed by appending a synthetic tool
         message ("Error: interrupted before the tool returned", synthetic=true); a
         real output appended later supersedes it (last wins in place). Then a
-        `resumed` event is appended. Nothing already written is rewritten.
+        `resumed` event is appended. A session with no stop record whose last
+        round has no final answer (a crash cut it off: shared.rounds) gets a
+        `round_interrupted` event naming that round first, so it is never read as
+        pending or complete again. Nothing already written is rewritten.
         Resuming an open session is allowed (a client taking over after a crash)
         and closes only calls still unanswered; resuming twice adds nothing twice.
         Eligibility is default-deny, as in GetStopFacts: only paused, cancelled and
