@@ -316,6 +316,15 @@ class RolloutWriterServicer(writer_pb2_grpc.RolloutWriterServicer):
             next_seq=result.next_seq,
         )
 
+    @rpc_statuses("DeleteSession")
+    async def DeleteSession(
+        self, request: writer_pb2.DeleteSessionRequest, context: grpc.aio.ServicerContext
+    ) -> writer_pb2.DeleteSessionResponse:
+        result = await self.ledger.delete(request.session_id)
+        return writer_pb2.DeleteSessionResponse(
+            session_id=result.session_id, deleted_at=result.deleted_at, already_deleted=result.already_deleted
+        )
+
     @rpc_statuses("ImportSessions")
     async def ImportSessions(
         self,
@@ -474,7 +483,7 @@ async def start_writer(
                 "Append": screen,
                 "AppendStream": screen,
                 "ImportSessions": large_import_parts,
-                **dict.fromkeys(("CreateSession", "Stop", "Resume", "Fork"), large_requests),
+                **dict.fromkeys(("CreateSession", "Stop", "Resume", "Fork", "DeleteSession"), large_requests),
             },
         )
         bound = service.bind(address)
