@@ -37,6 +37,7 @@ from writer_service.importing import SessionImport
 from writer_service.open_session import RecordTimes, RequestRecords
 from writer_service.ownership import EmbeddedOwnership
 from writer_service.refusal_pacing import RefusalPacer
+from writer_service.retention import retain
 from writer_service.session_index import build_index
 from writer_service.sessions import SessionLedger, WriterConfig
 from writer_service.storage_probe import StorageProbe
@@ -427,13 +428,16 @@ class RunningWriter(RunningService):
     ownership: EmbeddedOwnership
     repairs: asyncio.Task[None] | None = None
     storage_probe: StorageProbe | None = None
+    #: The retention passes (writer_service.retention), when the writer has a retention.
+    retention: asyncio.Task[None] | None = None
 
     async def stop(self, grace: float = 5.0) -> None:
         """Stop accepting, let in-flight calls finish, drain queues, release the data root's lock."""
-        if self.repairs is not None:
-            self.repairs.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.repairs
+        for task in (self.repairs, self.retention):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         if self.storage_probe is not None:
             await self.storage_probe.close()
         await self.service.stop(grace)
@@ -496,6 +500,11 @@ async def start_writer(
         ledger.storage_health.observe(storage_probe)
         ledger.index.repairs.observe(observer)
         repairs = asyncio.ensure_future(_retry_repairs(ledger, config.repair_retry_seconds))
+        retention = None
+        if config.retain_stopped_days is not None:
+            retention = asyncio.ensure_future(
+                retain(ledger, config.retain_stopped_days, config.retention_interval_seconds)
+            )
     except BaseException:
         ownership.release()
         raise
@@ -506,4 +515,4 @@ async def start_writer(
         config.data_dir,
         durable_write_method(config.commit),
     )
-    return RunningWriter(service, ledger, ownership, repairs, storage_probe)
+    return RunningWriter(service, ledger, ownership, repairs, storage_probe, retention)

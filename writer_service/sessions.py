@@ -150,6 +150,10 @@ class WriterConfig:
     repair_retry_seconds: float = 5.0
     #: Shards of a data root this writer creates (shared.shards); an existing root keeps its own.
     shards: int = DEFAULT_SHARDS
+    #: Delete stopped sessions last written more than this many days ago (None: keep every
+    #: session; writer_service.retention), checked every ``retention_interval_seconds``.
+    retain_stopped_days: float | None = None
+    retention_interval_seconds: float = 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -888,20 +892,13 @@ class SessionLedger:
         self.index.remove(session_id)
         self.tenants.forget(session_id)
 
-    def stopped_before(self, cutoff: datetime) -> list[str]:
-        """Sessions stopped whose file was last written before ``cutoff`` (retention)."""
-        found = []
-        for session_id, entry in self.index.entries.items():
-            if entry.stopped_kind is None or session_id in self._deleting:
-                continue
-            path = self.root.session_path(session_id, entry.name)
-            try:
-                written = os.lstat(path).st_mtime
-            except OSError:
-                continue
-            if written < cutoff.timestamp():
-                found.append(session_id)
-        return found
+    def stopped_sessions(self) -> list[tuple[str, Path]]:
+        """(id, file path) of every stopped session not being deleted (retention's candidates)."""
+        return [
+            (session_id, self.root.session_path(session_id, entry.name))
+            for session_id, entry in self.index.entries.items()
+            if entry.stopped_kind is not None and session_id not in self._deleting
+        ]
 
     async def resume(self, session_id: str, force: bool = False) -> ResumeResult:
         """Re-open a session for appending (SPEC §2.8); see :func:`writer_service.branching.resume_session`."""
