@@ -17,6 +17,8 @@ a delegation marker lives in its parent's shard::
         sessions/<file name>.jsonl.torn-<n>   bytes set aside by start-up repair
         delegations/<parent id>/<delegation key>.<child id>   empty marker per child
         writer-state/<session id>.json        the writer's saved state (derived)
+        deletions.jsonl            one deletion record per deleted session (writer_service.deletion)
+        trash/<file name>.jsonl    a session file between its deletion's steps (gone at start-up)
 
 For example, with 256 shards, session ``01a22c15-89a6-7d3d-b5b7-165622bd350c``
 (shard 96) is ``shards/096/sessions/2026-11-30_101530_01a22c15-89a6-7d3d-b5b7-165622bd350c.jsonl``.
