@@ -827,7 +827,7 @@ class SessionLedger:
         if state is not None:
             self._check_visible(state)
             state.refuse_if_busy()
-        tenant = await self._tenant_for_deletion(session_id, entry)
+        tenant = self._tenant_for_deletion(session_id, entry)
         caller = current_caller()
         deletion = Deletion(
             session_id,
@@ -836,10 +836,17 @@ class SessionLedger:
             now_timestamp(),
             cause,
         )
-        self._deleting.add(session_id)
+        self._deleting.add(session_id)  # from here on, opening the session is refused
+        marked: OpenSession | None = None
         try:
+            loading = self._loading.get(session_id)
+            if loading is not None:  # an open begun before: wait for it, so that it is drained too
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(loading)
+            state = self._sessions.get(session_id)
             if state is not None:
-                state.busy = "Delete"
+                state.refuse_if_busy()  # a Stop or Resume began while the open was awaited
+                marked, state.busy = state, "Delete"
                 await state.log.drain()  # appends in flight are written and acknowledged first
             try:
                 await self.run_io(remove_session, self.root, self.index.tombstones, deletion, entry.name)
@@ -852,13 +859,13 @@ class SessionLedger:
             self._forget_deleted(session_id)
         finally:
             self._deleting.discard(session_id)
-            if state is not None:
-                state.busy = ""
+            if marked is not None:
+                marked.busy = ""
         metrics.DELETED_SESSIONS.labels(cause).inc()
         log.info("deleted %s (%s, by %s)", session_id, cause, deletion.deleted_by)
         return DeleteResult(session_id, deletion.deleted_at)
 
-    async def _tenant_for_deletion(self, session_id: str, entry: IndexEntry) -> str:
+    def _tenant_for_deletion(self, session_id: str, entry: IndexEntry) -> str:
         """The recorded tenant of a session being deleted ("" when its file cannot be read and
         no authentication needs it: an unreadable session may still be deleted)."""
         try:

@@ -4,6 +4,7 @@ audit record says who and when, forks stay, and a kill -9 leaves each session wh
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 from pathlib import Path
@@ -11,13 +12,16 @@ from pathlib import Path
 import grpc
 import orjson
 import pytest
+from prometheus_client import REGISTRY
 
 from rollout.v1 import reader_pb2, records_pb2, writer_pb2, writer_pb2_grpc
 from shared.layout import DataRoot
 from shared.naming import session_file_name
+from shared.session_meta import SessionRole, SessionSpec
 from tests.conftest import start_service
 from tests.data_roots import session_file
 from writer_service.deletion import DELETIONS_FILE, KILL_AT_ENV, KILL_POINTS, TRASH_DIR
+from writer_service.sessions import SessionLedger, WriterConfig
 
 PAUSED = records_pb2.STOP_KIND_PAUSED
 
@@ -253,3 +257,38 @@ def test_a_file_in_the_trash_without_a_deletion_record_is_put_back(data_dir) -> 
             writer.Append(writer_pb2.AppendRequest(session_id=kept, records=[_assistant("two")]))
     finally:
         process.stop()
+
+
+def test_an_import_of_a_deleted_id_is_skipped_and_writes_nothing(writer, data_dir) -> None:
+    """A repeated import after a deletion does not bring the session back: its id is reported as
+    already present and its records are dropped."""
+    target = _session(writer, "imported once")
+    writer.DeleteSession(writer_pb2.DeleteSessionRequest(session_id=target))
+    create = writer_pb2.CreateSessionRequest(session_id=target, role=writer_pb2.SESSION_ROLE_ROOT)
+    stream = [
+        writer_pb2.ImportSessionsRequest(create=create),
+        writer_pb2.ImportSessionsRequest(records=writer_pb2.ImportRecords(records=[_user("again")])),
+        writer_pb2.ImportSessionsRequest(stop=writer_pb2.StopRequest(stop_kind=PAUSED)),
+    ]
+    (result,) = writer.ImportSessions(iter(stream)).sessions
+    assert (result.session_id, result.already_present) == (target, True)
+    assert _leftovers(data_dir, target) == []
+
+
+def test_deletions_are_counted_by_cause(data_dir) -> None:
+    """rollout_deleted_sessions_total{cause="request"} counts each DeleteSession that deleted (a
+    retried one that finds the session deleted counts nothing)."""
+
+    async def scenario() -> None:
+        ledger = SessionLedger(WriterConfig(data_dir=data_dir))
+        try:
+            session_id, _ = await ledger.create_session(SessionSpec(role=SessionRole.ROOT))
+            before = REGISTRY.get_sample_value("rollout_deleted_sessions_total", {"cause": "request"}) or 0.0
+            assert not (await ledger.delete(session_id)).already_deleted
+            assert (await ledger.delete(session_id)).already_deleted
+            after = REGISTRY.get_sample_value("rollout_deleted_sessions_total", {"cause": "request"})
+            assert after == before + 1
+        finally:
+            await ledger.close()
+
+    asyncio.run(scenario())
