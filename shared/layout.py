@@ -293,6 +293,10 @@ class DataRoot:
         validate_session_id(parent_session_id)
         return self.shard_dir(self.shard_of(parent_session_id)) / DELEGATIONS_DIR / parent_session_id
 
+    def delegations_folder(self, parent_session_id: str) -> Path:
+        """The folder of a parent's delegation markers (its shard's ``delegations/<parent id>``)."""
+        return self._delegations_of(parent_session_id)
+
     def delegation_marker(self, parent_session_id: str, delegation_id: str, child_session_id: str) -> Path:
         """Where the marker linking a parent's delegation to a child lives (the parent's shard)."""
         folder = self._delegations_of(parent_session_id)

@@ -159,6 +159,14 @@ def test_option_values_out_of_range_are_refused_before_anything_runs(tmp_path: P
         ("replay", UNKNOWN_ID, "--width", "-5"): "--width",
         ("fork", UNKNOWN_ID, "--before-user", "0"): "--before-user",
         ("ls", "--page-size", "1001"): "--page-size",
+        (
+            "serve-writer",
+            "--data-dir",
+            str(tmp_path / "c"),
+            "--retain-stopped-days",
+            "0",
+        ): "--retain-stopped-days",
+        ("serve", "--data-dir", str(tmp_path / "d"), "--retain-stopped-days", "-1"): "--retain-stopped-days",
         ("serve", "--data-dir", str(tmp_path / "a"), "--writer-address", "127.0.0.1:5x"): "--writer-address",
         (
             "serve",

@@ -231,7 +231,7 @@ def finish_removal(root: DataRoot, session_id: str, name: str) -> None:
         if os.path.lexists(marker):
             marker.unlink()
             fsync_dir(marker.parent)
-    children = root.delegation_marker(session_id, "", session_id).parent
+    children = root.delegations_folder(session_id)
     if os.path.lexists(children):
         shutil.rmtree(children)
         fsync_dir(children.parent)

@@ -15,6 +15,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from rollout.v1 import reader_pb2, records_pb2, writer_pb2, writer_pb2_grpc
+from shared.errors import SessionExistsError
 from shared.layout import DataRoot
 from shared.naming import session_file_name
 from shared.session_meta import SessionRole, SessionSpec
@@ -292,3 +293,34 @@ def test_deletions_are_counted_by_cause(data_dir) -> None:
             await ledger.close()
 
     asyncio.run(scenario())
+
+
+def test_a_legacy_data_root_keeps_its_deletion_records_at_its_top(data_dir) -> None:
+    """In a data root of the layout before shards (one folder), the deletion records and the trash
+    are at its top, and a restarted writer still refuses the deleted id."""
+    (data_dir / "sessions").mkdir()
+
+    async def scenario() -> str:
+        ledger = SessionLedger(WriterConfig(data_dir=data_dir))
+        try:
+            session_id, _ = await ledger.create_session(SessionSpec(role=SessionRole.ROOT))
+            await ledger.delete(session_id)
+            return session_id
+        finally:
+            await ledger.close()
+
+    session_id = asyncio.run(scenario())
+    assert not DataRoot(data_dir).sharded
+    assert [path.relative_to(data_dir) for path in data_dir.rglob(DELETIONS_FILE)] == [Path(DELETIONS_FILE)]
+    assert _leftovers(data_dir, session_id) == []
+
+    async def again() -> None:
+        ledger = SessionLedger(WriterConfig(data_dir=data_dir))
+        try:
+            assert (await ledger.delete(session_id)).already_deleted
+            with pytest.raises(SessionExistsError):
+                await ledger.create_session(SessionSpec(session_id=session_id, role=SessionRole.ROOT))
+        finally:
+            await ledger.close()
+
+    asyncio.run(again())
