@@ -26,6 +26,7 @@ public API below: :meth:`SessionLedger.open_session`,
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import os
@@ -207,6 +208,8 @@ class SessionLedger:
         self._loading: dict[str, asyncio.Future[OpenSession]] = {}
         self._requests = RequestMemory(on_forget=self._request_forgotten)
         self._creating: set[str] = set()
+        #: Saves of sessions' states under way on the I/O threads, per session (see _submit_save).
+        self._saves: dict[str, set[concurrent.futures.Future[None]]] = {}
         #: Sessions being deleted: opening one is refused (SessionBusyError) until it is gone.
         self._deleting: set[str] = set()
         self.storage_health = StorageHealth()
@@ -367,12 +370,12 @@ class SessionLedger:
         state.saved_offset = offset
         args = (self._shard_dir(state), state.session_id, state.path, snapshot)
         if after is None:
-            self._executor.submit(save_state, *args)
+            self._submit_save(state.session_id, save_state, *args)
             return
 
         def saved(done: asyncio.Future[None]) -> None:
             if not done.cancelled() and done.exception() is None:
-                self._executor.submit(save_state, *args)
+                self._submit_save(state.session_id, save_state, *args)
 
         after.add_done_callback(saved)
 
@@ -399,8 +402,29 @@ class SessionLedger:
                 if snapshot is None:
                     state.log.close()
                 else:
-                    self._executor.submit(_retire, self._shard_dir(state), state, snapshot)
+                    self._submit_save(session_id, _retire, self._shard_dir(state), state, snapshot)
                 excess -= 1
+
+    def _submit_save(self, session_id: str, function: Callable[..., None], *args: Any) -> None:
+        """Save a session's state on an I/O thread, tracked until done (a delete waits for it)."""
+        done = self._executor.submit(function, *args)
+        self._saves.setdefault(session_id, set()).add(done)
+        loop = asyncio.get_running_loop()
+
+        def settled(_: concurrent.futures.Future[None]) -> None:
+            saves = self._saves.get(session_id)
+            if saves is not None:
+                saves.discard(done)
+                if not saves:
+                    del self._saves[session_id]
+
+        done.add_done_callback(lambda finished: loop.call_soon_threadsafe(settled, finished))
+
+    async def _saved(self, session_id: str) -> None:
+        """Wait for every save of a session's state under way (a failed one was logged)."""
+        for done in list(self._saves.get(session_id, ())):
+            with contextlib.suppress(Exception):
+                await asyncio.wrap_future(done)
 
     def _keep_view(self, state: OpenSession) -> None:
         """Keep a closing session's view in its index entry (at most KEPT_VIEWS sessions keep one)."""
@@ -848,6 +872,7 @@ class SessionLedger:
                 state.refuse_if_busy()  # a Stop or Resume began while the open was awaited
                 marked, state.busy = state, "Delete"
                 await state.log.drain()  # appends in flight are written and acknowledged first
+            await self._saved(session_id)  # no state file is written after the delete removed it
             try:
                 await self.run_io(remove_session, self.root, self.index.tombstones, deletion, entry.name)
             except OSError as exc:

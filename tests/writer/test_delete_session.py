@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import threading
 from pathlib import Path
 
 import grpc
@@ -21,7 +22,10 @@ from shared.naming import session_file_name
 from shared.session_meta import SessionRole, SessionSpec
 from tests.conftest import start_service
 from tests.data_roots import session_file
+from writer_service import session_state
 from writer_service.deletion import DELETIONS_FILE, KILL_AT_ENV, KILL_POINTS, TRASH_DIR
+from writer_service.server import append_payloads
+from writer_service.session_state import SAVE_EVERY_BYTES
 from writer_service.sessions import SessionLedger, WriterConfig
 
 PAUSED = records_pb2.STOP_KIND_PAUSED
@@ -324,3 +328,33 @@ def test_a_legacy_data_root_keeps_its_deletion_records_at_its_top(data_dir) -> N
             await ledger.close()
 
     asyncio.run(again())
+
+
+def test_a_state_saved_as_the_session_is_deleted_is_not_left_behind(data_dir, monkeypatch) -> None:
+    """A session grown past the save threshold has its state saved on an I/O thread after its
+    append is durable; a delete meanwhile waits for that save, then removes the state too. The
+    save is held with its session file open (released when the delete returns, or after 2 s)
+    so that, without the wait, it would write the state after the delete removed it."""
+    big = [append_payloads(_user("x" * (SAVE_EVERY_BYTES + 1024)), 0)]
+    gate = threading.Event()
+    check = session_state._check
+
+    def held_check(fd: int, offset: int) -> str | None:
+        gate.wait(2)
+        return check(fd, offset)
+
+    monkeypatch.setattr(session_state, "_check", held_check)
+
+    async def scenario() -> str:
+        ledger = SessionLedger(WriterConfig(data_dir=data_dir))
+        try:
+            session_id, _ = await ledger.create_session(SessionSpec(role=SessionRole.ROOT))
+            await ledger.append(session_id, big)
+            await ledger.delete(session_id)
+            gate.set()
+            return session_id
+        finally:
+            await ledger.close()
+
+    session_id = asyncio.run(scenario())
+    assert _leftovers(data_dir, session_id) == []
