@@ -299,10 +299,8 @@ class SessionLedger:
         else:
             created = datetime.now(UTC)
         # Session ids are global: an id taken in any tenant is taken (ALREADY_EXISTS says no more).
-        if self.index.get(session_id) is not None or session_id in self._creating:
-            raise SessionExistsError(session_id)
-        if session_id in self.index.tombstones:
-            raise SessionExistsError(session_id, deleted=True)
+        if self.taken(session_id):
+            raise SessionExistsError(session_id, deleted=session_id in self.index.tombstones)
         meta = session_meta_payload(spec, session_id, role, format_timestamp(created))
         return session_id, build_file_name(created, session_id, spec.agent_name), meta
 
@@ -458,6 +456,15 @@ class SessionLedger:
             state.entry.fresh = False
             state.entry.requests_floor = None  # set again from the file when next opened
             state.log.close()
+
+    def taken(self, session_id: str) -> bool:
+        """Whether ``session_id`` is in the ledger, being created, or was deleted (a tombstone: never
+        used again; writer_service.deletion), by any tenant. Every creation with a given id asks."""
+        return (
+            self.index.get(session_id) is not None
+            or session_id in self._creating
+            or session_id in self.index.tombstones
+        )
 
     def reserve(self, session_id: str) -> None:
         """Hold ``session_id`` for a session being created elsewhere (an import): creating it is refused."""
