@@ -219,6 +219,9 @@ class ListingIndex:
         self._worker: threading.Thread | None = None
         self._closed = False
         self.folder = SessionFolders(root, self._added, self._removed, self._verify_later)
+        #: Called with the path of each session file that went (a deletion): the reader's caches
+        #: keyed by file drop it (reader_service.server). Called under the folder's lock.
+        self.removal_listeners: list[Callable[[Path], None]] = []
         self.warm = threading.Event()
         #: Activity lookups by outcome (reader_service.metrics): still current, or read again.
         self.counts = {"current": 0, "refreshed": 0}
@@ -260,6 +263,9 @@ class ListingIndex:
                 if source is not None:
                     self._posting("fork_source", source[0]).remove(key)
             self._activity.pop(name, None)
+        path = self.root.session_path(parsed.session_id, name)
+        for listener in self.removal_listeners:
+            listener(path)
 
     def _posting(self, kind: str, value: str) -> _Postings:
         posting = self._postings.get((kind, value))
