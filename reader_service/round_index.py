@@ -44,6 +44,7 @@ def holders(index: ListingIndex, owner: str, seq: int) -> list[str]:
     """Ids of the sessions the caller sees that hold the round whose trigger ``owner`` wrote at
     ``seq``: ``owner`` first when it is still there, then its forks that copied ``seq`` (fork
     point >= seq), theirs, and so on, oldest first at each step."""
+    index.sync()  # forks made since the last call are listed
     index.ensure_heads()
     found: list[str] = []
     try:

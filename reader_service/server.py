@@ -354,23 +354,21 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
             raise InvalidArgumentError(
                 "round_id", f"{request.round_id[:64]!r} is not a round id (a lowercase UUID)"
             )
-        origin = None
-        if not request.session_id:
+        session_id = request.session_id
+        if not session_id:  # by id alone: the reader's index of rounds read (reader_service.round_index)
             origin = await self._heavy_run(
                 find_origin, self.index, self.round_cache, request.round_id, self._lineage
             )
-            if origin is None:
+            held = await self._cheap_run(holders, self.index, *origin) if origin is not None else []
+            if not held:
                 raise RoundNotFoundError("", request.round_id)
-        held = await self._cheap_run(holders, self.index, *origin) if origin is not None else []
-        session_id = request.session_id or (held[0] if held else "")
-        if not session_id:
-            raise RoundNotFoundError("", request.round_id)
+            session_id = held[0]
         path, _ = await self._locate(session_id)
         rounds = await self._heavy_run(self._rounds_of, session_id, path)
         found = round_at(rounds, request.round_id)
         if found is None:
             raise RoundNotFoundError(request.session_id, request.round_id)
-        if origin is None:
+        if request.session_id:
             origin = self.round_cache.origin(request.round_id)  # noted by the reading above
             held = await self._cheap_run(holders, self.index, *origin) if origin is not None else [session_id]
         records = await self._heavy_run(round_records, path, found, self.config.max_reply_bytes)

@@ -37,7 +37,7 @@ from rollout_client._errors import (
     error_from_rpc,
 )
 from rollout_client._records import Event, append_record
-from rollout_client._results import Delegation, DeleteResult, PendingRound, SessionPage
+from rollout_client._results import Delegation, DeleteResult, PendingRound, RoundRecords, SessionPage
 from rollout_client._session import AsyncSession
 from rollout_client._settings import client_settings
 from shared.naming import new_session_id
@@ -317,6 +317,16 @@ class AsyncRolloutClient:
             ),
         )
         return [PendingRound.from_proto(message) for message in reply.rounds]
+
+    async def round(self, round_id: str, *, session_id: str = "") -> RoundRecords:
+        """One round by its id (reader.proto GetRound): its summary, records and how many sessions
+        hold it; ``session_id`` reads it from that session (empty: the one that wrote its
+        trigger, or a fork holding it). Raises NotFoundError, InvalidArgumentError,
+        ResourceExhaustedError (its records do not fit one reply)."""
+        reply = await self.call(
+            self.reader_stub.GetRound, reader_pb2.GetRoundRequest(round_id=round_id, session_id=session_id)
+        )
+        return RoundRecords.from_proto(reply)
 
     def session(self, session_id: str) -> AsyncSession:
         """The existing session ``session_id`` (no call is made; a wrong id fails on first use)."""

@@ -450,3 +450,24 @@ class WatchedRecord:
             if isinstance(parsed, dict) and isinstance(parsed.get("payload"), dict):
                 payload = parsed["payload"]
         return cls(record.seq, record.type, record.ts, payload, record.line)
+
+
+@dataclass(frozen=True)
+class RoundRecords:
+    """One round as GetRound answers it (reader.proto): the round (:class:`shared.rounds.Round`,
+    file offsets 0), its records in seq order, how many sessions the caller sees hold it (the
+    one that wrote its trigger and each fork that copied it), and the session it was read from."""
+
+    round: Round
+    records: tuple[WatchedRecord, ...]
+    held_by: int
+    session_id: str
+
+    @classmethod
+    def from_proto(cls, reply: reader_pb2.GetRoundResponse) -> RoundRecords:
+        return cls(
+            round_from_proto(reply.round),
+            tuple(WatchedRecord.from_proto(record) for record in reply.records),
+            reply.held_by,
+            reply.session_id,
+        )

@@ -32,6 +32,7 @@ from rollout_client._results import (
     Replay,
     ReplaySummary,
     ResumeResult,
+    RoundRecords,
     SessionPage,
     StopFacts,
     StopResult,
@@ -215,6 +216,10 @@ class RolloutClient:
         return self.run(
             self.core.pending_rounds(tenant=tenant, since=since, limit=limit, idle_seconds=idle_seconds)
         )
+
+    def round(self, round_id: str, *, session_id: str = "") -> RoundRecords:
+        """See :meth:`AsyncRolloutClient.round`."""
+        return self.run(self.core.round(round_id, session_id=session_id))
 
     def session(self, session_id: str) -> Session:
         """The existing session ``session_id`` (no call is made)."""
