@@ -1,4 +1,4 @@
-"""Session listing: newest first, paged by an opaque cursor (SPEC §5 Listing).
+"""Session listing: newest first, paged by an opaque cursor (docs/spec.md §5 Listing).
 
 Order: creation time (from the file name, to the second) descending, then
 session id descending; stable while sessions are being created, because the

@@ -1,4 +1,4 @@
-"""The listing index: a small summary per session, kept current as sessions change (SPEC §5).
+"""The listing index: a small summary per session, kept current as sessions change (docs/spec.md §5).
 
 Derived data only: everything here is rebuilt from the files (a new reader
 starts empty and warms up in the background), it is never the source of truth,
@@ -27,7 +27,7 @@ Per session file it keeps:
   far it got).
 
 Records are counted from their envelope alone (``{"v":..,"seq":..,"ts":..,
-"type":"message",``, the line shape of SPEC §1; simple fields added before
+"type":"message",``, the line shape of docs/spec.md §1; simple fields added before
 ``type`` are allowed), so counting runs at the speed of a regular expression.
 """
 

@@ -1,6 +1,6 @@
 """ListRounds and GetRound: a session's rounds (shared.rounds), kept per file and extended as it grows.
 
-The rounds of a session are derived state (SPEC §5: keyed by file identity and
+The rounds of a session are derived state (docs/spec.md §5: keyed by file identity and
 committed length, always rebuildable, never the source of truth). :class:`RoundCache`
 keeps, per session file read, one :class:`shared.rounds.RoundTracker` fed every
 committed line once, with the file's identity as the replay cache checks it

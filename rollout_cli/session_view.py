@@ -262,7 +262,7 @@ def round_json_line(found: Round) -> str:
 
 
 def replay_json_line(message: Mapping[str, Any]) -> str:
-    """One message of ``rollout replay --json``: its canonical JSON (SPEC §4, the form the digest
+    """One message of ``rollout replay --json``: its canonical JSON (docs/spec.md §4, the form the digest
     hashes: sorted keys, the digest's fields only)."""
     return canonical_message(message).decode()
 

@@ -18,7 +18,7 @@ reached only through methods; and (``rollout_client.agents``, with the
         child.stop("completed")
 
 :class:`RolloutClient` blocks; :class:`AsyncRolloutClient` has the same calls as
-coroutines. SPEC §6 (Interfaces) names this package; the README has a walkthrough.
+coroutines. docs/spec.md §6 (Interfaces) names this package; the README has a walkthrough.
 """
 
 from rollout_client._aio import AsyncRolloutClient

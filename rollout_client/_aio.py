@@ -67,7 +67,7 @@ def _unsent_append(pending: PendingAppend, error: RolloutError) -> RolloutError:
 
 
 def _root_role(agent_name: str, root: bool | None) -> writer_pb2.SessionRole:
-    """The SessionRole of a session created outside any delegation (SPEC §5, seed rule 13)."""
+    """The SessionRole of a session created outside any delegation (docs/spec.md §5, seed rule 13)."""
     if root is True:
         return writer_pb2.SESSION_ROLE_ROOT
     if root is False:

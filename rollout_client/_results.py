@@ -1,7 +1,7 @@
 """What the ledger answers, as plain frozen dataclasses (reader.proto / writer.proto responses).
 
 Digest statuses are the strings ``verified``, ``mismatch`` and ``no_checkpoint``
-(SPEC §5); stop kinds the raw strings the ledger stores (``paused``, ...).
+(docs/spec.md §5); stop kinds the raw strings the ledger stores (``paused``, ...).
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ class ReplaySummary:
 @dataclass(frozen=True)
 class Replay:
     """The exact rebuilt message sequence of a session (message dicts, reasoning attached)
-    and its :class:`ReplaySummary` (SPEC §5 Replay)."""
+    and its :class:`ReplaySummary` (docs/spec.md §5 Replay)."""
 
     session_id: str
     messages: list[dict[str, Any]]
@@ -260,7 +260,7 @@ class PendingRound:
 
 @dataclass(frozen=True)
 class StopFacts:
-    """Why and where a session stopped, from the file's tail (SPEC §5 Stop facts).
+    """Why and where a session stopped, from the file's tail (docs/spec.md §5 Stop facts).
     ``found=False`` means unknown (running, or killed before any Stop), never "cannot continue".
     ``replayable`` and ``resume_reason`` are the default-deny resume eligibility.
     ``tail_bytes_read``: what the reader read to answer; ``next_seq``: the seq after the last
@@ -308,7 +308,7 @@ class StopFacts:
 
 @dataclass(frozen=True)
 class VerifyReport:
-    """A full integrity check (SPEC §5 Verify): ``ok`` unless the file is damaged or the last
+    """A full integrity check (docs/spec.md §5 Verify): ``ok`` unless the file is damaged or the last
     checkpoint does not verify; findings are sentences a person can read."""
 
     session_id: str

@@ -3,7 +3,7 @@
 :func:`client_settings` is the one place that reads them, for :class:`rollout_client.RolloutClient`,
 :class:`rollout_client.AsyncRolloutClient` and the ``rollout`` command's client commands alike,
 so a program and the command line pointed by the same environment reach the same services the
-same way (SPEC §6):
+same way (docs/spec.md §6):
 
 ==============  ==========  ==================  ==========================
 setting         argument    environment         otherwise

@@ -5,7 +5,7 @@ The hierarchy::
     LedgerError                      base; never raised itself
     ├── RecordValidationError        INVALID_ARGUMENT  (names record index and field)
     ├── InvalidArgumentError         INVALID_ARGUMENT  (a request field, named)
-    │   └── FileNameError            INVALID_ARGUMENT  (a name that is not the SPEC §2.9 shape)
+    │   └── FileNameError            INVALID_ARGUMENT  (a name that is not the docs/spec.md §2.9 shape)
     ├── PermissionDeniedError        PERMISSION_DENIED (a request field the caller may not set, named)
     ├── SessionNotFoundError         NOT_FOUND         (also a session of another tenant)
     │   └── RoundNotFoundError       NOT_FOUND         (no such round in the session)
@@ -79,7 +79,7 @@ class InvalidArgumentError(LedgerError):
 
 
 class FileNameError(InvalidArgumentError):
-    """A session file name, session id or agent name is not of the SPEC §2.9 shape."""
+    """A session file name, session id or agent name is not of the docs/spec.md §2.9 shape."""
 
 
 class PermissionDeniedError(LedgerError):
@@ -156,7 +156,7 @@ class SessionUnavailableError(LedgerError):
 
 
 class NotOwnerError(LedgerError):
-    """This writer may not write or acknowledge for the session's shard (SPEC §7): it does not own
+    """This writer may not write or acknowledge for the session's shard (docs/spec.md §7): it does not own
     the shard, or its ownership ended before a write it made was durable in time. Nothing of the
     request was acknowledged; the bytes of a write already made stay unacknowledged in the file (a
     retry with the same request id is answered from it). Retry.

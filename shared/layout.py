@@ -1,6 +1,6 @@
 """Where sessions live under a data root, and how an id finds its file.
 
-A data root created by this version is **sharded** (SPEC §7): a fixed number of
+A data root created by this version is **sharded** (docs/spec.md §7): a fixed number of
 virtual shards (shared.shards: the count is recorded in ``cluster.json`` when the
 root is created, 256 unless the creating writer is told otherwise), each a folder
 of its own holding its sessions, its delegation markers and its writer's saved
@@ -9,7 +9,7 @@ a delegation marker lives in its parent's shard::
 
     <data root>/
       cluster.json                 {"hash":"blake2b-64","shards":256}, written once (0600)
-      writer.lock                  held by the writer that owns every shard (SPEC §2.1)
+      writer.lock                  held by the writer that owns every shard (docs/spec.md §2.1)
       writer-state/                the storage probe's scratch files (writer_service.storage_probe)
       shards/<NNN>/                shard NNN: 000 .. 255 (zero-padded to the width of the
                                    largest shard number, at least three digits)
@@ -61,7 +61,7 @@ Session files are opened without following symbolic links (:func:`open_session_f
 ``O_NOFOLLOW``), by both services: a link planted in a sessions folder is reported
 (an OSError ``ELOOP`` saying so: UNAVAILABLE with ErrorInfo ``ELOOP``), never read.
 
-Clients only ever hold session ids (SPEC §6); this module is the one place that
+Clients only ever hold session ids (docs/spec.md §6); this module is the one place that
 turns an id into a path, so another storage can replace it without touching a
 client. An id is resolved through an in-process index of its shard's folder, which
 is refreshed from a scan of that folder on a miss, so readers stay stateless and see

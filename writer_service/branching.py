@@ -1,4 +1,4 @@
-"""Resume and fork: continuing a session's identity, or branching a new one (SPEC §2.8).
+"""Resume and fork: continuing a session's identity, or branching a new one (docs/spec.md §2.8).
 
 Resume re-opens a session for appending to the same file: every tool call left
 without an output gets an appended synthetic output; a round a crash left pending (a
@@ -13,7 +13,7 @@ writer's Stop accepts that damage (shared.rebuild.Rebuild.unaccepted_damage).
 Fork copies the source's records up to a fork point, byte for byte, into a new session whose ``session_meta.forked_from`` names source, seq and digest;
 the source is drained first when open, and never written. Both read the whole
 file with the shared rebuild in bounded memory (writer_service.file_facts), after
-draining (SPEC §2.7); a fork's bytes are copied in the kernel (``copy_file_range``).
+draining (docs/spec.md §2.7); a fork's bytes are copied in the kernel (``copy_file_range``).
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ class ForkResult:
 
 
 async def resume_session(ledger: SessionLedger, session_id: str, force: bool = False) -> ResumeResult:
-    """Re-open a session for appending, closing calls left without an output (SPEC §2.8).
+    """Re-open a session for appending, closing calls left without an output (docs/spec.md §2.8).
 
     Appends one synthetic tool message per unanswered call, a ``round_interrupted``
     event when the session has no stop record and its last round is pending (a crash
@@ -225,7 +225,7 @@ def _check_resumable(state: OpenSession) -> None:
 async def fork_session(
     ledger: SessionLedger, source_id: str, at_seq: int | None, before_user_message: int | None
 ) -> ForkResult:
-    """Create a new session holding the source's records up to the fork point (SPEC §2.8).
+    """Create a new session holding the source's records up to the fork point (docs/spec.md §2.8).
 
     Exactly one of ``at_seq`` (keep seq <= at_seq) and ``before_user_message``
     (keep everything before the Nth user message, 1-based) is given. The

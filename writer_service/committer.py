@@ -1,4 +1,4 @@
-"""Group commit across sessions: durability rounds (SPEC §2.2, §2.10).
+"""Group commit across sessions: durability rounds (docs/spec.md §2.2, §2.10).
 
 One :class:`GroupCommitter` per writer makes every session file durable. Each
 open session file has a :class:`SessionLog`: callers hand it encoded lines

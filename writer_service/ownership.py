@@ -1,4 +1,4 @@
-"""Which shards this writer may write, and whether it may still acknowledge what it wrote (SPEC §7).
+"""Which shards this writer may write, and whether it may still acknowledge what it wrote (docs/spec.md §7).
 
 The ledger and the committer ask an :class:`Ownership` and nothing else (they never
 import a coordination client):
@@ -20,7 +20,7 @@ are thread-safe and answer from memory (no I/O, no blocking: it is on every batc
 ``serve-writer`` without a coordination service): it owns every shard of its data
 root at epoch :data:`EMBEDDED_EPOCH` for the life of the process, and always may
 acknowledge. It holds the data root's lock file (``writer.lock``: shared.layout) for all of
-them, so that a second writer on the same data root fails fast (SPEC §2.1).
+them, so that a second writer on the same data root fails fast (docs/spec.md §2.1).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ out; errors become statuses in :func:`shared.status.rpc_statuses` (one decorator
 per RPC). Standard health checking and server reflection are served beside it.
 The writer owns every shard of its data root (writer_service.ownership:
 EmbeddedOwnership), the root's ``writer.lock`` held for the life of the process: a
-second writer on the same root fails fast (SPEC §2.1).
+second writer on the same root fails fast (docs/spec.md §2.1).
 """
 
 from __future__ import annotations
@@ -216,7 +216,7 @@ class RolloutWriterServicer(writer_pb2_grpc.RolloutWriterServicer):
     ) -> writer_pb2.AppendResponse:
         unknown = self.ledger.unknown_id_message(request.session_id)
         if unknown is not None:
-            # The cheapest refusal (SPEC §2.10): no record decoded, no exception raised, no
+            # The cheapest refusal (docs/spec.md §2.10): no record decoded, no exception raised, no
             # status details built; gRPC discards the reply of a call whose code is not OK.
             # A peer that keeps doing it is answered at a paced rate (writer_service.refusal_pacing).
             delay = self.pacer.delay(context.peer())

@@ -1,4 +1,4 @@
-"""The writer's session ledger: create, append, stop; resume and fork through it (SPEC §2).
+"""The writer's session ledger: create, append, stop; resume and fork through it (docs/spec.md §2).
 
 :class:`SessionLedger` is the writer's one entry point below the gRPC layer. It
 holds the :class:`~writer_service.session_index.SessionIndex` of every session
@@ -13,7 +13,7 @@ state and the lines after it (writer_service.session_state), never the whole fil
 Validation, seq assignment and queueing happen in the event loop without an await
 between them, so requests to one session are strictly ordered and all or nothing.
 
-Stop follows SPEC §2.6 exactly: mark the session busy (later appends are refused
+Stop follows docs/spec.md §2.6 exactly: mark the session busy (later appends are refused
 with ABORTED until it ends), drain its queue, rebuild the whole file on an I/O
 thread with the same shared rules the reader uses (bounded memory,
 writer_service.file_facts), digest it, then append ``agent_checkpoint`` and
@@ -512,7 +512,7 @@ class SessionLedger:
         None for a known id and for a malformed one (whose INVALID_ARGUMENT the
         normal path gives). A dict lookup and, for an absent id, a regex match:
         what a servicer checks first so that refusing an unknown id costs no
-        record decoding and no exception (SPEC §2.10: an unknown id is answered
+        record decoding and no exception (docs/spec.md §2.10: an unknown id is answered
         from memory).
         """
         if session_id in self.index.entries:
@@ -752,7 +752,7 @@ class SessionLedger:
         error: dict[str, str] | None = None,
         ts: str = "",
     ) -> StopResult:
-        """Drain, rebuild the whole file, append checkpoint and stop, make durable (SPEC §2.6).
+        """Drain, rebuild the whole file, append checkpoint and stop, make durable (docs/spec.md §2.6).
 
         ``reason`` is at most 16 KiB characters, the error's message too; ``ts`` the
         time of both records in the ledger's form ("" for now). Raises
@@ -790,7 +790,7 @@ class SessionLedger:
         return StopResult(checkpoint_seq, checkpoint_seq + 1, message_digest, found.message_count)
 
     async def rebuild_exclusive(self, state: OpenSession, with_digest: bool) -> RebuiltFacts:
-        """Drain the session's queue, then rebuild its whole file on an I/O thread (SPEC §2.7).
+        """Drain the session's queue, then rebuild its whole file on an I/O thread (docs/spec.md §2.7).
 
         Call with ``state.busy`` set. Raises SessionStateError when a write failed
         while draining, OSError when the file cannot be read.
@@ -940,11 +940,11 @@ class SessionLedger:
         ]
 
     async def resume(self, session_id: str, force: bool = False) -> ResumeResult:
-        """Re-open a session for appending (SPEC §2.8); see :func:`writer_service.branching.resume_session`."""
+        """Re-open a session for appending (docs/spec.md §2.8); see :func:`writer_service.branching.resume_session`."""
         return await resume_session(self, session_id, force)
 
     async def fork(self, source_id: str, at_seq: int | None, before_user_message: int | None) -> ForkResult:
-        """A new session from the source's records up to a fork point (SPEC §2.8); see
+        """A new session from the source's records up to a fork point (docs/spec.md §2.8); see
         :func:`writer_service.branching.fork_session`."""
         return await fork_session(self, source_id, at_seq, before_user_message)
 
@@ -1009,7 +1009,7 @@ def stop_lines(
     reason: str,
     error: dict[str, str] | None,
 ) -> bytes:
-    """The ``agent_checkpoint`` and ``stop`` lines of a Stop (SPEC §2.6) over a rebuild of the
+    """The ``agent_checkpoint`` and ``stop`` lines of a Stop (docs/spec.md §2.6) over a rebuild of the
     whole file: the checkpoint carries the message digest and the lines digest of every line
     before it (shared.records), the stop names the checkpoint's seq."""
     checkpoint = {

@@ -248,7 +248,7 @@ class RolloutReaderServicer:
         raise NotImplementedError('Method not implemented!')
 
     def WatchSession(self, request, context):
-        """Follow a session live (SPEC §6): the records already written with seq >=
+        """Follow a session live (docs/spec.md §6): the records already written with seq >=
         from_seq (catch-up), then each new record as it lands, in file order, each
         once. A record is sent once its line is complete in the file (ends with
         "\n"): a line still being written is waited for. Lines reach the file

@@ -1,4 +1,4 @@
-"""Shard ownership as the writer asks it (writer_service.ownership, SPEC §7): before writing a batch,
+"""Shard ownership as the writer asks it (writer_service.ownership, docs/spec.md §7): before writing a batch,
 after its durability, and the single-process default that owns every shard."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Resume and fork: same identity vs new identity, nothing rewritten (SPEC §2.8)."""
+"""Resume and fork: same identity vs new identity, nothing rewritten (docs/spec.md §2.8)."""
 
 from __future__ import annotations
 
