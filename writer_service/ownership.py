@@ -50,6 +50,11 @@ class Ownership(Protocol):
         """Whether a batch of ``shard`` written under ``epoch`` and durable at ``durable_at``
         (``time.monotonic()`` seconds) may be acknowledged."""
 
+    def owner_of(self, shard: int) -> tuple[str, int] | None:
+        """The ``host:port`` clients reach ``shard``'s owner at and its epoch, as this writer knows
+        them now (itself included), or None when it knows no owner (NOT_OWNER's metadata and
+        GetShardMap send it: the routing of docs/cluster.md §4)."""
+
 
 class EmbeddedOwnership:
     """Every shard, epoch :data:`EMBEDDED_EPOCH`, always acknowledged; holds the data root's lock.
@@ -59,6 +64,12 @@ class EmbeddedOwnership:
 
     def __init__(self, locks: Sequence[FileLock] = ()) -> None:
         self._locks = list(locks)
+        #: The address clients reach this writer at ("" until it is bound: :meth:`advertise`).
+        self.address = ""
+
+    def advertise(self, address: str) -> None:
+        """Take ``address`` (``host:port``) as where clients reach this writer (:meth:`owner_of`)."""
+        self.address = address
 
     @classmethod
     def claim(cls, root: DataRoot) -> EmbeddedOwnership:
@@ -82,6 +93,9 @@ class EmbeddedOwnership:
 
     def may_acknowledge(self, shard: int, epoch: int, durable_at: float) -> bool:
         return True
+
+    def owner_of(self, shard: int) -> tuple[str, int] | None:
+        return (self.address, EMBEDDED_EPOCH) if self.address else None
 
     def release(self) -> None:
         """Give up the lock (the writer has stopped writing)."""

@@ -321,6 +321,7 @@ class SessionLedger:
                 f" {session_id} was durable; it was not acknowledged; retry",
                 shard=shard,
                 epoch=epoch,
+                owner=self.ownership.owner_of(shard),
             )
         state = OpenSession(
             session_id, entry, path, self._log(session_id, fd, size, shard, epoch), calls, meta
