@@ -379,7 +379,9 @@ class GroupCommitter:
         epoch = self.ownership.owns(shard)
         if epoch is None:
             raise NotOwnerError(
-                f"this writer does not own shard {shard}; retry", shard=shard, owner=self.ownership.owner_of(shard)
+                f"this writer does not own shard {shard}; retry",
+                shard=shard,
+                owner=self.ownership.owner_of(shard),
             )
         with self._lock:
             refusal = self._write_refusal(shard, epoch, epoch)
