@@ -187,6 +187,14 @@ async def serve_until_signal(start: Any, label: str) -> None:
     help="Shards of a data root this writer creates (recorded in its cluster.json, never changed);"
     " an existing data root keeps its own.",
 )
+@click.option(
+    "--static-shard-map",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    hidden=True,
+    help="Testing: own the shards this JSON map gives --address, beside other writers on the same"
+    " data root (writer_service.ownership.StaticOwnership).",
+)
 @service_options
 def serve_writer(
     data_dir: Path,
@@ -202,10 +210,11 @@ def serve_writer(
     unknown_id_rate: float,
     repair_retry_seconds: float,
     shards: int,
+    static_shard_map: Path | None,
     serving: ServeOptions,
 ) -> None:
     """Run the writer service alone (one per data root)."""
-    from writer_service.ownership import DataRootLockedError
+    from writer_service.ownership import DataRootLockedError, StaticShardMapError
     from writer_service.server import start_writer
     from writer_service.sessions import WriterConfig
 
@@ -229,12 +238,13 @@ def serve_writer(
         unknown_id_rate=unknown_id_rate,
         repair_retry_seconds=repair_retry_seconds,
         shards=shards,
+        static_shard_map=static_shard_map,
     )
     try:
         asyncio.run(
             serve_until_signal(reloading_tokens(start_writer(config, address, settings), settings), "writer")
         )
-    except (DataRootLockedError, ClusterFileError, BindError) as exc:
+    except (DataRootLockedError, ClusterFileError, BindError, StaticShardMapError) as exc:
         raise click.ClickException(str(exc)) from exc
 
 

@@ -331,6 +331,8 @@ def valid_request(method: MethodDescriptor, pool: Pool) -> Message:
         return writer_pb2.ResumeRequest(session_id=sid, force=rng.random() < 0.3)
     if name == "Fork":
         return writer_pb2.ForkRequest(session_id=sid, at_seq=rng.randint(0, 12))
+    if name == "GetShardMap":
+        return writer_pb2.GetShardMapRequest()
     if name == "ImportSessions":
         return writer_pb2.ImportSessionsRequest(
             create=writer_pb2.CreateSessionRequest(

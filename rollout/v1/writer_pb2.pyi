@@ -205,3 +205,29 @@ class ImportSessionsResponse(_message.Message):
     SESSIONS_FIELD_NUMBER: _ClassVar[int]
     sessions: _containers.RepeatedCompositeFieldContainer[ImportedSessionResult]
     def __init__(self, sessions: _Optional[_Iterable[_Union[ImportedSessionResult, _Mapping]]] = ...) -> None: ...
+
+class GetShardMapRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetShardMapResponse(_message.Message):
+    __slots__ = ("shard_count", "hash", "owners", "address")
+    SHARD_COUNT_FIELD_NUMBER: _ClassVar[int]
+    HASH_FIELD_NUMBER: _ClassVar[int]
+    OWNERS_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    shard_count: int
+    hash: str
+    owners: _containers.RepeatedCompositeFieldContainer[ShardOwner]
+    address: str
+    def __init__(self, shard_count: _Optional[int] = ..., hash: _Optional[str] = ..., owners: _Optional[_Iterable[_Union[ShardOwner, _Mapping]]] = ..., address: _Optional[str] = ...) -> None: ...
+
+class ShardOwner(_message.Message):
+    __slots__ = ("shard", "address", "epoch")
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    shard: int
+    address: str
+    epoch: int
+    def __init__(self, shard: _Optional[int] = ..., address: _Optional[str] = ..., epoch: _Optional[int] = ...) -> None: ...

@@ -69,6 +69,11 @@ class RolloutWriterStub:
                 request_serializer=rollout_dot_v1_dot_writer__pb2.ImportSessionsRequest.SerializeToString,
                 response_deserializer=rollout_dot_v1_dot_writer__pb2.ImportSessionsResponse.FromString,
                 _registered_method=True)
+        self.GetShardMap = channel.unary_unary(
+                '/rollout.v1.RolloutWriter/GetShardMap',
+                request_serializer=rollout_dot_v1_dot_writer__pb2.GetShardMapRequest.SerializeToString,
+                response_deserializer=rollout_dot_v1_dot_writer__pb2.GetShardMapResponse.FromString,
+                _registered_method=True)
 
 
 class RolloutWriterServicer:
@@ -218,6 +223,21 @@ class RolloutWriterServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetShardMap(self, request, context):
+        """Which writer owns each shard, as this writer knows it now: what a client
+        needs to send each session's calls to its owner (docs/cluster.md §4). A
+        session's shard is BLAKE2b with an 8-byte digest of the session id's ASCII
+        bytes, read as a big-endian unsigned integer, modulo shard_count (hash
+        "blake2b-64"; shared/shards.py). Cheap: answered from memory, no file read.
+        A writer's answer may lag an owner change: a call sent to a writer that no
+        longer owns the shard is answered UNAVAILABLE with ErrorInfo NOT_OWNER
+        naming the owner it knows; keep, per shard, the entry of the larger epoch.
+        Statuses: OK; UNAUTHENTICATED without credentials when authentication is on.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RolloutWriterServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -255,6 +275,11 @@ def add_RolloutWriterServicer_to_server(servicer, server):
                     servicer.ImportSessions,
                     request_deserializer=rollout_dot_v1_dot_writer__pb2.ImportSessionsRequest.FromString,
                     response_serializer=rollout_dot_v1_dot_writer__pb2.ImportSessionsResponse.SerializeToString,
+            ),
+            'GetShardMap': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetShardMap,
+                    request_deserializer=rollout_dot_v1_dot_writer__pb2.GetShardMapRequest.FromString,
+                    response_serializer=rollout_dot_v1_dot_writer__pb2.GetShardMapResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -446,6 +471,33 @@ class RolloutWriter:
             '/rollout.v1.RolloutWriter/ImportSessions',
             rollout_dot_v1_dot_writer__pb2.ImportSessionsRequest.SerializeToString,
             rollout_dot_v1_dot_writer__pb2.ImportSessionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetShardMap(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rollout.v1.RolloutWriter/GetShardMap',
+            rollout_dot_v1_dot_writer__pb2.GetShardMapRequest.SerializeToString,
+            rollout_dot_v1_dot_writer__pb2.GetShardMapResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,138 @@
+"""Routing across writers (docs/cluster.md §4): 2-3 writer processes on one data root, each owning
+the shards a static map gives it. A writer asked about another's shard answers UNAVAILABLE with
+ErrorInfo NOT_OWNER naming the owner and its epoch; GetShardMap tells every owner; CreateSession
+without an id picks one in a shard the writer owns; Fork lands its new session in a shard of the
+writer that owns the source; the SDK follows the map and the redirects, exactly once across an
+owner change."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from google.rpc import error_details_pb2, status_pb2
+
+from rollout.v1 import records_pb2, writer_pb2, writer_pb2_grpc
+from shared.reasons import NOT_OWNER, OWNER_ADDRESS, OWNER_EPOCH
+from shared.shards import shard_of
+from tests.e2e.static_cluster import StaticCluster, id_in_shard
+from tests.processes import ServiceProcess
+
+SHARDS = 16
+
+
+def user(text: str) -> writer_pb2.AppendRecord:
+    return writer_pb2.AppendRecord(message=records_pb2.ChatMessage(role="user", text=text))
+
+
+def not_owner_of(error: grpc.RpcError) -> dict[str, str]:
+    """The NOT_OWNER ErrorInfo metadata of an UNAVAILABLE status (AssertionError otherwise)."""
+    assert error.code() is grpc.StatusCode.UNAVAILABLE, error
+    (raw,) = [value for key, value in error.trailing_metadata() if key == "grpc-status-details-bin"]
+    status = status_pb2.Status.FromString(raw)
+    for detail in status.details:
+        info = error_details_pb2.ErrorInfo()
+        if detail.Unpack(info) and info.reason == NOT_OWNER:
+            return dict(info.metadata)
+    raise AssertionError(f"no NOT_OWNER in {status}")
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[StaticCluster]:
+    """Two writers on one root of 16 shards: even shards to the first, odd to the second."""
+    made = StaticCluster.create(tmp_path, writers=2, shards=SHARDS)
+    made.start()
+    try:
+        yield made
+    finally:
+        made.stop()
+
+
+def stub_of(channel: grpc.Channel) -> writer_pb2_grpc.RolloutWriterStub:
+    return writer_pb2_grpc.RolloutWriterStub(channel)
+
+
+def test_every_writer_serves_the_shard_map_it_knows(cluster: StaticCluster) -> None:
+    """GetShardMap: shard count, hash name, every shard's owner and epoch, the writer's own address."""
+    expected = [(shard, *cluster.owners[shard]) for shard in range(SHARDS)]
+    for address in cluster.addresses:
+        with grpc.insecure_channel(address) as channel:
+            answer = stub_of(channel).GetShardMap(writer_pb2.GetShardMapRequest(), timeout=30)
+        assert (answer.shard_count, answer.hash, answer.address) == (SHARDS, "blake2b-64", address)
+        assert [(owner.shard, owner.address, owner.epoch) for owner in answer.owners] == expected
+
+
+def test_the_embedded_writer_maps_every_shard_to_itself(writer_process: ServiceProcess) -> None:
+    """Without a static map, the writer owns every shard at epoch 1 under its bound address."""
+    address = writer_process.address
+    with grpc.insecure_channel(address) as channel:
+        answer = stub_of(channel).GetShardMap(writer_pb2.GetShardMapRequest(), timeout=30)
+    assert answer.address == address
+    assert answer.shard_count == 256
+    assert {(owner.address, owner.epoch) for owner in answer.owners} == {(address, 1)}
+    assert [owner.shard for owner in answer.owners] == list(range(256))
+
+
+def test_a_writer_redirects_calls_about_another_writers_shard(cluster: StaticCluster) -> None:
+    """CreateSession with an id, Append, Stop, Resume and Fork of a session in the other writer's
+    shard: UNAVAILABLE, NOT_OWNER naming that writer and its epoch (this writer's epoch empty:
+    nothing done); an unknown id of the writer's own shard stays NOT_FOUND."""
+    first, second = cluster.addresses
+    theirs, ours = id_in_shard(1, SHARDS), id_in_shard(0, SHARDS)
+    with grpc.insecure_channel(first) as channel, grpc.insecure_channel(second) as other:
+        stub = stub_of(channel)
+        stub_of(other).CreateSession(writer_pb2.CreateSessionRequest(session_id=theirs), timeout=30)
+        calls = [
+            lambda: stub.CreateSession(writer_pb2.CreateSessionRequest(session_id=id_in_shard(3, SHARDS))),
+            lambda: stub.Append(writer_pb2.AppendRequest(session_id=theirs, records=[user("x")])),
+            lambda: stub.Stop(
+                writer_pb2.StopRequest(session_id=theirs, stop_kind=records_pb2.STOP_KIND_PAUSED)
+            ),
+            lambda: stub.Resume(writer_pb2.ResumeRequest(session_id=theirs)),
+            lambda: stub.Fork(writer_pb2.ForkRequest(session_id=theirs, at_seq=0)),
+        ]
+        for call in calls:
+            with pytest.raises(grpc.RpcError) as refused:
+                call()
+            info = not_owner_of(refused.value)
+            assert info[OWNER_ADDRESS] == second
+            assert info[OWNER_EPOCH] == "1"
+            assert info["epoch"] == ""
+        with pytest.raises(grpc.RpcError) as unknown:
+            stub.Append(writer_pb2.AppendRequest(session_id=ours, records=[user("x")]))
+        assert unknown.value.code() is grpc.StatusCode.NOT_FOUND
+
+
+def test_create_session_without_an_id_picks_one_in_a_shard_the_writer_owns(cluster: StaticCluster) -> None:
+    """Every id a writer picks is in one of its shards (each writer, 20 sessions)."""
+    for address in cluster.addresses:
+        with grpc.insecure_channel(address) as channel:
+            stub = stub_of(channel)
+            ids = [
+                stub.CreateSession(writer_pb2.CreateSessionRequest(), timeout=30).session_id
+                for _ in range(20)
+            ]
+        assert {cluster.owner(session_id) for session_id in ids} == {address}
+
+
+def test_a_fork_lands_in_a_shard_of_the_writer_that_owns_the_source(cluster: StaticCluster) -> None:
+    """Fork is done by the source's owner; the new session's id is in one of that writer's shards,
+    its file in that shard's folder, and it takes appends there."""
+    _, second = cluster.addresses
+    source = id_in_shard(1, SHARDS)
+    with grpc.insecure_channel(second) as channel:
+        stub = stub_of(channel)
+        stub.CreateSession(writer_pb2.CreateSessionRequest(session_id=source), timeout=30)
+        stub.Append(
+            writer_pb2.AppendRequest(session_id=source, records=[user("one"), user("two")]), timeout=30
+        )
+        forks = [stub.Fork(writer_pb2.ForkRequest(session_id=source, at_seq=1), timeout=30) for _ in range(6)]
+        for fork in forks:
+            assert cluster.owner(fork.session_id) == second
+            stub.Append(
+                writer_pb2.AppendRequest(session_id=fork.session_id, records=[user("after")]), timeout=30
+            )
+            folder = cluster.data_dir / "shards" / f"{shard_of(fork.session_id, SHARDS):03d}" / "sessions"
+            assert len(list(folder.glob(f"*_{fork.session_id}.jsonl"))) == 1
