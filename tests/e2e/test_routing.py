@@ -15,15 +15,20 @@ import pytest
 from google.rpc import error_details_pb2, status_pb2
 
 from rollout.v1 import records_pb2, writer_pb2, writer_pb2_grpc
+from rollout_client import RolloutClient, user
+from rollout_client._appends import PendingAppend
+from rollout_client._records import append_record, record_lines
 from shared.reasons import NOT_OWNER, OWNER_ADDRESS, OWNER_EPOCH
 from shared.shards import shard_of
+from tests.client.conftest import TEST_RETRY
+from tests.conftest import start_service
 from tests.e2e.static_cluster import StaticCluster, id_in_shard
 from tests.processes import ServiceProcess
 
 SHARDS = 16
 
 
-def user(text: str) -> writer_pb2.AppendRecord:
+def user_record(text: str) -> writer_pb2.AppendRecord:
     return writer_pb2.AppendRecord(message=records_pb2.ChatMessage(role="user", text=text))
 
 
@@ -86,7 +91,7 @@ def test_a_writer_redirects_calls_about_another_writers_shard(cluster: StaticClu
         stub_of(other).CreateSession(writer_pb2.CreateSessionRequest(session_id=theirs), timeout=30)
         calls = [
             lambda: stub.CreateSession(writer_pb2.CreateSessionRequest(session_id=id_in_shard(3, SHARDS))),
-            lambda: stub.Append(writer_pb2.AppendRequest(session_id=theirs, records=[user("x")])),
+            lambda: stub.Append(writer_pb2.AppendRequest(session_id=theirs, records=[user_record("x")])),
             lambda: stub.Stop(
                 writer_pb2.StopRequest(session_id=theirs, stop_kind=records_pb2.STOP_KIND_PAUSED)
             ),
@@ -101,7 +106,7 @@ def test_a_writer_redirects_calls_about_another_writers_shard(cluster: StaticClu
             assert info[OWNER_EPOCH] == "1"
             assert info["epoch"] == ""
         with pytest.raises(grpc.RpcError) as unknown:
-            stub.Append(writer_pb2.AppendRequest(session_id=ours, records=[user("x")]))
+            stub.Append(writer_pb2.AppendRequest(session_id=ours, records=[user_record("x")]))
         assert unknown.value.code() is grpc.StatusCode.NOT_FOUND
 
 
@@ -126,13 +131,119 @@ def test_a_fork_lands_in_a_shard_of_the_writer_that_owns_the_source(cluster: Sta
         stub = stub_of(channel)
         stub.CreateSession(writer_pb2.CreateSessionRequest(session_id=source), timeout=30)
         stub.Append(
-            writer_pb2.AppendRequest(session_id=source, records=[user("one"), user("two")]), timeout=30
+            writer_pb2.AppendRequest(session_id=source, records=[user_record("one"), user_record("two")]),
+            timeout=30,
         )
         forks = [stub.Fork(writer_pb2.ForkRequest(session_id=source, at_seq=1), timeout=30) for _ in range(6)]
         for fork in forks:
             assert cluster.owner(fork.session_id) == second
             stub.Append(
-                writer_pb2.AppendRequest(session_id=fork.session_id, records=[user("after")]), timeout=30
+                writer_pb2.AppendRequest(session_id=fork.session_id, records=[user_record("after")]),
+                timeout=30,
             )
             folder = cluster.data_dir / "shards" / f"{shard_of(fork.session_id, SHARDS):03d}" / "sessions"
             assert len(list(folder.glob(f"*_{fork.session_id}.jsonl"))) == 1
+
+
+# -- the SDK ------------------------------------------------------------------------------------
+
+
+def lines_holding(cluster: StaticCluster, session_id: str, text: str) -> int:
+    """How many lines of the session's file hold ``text``."""
+    folder = cluster.data_dir / "shards" / f"{shard_of(session_id, SHARDS):03d}" / "sessions"
+    (path,) = folder.glob(f"*_{session_id}.jsonl")
+    return sum(text in line for line in path.read_text().splitlines())
+
+
+@pytest.fixture
+def reader_of(cluster: StaticCluster) -> Iterator[str]:
+    """A reader over the cluster's data root (every shard); its address."""
+    service = start_service("reader", cluster.data_dir)
+    try:
+        yield service.address
+    finally:
+        service.stop()
+
+
+def test_the_client_sends_each_session_to_its_shards_owner(cluster: StaticCluster, reader_of: str) -> None:
+    """Given both writers (a comma list), the client asks the shard map first and sends every call
+    of each session (create, append, stop, resume, fork) to its shard's owner: no NOT_OWNER at all
+    over 16 sessions spread across both writers' shards; every session verifies."""
+    writers = ",".join(cluster.addresses)
+    with RolloutClient(writers, reader_of, retry=TEST_RETRY) as client:
+        sessions = [client.create_session(session_id=id_in_shard(shard, SHARDS)) for shard in range(SHARDS)]
+        for session in sessions:
+            session.append(user(f"hello {session.id}"))
+        for session in sessions[:4]:
+            session.stop("paused")
+            session.resume()
+            fork = session.fork(at_seq=1)
+            assert cluster.owner(fork.id) == cluster.owner(session.id)
+            fork.append(user("on the fork"))
+        assert client.core.routing.redirects == 0
+        assert client.core.routing.shard_count == SHARDS
+        assert all(session.verify().ok for session in sessions)
+    for session in sessions:
+        assert lines_holding(cluster, session.id, f"hello {session.id}") == 1
+
+
+def test_a_client_given_one_writer_follows_redirects_to_the_owner(
+    cluster: StaticCluster, reader_of: str
+) -> None:
+    """Given only the first writer, the client's first call about the second writer's shard is
+    redirected (NOT_OWNER names the owner), then it learns the map: create, append, stop, resume
+    and fork of a session owned elsewhere all succeed, and a later session goes straight there."""
+    first, second = cluster.addresses
+    with RolloutClient(first, reader_of, retry=TEST_RETRY) as client:
+        session = client.create_session(session_id=id_in_shard(1, SHARDS))
+        assert client.core.routing.redirects == 1
+        session.append(user("elsewhere"))
+        session.stop("paused")
+        session.resume()
+        fork = session.fork(at_seq=1)
+        assert cluster.owner(fork.id) == second
+        fork.append(user("forked elsewhere"))
+        later = client.create_session(session_id=id_in_shard(3, SHARDS))
+        later.append(user("straight there"))
+        assert client.core.routing.redirects == 1
+        assert session.verify().ok
+        assert fork.verify().ok
+    assert lines_holding(cluster, session.id, "elsewhere") == 1
+
+
+def test_an_append_retried_across_an_owner_change_is_answered_not_written_twice(tmp_path: Path) -> None:
+    """Exactly once across owners: an Append lands on the shard's owner and its answer is lost;
+    the shard moves to another writer (both restarted with a new map, epoch 2; a third writer
+    keeps the old map); the client sends the same request (same id) to its old owner, is
+    redirected to the new one, which answers it from the request mark in the file: the same
+    seqs, nothing written twice. A client given only the stale writer gets there too."""
+    cluster = StaticCluster.create(tmp_path, writers=3, shards=SHARDS)
+    cluster.start()
+    try:
+        old, new, stale = cluster.addresses
+        shard = cluster.shards_of(old)[0]
+        with RolloutClient(",".join(cluster.addresses), retry=TEST_RETRY) as client:
+            session = client.create_session(session_id=id_in_shard(shard, SHARDS))
+            session.append(user("before"))
+            record = user("exactly once")
+            pending = PendingAppend(
+                session.id, [append_record(record, 0)], [record_lines(record)], session.next_seq or 0
+            )
+            with grpc.insecure_channel(old) as channel:  # the first attempt, whose answer is lost
+                first = stub_of(channel).Append(pending.request(), timeout=30)
+            cluster.stop(old, new)
+            cluster.move(shard, new)
+            cluster.start(old, new)
+            redirects = client.core.routing.redirects
+            again = client.run(client.core.append(pending))
+            assert (list(again.seqs), again.next_seq) == (list(first.seqs), first.next_seq)
+            assert client.core.routing.redirects == redirects + 1
+            assert client.core.routing.owners[shard] == (new, 2)
+            session.append(user("after"))
+        with RolloutClient(stale, retry=TEST_RETRY) as late:
+            late.session(session.id).append(user("from a client of the stale writer"))
+            assert late.core.routing.redirects == 2  # the stale writer, then the old owner
+        assert lines_holding(cluster, session.id, "exactly once") == 1
+        assert lines_holding(cluster, session.id, "after") == 1
+    finally:
+        cluster.stop()
