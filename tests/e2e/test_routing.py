@@ -15,7 +15,7 @@ import pytest
 from google.rpc import error_details_pb2, status_pb2
 
 from rollout.v1 import records_pb2, writer_pb2, writer_pb2_grpc
-from rollout_client import RolloutClient, user
+from rollout_client import InvalidArgumentError, RolloutClient, delegation, user
 from rollout_client._appends import PendingAppend
 from rollout_client._records import append_record, record_lines
 from shared.reasons import NOT_OWNER, OWNER_ADDRESS, OWNER_EPOCH
@@ -243,7 +243,36 @@ def test_an_append_retried_across_an_owner_change_is_answered_not_written_twice(
         with RolloutClient(stale, retry=TEST_RETRY) as late:
             late.session(session.id).append(user("from a client of the stale writer"))
             assert late.core.routing.redirects == 2  # the stale writer, then the old owner
+        # Stop, Resume and Fork from clients that know only the stale writer: each redirected twice
+        with RolloutClient(stale, retry=TEST_RETRY) as late:
+            late.session(session.id).stop("paused")
+            assert late.core.routing.redirects == 2
+        with RolloutClient(stale, retry=TEST_RETRY) as late:
+            late.session(session.id).resume()
+            assert late.core.routing.redirects == 2
+        with RolloutClient(stale, retry=TEST_RETRY) as late:
+            fork = late.session(session.id).fork(at_seq=2)
+            assert late.core.routing.redirects == 2
+            assert cluster.owner(fork.id) == new  # the source's owner wrote it, in its own shard
+            fork.append(user("forked after the move"))
         assert lines_holding(cluster, session.id, "exactly once") == 1
         assert lines_holding(cluster, session.id, "after") == 1
     finally:
         cluster.stop()
+
+
+def test_a_child_may_name_a_parent_in_another_writers_shard(cluster: StaticCluster, reader_of: str) -> None:
+    """A child created on one writer whose parent lives in the other writer's shard: the parent is
+    found in its shard's folder, the child's marker is written in the parent's shard (a create-only
+    file of its own), and the reader finds the child from the parent."""
+    first, second = cluster.addresses
+    with RolloutClient(",".join(cluster.addresses), reader_of, retry=TEST_RETRY) as client:
+        parent = client.create_session(session_id=id_in_shard(0, SHARDS), root=True)
+        with delegation(parent=parent, tool_call_id="call-1"):
+            child = client.create_session("helper", session_id=id_in_shard(1, SHARDS))
+        assert (cluster.owner(parent.id), cluster.owner(child.id)) == (first, second)
+        (link,) = client.find_children(parent.id)
+        assert (link.child_session_id, link.delegation_id) == (child.id, "call-1")
+        unknown_parent = delegation(parent=id_in_shard(0, SHARDS), tool_call_id="call-2")
+        with pytest.raises(InvalidArgumentError, match="parent_session_id"), unknown_parent:
+            client.create_session("helper", session_id=id_in_shard(1, SHARDS))
