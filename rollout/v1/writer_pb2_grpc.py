@@ -92,7 +92,9 @@ class RolloutWriterServicer:
         is taken in the caller's tenant; ErrorInfo reason SESSION_EXISTS, with
         metadata session_id.
         PERMISSION_DENIED: tenant names another tenant than the caller's.
-        UNAVAILABLE: the write or fsync failed; nothing was kept.
+        UNAVAILABLE: the write or fsync failed; nothing was kept. Or NOT_OWNER: the
+        given id (or the key's) is in a shard another writer owns (see above);
+        without an id, the writer picks one in a shard it owns.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -191,6 +193,9 @@ class RolloutWriterServicer:
         output (the message says where the pair ends), or right after a
         reasoning record (it would attach to the fork's next answer).
         NOT_FOUND: unknown session. DATA_LOSS: the source is damaged before the fork point.
+        UNAVAILABLE NOT_OWNER: the source is in a shard another writer owns. The
+        fork is made by the source's owner, and its new id is in one of that
+        writer's shards (docs/cluster.md §4).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
