@@ -39,7 +39,7 @@ from rollout_client._errors import (
 )
 from rollout_client._records import Event, append_record
 from rollout_client._results import Delegation, SessionPage
-from rollout_client._routing import WriterConnection, WriterRouting, not_owner_info, nothing_done
+from rollout_client._routing import WriterRouting, not_owner_info, nothing_done
 from rollout_client._session import AsyncSession
 from rollout_client._settings import client_settings
 from shared.naming import new_session_id
@@ -90,7 +90,9 @@ def _root_role(agent_name: str, root: bool | None) -> writer_pb2.SessionRole:
 
 
 class AsyncRolloutClient:
-    """A client of one writer and one reader (``host:port`` each).
+    """A client of a writer and a reader (``host:port`` each; ``writer`` may be a comma list of the
+    writers of one cluster: each session's calls then go to its shard's owner, NOT_OWNER answers
+    followed within the call's deadline, see :mod:`rollout_client._routing`).
 
     ``token``: a bearer token sent on every call; ``tls_ca``: the CA file (PEM) of the
     services' TLS certificates (see :mod:`rollout_client._channels`). Each of these four not
@@ -205,9 +207,9 @@ class AsyncRolloutClient:
         owner is sent there at once (when ``retry_on`` has UNAVAILABLE, or the writer did nothing:
         :func:`rollout_client._routing.nothing_done`), all within the policy's deadline."""
         attempts = Attempts(self.retry)
-        moved: WriterConnection | None = None
+        way = self.routing.call(session_id)
         while True:
-            connection = moved or await self.routing.route(session_id, attempts.remaining())
+            connection = await way.connection(attempts.remaining())
             stub = connection.stub
             try:
                 return await attempts.send(functools.partial(getattr(stub, rpc), request), connection)
@@ -216,8 +218,7 @@ class AsyncRolloutClient:
             except grpc.aio.AioRpcError as exc:
                 error = error_from_rpc(exc)
             followed = error.code in retry_on or nothing_done(error)
-            moved = self.routing.redirect(error, connection) if followed else None
-            if moved is not None and attempts.remaining() > 0:
+            if followed and way.redirected(error, connection, attempts.remaining()):
                 continue
             if (is_retryable(error, retry_on) or (followed and not_owner_info(error) is not None)) and (
                 await attempts.wait()
@@ -233,9 +234,9 @@ class AsyncRolloutClient:
         AppendOutcomeUnknownError when the outcome cannot be known, UnavailableError ("was not
         written") when no attempt could be sent, else the typed error of the last answer."""
         attempts = Attempts(self.retry)
-        moved: WriterConnection | None = None
+        way = self.routing.call(pending.session_id)
         while True:
-            connection = moved or await self.routing.route(pending.session_id, attempts.remaining())
+            connection = await way.connection(attempts.remaining())
             stub = connection.stub
             try:
                 response: writer_pb2.AppendResponse = await attempts.send(
@@ -248,8 +249,7 @@ class AsyncRolloutClient:
                 error = error_from_rpc(exc)
             if is_retryable(error) and error.code is not None:
                 pending.after_transport_failure(error.code)
-                moved = self.routing.redirect(error, connection)
-                if moved is not None and attempts.remaining() > 0:
+                if way.redirected(error, connection, attempts.remaining()):
                     continue
                 if await attempts.wait():
                     continue
@@ -331,9 +331,9 @@ class AsyncRolloutClient:
             request.role = _root_role(request.agent_name, root)
         attempts = Attempts(self.retry)
         maybe_created = False
-        moved: WriterConnection | None = None
+        way = self.routing.call(request.session_id)
         while True:
-            connection = moved or await self.routing.route(request.session_id, attempts.remaining())
+            connection = await way.connection(attempts.remaining())
             stub = connection.stub
             try:
                 response = await attempts.send(functools.partial(stub.CreateSession, request), connection)
@@ -349,8 +349,7 @@ class AsyncRolloutClient:
                 maybe_created = maybe_created or (
                     error.code not in REFUSED_UNWRITTEN and not nothing_done(error)
                 )
-                moved = self.routing.redirect(error, connection)
-                if moved is not None and attempts.remaining() > 0:
+                if way.redirected(error, connection, attempts.remaining()):
                     continue
                 if await attempts.wait():
                     continue

@@ -151,8 +151,8 @@ class WriterRouting:
     def redirect(self, error: RolloutError, tried: WriterConnection) -> WriterConnection | None:
         """Take note of ``error`` from the writer of ``tried``: for a NOT_OWNER, the owner it names
         (and the map is wanted again when it names none, or the shard count is not known yet).
-        Returns the writer the call should go to at once: the owner a NOT_OWNER names when it is
-        not ``tried`` and the client did not know it already (None: back off, then route again)."""
+        Returns the writer the call should go to at once: the owner a NOT_OWNER names, unless it
+        is ``tried`` or an owner of an older epoch than one known (None: back off, then route again)."""
         info = not_owner_info(error)
         if info is None:
             return None
@@ -166,11 +166,48 @@ class WriterRouting:
         if not address:
             self._map_wanted = True
             return None
-        moved = self.learn(shard, address, owner_epoch)
+        self.learn(shard, address, owner_epoch)
         if not self.shard_count:
             self._map_wanted = True  # the owner is known, the shard of other ids is not yet
-        return self.connection(address) if moved and address != tried.address else None
+        if self.owners.get(shard, ("", 0))[0] != address or address == tried.address:
+            return None  # an owner older than one known, or the writer that refused: back off
+        return self.connection(address)
+
+    def call(self, session_id: str) -> CallRoute:
+        """The way of one call about ``session_id`` (``""``: a new session whose id the writer derives)."""
+        return CallRoute(self, session_id)
 
     def __repr__(self) -> str:
         known: Any = len(self.owners)
         return f"<WriterRouting {','.join(self.addresses)}: {known} of {self.shard_count} shards known>"
+
+
+#: NOT_OWNER answers one call follows at once; after them it backs off between attempts (two
+#: writers that each name the other, which a consistent ownership never does, cannot spin).
+MAX_IMMEDIATE_REDIRECTS = 8
+
+
+class CallRoute:
+    """One call's way to its session's owner: the writer its next attempt goes to, and the
+    redirects it followed at once (at most :data:`MAX_IMMEDIATE_REDIRECTS`)."""
+
+    def __init__(self, routing: WriterRouting, session_id: str) -> None:
+        self.routing = routing
+        self.session_id = session_id
+        self.followed = 0
+        self._next: WriterConnection | None = None
+
+    async def connection(self, deadline: float) -> WriterConnection:
+        """The writer of the next attempt: the owner a redirect named, else the routing's choice."""
+        target, self._next = self._next, None
+        return target or await self.routing.route(self.session_id, deadline)
+
+    def redirected(self, error: RolloutError, tried: WriterConnection, remaining: float) -> bool:
+        """Take note of ``error`` (:meth:`WriterRouting.redirect`); True when the next attempt goes at
+        once to the owner it names (time is left and the call has not followed too many)."""
+        target = self.routing.redirect(error, tried)
+        if target is None or remaining <= 0 or self.followed >= MAX_IMMEDIATE_REDIRECTS:
+            return False
+        self.followed += 1
+        self._next = target
+        return True

@@ -46,7 +46,7 @@ from rollout_client._results import (
     VerifyReport,
     WatchedRecord,
 )
-from rollout_client._routing import WriterConnection, WriterRouting, nothing_done
+from rollout_client._routing import WriterRouting, nothing_done
 from shared.errors import RecordValidationError
 from shared.rounds import Round
 from shared.wire import round_from_proto, stop_kind_to_proto
@@ -266,9 +266,9 @@ class AsyncSession:
             )
         attempts = Attempts(self.client.retry)
         maybe_stopped = False
-        moved: WriterConnection | None = None
+        way = self.client.routing.call(self.id)
         while True:
-            connection = moved or await self.client.routing.route(self.id, attempts.remaining())
+            connection = await way.connection(attempts.remaining())
             stub = connection.stub
             try:
                 response = await attempts.send(functools.partial(stub.Stop, request), connection)
@@ -288,8 +288,7 @@ class AsyncSession:
                 maybe_stopped = maybe_stopped or (
                     failure.code not in REFUSED_UNWRITTEN and not nothing_done(failure)
                 )
-                moved = self.client.routing.redirect(failure, connection)
-                if moved is not None and attempts.remaining() > 0:
+                if way.redirected(failure, connection, attempts.remaining()):
                     continue
                 if await attempts.wait():
                     continue

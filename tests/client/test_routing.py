@@ -14,7 +14,7 @@ from rollout.v1 import writer_pb2, writer_pb2_grpc
 from rollout_client import client_settings
 from rollout_client._connections import ServiceConnection
 from rollout_client._errors import ErrorInfo, UnavailableError
-from rollout_client._routing import WriterRouting, nothing_done
+from rollout_client._routing import MAX_IMMEDIATE_REDIRECTS, WriterRouting, nothing_done
 from shared.reasons import ERROR_DOMAIN, NOT_OWNER, OWNER_ADDRESS, OWNER_EPOCH
 from shared.shards import HASH_NAME, shard_of
 
@@ -114,3 +114,19 @@ def test_rollout_writer_may_list_several_writers() -> None:
     assert settings.writers == ("10.0.0.1:7001", "10.0.0.2:7001")
     assert client_settings("h:1", environ={}).writers == ("h:1",)
     assert client_settings(environ={}).writers == ("127.0.0.1:50051",)
+
+
+def test_a_call_follows_a_bounded_number_of_redirects_at_once() -> None:
+    """Two writers naming each other (never so under a consistent ownership): the call follows
+    MAX_IMMEDIATE_REDIRECTS of them at once, then backs off; a redirect to the writer that
+    refused, or with no time left, is not followed at once."""
+    routes = routing("a:1", "b:2")
+    way = routes.call(str(uuid.uuid4()))
+    a, b = routes.connection("a:1"), routes.connection("b:2")
+    assert not way.redirected(not_owner(0, "a:1", "1"), a, 5.0)  # the writer that refused
+    assert not way.redirected(not_owner(0, "b:2", "1"), a, 0.0)  # no time left
+    hops = [
+        way.redirected(not_owner(0, *(("b:2", "1") if i % 2 else ("a:1", "1"))), (a, b)[i % 2 == 0], 5.0)
+        for i in range(MAX_IMMEDIATE_REDIRECTS + 2)
+    ]
+    assert hops == [True] * MAX_IMMEDIATE_REDIRECTS + [False, False]

@@ -18,6 +18,7 @@ from rollout.v1 import records_pb2, writer_pb2, writer_pb2_grpc
 from rollout_client import InvalidArgumentError, RolloutClient, delegation, user
 from rollout_client._appends import PendingAppend
 from rollout_client._records import append_record, record_lines
+from shared.naming import session_id_for_key
 from shared.reasons import NOT_OWNER, OWNER_ADDRESS, OWNER_EPOCH
 from shared.shards import shard_of
 from tests.client.conftest import TEST_RETRY
@@ -206,6 +207,13 @@ def test_a_client_given_one_writer_follows_redirects_to_the_owner(
         later = client.create_session(session_id=id_in_shard(3, SHARDS))
         later.append(user("straight there"))
         assert client.core.routing.redirects == 1
+        # a session key: the writer derives the id, so the client cannot route it; redirected once
+        key = next(
+            key for key in map(str, range(100)) if cluster.owner(session_id_for_key("default", key)) == second
+        )
+        keyed = client.create_session(session_key=key)
+        assert keyed.id == session_id_for_key("default", key)
+        assert client.core.routing.redirects == 2
         assert session.verify().ok
         assert fork.verify().ok
     assert lines_holding(cluster, session.id, "elsewhere") == 1
