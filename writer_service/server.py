@@ -455,6 +455,16 @@ class RunningWriter(RunningService):
         self.ownership.release()
 
 
+#: Hosts a server binds to listen on every interface: no client can be sent there.
+WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", "[::]", ""})
+
+
+def reachable_address(bound: str) -> str:
+    """The address a writer bound to ``bound`` tells clients (GetShardMap, NOT_OWNER): ``bound``
+    itself, or "" (none: clients keep the address they were given) for a wildcard host."""
+    return "" if bound.rsplit(":", 1)[0] in WILDCARD_HOSTS else bound
+
+
 def acquire_data_root(config: WriterConfig, address: str) -> EmbeddedOwnership | StaticOwnership:
     """Create the data root if new (``config.shards`` shards: shared.layout) and own every shard
     of it, its lock held, for this process; DataRootLockedError when another writer holds it.
@@ -518,7 +528,7 @@ async def start_writer(
             },
         )
         bound = service.bind(address)
-        servicer.address = address if isinstance(ownership, StaticOwnership) else bound
+        servicer.address = address if isinstance(ownership, StaticOwnership) else reachable_address(bound)
         ownership.advertise(servicer.address)
         await service.start()
         if ledger.index.repairs.pending:

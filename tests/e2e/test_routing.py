@@ -25,6 +25,7 @@ from tests.client.conftest import TEST_RETRY
 from tests.conftest import start_service
 from tests.e2e.static_cluster import StaticCluster, id_in_shard
 from tests.processes import ServiceProcess
+from writer_service.server import reachable_address
 
 SHARDS = 16
 
@@ -284,3 +285,12 @@ def test_a_child_may_name_a_parent_in_another_writers_shard(cluster: StaticClust
         unknown_parent = delegation(parent=id_in_shard(0, SHARDS), tool_call_id="call-2")
         with pytest.raises(InvalidArgumentError, match="parent_session_id"), unknown_parent:
             client.create_session("helper", session_id=id_in_shard(1, SHARDS))
+
+
+def test_a_writer_bound_to_every_interface_names_no_address() -> None:
+    """A wildcard bind cannot be dialled: the embedded writer then advertises none (GetShardMap names
+    no owner, and clients keep the address they were given)."""
+    assert reachable_address("0.0.0.0:50051") == ""
+    assert reachable_address("[::]:50051") == ""
+    assert reachable_address("127.0.0.1:50051") == "127.0.0.1:50051"
+    assert reachable_address("writer-0.ledger:50051") == "writer-0.ledger:50051"
