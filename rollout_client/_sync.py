@@ -112,7 +112,7 @@ class _EventLoopThread:
 
 
 class RolloutClient:
-    """A blocking client of one writer and one reader; see :class:`AsyncRolloutClient` for the
+    """A blocking client of a writer (or the writers of a cluster) and a reader; see :class:`AsyncRolloutClient` for the
     arguments, the errors and the meaning of each call (``channels`` is called on the client's
     own event loop). Use as a context manager or call :meth:`close`."""
 

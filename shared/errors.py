@@ -161,14 +161,19 @@ class NotOwnerError(LedgerError):
     request was acknowledged; the bytes of a write already made stay unacknowledged in the file (a
     retry with the same request id is answered from it). Retry.
 
-    ``shard`` is the shard; ``epoch`` the epoch this writer wrote under (None when it never owned it).
+    ``shard`` is the shard; ``epoch`` the epoch this writer wrote under (None when it never owned it);
+    ``owner`` the (address, epoch) of the shard's owner as this writer knows it (None: unknown), where
+    a client sends the request again (writer_service.ownership ``owner_of``).
     Sent as UNAVAILABLE with an ``ErrorInfo`` of reason ``NOT_OWNER`` (shared.reasons).
     """
 
-    def __init__(self, message: str, *, shard: int, epoch: int | None = None) -> None:
+    def __init__(
+        self, message: str, *, shard: int, epoch: int | None = None, owner: tuple[str, int] | None = None
+    ) -> None:
         super().__init__(message)
         self.shard = shard
         self.epoch = epoch
+        self.owner = owner
 
 
 class ResourceLimitError(LedgerError):

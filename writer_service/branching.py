@@ -29,7 +29,7 @@ from typing import Any, Protocol, TypeVar
 from shared.committed_lines import CommittedLines
 from shared.errors import SessionNotFoundError, SessionStateError
 from shared.layout import DataRoot, open_session_file
-from shared.naming import build_file_name, new_session_id
+from shared.naming import build_file_name
 from shared.reasons import session_subject
 from shared.rebuild import DegradedEntry, collector_paused
 from shared.records import (
@@ -65,6 +65,8 @@ class SessionLedger(Protocol):
     async def rebuild_exclusive(self, state: OpenSession, with_digest: bool) -> RebuiltFacts: ...
 
     async def drained_path(self, session_id: str) -> Path: ...
+
+    def owned_session_id(self) -> str: ...
 
     async def run_io(self, function: Callable[..., _T], *args: Any) -> _T: ...
 
@@ -233,12 +235,19 @@ async def fork_session(
     Raises InvalidArgumentError (no or bad fork point), SessionStateError (the
     point cuts a tool call from its output or a reasoning from its answer),
     CorruptSessionError (damage before the fork point), SessionNotFoundError,
-    StorageWriteError. A fork of a child session stays a child of the same
-    delegation (its marker is written), with ``forked_from`` telling them apart.
+    StorageWriteError, NotOwnerError (the source's shard is another writer's: the redirect).
+    A fork of a child session stays a child of the same delegation (its marker is written),
+    with ``forked_from`` telling them apart.
+
+    With several writers (docs/cluster.md §4) the fork is made by the owner of the source's
+    shard (it drains the source's queue); the new session's id is drawn in a shard that same
+    writer owns (:meth:`SessionLedger.owned_session_id`), so it writes the new file itself, and
+    no writer writes a file of a shard it does not own.
     """
     path = await ledger.drained_path(source_id)
+    new_id = ledger.owned_session_id()
     try:
-        plan = await ledger.run_io(_plan_fork, path, source_id, at_seq, before_user_message)
+        plan = await ledger.run_io(_plan_fork, path, source_id, new_id, at_seq, before_user_message)
     finally:
         ledger.heap_trimmer.after(_file_size(path))
     await ledger.publish(
@@ -272,7 +281,9 @@ class _ForkPlan:
     call_ids: set[str]
 
 
-def _plan_fork(path: Path, source_id: str, at_seq: int | None, before_user_message: int | None) -> _ForkPlan:
+def _plan_fork(
+    path: Path, source_id: str, session_id: str, at_seq: int | None, before_user_message: int | None
+) -> _ForkPlan:
     """Read the source, find and check the fork point, rebuild the prefix and build the new file.
 
     Runs on an I/O thread: every step reads the source in chunks (bounded memory;
@@ -283,7 +294,6 @@ def _plan_fork(path: Path, source_id: str, at_seq: int | None, before_user_messa
     found = file_facts(path, True, end=cut.end_offset)
     refuse_damage(found.damage, path.name, "fork")
     check_fork_keeps_pairs(path, cut, found.unanswered_call_ids)
-    session_id = new_session_id()
     created = datetime.now(UTC)
     meta = dict(found.session_meta or {})
     meta.update(

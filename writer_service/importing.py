@@ -273,6 +273,7 @@ class SessionImport:
                     " in the ledger are answered already_present)",
                     shard=shard,
                     epoch=epoch,
+                    owner=committer.ownership.owner_of(shard),
                 )
 
     def _publish(self, staged: list[StagedSession]) -> None:

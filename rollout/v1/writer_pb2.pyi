@@ -223,3 +223,29 @@ class DeleteSessionResponse(_message.Message):
     deleted_at: str
     already_deleted: bool
     def __init__(self, session_id: _Optional[str] = ..., deleted_at: _Optional[str] = ..., already_deleted: _Optional[bool] = ...) -> None: ...
+
+class GetShardMapRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetShardMapResponse(_message.Message):
+    __slots__ = ("shard_count", "hash", "owners", "address")
+    SHARD_COUNT_FIELD_NUMBER: _ClassVar[int]
+    HASH_FIELD_NUMBER: _ClassVar[int]
+    OWNERS_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    shard_count: int
+    hash: str
+    owners: _containers.RepeatedCompositeFieldContainer[ShardOwner]
+    address: str
+    def __init__(self, shard_count: _Optional[int] = ..., hash: _Optional[str] = ..., owners: _Optional[_Iterable[_Union[ShardOwner, _Mapping]]] = ..., address: _Optional[str] = ...) -> None: ...
+
+class ShardOwner(_message.Message):
+    __slots__ = ("shard", "address", "epoch")
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    shard: int
+    address: str
+    epoch: int
+    def __init__(self, shard: _Optional[int] = ..., address: _Optional[str] = ..., epoch: _Optional[int] = ...) -> None: ...
