@@ -83,9 +83,8 @@ SESSION_REQUESTS: dict[str, Callable[[str], tuple[Any, str]]] = {
     # The round of the user message at seq 1 (the session's first round).
     "GetRound": lambda sid: (reader_pb2.GetRoundRequest(session_id=sid, round_id=round_id(sid, 1)), B),
 }
-#: RPCs on no session: checked by their own tests below.
-#: RPCs about no one session: listings are filtered by tenant (tested above); GetShardMap holds only
-#: shard owners' addresses, no session data (tests/e2e/test_routing.py).
+#: RPCs on no session: checked by their own tests below (GetShardMap holds only shard owners'
+#: addresses, no session data: tests/e2e/test_routing.py).
 NOT_ON_A_SESSION = {"ListSessions", "ResolveSession", "ListPendingRounds", "GetShardMap"}
 
 
