@@ -48,13 +48,13 @@ from typing import Any
 
 from reader_service.session_folder import SessionFolders
 from reader_service.stop_facts import DEFAULT_TAIL_WINDOW, StopFactsResult, read_stop_facts
+from serving.tenancy import check_visible
 from shared.errors import SessionNotFoundError
 from shared.layout import DataRoot, read_session_file, session_file_stat
 from shared.naming import SessionFileName, parse_file_name, validate_session_id
 from shared.records import record_of_line
 from shared.rounds import forked_from
 from shared.session_meta import read_session_meta
-from shared.tenancy import check_visible
 
 log = logging.getLogger(__name__)
 
@@ -315,7 +315,7 @@ class ListingIndex:
     # -- lookups --------------------------------------------------------------------------------
 
     def locate(self, session_id: str, field: str = "session_id") -> tuple[SessionFileName, Path]:
-        """The parsed name and path of a session's file, for the current caller (shared.tenancy).
+        """The parsed name and path of a session's file, for the current caller (serving.tenancy).
 
         Every reader RPC resolves a session id through here: a session of another tenant
         than an authenticated caller's is SessionNotFoundError, exactly as one that does

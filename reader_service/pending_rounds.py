@@ -5,7 +5,7 @@ nothing was appended to it for a while (its file's modification time is older th
 the request's idle time, :data:`DEFAULT_IDLE_SECONDS` unless it says) and its last
 round has no final answer: :func:`shared.rounds.round_to_close`, the rule the
 writer's Resume applies before it records the round interrupted. The sessions are
-those of the caller's tenant as the listing index holds them (shared.tenancy); each
+those of the caller's tenant as the listing index holds them (serving.tenancy); each
 one's stop facts and modification time come from the index's activity (a tail read
 when the file changed), and only open, idle sessions in the window have their
 rounds read, once per state of their file (reader_service.rounds.RoundCache.to_close).
@@ -60,7 +60,7 @@ class PendingRound:
 
 
 def check_pending_request(request: reader_pb2.ListPendingRoundsRequest, tenant: str) -> PendingQuery:
-    """The query of a request whose tenant was resolved (shared.tenancy.caller_tenant) to
+    """The query of a request whose tenant was resolved (serving.tenancy.caller_tenant) to
     ``tenant``; InvalidArgumentError naming the field otherwise."""
     if not 0 <= request.limit <= MAX_LIMIT:
         raise InvalidArgumentError(

@@ -23,16 +23,16 @@ from typing import Any
 from reader_service.listing import SessionFilters, walk_sessions
 from reader_service.listing_index import ListingIndex
 from reader_service.rounds import RoundCache
+from serving.tenancy import caller_tenant, check_visible
 from shared.errors import SessionNotFoundError
 from shared.rounds import Lineage, forked_from
-from shared.tenancy import caller_tenant, check_visible
 
 #: (session id, path of its file) -> how the round cache learns the session's lineage.
 LineageFor = Callable[[str, Path], Callable[[], Lineage]]
 
 
 def _visible(session_id: str, meta: Mapping[str, Any]) -> bool:
-    """Whether the caller sees the session whose session_meta is ``meta`` (shared.tenancy)."""
+    """Whether the caller sees the session whose session_meta is ``meta`` (serving.tenancy)."""
     try:
         check_visible(session_id, lambda: meta)
     except SessionNotFoundError:

@@ -3,7 +3,7 @@
 Translation only: each RPC checks and converts its request
 (:mod:`reader_service.wire`), calls the reading code on an I/O thread, and
 returns the converted answer; errors become statuses in
-:func:`shared.status.rpc_statuses` (one decorator per RPC). Heavy reads
+:func:`serving.status.rpc_statuses` (one decorator per RPC). Heavy reads
 (replays, memory views, verification) first wait for admission within the read
 budget (:mod:`reader_service.admission`) and run on a pool of their own, so cheap
 reads (stop facts, listing pages, delegations) keep their latency while big
@@ -56,13 +56,13 @@ from reader_service.rounds import (
 from reader_service.stop_facts import DEFAULT_TAIL_WINDOW, StopFactsResult, read_stop_facts
 from reader_service.watch import WatchHub
 from rollout.v1 import reader_pb2, reader_pb2_grpc
+from serving.server import PLAINTEXT, RunningService, ServerSettings, ServiceServer
+from serving.status import rpc_statuses
+from serving.tenancy import caller_tenant, keyed_session_id
 from shared.errors import InvalidArgumentError, RoundNotFoundError, SessionNotFoundError
 from shared.layout import DataRoot, session_file_stat
 from shared.naming import is_session_id
 from shared.rounds import Lineage, Round, round_at
-from shared.serving import PLAINTEXT, RunningService, ServerSettings, ServiceServer
-from shared.status import rpc_statuses
-from shared.tenancy import caller_tenant, keyed_session_id
 from shared.wire import round_to_proto
 
 log = logging.getLogger(__name__)
@@ -104,7 +104,7 @@ def _next_chunk(chunks: Iterator[bytes]) -> bytes | None:
 
 
 def _resolved(index: ListingIndex, session_key: str, tenant: str) -> tuple[str, bool]:
-    """(session id, found) of a caller's session key (shared.tenancy.keyed_session_id), or of a
+    """(session id, found) of a caller's session key (serving.tenancy.keyed_session_id), or of a
     session id the caller sees given as the key."""
     if is_session_id(session_key):
         with contextlib.suppress(SessionNotFoundError):
@@ -141,13 +141,13 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
         self.index.removal_listeners += [self.replays.forget, self.round_cache.forget]
 
     async def _cheap_run(self, function: Callable[..., T], *args: Any) -> T:
-        """Run ``function`` on a cheap-read thread, as the caller of this RPC (shared.tenancy)."""
+        """Run ``function`` on a cheap-read thread, as the caller of this RPC (serving.tenancy)."""
         return await asyncio.get_running_loop().run_in_executor(
             self._cheap, contextvars.copy_context().run, function, *args
         )
 
     async def _heavy_run(self, function: Callable[..., T], *args: Any) -> T:
-        """Run ``function`` on a heavy-read thread, as the caller of this RPC (shared.tenancy)."""
+        """Run ``function`` on a heavy-read thread, as the caller of this RPC (serving.tenancy)."""
         return await asyncio.get_running_loop().run_in_executor(
             self._heavy, contextvars.copy_context().run, function, *args
         )
@@ -419,7 +419,7 @@ async def start_reader(
     config: ReaderConfig, address: str = "127.0.0.1:0", settings: ServerSettings = PLAINTEXT
 ) -> RunningReader:
     """Start serving on ``address`` with ``settings`` (TLS, authentication, interceptors:
-    shared.serving); BindError when it cannot be bound, OSError when a TLS file cannot be read."""
+    serving.server); BindError when it cannot be bound, OSError when a TLS file cannot be read."""
     service = ServiceServer(
         "reader",
         settings,

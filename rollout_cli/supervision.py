@@ -38,8 +38,8 @@ from reader_service.limits import (
 )
 from rollout_cli.serve_options import ServeOptions, pair_options, reloading_tokens, service_options
 from rollout_client import DEFAULT_READER, DEFAULT_WRITER
+from serving.server import BindError, split_address
 from shared.records import DEFAULT_MAX_RECORD_BYTES
-from shared.serving import BindError, split_address
 from shared.shards import DEFAULT_SHARDS, MAX_SHARDS, ClusterFileError
 from writer_service.committer import CommitConfig, Durability, RoundSync, SyncCall
 from writer_service.refusal_pacing import DEFAULT_RATE as DEFAULT_UNKNOWN_ID_RATE

@@ -2,7 +2,7 @@
 
 Layout (shared.layout ``MEMORIES_DIR``)::
 
-    memories/<tenant key>/              one folder per tenant: "t_" + 32 hex of sha256(tenant)
+    memories/<tenant key>/              one folder per tenant: "t_" + 32 hex of BLAKE2b-128(tenant)
       scopes/<scope key>.jsonl          one file per scope (shared.memory.Scope.key)
       leases/<session id>.lease         pipeline leases (rollout_memory.leases)
       store.lock                        held (filelock) while an entry is appended or a file rewritten
@@ -58,8 +58,13 @@ STORE_LOCK = "store.lock"
 
 
 def tenant_key(tenant: str) -> str:
-    """The folder name of a tenant's artifacts: ``t_`` + 32 hex digits of sha256(tenant)."""
-    return "t_" + hashlib.sha256(b"rollout-ledger/memory-tenant/v1\x00" + tenant.encode()).hexdigest()[:32]
+    """The folder name of a tenant's artifacts: ``t_`` + 32 hex digits of BLAKE2b-128 of the tenant."""
+    return (
+        "t_"
+        + hashlib.blake2b(
+            b"rollout-ledger/memory-tenant/v1\x00" + tenant.encode(), digest_size=16
+        ).hexdigest()
+    )
 
 
 @dataclass

@@ -30,7 +30,7 @@ The hierarchy::
                                                         again)
 
 Every class is in :data:`LEDGER_ERROR_CLASSES` (and :data:`AnyLedgerError`): the status
-mapping (:func:`shared.status.rpc_statuses`, one decorator on every RPC of both services)
+mapping (:func:`serving.status.rpc_statuses`, one decorator on every RPC of both services)
 decides for each of them, with nothing left to a catch-all; nothing else chooses a status
 code.
 """
@@ -84,7 +84,7 @@ class FileNameError(InvalidArgumentError):
 
 class PermissionDeniedError(LedgerError):
     """The caller's credentials do not allow a request field (named by ``field``) as given:
-    source times from a caller that is not an importer, another tenant's name (shared.tenancy)."""
+    source times from a caller that is not an importer, another tenant's name (serving.tenancy)."""
 
     def __init__(self, field: str, description: str) -> None:
         super().__init__(f"{field}: {description}")
@@ -235,7 +235,7 @@ def storage_error(exc: OSError, operation: str, what: str) -> StorageWriteError:
     )
 
 
-#: Every error the ledger raises, each decided by the status mapping (shared.status).
+#: Every error the ledger raises, each decided by the status mapping (serving.status).
 AnyLedgerError: TypeAlias = (
     RecordValidationError
     | InvalidArgumentError

@@ -144,9 +144,9 @@ class Scope:
         return cls(*(str(value.get(name, "")) for name in ("cwd", "repository", "branch", "agent")))
 
     def key(self) -> str:
-        """The scope's stable file-name key: 32 hex digits of sha256 over its canonical JSON."""
+        """The scope's stable file-name key: 32 hex digits of BLAKE2b-128 over its canonical JSON."""
         canonical = orjson.dumps(self.to_json(), option=orjson.OPT_SORT_KEYS)
-        return hashlib.sha256(b"rollout-ledger/memory-scope/v1\x00" + canonical).hexdigest()[:32]
+        return hashlib.blake2b(b"rollout-ledger/memory-scope/v1\x00" + canonical, digest_size=16).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)

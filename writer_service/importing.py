@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from serving.tenancy import current_caller
 from shared.errors import (
     InvalidArgumentError,
     LedgerError,
@@ -43,7 +44,6 @@ from shared.errors import (
 from shared.records import RecordType, encode_line, now_timestamp
 from shared.session_meta import SessionSpec
 from shared.stop_kinds import StopKind
-from shared.tenancy import current_caller
 from writer_service.file_facts import file_facts, refuse_damage
 from writer_service.files import create_marker, create_temporary, fsync_dir, make_durable_dirs, write_all
 from writer_service.open_session import RecordTimes, RequestRecords, encode_records

@@ -12,7 +12,7 @@
 * ``rollout_open_sessions``: session files the writer holds open; ``rollout_sessions``: sessions
   in its index.
 
-Per-RPC counts, latencies and status codes (``grpc_server_*``) are shared.rpc_observer's.
+Per-RPC counts, latencies and status codes (``grpc_server_*``) are serving.rpc_observer's.
 * ``rollout_repair_failures_total``: torn-tail repairs (or reads of a session file) that failed.
 * ``rollout_sessions_awaiting_repair``: sessions refused until their repair succeeds.
 * ``rollout_deleted_sessions_total{cause}``: sessions deleted, by cause: ``request``

@@ -1,7 +1,7 @@
 """The RolloutWriter gRPC servicer and its server (grpc.aio).
 
 The servicer only translates: protobuf in, :class:`SessionLedger` call, protobuf
-out; errors become statuses in :func:`shared.status.rpc_statuses` (one decorator
+out; errors become statuses in :func:`serving.status.rpc_statuses` (one decorator
 per RPC). Standard health checking and server reflection are served beside it.
 The writer owns every shard of its data root (writer_service.ownership:
 EmbeddedOwnership), the root's ``writer.lock`` held for the life of the process: a
@@ -27,14 +27,14 @@ from grpc_health.v1 import health_pb2
 from grpc_health.v1._async import HealthServicer
 
 from rollout.v1 import writer_pb2, writer_pb2_grpc
+from serving.server import PLAINTEXT, RunningService, ServerSettings, ServiceServer
+from serving.status import StreamRequestError, check_decoded, rpc_statuses
+from serving.tenancy import check_importer, check_may_set_times
 from shared.errors import InvalidArgumentError, RecordValidationError
 from shared.layout import DataRoot
 from shared.records import normalize_timestamp
-from shared.serving import PLAINTEXT, RunningService, ServerSettings, ServiceServer
 from shared.shards import HASH_NAME
-from shared.status import StreamRequestError, check_decoded, rpc_statuses
 from shared.stop_kinds import StopKind
-from shared.tenancy import check_importer, check_may_set_times
 from shared.wire import append_payloads, record_time, session_spec, stop_kind_from_proto
 from writer_service.committer import durable_write_method
 from writer_service.heap_trim import HeapTrimmer, keep_large_blocks_mapped
@@ -356,7 +356,7 @@ class RolloutWriterServicer(writer_pb2_grpc.RolloutWriterServicer):
         request_iterator: AsyncIterator[writer_pb2.ImportSessionsRequest],
         context: grpc.aio.ServicerContext,
     ) -> writer_pb2.ImportSessionsResponse:
-        """Whole sessions, all or nothing (writer_service.importing); importers only (shared.tenancy)."""
+        """Whole sessions, all or nothing (writer_service.importing); importers only (serving.tenancy)."""
         session_import = SessionImport(self.ledger)
         check_importer("ImportSessions")
         try:
@@ -504,7 +504,7 @@ async def start_writer(
     config: WriterConfig, address: str = "127.0.0.1:0", settings: ServerSettings = PLAINTEXT
 ) -> RunningWriter:
     """Lock the root, repair torn tails, start serving on ``address`` with ``settings``
-    (TLS, authentication, interceptors: shared.serving).
+    (TLS, authentication, interceptors: serving.server).
 
     Raises DataRootLockedError when another writer holds the data root, BindError
     when the address cannot be bound and OSError when a TLS file cannot be read.

@@ -39,6 +39,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from serving.tenancy import caller_tenant, check_visible, current_caller, keyed_session_id
 from shared.errors import (
     CorruptSessionError,
     InvalidArgumentError,
@@ -84,7 +85,6 @@ from shared.session_meta import (
 )
 from shared.shards import DEFAULT_SHARDS
 from shared.stop_kinds import StopKind
-from shared.tenancy import caller_tenant, check_visible, current_caller, keyed_session_id
 from writer_service import metrics
 from writer_service.branching import ForkResult, ResumeResult, fork_session, resume_session
 from writer_service.committer import CommitConfig, GroupCommitter, SessionLog, StorageHealth
@@ -224,7 +224,7 @@ class SessionLedger:
         self._kept: OrderedDict[str, IndexEntry] = OrderedDict()
         #: Returns memory to the OS after large requests and whole-file work (writer_service.heap_trim).
         self.heap_trimmer = HeapTrimmer(self._executor)
-        #: Each session's tenant, read when an authenticated caller first names it (shared.tenancy).
+        #: Each session's tenant, read when an authenticated caller first names it (serving.tenancy).
         self.tenants = SessionTenants(self.root)
         metrics.watch_sessions(self)
 
@@ -544,7 +544,7 @@ class SessionLedger:
 
         Every lookup of a session by id goes through here or :meth:`_check_visible`: a
         session of another tenant is answered as one that does not exist (NOT_FOUND,
-        shared.tenancy). Without authentication, one dict lookup. Raises
+        serving.tenancy). Without authentication, one dict lookup. Raises
         StorageWriteError when a session's tenant cannot be read.
         """
         entry = self.index.get(session_id)

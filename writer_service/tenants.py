@@ -1,4 +1,4 @@
-"""The tenant of each session, as the writer's lookups need it (shared.tenancy).
+"""The tenant of each session, as the writer's lookups need it (serving.tenancy).
 
 Only a writer with authentication asks: without it every caller sees every session and
 nothing here is read. A session's tenant is its ``session_meta.tenant``; it never

@@ -15,11 +15,11 @@ import pytest
 from google.rpc import error_details_pb2
 
 from rollout.v1 import records_pb2, writer_pb2
+from serving.status import _status_of
 from shared.errors import NotOwnerError
 from shared.reasons import NOT_OWNER, OWNER_ADDRESS, OWNER_EPOCH
 from shared.session_meta import SessionSpec
 from shared.shards import shard_of
-from shared.status import _status_of
 from shared.wire import append_payloads
 from tests.data_roots import session_files
 from writer_service.ownership import EMBEDDED_EPOCH, EmbeddedOwnership

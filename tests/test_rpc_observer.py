@@ -14,8 +14,8 @@ import grpc
 import grpc.aio
 import pytest
 
+from serving.rpc_observer import RpcObserver
 from shared.errors import RecordValidationError
-from shared.rpc_observer import RpcObserver
 
 
 class Built:

@@ -28,8 +28,8 @@ made before then stays open, and gRPC checks a certificate only when it connects
 Rules, the same on both services (:class:`AuthInterceptor`): health checking
 (``grpc.health.v1.Health``) is always open; every other RPC, server reflection
 included, needs valid credentials, else UNAUTHENTICATED. The caller is set in
-:data:`shared.tenancy.CALLER` for the call; isolation itself happens where sessions
-are looked up (:mod:`shared.tenancy`).
+:data:`serving.tenancy.CALLER` for the call; isolation itself happens where sessions
+are looked up (:mod:`serving.tenancy`).
 
 **Credentials that end end their streams.** A call that streams (its requests, its
 responses or both: WatchSession, StreamReplay, StreamMemoryView, AppendStream,
@@ -64,8 +64,8 @@ import grpc.aio
 import orjson
 from grpc_interceptor.server import AsyncServerInterceptor
 
+from serving.tenancy import CALLER, Caller
 from shared.errors import clip
-from shared.tenancy import CALLER, Caller
 
 log = logging.getLogger(__name__)
 
