@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from serving.tenancy import caller_tenant, check_visible, current_caller, keyed_session_id
+from shared.deletions import Deletion
 from shared.errors import (
     CorruptSessionError,
     InvalidArgumentError,
@@ -88,7 +89,7 @@ from shared.stop_kinds import StopKind
 from writer_service import metrics
 from writer_service.branching import ForkResult, ResumeResult, fork_session, resume_session
 from writer_service.committer import CommitConfig, GroupCommitter, SessionLog, StorageHealth
-from writer_service.deletion import Deletion, remove_session
+from writer_service.deletion import remove_session
 from writer_service.file_facts import FORCE_HINT, RebuiltFacts, file_facts, refuse_damage
 from writer_service.files import create_file, create_marker
 from writer_service.heap_trim import HeapTrimmer
