@@ -38,8 +38,8 @@ from reader_service.limits import (
 )
 from rollout_cli.serve_options import ServeOptions, pair_options, reloading_tokens, service_options
 from rollout_client import DEFAULT_READER, DEFAULT_WRITER
+from serving.server import BindError, split_address
 from shared.records import DEFAULT_MAX_RECORD_BYTES
-from shared.serving import BindError, split_address
 from shared.shards import DEFAULT_SHARDS, MAX_SHARDS, ClusterFileError
 from writer_service.committer import CommitConfig, Durability, RoundSync, SyncCall
 from writer_service.refusal_pacing import DEFAULT_RATE as DEFAULT_UNKNOWN_ID_RATE
@@ -83,6 +83,14 @@ round_sync_option = click.option(
     help="fsync mode only: how a durability round of several sessions is synced. syncfs = one"
     " syncfs() of the data root's file system (also flushes other files on it: best on a volume of"
     " its own); per_file = each session file by its own call, in turn. Same promise either way.",
+)
+retain_stopped_days_option = click.option(
+    "--retain-stopped-days",
+    type=click.FloatRange(0, min_open=True),
+    default=None,
+    help="Delete stopped sessions last written more than this many days ago (checked at start, then"
+    " hourly; open sessions are never deleted). Each deletion leaves a deletion record and is"
+    ' counted in rollout_deleted_sessions_total{cause="retention"}. Default: keep every session.',
 )
 metrics_port_option = click.option(
     "--metrics-port", type=int, default=None, help="Serve Prometheus metrics on 127.0.0.1:PORT/metrics."
@@ -202,7 +210,7 @@ async def serve_until_signal(start: Any, label: str) -> None:
     default=None,
     metavar="HOST:PORT[,...]",
     help="Join a cluster of writers sharing this data root, owning shards through leases in this"
-    " etcd (docs/cluster.md); without it the writer owns every shard alone.",
+    " etcd (docs/cluster.md); without it the writer owns every shard alone. Not with --static-shard-map.",
 )
 @click.option("--cluster", "cluster_name", default=None, help="The cluster's name in etcd (with --etcd).")
 @click.option(
@@ -218,7 +226,16 @@ async def serve_until_signal(start: Any, label: str) -> None:
     default=None,
     metavar="HOST:PORT",
     help="The address clients reach this writer at, stored in etcd for routing (with --etcd;"
-    " default: the bound address).",
+    " default: the bound address, unless it is a wildcard host such as 0.0.0.0).",
+)
+@retain_stopped_days_option
+@click.option(
+    "--static-shard-map",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    hidden=True,
+    help="Testing: own the shards this JSON map gives --address, beside other writers on the same"
+    " data root (writer_service.ownership.StaticOwnership).",
 )
 @service_options
 def serve_writer(
@@ -239,10 +256,12 @@ def serve_writer(
     cluster_name: str | None,
     lease_ttl: int,
     advertise: str | None,
+    retain_stopped_days: float | None,
+    static_shard_map: Path | None,
     serving: ServeOptions,
 ) -> None:
     """Run the writer service alone (one per data root), or as one writer of a cluster (--etcd)."""
-    from writer_service.ownership import DataRootLockedError, OwnershipStartError
+    from writer_service.ownership import DataRootLockedError, OwnershipStartError, StaticShardMapError
     from writer_service.server import start_writer
     from writer_service.sessions import WriterConfig
 
@@ -266,12 +285,20 @@ def serve_writer(
         unknown_id_rate=unknown_id_rate,
         repair_retry_seconds=repair_retry_seconds,
         shards=shards,
+        retain_stopped_days=retain_stopped_days,
+        static_shard_map=static_shard_map,
     )
     try:
         ownership = _cluster_ownership(config, etcd, cluster_name, lease_ttl, advertise)
         running = start_writer(config, address, settings, ownership)
         asyncio.run(serve_until_signal(reloading_tokens(running, settings), "writer"))
-    except (DataRootLockedError, ClusterFileError, BindError, OwnershipStartError) as exc:
+    except (
+        DataRootLockedError,
+        ClusterFileError,
+        BindError,
+        OwnershipStartError,
+        StaticShardMapError,
+    ) as exc:
         raise click.ClickException(str(exc)) from exc
 
 
@@ -282,6 +309,11 @@ def _cluster_ownership(
     lock held shared), or None for the embedded default; click.UsageError for options that do
     not go together or a bad cluster name, DataRootLockedError when a single writer holds the root."""
     cluster_only = {"--cluster": cluster_name, "--advertise": advertise}
+    if etcd is not None and config.static_shard_map is not None:
+        raise click.UsageError(
+            "--etcd and --static-shard-map do not go together: a writer owns shards through leases"
+            " in etcd (a cluster) or by a fixed map (testing), not both; drop one"
+        )
     if etcd is None:
         given = [name for name, value in cluster_only.items() if value is not None]
         if given:
@@ -409,6 +441,7 @@ def _check_pair_addresses(writer_address: str, reader_address: str) -> None:
 @sync_call_option
 @round_sync_option
 @metrics_port_option
+@retain_stopped_days_option
 @pair_options
 def serve(
     data_dir: Path,
@@ -418,6 +451,7 @@ def serve(
     sync_call: str,
     round_sync: str,
     metrics_port: int | None,
+    retain_stopped_days: float | None,
     serving: ServeOptions,
 ) -> None:
     """Run the writer and a reader as two processes on a local data root; Ctrl-C stops both
@@ -427,6 +461,8 @@ def serve(
     writer_options = ["--durability", durability, "--sync-call", sync_call, "--round-sync", round_sync]
     if metrics_port is not None:
         writer_options += ["--metrics-port", str(metrics_port)]
+    if retain_stopped_days is not None:
+        writer_options += ["--retain-stopped-days", repr(retain_stopped_days)]
     serving.checked_files()  # refuse bad TLS or token files here, before either service starts
     writer_serving, reader_serving = serving.pair_arguments()
     writer_options += writer_serving

@@ -158,10 +158,11 @@ class EtcdOwnership:
         return lease.state is not LeaseState.GONE and durable_at < lease.deadline()
 
     def owner_of(self, shard: int) -> tuple[str, int] | None:
+        """(address, epoch) of ``shard``'s owner: this writer's own while it owns it, else the owner
+        key last read from etcd; None when unknown or the owner advertises no address."""
         epoch = self.owns(shard)
-        if epoch is not None:
-            return self.address, epoch
-        return self._owners.get(shard)
+        owner = (self.address, epoch) if epoch is not None else self._owners.get(shard)
+        return owner if owner is not None and owner[0] else None
 
     @property
     def owned_shards(self) -> list[int]:

@@ -1,4 +1,4 @@
-"""Which shards this writer may write, and whether it may still acknowledge what it wrote (SPEC §7).
+"""Which shards this writer may write, and whether it may still acknowledge what it wrote (docs/spec.md §7).
 
 The ledger and the committer ask an :class:`Ownership` and nothing else (they never
 import a coordination client):
@@ -20,7 +20,7 @@ are thread-safe and answer from memory (no I/O, no blocking: it is on every batc
 ``serve-writer`` without a coordination service): it owns every shard of its data
 root at epoch :data:`EMBEDDED_EPOCH` for the life of the process, and always may
 acknowledge. It holds the data root's lock file (``writer.lock``: shared.layout) for all of
-them, so that a second writer on the same data root fails fast (SPEC §2.1).
+them, so that a second writer on the same data root fails fast (docs/spec.md §2.1).
 
 A writer of a cluster (``serve-writer --etcd``) owns shards through leases in etcd instead
 (writer_service.cluster_ownership, docs/cluster.md §2); it implements :class:`ServedOwnership`,
@@ -29,6 +29,12 @@ address is what the owner keys advertise), :meth:`~ServedOwnership.stop` when it
 served ownership takes and gives up shards while the writer runs, and tells the ledger through
 a :class:`ShardKeeper`: a shard is indexed afresh from its folder before its new epoch is
 answered by :meth:`Ownership.owns`, and its in-flight batches finish before it is released.
+
+:class:`StaticOwnership` is a fixed map read from a file (``serve-writer --static-shard-map``,
+for tests): several writer processes share one data root, each owning the shards the map
+gives it, and routing (NOT_OWNER redirects, GetShardMap) is tried without a coordination
+service. Both are served ownerships too, whose life cycle does little (the embedded one records
+the writer's address when started, for :meth:`Ownership.owner_of`).
 """
 
 from __future__ import annotations
@@ -37,8 +43,10 @@ import asyncio
 import fcntl
 import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Protocol
 
+import orjson
 from filelock import FileLock, Timeout
 
 from shared.layout import PRIVATE_FILE_MODE, DataRoot
@@ -67,8 +75,9 @@ class Ownership(Protocol):
         (``time.monotonic()`` seconds) may be acknowledged."""
 
     def owner_of(self, shard: int) -> tuple[str, int] | None:
-        """The owner of ``shard`` as this writer knows it: (its advertised address, its epoch),
-        or None when no owner is known (for routing: the address a client is sent to)."""
+        """The ``host:port`` clients reach ``shard``'s owner at and its epoch, as this writer knows
+        them now (itself included), or None when it knows no owner (NOT_OWNER's metadata and
+        GetShardMap send it: the routing of docs/cluster.md §4)."""
 
 
 class ShardKeeper(Protocol):
@@ -83,6 +92,9 @@ class ShardKeeper(Protocol):
 
 class ServedOwnership(Ownership, Protocol):
     """An ownership with a life cycle driven by the writer's server (module docstring)."""
+
+    #: The ``host:port`` clients reach this writer at, once started ("" when none is known).
+    address: str
 
     async def start(self, address: str, keeper: ShardKeeper) -> None:
         """Begin owning shards, advertising ``address``; OwnershipStartError when it cannot."""
@@ -106,6 +118,7 @@ class EmbeddedOwnership:
 
     def __init__(self, locks: Sequence[FileLock] = ()) -> None:
         self._locks = list(locks)
+        #: The address clients reach this writer at ("" until it is started: :meth:`start`).
         self.address = ""
 
     @classmethod
@@ -132,11 +145,13 @@ class EmbeddedOwnership:
         return True
 
     def owner_of(self, shard: int) -> tuple[str, int] | None:
-        """This writer's own address (empty until started) and :data:`EMBEDDED_EPOCH`."""
-        return self.address, EMBEDDED_EPOCH
+        """This writer's address and :data:`EMBEDDED_EPOCH`; None while it has no address (not
+        started, or bound to a wildcard host: clients keep the address they were given)."""
+        return (self.address, EMBEDDED_EPOCH) if self.address else None
 
     async def start(self, address: str, keeper: ShardKeeper) -> None:
-        """Record the writer's address (every shard is owned from the start)."""
+        """Record ``address`` (``host:port``, "" for none) as where clients reach this writer
+        (:meth:`owner_of`); every shard is owned from the start."""
         self.address = address
 
     async def stop(self) -> None:
@@ -186,3 +201,90 @@ class SharedRootLock:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+class StaticShardMapError(ValueError):
+    """A static shard map file cannot be used (names the file and what is wrong); the writer stops."""
+
+
+class StaticOwnership:
+    """A fixed map shard -> (address, epoch) read from a file, for trying routing with several writer
+    processes on one data root without a coordination service (``serve-writer --static-shard-map``,
+    a testing option). This writer owns the shards the map gives its own address, always may
+    acknowledge them, and knows the owner of every shard the map names. Nothing keeps two writers
+    given overlapping maps apart: only the map says who writes a shard. The file::
+
+        {"shards": 256, "owners": [{"address": "127.0.0.1:7001", "epoch": 2, "shards": [0, 1, 5]}, ...]}
+
+    ``shards`` must be the data root's shard count; each shard at most once; epochs >= 1.
+    """
+
+    def __init__(self, owners: dict[int, tuple[str, int]], address: str) -> None:
+        self._owners = dict(owners)
+        self.address = address
+
+    @classmethod
+    def load(cls, path: Path, shards: int, address: str) -> StaticOwnership:
+        """The map of file ``path`` for a root of ``shards`` shards, seen by the writer at ``address``.
+
+        Raises StaticShardMapError (malformed, another shard count, a shard named twice or out of
+        range, a bad epoch), OSError when the file cannot be read.
+        """
+        try:
+            body = orjson.loads(path.read_bytes())
+        except orjson.JSONDecodeError as exc:
+            raise StaticShardMapError(f"static shard map {path} is not JSON: {exc}") from exc
+        if not isinstance(body, dict) or body.get("shards") != shards:
+            raise StaticShardMapError(
+                f'static shard map {path} must be an object with "shards": {shards} (the data root\'s shard count)'
+            )
+        owners: dict[int, tuple[str, int]] = {}
+        entries = body.get("owners")
+        for entry in entries if isinstance(entries, list) else [None]:
+            if not isinstance(entry, dict):
+                raise StaticShardMapError(f'static shard map {path}: "owners" is a list of objects')
+            owner, epoch, owned = entry.get("address"), entry.get("epoch"), entry.get("shards")
+            if not isinstance(owner, str) or not owner:
+                raise StaticShardMapError(f'static shard map {path}: an owner without an "address"')
+            if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 1:
+                raise StaticShardMapError(
+                    f"static shard map {path}: {owner}'s epoch must be a whole number >= 1"
+                )
+            if not isinstance(owned, list):
+                raise StaticShardMapError(f'static shard map {path}: {owner}\'s "shards" must be a list')
+            for shard in owned:
+                if not isinstance(shard, int) or isinstance(shard, bool) or not 0 <= shard < shards:
+                    raise StaticShardMapError(
+                        f"static shard map {path}: shard {shard!r} is not 0..{shards - 1}"
+                    )
+                if shard in owners:
+                    raise StaticShardMapError(f"static shard map {path}: shard {shard} has two owners")
+                owners[shard] = (owner, epoch)
+        return cls(owners, address)
+
+    def owned_shards(self) -> list[int]:
+        """The shards this writer owns, in order."""
+        return sorted(shard for shard, (owner, _) in self._owners.items() if owner == self.address)
+
+    def owns(self, shard: int) -> int | None:
+        owner = self._owners.get(shard)
+        return owner[1] if owner is not None and owner[0] == self.address else None
+
+    def may_acknowledge(self, shard: int, epoch: int, durable_at: float) -> bool:
+        return self.owns(shard) == epoch
+
+    def owner_of(self, shard: int) -> tuple[str, int] | None:
+        return self._owners.get(shard)
+
+    async def start(self, address: str, keeper: ShardKeeper) -> None:
+        """Nothing to do: the map names this writer by the address it was loaded with."""
+
+    async def stop(self) -> None:
+        """Nothing: the map's shards are this writer's until it exits."""
+
+    async def close(self) -> None:
+        """Nothing to release: a static map holds no lock."""
+
+    async def wait_drained(self) -> None:
+        """Never returns: a writer of a static map stops on a signal alone."""
+        await asyncio.Event().wait()
