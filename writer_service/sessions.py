@@ -941,6 +941,7 @@ class SessionLedger:
                 f"this writer does not own shard {shard} of session {session_id}; retry",
                 shard=shard,
                 epoch=0,
+                owner=self.ownership.owner_of(shard),
             )
         if session_id in self._deleting:
             raise SessionBusyError("a Delete of this session is in progress; retry when it ends")
@@ -1022,11 +1023,14 @@ class SessionLedger:
         self.tenants.forget(session_id)
 
     def stopped_sessions(self) -> list[tuple[str, Path]]:
-        """(id, file path) of every stopped session not being deleted (retention's candidates)."""
+        """(id, file path) of every stopped session not being deleted, in a shard this writer owns
+        now (retention's candidates: a writer of a cluster leaves other shards to their owners)."""
         return [
             (session_id, self.root.session_path(session_id, entry.name))
             for session_id, entry in self.index.entries.items()
-            if entry.stopped_kind is not None and session_id not in self._deleting
+            if entry.stopped_kind is not None
+            and session_id not in self._deleting
+            and self.ownership.owns(self.root.shard_of(session_id)) is not None
         ]
 
     async def resume(self, session_id: str, force: bool = False) -> ResumeResult:

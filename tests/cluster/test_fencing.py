@@ -105,10 +105,17 @@ def test_a_writer_aims_at_ceil_of_its_share_or_floor_while_another_is_short(shar
         (["--advertise", "10.0.0.7:50051"], "--advertise needs --etcd"),
         (["--etcd", "127.0.0.1:2379"], "--etcd needs --cluster NAME"),
         (["--etcd", "127.0.0.1:2379", "--cluster", "no/slash"], "cluster name 'no/slash' must be"),
+        (
+            ["--etcd", "127.0.0.1:2379", "--cluster", "prod", "--static-shard-map", "{map}"],
+            "--etcd and --static-shard-map do not go together",
+        ),
     ],
 )
 def test_serve_writer_refuses_cluster_options_that_do_not_go_together(tmp_path, arguments, message):
     """Usage errors (exit 2) name the option, before anything is created or contacted."""
+    shard_map = tmp_path / "shards.json"
+    shard_map.write_text('{"shards": 256, "owners": []}')
+    arguments = [str(shard_map) if argument == "{map}" else argument for argument in arguments]
     result = CliRunner().invoke(cli, ["serve-writer", "--data-dir", str(tmp_path / "data"), *arguments])
     assert result.exit_code == 2, result.output
     assert message in result.output

@@ -9,6 +9,7 @@ holder writes and acknowledges.
 from __future__ import annotations
 
 import asyncio
+import functools
 import signal
 import urllib.request
 import uuid
@@ -608,6 +609,77 @@ def test_a_shard_that_comes_back_is_read_afresh(etcd1: EtcdCluster, data_dir: Pa
             await wait_until(lambda: settled(first), "the shards back at the first writer")
             for shard in moved:
                 assert await first.append_when_owned(sessions[shard], "from A again", "a-2", since=3) == 3
+            await second.close()
+        await first.close()
+
+    asyncio.run(scenario())
+    assert first.process.stop() == 0
+
+
+async def refused_unless_owned(writer: Writer, session_id: str) -> bool:
+    """Whether an Append to ``session_id`` (a deleted session) at ``writer`` is refused otherwise
+    than NOT_OWNER (False while the writer does not write its shard yet)."""
+    try:
+        await writer.append(session_id, "after the delete")
+    except grpc.RpcError as error:
+        return not not_owner(error)
+    raise AssertionError(f"an append to deleted session {session_id} was written")
+
+
+def test_a_shard_that_comes_back_knows_the_deletions_made_meanwhile(
+    etcd1: EtcdCluster, data_dir: Path, tmp_path: Path
+):
+    """A shard goes from writer A to B, B deletes a session of it, the shard comes back to A: A
+    has forgotten the session (an Append is NOT_FOUND) and knows its tombstone (a DeleteSession
+    again is answered already_deleted; the id cannot be created again)."""
+    first = Writer(start_writer(data_dir, tmp_path / "a.log", etcd1.endpoints))
+
+    async def scenario() -> None:
+        async with EtcdClient(etcd1.endpoints) as etcd:
+            held: dict[int, tuple[str, int]] = {}
+
+            async def settled(*alive: Writer) -> bool:
+                nonlocal held
+                held = await owners(etcd)
+                return balanced(held, [writer.address for writer in alive])
+
+            await wait_until(lambda: settled(first), "the first writer owns every shard")
+            sessions = [id_in_shard(shard) for shard in range(SHARDS)]
+            for session_id in sessions:
+                await first.create_when_owned(session_id)
+                assert await first.append(session_id, "from A") == 1
+
+            second = Writer(
+                await asyncio.to_thread(start_writer, data_dir, tmp_path / "b.log", etcd1.endpoints)
+            )
+            await wait_until(lambda: settled(first, second), "two writers share the shards")
+            moved = [shard for shard, (address, _) in held.items() if address == second.address]
+            for shard in moved:
+                await second.append_when_owned(sessions[shard], "from B", "b-1", since=2)
+                deleted = await second.stub.DeleteSession(
+                    writer_pb2.DeleteSessionRequest(session_id=sessions[shard]), timeout=30
+                )
+                assert not deleted.already_deleted
+
+            assert await asyncio.to_thread(second.process.stop) == 0
+            await wait_until(lambda: settled(first), "the shards back at the first writer")
+            for shard in moved:
+                session_id = sessions[shard]
+
+                await wait_until(
+                    functools.partial(refused_unless_owned, first, session_id),
+                    f"session {session_id} forgotten by the first writer",
+                )
+                with pytest.raises(grpc.RpcError) as unknown:
+                    await first.append(session_id, "after the delete")
+                assert unknown.value.code() == grpc.StatusCode.NOT_FOUND
+                again = await first.stub.DeleteSession(
+                    writer_pb2.DeleteSessionRequest(session_id=session_id), timeout=30
+                )
+                assert again.already_deleted
+                with pytest.raises(grpc.RpcError) as taken:
+                    await first.create(session_id)
+                assert taken.value.code() == grpc.StatusCode.ALREADY_EXISTS
             await second.close()
         await first.close()
 
