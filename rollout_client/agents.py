@@ -87,7 +87,14 @@ from rollout_client._errors import (
     ResourceExhaustedError,
 )
 from rollout_client._loops import PerLoop
-from rollout_client._records import Compaction, MessageRef, Record, Retraction, tool_call
+from rollout_client._records import (
+    Compaction,
+    MessageRef,
+    Record,
+    Retraction,
+    encoded_message,
+    tool_call,
+)
 from rollout_client._results import AppendResult
 from rollout_client._session import AsyncSession
 from rollout_client._sync import RolloutClient
@@ -513,12 +520,16 @@ class LedgerSession:
         messages sent. An output whose call the session does not hold is refused by the writer
         (``tool_call_id``): the items are then sent again carried unpaired, as SQLite keeps it."""
         try:
-            result = await attached.session.append(*before, *messages, expected_next_seq=expected_next_seq)
+            result = await attached.session.append(
+                *before, *map(encoded_message, messages), expected_next_seq=expected_next_seq
+            )
         except InvalidArgumentError as refused:
             if not any(v.field.endswith("tool_call_id") for v in refused.field_violations):
                 raise
             messages = [item_to_message(item, paired=False) for item in items]
-            result = await attached.session.append(*before, *messages, expected_next_seq=expected_next_seq)
+            result = await attached.session.append(
+                *before, *map(encoded_message, messages), expected_next_seq=expected_next_seq
+            )
         return result, messages
 
     async def _append_items(
@@ -555,7 +566,7 @@ class LedgerSession:
                     origin, items = tail.entries[-1]
                     rest = items[:-1]
                     records: list[Record] = [Retraction([origin], _POP_REASON)]
-                    records.extend(item_to_message(item) for item in rest)
+                    records.extend(encoded_message(item_to_message(item)) for item in rest)
                     try:
                         result = await attached.session.append(*records, expected_next_seq=tail.next_seq)
                     except FailedPreconditionError as moved:
