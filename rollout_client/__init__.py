@@ -51,6 +51,7 @@ from rollout_client._errors import (
 from rollout_client._memory import ConversationMemory
 from rollout_client._records import (
     Compaction,
+    EncodedMessage,
     Event,
     MessageRef,
     Record,
@@ -106,6 +107,7 @@ __all__ = [
     "DegradedEntry",
     "Delegation",
     "DelegationScope",
+    "EncodedMessage",
     "ErrorInfo",
     "Event",
     "FailedPreconditionError",

@@ -108,10 +108,10 @@ class Retraction:
 
 @dataclass(frozen=True, slots=True)
 class EncodedMessage:
-    """A message already encoded as ``AppendRecord.message_json`` (one line: no reasoning), by
-    code of this package that built the message itself in a shape the ledger stores
-    (:func:`encoded_message`): sent as is, without the checks of :func:`message_json`. The writer
-    still checks it (INVALID_ARGUMENT)."""
+    """A message given as the JSON ``AppendRecord.message_json`` carries (one object in the
+    ledger's message shape, UTF-8), sent as is: the client neither parses nor checks it, the
+    writer does (InvalidArgumentError naming ``records[i]``). For code that built the message
+    itself, in a shape it knows the ledger stores (:func:`encoded_message`)."""
 
     json: bytes
 
@@ -265,7 +265,16 @@ def message_json(message: Mapping[str, Any], index: int) -> bytes:
 def record_lines(record: Record) -> int:
     """How many lines (seqs) a record becomes, as the writer counts them: a message with N
     reasoning blocks is N + 1 (SPEC §2.5), any other record 1."""
-    if isinstance(record, EncodedMessage | Event | Compaction | TurnContext | Retraction):
+    if isinstance(record, EncodedMessage):
+        # A message without reasoning is one line; "reasoning" in a JSON string is escaped.
+        if b'"reasoning"' not in record.json:
+            return 1
+        try:
+            message = orjson.loads(record.json)
+        except orjson.JSONDecodeError:
+            return 1  # the writer refuses it
+        return record_lines(message) if type(message) is dict else 1
+    if isinstance(record, Event | Compaction | TurnContext | Retraction):
         return 1
     reasoning = record.get("reasoning")
     if reasoning is None:
