@@ -51,6 +51,7 @@ from rollout_client._errors import (
 from rollout_client._memory import ConversationMemory
 from rollout_client._records import (
     Compaction,
+    EncodedMessage,
     Event,
     MessageRef,
     Record,
@@ -110,6 +111,7 @@ __all__ = [
     "Delegation",
     "DelegationScope",
     "DeleteResult",
+    "EncodedMessage",
     "ErrorInfo",
     "Event",
     "FailedPreconditionError",
