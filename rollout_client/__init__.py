@@ -76,6 +76,7 @@ from rollout_client._results import (
     Replay,
     ReplaySummary,
     ResumeResult,
+    Round,
     RoundRecords,
     SessionPage,
     SessionSummary,
@@ -88,6 +89,7 @@ from rollout_client._results import (
 from rollout_client._session import AsyncReplayStream, AsyncSession
 from rollout_client._settings import DEFAULT_READER, DEFAULT_WRITER, ClientSettings, client_settings
 from rollout_client._sync import ReplayStream, RolloutClient, Session
+from shared.rounds import Round
 
 __all__ = [
     "CHANNEL_OPTIONS",
@@ -136,6 +138,7 @@ __all__ = [
     "RolloutClient",
     "RolloutError",
     "RootNotDeclaredError",
+    "Round",
     "RoundRecords",
     "Session",
     "SessionPage",
