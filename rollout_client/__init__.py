@@ -76,7 +76,6 @@ from rollout_client._results import (
     Replay,
     ReplaySummary,
     ResumeResult,
-    Round,
     RoundRecords,
     SessionPage,
     SessionSummary,
