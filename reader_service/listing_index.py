@@ -40,7 +40,7 @@ import os
 import queue
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -137,38 +137,61 @@ class Count:
     done: bool
 
 
+class CompleteLines:
+    """The complete lines of a session file after byte ``position`` (a line boundary), in blocks:
+    iterating yields ``(offset, block)``, ``block`` the bytes of whole lines (ending with "\\n")
+    starting at byte ``offset``. Reads at most ``limit`` bytes (all when None); ``done`` is then
+    False when it stopped at the limit before the end of the file, and ``end`` is the offset after
+    the last complete line yielded. The incremental reading of the listing index (counts) and of
+    the content index (reader_service.search_index). Raises OSError when the file cannot be read.
+    """
+
+    def __init__(self, path: Path, position: int, limit: int | None = None) -> None:
+        self.path = path
+        self.end = position
+        self.limit = limit
+        self.done = False
+
+    def __iter__(self) -> Iterator[tuple[int, bytes]]:
+        limit = self.limit
+        with read_session_file(self.path) as handle:
+            handle.seek(self.end)
+            pending = b""
+            while True:
+                if limit is not None and limit <= 0:
+                    return
+                chunk = handle.read(COUNT_READ_BYTES if limit is None else min(COUNT_READ_BYTES, limit))
+                if not chunk:
+                    self.done = True
+                    return
+                if limit is not None:
+                    limit -= len(chunk)
+                data = pending + chunk if pending else chunk
+                cut = data.rfind(b"\n") + 1
+                if not cut:
+                    pending = data
+                    continue
+                start, self.end = self.end, self.end + cut
+                pending = data[cut:]
+                yield start, data[:cut]
+
+
 def count_messages(path: Path, start: Count, limit: int | None = None) -> Count:
     """Continue ``start`` over the bytes after it, reading at most ``limit`` bytes (all when None).
 
     Raises OSError when the file cannot be read.
     """
-    position, count, preview = start.counted_bytes, start.message_count, start.preview
-    with read_session_file(path) as handle:
-        handle.seek(position)
-        pending = b""
-        while True:
-            if limit is not None and limit <= 0:
-                return Count(position, count, preview, False)
-            chunk = handle.read(COUNT_READ_BYTES if limit is None else min(COUNT_READ_BYTES, limit))
-            if not chunk:
-                return Count(position, count, preview, True)
-            if limit is not None:
-                limit -= len(chunk)
-            data = pending + chunk if pending else chunk
-            cut = data.rfind(b"\n") + 1
-            if not cut:
-                pending = data
-                continue
-            complete = data[:cut]
-            for match in _MESSAGE_LINE.finditer(complete):
-                count += 1
-                if not preview:
-                    end = complete.index(b"\n", match.start())
-                    record = record_of_line(complete[match.start() : end])
-                    if record is not None:
-                        preview = preview_of(record["payload"])
-            position += cut
-            pending = data[cut:]
+    count, preview = start.message_count, start.preview
+    lines = CompleteLines(path, start.counted_bytes, limit)
+    for _, complete in lines:
+        for match in _MESSAGE_LINE.finditer(complete):
+            count += 1
+            if not preview:
+                end = complete.index(b"\n", match.start())
+                record = record_of_line(complete[match.start() : end])
+                if record is not None:
+                    preview = preview_of(record["payload"])
+    return Count(lines.end, count, preview, lines.done)
 
 
 @dataclass(slots=True)
