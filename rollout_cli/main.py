@@ -2,7 +2,7 @@
 
 Commands: ``serve`` (both services, as two processes), ``serve-writer``,
 ``serve-reader`` (:mod:`rollout_cli.supervision`), ``import codex|claude``, ``ls``,
-``replay``, ``tail``, ``stop-facts``, ``verify``, ``stop``, ``resume``, ``fork``,
+``search``, ``replay``, ``tail``, ``stop-facts``, ``verify``, ``stop``, ``resume``, ``fork``,
 ``loadtest``. Client commands reach the services at ``--writer`` / ``--reader`` (or
 the ``ROLLOUT_WRITER`` / ``ROLLOUT_READER`` environment variables) through
 :mod:`rollout_client`, as any agent would: addresses, ``--token`` and ``--tls-ca`` are resolved
@@ -16,14 +16,17 @@ exactly-once machinery and event loop would be part of what it measures).
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import re
 import shlex
 import ssl
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import click
@@ -41,7 +44,7 @@ from rollout_client import (
     RolloutError,
     client_settings,
 )
-from shared.records import DEFAULT_MAX_RECORD_BYTES
+from shared.records import DEFAULT_MAX_RECORD_BYTES, format_timestamp, normalize_timestamp
 from shared.stop_kinds import StopKind
 
 #: People wait for answers, not for retries against a service that is not there: a few quick
@@ -306,6 +309,80 @@ def list_command(
         click.echo(f"more: {_next_page_command(page.next_page_token)}")
 
 
+_WITHIN = re.compile(r"(\d+)\s*(m|min|h|d|w)")
+_WITHIN_UNITS = {"m": "minutes", "min": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def _within(_context: click.Context, _parameter: click.Parameter, value: str | None) -> str:
+    """``--within 30d`` as the RFC 3339 time that long ago ("" when not given); an RFC 3339 time
+    is taken as it is (the next-page command repeats the time the first page used)."""
+    if not value:
+        return ""
+    with contextlib.suppress(ValueError):
+        return normalize_timestamp(value)
+    match = _WITHIN.fullmatch(value.strip())
+    if match is None:
+        raise click.BadParameter(f"{value!r} is not a duration such as 90m, 12h, 30d or 2w")
+    since = datetime.now(UTC) - timedelta(**{_WITHIN_UNITS[match.group(2)]: int(match.group(1))})
+    return format_timestamp(since)
+
+
+@cli.command("search")
+@click.argument("query")
+@reader_option
+@click.option("--cwd", default="", help="Only sessions run in this folder or below it (e.g. '.').")
+@click.option("--branch", default="", help="Only sessions last on this git branch.")
+@click.option("--agent-name", default="", help="Only sessions of this agent.")
+@click.option(
+    "--within",
+    "since",
+    default=None,
+    callback=_within,
+    help="Only sessions changed this recently (90m, 12h, 30d, 2w; or since an RFC 3339 time).",
+)
+@click.option("--tenant", default="", help="Only this tenant's sessions (with authentication: your own).")
+@click.option(
+    "--page-size", type=click.IntRange(0, 100), default=10, show_default=True, help="Sessions shown."
+)
+@click.option("--page-token", default="", help="Continue from a previous page.")
+def search_command(
+    query: str,
+    reader: str | None,
+    cwd: str,
+    branch: str,
+    agent_name: str,
+    since: str,
+    tenant: str,
+    page_size: int,
+    page_token: str,
+) -> None:
+    """Find sessions by words said or printed in them (messages, tool calls and outputs, reasoning,
+    titles), best and most recent first, each with its matching records' seq and words around
+    them. QUERY is literal text: every word must appear; "quoted words" are a phrase; word* a prefix."""
+    folder = os.path.abspath(cwd) if cwd else ""
+    with _client("reader", reader) as client:
+        pages = client.search(
+            query,
+            cwd=folder,
+            branch=branch,
+            agent_name=agent_name,
+            since=since,
+            tenant=tenant,
+            page_size=page_size,
+            page_token=page_token,
+        )
+        page = next(pages)
+        pages.close()
+    if page.hits:
+        session_view.print_hits(page.hits, datetime.now(UTC))
+    else:
+        click.echo("no session matches" if not page_token else "no more sessions after this page token")
+    if page.pending:
+        click.echo(f"({page.pending} sessions changed and are not indexed yet: search again shortly)")
+    if page.next_page_token:
+        click.echo(f"more: {_next_page_command(page.next_page_token)}")
+
+
 def _next_page_command(token: str) -> str:
     """The ``rollout ls`` command for the next page: this call's options, with the new token.
 
@@ -313,7 +390,8 @@ def _next_page_command(token: str) -> str:
     (without them the next page would list every session).
     """
     context = click.get_current_context()
-    words = ["rollout", "ls"]
+    words = ["rollout", context.command.name or "ls"]
+    words += [str(argument) for name, argument in context.params.items() if name == "query"]
     for parameter in context.command.params:
         name = parameter.name
         if name is None or name == "page_token" or not isinstance(parameter, click.Option):

@@ -363,6 +363,71 @@ class SessionPage:
 
 
 @dataclass(frozen=True)
+class SearchMatch:
+    """A record of a session that matched a search: its seq, its kind (``message``,
+    ``tool_call``, ``tool_output``, ``reasoning``, ``title``) and the words around the match
+    (matched words between « and »)."""
+
+    seq: int
+    kind: str
+    snippet: str
+
+
+@dataclass(frozen=True)
+class SessionHit:
+    """A session found by a search (SearchSessions): where and when it ran, its title, whether
+    the title matched, its best matching records and its score (higher is better)."""
+
+    session_id: str
+    tenant: str
+    agent_name: str
+    cwd: str
+    branch: str
+    created_at: str
+    updated_at: str
+    title: str
+    title_match: bool
+    match_count: int
+    score: float
+    matches: tuple[SearchMatch, ...]
+
+    @classmethod
+    def from_proto(cls, hit: reader_pb2.SessionHit) -> SessionHit:
+        return cls(
+            hit.session_id,
+            hit.tenant,
+            hit.agent_name,
+            hit.cwd,
+            hit.branch,
+            hit.created_at,
+            hit.updated_at,
+            hit.title,
+            hit.title_match,
+            hit.match_count,
+            hit.score,
+            tuple(SearchMatch(match.seq, match.kind, match.snippet) for match in hit.matches),
+        )
+
+
+@dataclass(frozen=True)
+class SearchPage:
+    """One page of search hits (best first), how many sessions the reader has not indexed up to
+    their size yet (``pending``), and the token of the next page ("" on the last)."""
+
+    hits: tuple[SessionHit, ...]
+    pending: int
+    next_page_token: str
+
+    @classmethod
+    def from_proto(cls, response: reader_pb2.SearchSessionsResponse) -> SearchPage:
+        return cls(
+            tuple(SessionHit.from_proto(hit) for hit in response.hits),
+            response.pending,
+            response.next_page_token,
+        )
+
+
+@dataclass(frozen=True)
 class Delegation:
     """A delegation link: parent session, the parent's tool call id, the child session, the
     child's agent name, creation time and stop facts. An empty ``parent_session_id`` means

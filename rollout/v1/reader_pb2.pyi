@@ -486,3 +486,71 @@ class GetRoundResponse(_message.Message):
     round: Round
     records: _containers.RepeatedCompositeFieldContainer[WatchedRecord]
     def __init__(self, round: _Optional[_Union[Round, _Mapping]] = ..., records: _Optional[_Iterable[_Union[WatchedRecord, _Mapping]]] = ...) -> None: ...
+
+class SearchSessionsRequest(_message.Message):
+    __slots__ = ("query", "tenant", "cwd", "branch", "agent_name", "since", "page_size", "page_token")
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    CWD_FIELD_NUMBER: _ClassVar[int]
+    BRANCH_FIELD_NUMBER: _ClassVar[int]
+    AGENT_NAME_FIELD_NUMBER: _ClassVar[int]
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    query: str
+    tenant: str
+    cwd: str
+    branch: str
+    agent_name: str
+    since: str
+    page_size: int
+    page_token: str
+    def __init__(self, query: _Optional[str] = ..., tenant: _Optional[str] = ..., cwd: _Optional[str] = ..., branch: _Optional[str] = ..., agent_name: _Optional[str] = ..., since: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class SearchMatch(_message.Message):
+    __slots__ = ("seq", "kind", "snippet")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    SNIPPET_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    kind: str
+    snippet: str
+    def __init__(self, seq: _Optional[int] = ..., kind: _Optional[str] = ..., snippet: _Optional[str] = ...) -> None: ...
+
+class SessionHit(_message.Message):
+    __slots__ = ("session_id", "tenant", "agent_name", "cwd", "branch", "created_at", "updated_at", "title", "title_match", "matches", "match_count", "score")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    AGENT_NAME_FIELD_NUMBER: _ClassVar[int]
+    CWD_FIELD_NUMBER: _ClassVar[int]
+    BRANCH_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    TITLE_FIELD_NUMBER: _ClassVar[int]
+    TITLE_MATCH_FIELD_NUMBER: _ClassVar[int]
+    MATCHES_FIELD_NUMBER: _ClassVar[int]
+    MATCH_COUNT_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    tenant: str
+    agent_name: str
+    cwd: str
+    branch: str
+    created_at: str
+    updated_at: str
+    title: str
+    title_match: bool
+    matches: _containers.RepeatedCompositeFieldContainer[SearchMatch]
+    match_count: int
+    score: float
+    def __init__(self, session_id: _Optional[str] = ..., tenant: _Optional[str] = ..., agent_name: _Optional[str] = ..., cwd: _Optional[str] = ..., branch: _Optional[str] = ..., created_at: _Optional[str] = ..., updated_at: _Optional[str] = ..., title: _Optional[str] = ..., title_match: _Optional[bool] = ..., matches: _Optional[_Iterable[_Union[SearchMatch, _Mapping]]] = ..., match_count: _Optional[int] = ..., score: _Optional[float] = ...) -> None: ...
+
+class SearchSessionsResponse(_message.Message):
+    __slots__ = ("hits", "next_page_token", "pending")
+    HITS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    PENDING_FIELD_NUMBER: _ClassVar[int]
+    hits: _containers.RepeatedCompositeFieldContainer[SessionHit]
+    next_page_token: str
+    pending: int
+    def __init__(self, hits: _Optional[_Iterable[_Union[SessionHit, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., pending: _Optional[int] = ...) -> None: ...
