@@ -1,0 +1,137 @@
+"""Content search end to end (issue 26): a writer and a reader with TLS and the tokens of two
+tenants T1 and T2 (real processes), sessions written through the SDK, found through the SDK,
+the raw RPC and the ``rollout search`` command."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from rollout.v1 import reader_pb2
+from rollout_client import (
+    InvalidArgumentError,
+    RolloutClient,
+    SessionHit,
+    TurnContext,
+    assistant,
+    tool_call,
+    tool_result,
+    user,
+)
+from tests.conftest import run_rollout, start_service
+from tests.e2e.secured import READER, call, make_certificates, refusal, tls_arguments, write_tokens
+
+T1, T2 = "tok-t1-4f1e", "tok-t2-90ab"
+
+
+class Pair:
+    def __init__(self, folder: Path) -> None:
+        data = folder / "data"
+        data.mkdir()
+        self.certificates = make_certificates(folder)
+        tokens = write_tokens(folder / "tokens.json", {T1: "T1", T2: "T2"})
+        arguments = tls_arguments(self.certificates, "--auth-tokens", str(tokens))
+        self.writer = start_service("writer", data, *arguments)
+        self.reader = start_service("reader", data, *arguments)
+
+    def client(self, token: str) -> RolloutClient:
+        return RolloutClient(
+            self.writer.address.replace("127.0.0.1", "localhost"),
+            self.reader.address.replace("127.0.0.1", "localhost"),
+            token=token,
+            tls_ca=self.certificates.ca_file,
+        )
+
+    def stop(self) -> None:
+        self.writer.stop()
+        self.reader.stop()
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory) -> Iterator[Pair]:
+    started = Pair(tmp_path_factory.mktemp("search"))
+    yield started
+    started.stop()
+
+
+def searched(client: RolloutClient, query: str, present: str = "", **filters: str) -> list[SessionHit]:
+    """The first page of hits for ``query``; waits (60 s at most) until session ``present`` is
+    among them when given (the index follows the files on its own thread)."""
+    give_up = time.monotonic() + 60
+    while True:
+        hits = list(next(client.search(query, **filters)).hits)
+        if not present or present in {hit.session_id for hit in hits} or time.monotonic() > give_up:
+            return hits
+        time.sleep(0.02)
+
+
+def test_the_acceptance_sessions_are_found_by_tenant_folder_and_branch(pair) -> None:
+    with pair.client(T1) as t1, pair.client(T2) as t2:
+        s1 = t1.create_session(cwd="/repo/a")
+        s1.append(TurnContext({"gitBranch": "main"}), user("run the tests"))
+        s1.append(assistant(tool_calls=[tool_call("c1", "shell", '{"cmd": "npm test"}')]))
+        (output_seq,) = s1.append(tool_result("c1", "ECONNRESET at db.ts:42")).seqs
+        s2 = t1.create_session(cwd="/repo/b")
+        s2.append(TurnContext({"gitBranch": "feat-x"}), user("see PR #1234"))
+        s3 = t2.create_session(cwd="/repo/a")
+        s3.append(user("ECONNRESET here too"))
+        assert [hit.session_id for hit in searched(t2, "ECONNRESET", s3.id)] == [s3.id]
+        searched(t1, "#1234", s2.id)
+
+        (hit,) = searched(t1, "ECONNRESET", s1.id)
+        assert (hit.session_id, hit.cwd, hit.branch, hit.title_match) == (s1.id, "/repo/a", "main", False)
+        assert [(match.seq, match.kind, match.snippet) for match in hit.matches] == [
+            (output_seq, "tool_output", "«ECONNRESET» at db.ts:42")
+        ]
+        assert searched(t1, "#1234", cwd="/repo/a") == []
+        assert [hit.session_id for hit in searched(t1, "#1234", cwd="/repo/b")] == [s2.id]
+        assert [hit.session_id for hit in searched(t1, "#1234", branch="feat-x")] == [s2.id]
+        assert searched(t1, "#1234", branch="main") == []
+        with pytest.raises(InvalidArgumentError, match="query: holds no word"):
+            searched(t1, "#")
+
+
+def test_search_requests_out_of_range_are_refused_with_the_field_named(pair) -> None:
+    channel = grpc.secure_channel(
+        pair.reader.address.replace("127.0.0.1", "localhost"),
+        grpc.ssl_channel_credentials(pair.certificates.ca_file.read_bytes()),
+    )
+    search = READER.methods_by_name["SearchSessions"]
+    with channel:
+        for request, field in (
+            (reader_pb2.SearchSessionsRequest(query="x", page_size=101), "page_size"),
+            (reader_pb2.SearchSessionsRequest(query="x", page_token="nonsense"), "page_token"),
+            (reader_pb2.SearchSessionsRequest(query="x", since="yesterday"), "since"),
+            (reader_pb2.SearchSessionsRequest(query="x" * 1001), "query"),
+        ):
+            error = refusal(channel, search, request, T1)
+            assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert error.details().startswith(f"{field}: ")
+        (page,) = call(channel, search, reader_pb2.SearchSessionsRequest(query='NOT (" OR'), T1)
+        assert not page.hits  # any text is a literal search: never a syntax error
+
+
+def test_rollout_search_prints_each_session_with_its_matching_records(pair, tmp_path) -> None:
+    with pair.client(T1) as t1:
+        session = t1.create_session(cwd=str(tmp_path))
+        (seq,) = session.append(user("the flaky upload test again")).seqs
+        searched(t1, "flaky upload", session.id)
+    reader = pair.reader.address.replace("127.0.0.1", "localhost")
+    common = ["--token", T1, "--tls-ca", str(pair.certificates.ca_file)]
+    done = run_rollout(
+        *common, "search", "flaky upload", "--reader", reader, "--cwd", str(tmp_path), "--within", "1d"
+    )
+    assert done.returncode == 0, done.stderr
+    assert session.id in done.stdout
+    assert f"seq {seq} message: the «flaky» «upload» test again" in done.stdout
+    elsewhere = run_rollout(
+        *common, "search", "flaky upload", "--reader", reader, "--cwd", str(tmp_path / "x")
+    )
+    assert "no session matches" in elsewhere.stdout
+    bad = run_rollout(*common, "search", "flaky", "--reader", reader, "--within", "soon")
+    assert bad.returncode != 0
+    assert "not a duration" in bad.stderr
