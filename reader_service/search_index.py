@@ -24,7 +24,10 @@ one that cannot be opened, is rebuilt. One reader process per folder (a lock fil
 **Keeping current.** A thread of its own (never an RPC's) follows the data root's sessions
 folders with inotify (names created, moved, removed, and files written: ``IN_MODIFY``) and
 indexes what changed, a bounded number of bytes per file per step so one large file does not
-hold back the others; it lists every folder and compares sizes every
+hold back the others, at most one step every :data:`BATCH_SECONDS` once caught up (the
+appends of that time are indexed together: a search may miss what was written in the last
+~0.1 s); the thread runs at a lower priority (:data:`INDEXING_NICENESS`), so that when the
+CPU is short the index lags rather than the writer or the reader's RPCs; it lists every folder and compares sizes every
 :data:`SWEEP_SECONDS` and whenever reports were lost (changes made through another host are
 never reported: SPEC §7). Searches read through connections of their own (WAL mode: a search
 never waits for the indexing). The writer's path is not touched at all.
@@ -69,10 +72,22 @@ INDEX_FILE = f"search-v{SCHEMA_VERSION}.sqlite3"
 MAX_TEXT_CHARS = 32 * 1024
 #: Bytes of one file indexed per step of the indexing thread.
 STEP_BYTES = 4 * 1024 * 1024
+#: Least seconds between two indexing steps once caught up (changes gather in between: one
+#: step for many appends to a file costs about what one step for one append does).
+BATCH_SECONDS = 0.1
+#: Niceness of the indexing thread: when the CPU is short, serving (and the writer on the same
+#: host) comes first, and the index lags.
+INDEXING_NICENESS = 10
+#: Seconds between two tries to watch the shard folders not made yet.
+WATCH_SECONDS = 0.5
+#: Bytes of files indexed in one transaction of the index.
+COMMIT_BYTES = 16 * 1024 * 1024
 #: Seconds between two listings of every sessions folder (changes nothing reported).
 SWEEP_SECONDS = 5.0
 #: Longest query, in characters.
 MAX_QUERY_CHARS = 1000
+#: Most records ranked for one query (the newest sessions' first); more are not looked at.
+MAX_RANKED_RECORDS = 20_000
 #: Records of a session shown with each hit.
 MATCHES_SHOWN = 3
 #: Days after which a session's relevance counts half (recency in the ranking).
@@ -240,9 +255,13 @@ class Hit:
 
 @dataclass(frozen=True, slots=True)
 class SearchPage:
+    """A page of hits; ``capped``: the words are in more than :data:`MAX_RANKED_RECORDS` records
+    and only the newest sessions' records were ranked."""
+
     hits: list[Hit]
     next_offset: int | None
     pending: int
+    capped: bool = False
 
 
 def _recency(updated_at: str, now: datetime) -> float:
@@ -365,6 +384,8 @@ class SearchIndex:
             self._index_dirty()
 
     def _run(self) -> None:
+        with contextlib.suppress(OSError):  # Linux: a thread is a task of its own, with its own priority
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), INDEXING_NICENESS)
         inotify: INotify | None = None
         watched: set[int] = set()
         last_sweep = -math.inf
@@ -376,10 +397,14 @@ class SearchIndex:
                 self.sweep_seconds,
                 exc,
             )
+        last_watch = -math.inf
         while not self._closed.is_set():
             try:
-                if inotify is not None and len(watched) < self.root.shards:
-                    watched = self._watch(inotify, watched)
+                began = time.monotonic()
+                if inotify is not None and began - last_watch >= WATCH_SECONDS:
+                    last_watch = began
+                    if len(watched) < self.root.shards:
+                        watched = self._watch(inotify, watched)
                 if inotify is not None:
                     self._take_reports(inotify, timeout_ms=0 if self._dirty else 200)
                 elif not self._dirty:
@@ -387,7 +412,10 @@ class SearchIndex:
                 if self._sweep_due or time.monotonic() - last_sweep >= self.sweep_seconds:
                     last_sweep = time.monotonic()
                     self._sweep()
-                self._index_dirty()
+                if self._dirty:
+                    self._index_dirty()
+                    if not self._dirty:  # all caught up: let the next changes gather
+                        self._closed.wait(max(0.0, BATCH_SECONDS - (time.monotonic() - began)))
             except (OSError, sqlite3.Error, ValueError) as exc:
                 log.warning("search index: %s", exc)
                 self._closed.wait(1.0)
@@ -432,8 +460,9 @@ class SearchIndex:
                 "SELECT name, inode, indexed_bytes FROM sessions"
             )
         }
-        for name in set(known) - present:
-            self._drop(name)
+        with self._transaction():
+            for name in set(known) - present:
+                self._drop(name)
         for name in present:
             if name not in known:
                 self._dirty.add(name)
@@ -446,23 +475,33 @@ class SearchIndex:
                     self._dirty.add(name)
 
     def _index_dirty(self) -> None:
+        """One step over every dirty file, committed every :data:`COMMIT_BYTES` of file read
+        (a commit per file would cost more than most files' indexing)."""
         dirty, self._dirty = self._dirty, set()
-        for name in dirty:
-            if self._closed.is_set():
-                return
-            if not self._index_step(name):
-                self._dirty.add(name)  # more to read: next step (other files first)
+        pending = iter(dirty)
+        while not self._closed.is_set():
+            read = 0
+            with self._transaction():
+                for name in pending:
+                    done, step = self._index_step(name)
+                    if not done:
+                        self._dirty.add(name)  # more to read: next step (other files first)
+                    read += step
+                    if read >= COMMIT_BYTES:
+                        break
+                else:
+                    break
         with self.indexed:
             self.steps += 1
             self.indexed.notify_all()
 
     def _drop(self, name: str) -> None:
+        """Forget session file ``name`` and its rows (in the caller's transaction)."""
         row = self._connection.execute("SELECT id FROM sessions WHERE name = ?", (name,)).fetchone()
         if row is None:
             return
-        with self._transaction():
-            self._connection.execute("DELETE FROM records WHERE rowid BETWEEN ? AND ?", session_rows(row[0]))
-            self._connection.execute("DELETE FROM sessions WHERE id = ?", (row[0],))
+        self._connection.execute("DELETE FROM records WHERE rowid BETWEEN ? AND ?", session_rows(row[0]))
+        self._connection.execute("DELETE FROM sessions WHERE id = ?", (row[0],))
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[None]:
@@ -474,18 +513,18 @@ class SearchIndex:
             raise
         self._connection.execute("COMMIT")
 
-    def _index_step(self, name: str) -> bool:
-        """Index up to :data:`STEP_BYTES` more of session file ``name``; True when it is read to
-        its last complete line (or gone)."""
+    def _index_step(self, name: str) -> tuple[bool, int]:
+        """Index up to :data:`STEP_BYTES` more of session file ``name`` (in the caller's
+        transaction); (whether it is read to its last complete line or gone, bytes read)."""
         parsed = session_file_name(name)
         if parsed is None:
-            return True
+            return True, 0
         path = self.root.session_path(parsed.session_id, name)
         try:
             stat = session_file_stat(path)
         except FileNotFoundError:
             self._drop(name)
-            return True
+            return True, 0
         row = self._connection.execute(
             "SELECT id, inode, indexed_bytes, updated_at, branch, title, text_bytes FROM sessions WHERE name = ?",
             (name,),
@@ -494,7 +533,7 @@ class SearchIndex:
             self._drop(name)  # replaced or cut: read again from its start
             row = None
         if row is not None and row[2] == stat.st_size:
-            return True
+            return True, 0
         start = 0 if row is None else row[2]
         lines = CompleteLines(path, start, STEP_BYTES)
         updated_at, branch, title, text_bytes = ("", "", "", 0) if row is None else row[3:7]
@@ -518,33 +557,32 @@ class SearchIndex:
                 for part, (kind, text) in enumerate(record_texts(record_type, payload)[: 1 << _PART_BITS]):
                     pieces.append((row_id(0, seq, part), text, kind))
                     text_bytes += len(text.encode(errors="replace"))
-        with self._transaction():
-            if session_row is None:
-                if meta is None:
-                    return lines.done  # no complete session_meta yet: read again when it grows
-                session_row = self._connection.execute(
-                    "INSERT INTO sessions (name, session_id, tenant, cwd, agent, created_at) VALUES (?, ?, ?, ?, ?, ?)",
-                    (
-                        name,
-                        parsed.session_id,
-                        tenant_of(meta),
-                        str(meta.get("cwd") or ""),
-                        str(meta.get("agent_name") or parsed.agent_name or ""),
-                        str(meta.get("created_at") or ""),
-                    ),
-                ).lastrowid
-                assert session_row is not None
-            base = row_id(session_row, 0, 0)
-            self._connection.executemany(
-                "INSERT OR REPLACE INTO records (rowid, text, kind) VALUES (?, ?, ?)",
-                [(base | rowid, text, kind) for rowid, text, kind in pieces],
-            )
-            self._connection.execute(
-                "UPDATE sessions SET inode = ?, indexed_bytes = ?, updated_at = ?, branch = ?, title = ?,"
-                " text_bytes = ? WHERE id = ?",
-                (stat.st_ino, lines.end, updated_at, branch, title, text_bytes, session_row),
-            )
-        return lines.done
+        if session_row is None:
+            if meta is None:  # no complete session_meta yet: read again when it grows
+                return lines.done, lines.end - start
+            session_row = self._connection.execute(
+                "INSERT INTO sessions (name, session_id, tenant, cwd, agent, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    name,
+                    parsed.session_id,
+                    tenant_of(meta),
+                    str(meta.get("cwd") or ""),
+                    str(meta.get("agent_name") or parsed.agent_name or ""),
+                    str(meta.get("created_at") or ""),
+                ),
+            ).lastrowid
+            assert session_row is not None
+        base = row_id(session_row, 0, 0)
+        self._connection.executemany(
+            "INSERT OR REPLACE INTO records (rowid, text, kind) VALUES (?, ?, ?)",
+            [(base | rowid, text, kind) for rowid, text, kind in pieces],
+        )
+        self._connection.execute(
+            "UPDATE sessions SET inode = ?, indexed_bytes = ?, updated_at = ?, branch = ?, title = ?,"
+            " text_bytes = ? WHERE id = ?",
+            (stat.st_ino, lines.end, updated_at, branch, title, text_bytes, session_row),
+        )
+        return lines.done, lines.end - start
 
     # -- figures ------------------------------------------------------------------------------
 
@@ -600,12 +638,19 @@ class SearchIndex:
             where.append("s.updated_at >= ?")
             arguments.append(filters.since)
         connection = self._reader()
+        # Ranking costs each matching record: words in most records rank the newest ones only.
+        bound = connection.execute(
+            "SELECT rowid FROM records WHERE records MATCH ? ORDER BY rowid DESC LIMIT 1 OFFSET ?",
+            (expression, MAX_RANKED_RECORDS),
+        ).fetchone()
+        floor = 0 if bound is None else bound[0] + 1
         found = connection.execute(
-            "WITH m AS MATERIALIZED (SELECT rowid >> ? AS sid, bm25(records) AS rank, kind FROM records WHERE records MATCH ?)"
+            "WITH m AS MATERIALIZED (SELECT rowid >> ? AS sid, bm25(records) AS rank, kind FROM records"
+            " WHERE records MATCH ? AND rowid >= ?)"
             " SELECT s.id, s.session_id, s.tenant, s.agent, s.cwd, s.branch, s.created_at, s.updated_at,"
             " s.title, min(m.rank), count(*), max(m.kind = 'title') FROM m JOIN sessions s ON s.id = m.sid"
             f" WHERE {' AND '.join(where)} GROUP BY s.id",
-            [_SEQ_BITS + _PART_BITS, *arguments],
+            [_SEQ_BITS + _PART_BITS, expression, floor, *arguments[1:]],
         ).fetchall()
         now = datetime.now(UTC)
         ranked = sorted(
@@ -635,7 +680,7 @@ class SearchIndex:
             for score, row in page
         ]
         more = offset + page_size < len(ranked)
-        return SearchPage(hits, offset + page_size if more else None, self.pending())
+        return SearchPage(hits, offset + page_size if more else None, self.pending(), bound is not None)
 
     @staticmethod
     def _matches(connection: sqlite3.Connection, expression: str, session_row: int) -> list[Match]:
