@@ -478,7 +478,7 @@ class SearchIndex:
         """One step over every dirty file, committed every :data:`COMMIT_BYTES` of file read
         (a commit per file would cost more than most files' indexing)."""
         dirty, self._dirty = self._dirty, set()
-        pending = iter(dirty)
+        pending = iter(sorted(dirty))  # names begin with the creation time: rows in creation order
         while not self._closed.is_set():
             read = 0
             with self._transaction():

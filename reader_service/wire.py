@@ -594,6 +594,7 @@ def search_page(page: SearchPage) -> reader_pb2.SearchSessionsResponse:
         ],
         next_page_token=f"s1:{page.next_offset}" if page.next_offset is not None else "",
         pending=page.pending,
+        capped=page.capped,
     )
 
 

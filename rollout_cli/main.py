@@ -379,6 +379,8 @@ def search_command(
         click.echo("no session matches" if not page_token else "no more sessions after this page token")
     if page.pending:
         click.echo(f"({page.pending} sessions changed and are not indexed yet: search again shortly)")
+    if page.capped:
+        click.echo("(these words are in very many records: only the most recent sessions were ranked)")
     if page.next_page_token:
         click.echo(f"more: {_next_page_command(page.next_page_token)}")
 

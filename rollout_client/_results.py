@@ -412,11 +412,13 @@ class SessionHit:
 @dataclass(frozen=True)
 class SearchPage:
     """One page of search hits (best first), how many sessions the reader has not indexed up to
-    their size yet (``pending``), and the token of the next page ("" on the last)."""
+    their size yet (``pending``), the token of the next page ("" on the last), and whether only
+    the most recently indexed sessions were ranked (``capped``: the words are everywhere)."""
 
     hits: tuple[SessionHit, ...]
     pending: int
     next_page_token: str
+    capped: bool = False
 
     @classmethod
     def from_proto(cls, response: reader_pb2.SearchSessionsResponse) -> SearchPage:
@@ -424,6 +426,7 @@ class SearchPage:
             tuple(SessionHit.from_proto(hit) for hit in response.hits),
             response.pending,
             response.next_page_token,
+            response.capped,
         )
 
 

@@ -546,11 +546,13 @@ class SessionHit(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., tenant: _Optional[str] = ..., agent_name: _Optional[str] = ..., cwd: _Optional[str] = ..., branch: _Optional[str] = ..., created_at: _Optional[str] = ..., updated_at: _Optional[str] = ..., title: _Optional[str] = ..., title_match: _Optional[bool] = ..., matches: _Optional[_Iterable[_Union[SearchMatch, _Mapping]]] = ..., match_count: _Optional[int] = ..., score: _Optional[float] = ...) -> None: ...
 
 class SearchSessionsResponse(_message.Message):
-    __slots__ = ("hits", "next_page_token", "pending")
+    __slots__ = ("hits", "next_page_token", "pending", "capped")
     HITS_FIELD_NUMBER: _ClassVar[int]
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     PENDING_FIELD_NUMBER: _ClassVar[int]
+    CAPPED_FIELD_NUMBER: _ClassVar[int]
     hits: _containers.RepeatedCompositeFieldContainer[SessionHit]
     next_page_token: str
     pending: int
-    def __init__(self, hits: _Optional[_Iterable[_Union[SessionHit, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., pending: _Optional[int] = ...) -> None: ...
+    capped: bool
+    def __init__(self, hits: _Optional[_Iterable[_Union[SessionHit, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., pending: _Optional[int] = ..., capped: _Optional[bool] = ...) -> None: ...

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+import reader_service.search_index as search_index
 from reader_service.search_index import (
     INDEX_FILE,
     SearchFilters,
@@ -182,3 +183,17 @@ def test_what_a_record_contributes() -> None:
     assert branch_of("turn_context", {"git_branch": "b1"}) == "b1"
     assert branch_of("event", {"kind": "codex.session_meta", "body": {"git": {"branch": "b2"}}}) == "b2"
     assert branch_of("message", {"gitBranch": "b3"}) is None
+
+
+def test_a_word_in_more_records_than_are_ranked_ranks_the_newest_and_says_so(
+    data_dir, index, monkeypatch
+) -> None:
+    for number in range(1, 5):
+        write(data_dir, number, "T1", user("the same words"), user("the same words"))
+    index.catch_up()
+    page = index.search("same", T1, 20, 0)
+    assert (len(page.hits), page.capped) == (4, False)
+    monkeypatch.setattr(search_index, "MAX_RANKED_RECORDS", 3)
+    page = index.search("same", T1, 20, 0)
+    assert page.capped
+    assert sorted(hit.session_id[-1:] for hit in page.hits) == ["3", "4"]  # the last 3 records' sessions
