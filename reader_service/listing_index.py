@@ -54,6 +54,7 @@ from shared.naming import SessionFileName, parse_file_name, validate_session_id
 from shared.records import record_of_line
 from shared.session_meta import read_session_meta
 from shared.tenancy import check_visible
+from shared.titles import TITLE_EVENT, next_title
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,13 @@ SYNC_COUNT_BYTES = 8 * 1024 * 1024
 PREVIEW_CHARS = 200
 
 _MESSAGE_LINE = re.compile(rb'^\{"v":\d+,(?:"\w+":(?:-?\d+|"[^"\\\n]*"),)*?"type":"message",', re.MULTILINE)
+#: A title record (shared.titles): an event whose payload begins with its kind, as the writer writes it.
+_TITLE_LINE = re.compile(
+    rb'^\{"v":\d+,(?:"\w+":(?:-?\d+|"[^"\\\n]*"),)*?"type":"event","payload":\{"kind":"'
+    + re.escape(TITLE_EVENT.encode())
+    + rb'"',
+    re.MULTILINE,
+)
 #: Text a client injects as a user message that the user did not type (Codex, Claude Code).
 _INJECTED = re.compile(r"\s*<[A-Za-z_][\w-]*>|\s*# AGENTS\.md instructions")
 _BLANKS = re.compile(r"\s+")
@@ -116,6 +124,8 @@ class Activity:
     counted_bytes: int = 0
     message_count: int = 0
     preview: str = ""
+    #: The session's title (shared.titles: the last non-empty one in the bytes counted).
+    title: str = ""
 
     @property
     def updated_at(self) -> str:
@@ -135,6 +145,7 @@ class Count:
     message_count: int
     preview: str
     done: bool
+    title: str = ""
 
 
 class CompleteLines:
@@ -181,7 +192,7 @@ def count_messages(path: Path, start: Count, limit: int | None = None) -> Count:
 
     Raises OSError when the file cannot be read.
     """
-    count, preview = start.message_count, start.preview
+    count, preview, title = start.message_count, start.preview, start.title
     lines = CompleteLines(path, start.counted_bytes, limit)
     for _, complete in lines:
         for match in _MESSAGE_LINE.finditer(complete):
@@ -191,7 +202,12 @@ def count_messages(path: Path, start: Count, limit: int | None = None) -> Count:
                 record = record_of_line(complete[match.start() : end])
                 if record is not None:
                     preview = preview_of(record["payload"])
-    return Count(lines.end, count, preview, lines.done)
+        if b'"kind":"' + TITLE_EVENT.encode() in complete:  # rare: the pattern only then
+            for match in _TITLE_LINE.finditer(complete):
+                record = record_of_line(complete[match.start() : complete.index(b"\n", match.start())])
+                if record is not None:
+                    title = next_title(title, record["type"], record["payload"])
+    return Count(lines.end, count, preview, lines.done, title)
 
 
 @dataclass(slots=True)
@@ -413,7 +429,7 @@ class ListingIndex:
         facts = read_stop_facts(path, self.tail_window)
         start = Count(0, 0, "", False)
         if known is not None and known.inode == stat.st_ino and known.counted_bytes <= stat.st_size:
-            start = Count(known.counted_bytes, known.message_count, known.preview, False)
+            start = Count(known.counted_bytes, known.message_count, known.preview, False, known.title)
         counted = count_messages(path, start, limit)
         if not counted.done:
             self._count_later(name)
@@ -425,6 +441,7 @@ class ListingIndex:
             counted.counted_bytes,
             counted.message_count,
             counted.preview,
+            counted.title,
         )
 
     def _count_later(self, name: str) -> None:

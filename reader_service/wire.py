@@ -527,6 +527,7 @@ def session_summary(listing: SessionListing) -> reader_pb2.SessionSummary:
         cwd=str(meta.get("cwd", "")),
         model=str(meta.get("model", "")),
         size_bytes=activity.size,
+        title=activity.title,
     )
 
 

@@ -91,7 +91,7 @@ def print_sessions(sessions: Iterable[SessionSummary], now: datetime) -> None:
                 (facts.stop_kind or "legacy") if facts.found else "unknown",
                 "yes" if facts.replayable else "no",
                 str(summary.message_count),
-                summary.preview or "-",
+                summary.title or summary.preview or "-",
             )
         )
     width = shutil.get_terminal_size((DEFAULT_COLUMNS, 24)).columns
@@ -99,7 +99,7 @@ def print_sessions(sessions: Iterable[SessionSummary], now: datetime) -> None:
     table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
     for name in header:
         table.add_column(name, no_wrap=True, justify="right" if name == "MSGS" else "left")
-    table.add_column("PREVIEW", no_wrap=True, overflow="ellipsis", max_width=max(width - used, 12))
+    table.add_column("TITLE/PREVIEW", no_wrap=True, overflow="ellipsis", max_width=max(width - used, 12))
     for row in rows:
         table.add_row(*row)
     Console(width=max(width, used + 12), highlight=False, soft_wrap=False).print(table)

@@ -306,8 +306,8 @@ class VerifyReport:
 class SessionSummary:
     """One listed session: id, agent, creation time, tenant, delegation coordinates, stop facts;
     ``preview`` (its first user prompt, at most 200 characters), ``updated_at`` (the time of
-    its last record), ``message_count`` (message records), ``cwd``, ``model`` and ``size_bytes``
-    (its file), as reader.proto SessionSummary says."""
+    its last record), ``message_count`` (message records), ``cwd``, ``model``, ``size_bytes``
+    (its file) and ``title`` (the last title record's), as reader.proto SessionSummary says."""
 
     session_id: str
     agent_name: str
@@ -322,6 +322,7 @@ class SessionSummary:
     cwd: str = ""
     model: str = ""
     size_bytes: int = 0
+    title: str = ""
 
     @classmethod
     def from_proto(cls, summary: reader_pb2.SessionSummary) -> SessionSummary:
@@ -339,6 +340,7 @@ class SessionSummary:
             summary.cwd,
             summary.model,
             summary.size_bytes,
+            summary.title,
         )
 
 

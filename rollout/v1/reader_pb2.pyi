@@ -264,7 +264,7 @@ class ListSessionsRequest(_message.Message):
     def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., tenant: _Optional[str] = ..., agent_name: _Optional[str] = ..., parent_session_id: _Optional[str] = ..., created_after: _Optional[str] = ..., created_before: _Optional[str] = ..., stop_state: _Optional[str] = ..., max_scan: _Optional[int] = ...) -> None: ...
 
 class SessionSummary(_message.Message):
-    __slots__ = ("session_id", "agent_name", "created_at", "tenant", "parent_session_id", "delegation_id", "stop_facts", "preview", "updated_at", "message_count", "cwd", "model", "size_bytes")
+    __slots__ = ("session_id", "agent_name", "created_at", "tenant", "parent_session_id", "delegation_id", "stop_facts", "preview", "updated_at", "message_count", "cwd", "model", "size_bytes", "title")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     AGENT_NAME_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
@@ -278,6 +278,7 @@ class SessionSummary(_message.Message):
     CWD_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    TITLE_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     agent_name: str
     created_at: str
@@ -291,7 +292,8 @@ class SessionSummary(_message.Message):
     cwd: str
     model: str
     size_bytes: int
-    def __init__(self, session_id: _Optional[str] = ..., agent_name: _Optional[str] = ..., created_at: _Optional[str] = ..., tenant: _Optional[str] = ..., parent_session_id: _Optional[str] = ..., delegation_id: _Optional[str] = ..., stop_facts: _Optional[_Union[StopFacts, _Mapping]] = ..., preview: _Optional[str] = ..., updated_at: _Optional[str] = ..., message_count: _Optional[int] = ..., cwd: _Optional[str] = ..., model: _Optional[str] = ..., size_bytes: _Optional[int] = ...) -> None: ...
+    title: str
+    def __init__(self, session_id: _Optional[str] = ..., agent_name: _Optional[str] = ..., created_at: _Optional[str] = ..., tenant: _Optional[str] = ..., parent_session_id: _Optional[str] = ..., delegation_id: _Optional[str] = ..., stop_facts: _Optional[_Union[StopFacts, _Mapping]] = ..., preview: _Optional[str] = ..., updated_at: _Optional[str] = ..., message_count: _Optional[int] = ..., cwd: _Optional[str] = ..., model: _Optional[str] = ..., size_bytes: _Optional[int] = ..., title: _Optional[str] = ...) -> None: ...
 
 class ListSessionsResponse(_message.Message):
     __slots__ = ("sessions", "next_page_token", "scanned", "scan_capped")

@@ -18,6 +18,7 @@ from rollout_client import (
     SessionHit,
     TurnContext,
     assistant,
+    title,
     tool_call,
     tool_result,
     user,
@@ -135,3 +136,35 @@ def test_rollout_search_prints_each_session_with_its_matching_records(pair, tmp_
     bad = run_rollout(*common, "search", "flaky", "--reader", reader, "--within", "soon")
     assert bad.returncode != 0
     assert "not a duration" in bad.stderr
+
+
+def test_the_last_title_wins_in_listings_and_every_title_stays_searchable(pair) -> None:
+    """A title, then 5 MB of records, then a second title: the listing (and `rollout ls`) shows
+    the second; a search for the first still finds the session, as a title match."""
+    with pair.client(T1) as t1:
+        session = t1.create_session()
+        session.append(title("payments outage triage"))
+        filler = "lorem ipsum dolor sit amet " * 4000  # ~100 KB a record
+        for _ in range(50):
+            session.append(user(filler))
+        session.append(title("   "))  # an empty title never replaces one
+        session.append(title("Retry budget for the payments client"))
+        (summary,) = [
+            s
+            for page in t1.list_sessions(page_size=1000)
+            for s in page.sessions
+            if s.session_id == session.id
+        ]
+        assert summary.title == "Retry budget for the payments client"
+        (hit,) = searched(t1, "outage triage", session.id)
+        assert (hit.session_id, hit.title_match, hit.title) == (
+            session.id,
+            True,
+            "Retry budget for the payments client",
+        )
+        assert [match.kind for match in hit.matches] == ["title"]
+    reader = pair.reader.address.replace("127.0.0.1", "localhost")
+    listed = run_rollout("--token", T1, "--tls-ca", str(pair.certificates.ca_file), "ls", "--reader", reader)
+    assert listed.returncode == 0, listed.stderr
+    (row,) = [line for line in listed.stdout.splitlines() if session.id in line]
+    assert "Retry budge" in row  # the title, cut to the terminal's width
