@@ -38,6 +38,16 @@ def next_title(current: str, record_type: str, payload: Mapping[str, Any]) -> st
     return title_of(record_type, payload) or current
 
 
+def preferred_title(*candidates: str) -> str:
+    """The first non-empty of ``candidates``, given by precedence (an importer: Claude Code's
+    custom title, then its AI title, then a summary line), blanks collapsed and cut to
+    :data:`MAX_TITLE_CHARS`; "" when none (the listing then shows the first prompt)."""
+    for candidate in candidates:
+        if candidate.strip():
+            return " ".join(candidate.split())[:MAX_TITLE_CHARS]
+    return ""
+
+
 def title_event_body(title: str) -> dict[str, str]:
     """The ``body`` of the title event that sets ``title`` (importers, SDK)."""
     return {"title": title}
