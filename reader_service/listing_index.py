@@ -52,7 +52,7 @@ from shared.errors import SessionNotFoundError
 from shared.layout import DataRoot, read_session_file, session_file_stat
 from shared.naming import SessionFileName, parse_file_name, validate_session_id
 from shared.records import record_of_line
-from shared.session_meta import read_session_meta
+from shared.session_meta import branch_of, read_session_meta
 from shared.tenancy import check_visible
 from shared.titles import TITLE_EVENT, next_title
 
@@ -75,6 +75,12 @@ _TITLE_LINE = re.compile(
 )
 #: Text a client injects as a user message that the user did not type (Codex, Claude Code).
 _INJECTED = re.compile(r"\s*<[A-Za-z_][\w-]*>|\s*# AGENTS\.md instructions")
+#: Lines that may name the git branch (shared.session_meta.branch_of): turn contexts, and the
+#: Codex importer's session_meta event.
+_BRANCH_LINE = re.compile(
+    rb'^\{"v":\d+,(?:"\w+":(?:-?\d+|"[^"\\\n]*"),)*?"type":(?:"turn_context"|"event","payload":\{"kind":"codex\.session_meta")',
+    re.MULTILINE,
+)
 _BLANKS = re.compile(r"\s+")
 #: A Claude Code slash command as sent: the command's name and what the user typed after it.
 _COMMAND_NAME = re.compile(r"<command-name>\s*([^<]*?)\s*</command-name>")
@@ -126,6 +132,8 @@ class Activity:
     preview: str = ""
     #: The session's title (shared.titles: the last non-empty one in the bytes counted).
     title: str = ""
+    #: The last git branch recorded in the bytes counted (shared.session_meta.branch_of).
+    branch: str = ""
 
     @property
     def updated_at(self) -> str:
@@ -146,6 +154,7 @@ class Count:
     preview: str
     done: bool
     title: str = ""
+    branch: str = ""
 
 
 class CompleteLines:
@@ -192,9 +201,15 @@ def count_messages(path: Path, start: Count, limit: int | None = None) -> Count:
 
     Raises OSError when the file cannot be read.
     """
-    count, preview, title = start.message_count, start.preview, start.title
+    count, preview, title, branch = start.message_count, start.preview, start.title, start.branch
     lines = CompleteLines(path, start.counted_bytes, limit)
     for _, complete in lines:
+        for match in reversed(list(_BRANCH_LINE.finditer(complete))):  # the last that names one
+            record = record_of_line(complete[match.start() : complete.index(b"\n", match.start())])
+            named = branch_of(record["type"], record["payload"]) if record is not None else None
+            if named:
+                branch = named
+                break
         for match in _MESSAGE_LINE.finditer(complete):
             count += 1
             if not preview:
@@ -207,7 +222,7 @@ def count_messages(path: Path, start: Count, limit: int | None = None) -> Count:
                 record = record_of_line(complete[match.start() : complete.index(b"\n", match.start())])
                 if record is not None:
                     title = next_title(title, record["type"], record["payload"])
-    return Count(lines.end, count, preview, lines.done, title)
+    return Count(lines.end, count, preview, lines.done, title, branch)
 
 
 @dataclass(slots=True)
@@ -429,7 +444,9 @@ class ListingIndex:
         facts = read_stop_facts(path, self.tail_window)
         start = Count(0, 0, "", False)
         if known is not None and known.inode == stat.st_ino and known.counted_bytes <= stat.st_size:
-            start = Count(known.counted_bytes, known.message_count, known.preview, False, known.title)
+            start = Count(
+                known.counted_bytes, known.message_count, known.preview, False, known.title, known.branch
+            )
         counted = count_messages(path, start, limit)
         if not counted.done:
             self._count_later(name)
@@ -442,6 +459,7 @@ class ListingIndex:
             counted.message_count,
             counted.preview,
             counted.title,
+            counted.branch,
         )
 
     def _count_later(self, name: str) -> None:

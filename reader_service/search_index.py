@@ -60,7 +60,7 @@ from shared.errors import InvalidArgumentError
 from shared.layout import DataRoot, session_file_stat
 from shared.naming import session_file_name
 from shared.records import parse_timestamp, record_of_line
-from shared.session_meta import tenant_of
+from shared.session_meta import branch_of, in_folder, tenant_of
 from shared.titles import next_title, title_of
 
 log = logging.getLogger(__name__)
@@ -169,27 +169,6 @@ def record_texts(record_type: str, payload: Mapping[str, Any]) -> list[tuple[str
 
 def _text_of_json(value: Any) -> str:
     return value if isinstance(value, str) else "" if value is None else str(value)
-
-
-def branch_of(record_type: str, payload: Mapping[str, Any]) -> str | None:
-    """The git branch a record names, None when it names none: a ``turn_context`` with
-    ``gitBranch`` (Claude Code), ``git_branch`` or ``git.branch``; an ``event`` whose body
-    has ``git.branch`` (the Codex importer's ``codex.session_meta``)."""
-    if record_type == "turn_context":
-        holder: Any = payload
-    elif record_type == "event":
-        holder = payload.get("body")
-    else:
-        return None
-    if not isinstance(holder, dict):
-        return None
-    for key in ("gitBranch", "git_branch"):
-        if isinstance(holder.get(key), str) and holder[key]:
-            return str(holder[key])
-    git = holder.get("git")
-    if isinstance(git, dict) and isinstance(git.get("branch"), str) and git["branch"]:
-        return str(git["branch"])
-    return None
 
 
 def fts_query(query: str) -> str:
@@ -346,6 +325,7 @@ class SearchIndex:
         connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
         if connection is None:
             connection = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
+            connection.create_function("in_folder", 2, in_folder, deterministic=True)  # as listings
             self._local.connection = connection
             with self._lock:
                 self._readers.append(connection)
@@ -626,10 +606,8 @@ class SearchIndex:
             where.append("s.tenant = ?")
             arguments.append(filters.tenant)
         if filters.cwd:
-            folder = filters.cwd.rstrip("/") or "/"
-            below = folder if folder.endswith("/") else folder + "/"
-            where.append("(s.cwd = ? OR substr(s.cwd, 1, ?) = ?)")
-            arguments += [folder, str(len(below)), below]
+            where.append("in_folder(s.cwd, ?)")
+            arguments.append(filters.cwd)
         for column, value in (("branch", filters.branch), ("agent", filters.agent)):
             if value:
                 where.append(f"s.{column} = ?")

@@ -93,6 +93,7 @@ def listing_filters(request: reader_pb2.ListSessionsRequest) -> SessionFilters:
         created_after=_timestamp_filter("created_after", request.created_after),
         created_before=_timestamp_filter("created_before", request.created_before),
         stop_state=request.stop_state,
+        cwd=request.cwd,
     )
 
 
@@ -528,6 +529,7 @@ def session_summary(listing: SessionListing) -> reader_pb2.SessionSummary:
         model=str(meta.get("model", "")),
         size_bytes=activity.size,
         title=activity.title,
+        branch=activity.branch,
     )
 
 

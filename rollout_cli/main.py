@@ -42,6 +42,7 @@ from rollout_client import (
     RetryPolicy,
     RolloutClient,
     RolloutError,
+    SessionPage,
     client_settings,
 )
 from shared.records import DEFAULT_MAX_RECORD_BYTES, format_timestamp, normalize_timestamp
@@ -268,6 +269,14 @@ def import_claude(
 )
 @click.option("--created-after", default="", help="RFC 3339 time, inclusive (e.g. 2026-01-01T00:00:00Z).")
 @click.option("--created-before", default="", help="RFC 3339 time, inclusive (e.g. 2026-12-31T23:59:59Z).")
+@click.option(
+    "--cwd",
+    "folder",
+    default=None,
+    help="Only sessions run in this folder or below it. Default: the current folder's sessions"
+    " when it has any, else every session.",
+)
+@click.option("--all", "every", is_flag=True, help="Every session, whatever folder it ran in.")
 def list_command(
     reader: str | None,
     page_size: int,
@@ -278,23 +287,40 @@ def list_command(
     stop_state: str,
     created_after: str,
     created_before: str,
+    folder: str | None,
+    every: bool,
 ) -> None:
-    """List sessions, newest first: when each last changed, its stop state, whether it may be
-    resumed, its message records and its first prompt (`rollout stop-facts ID` says why)."""
+    """List sessions, newest first: when each last changed, its git branch, stop state, whether it
+    may be resumed, its message records and its title or first prompt (`rollout stop-facts ID`
+    says why). Without --cwd or --all, the current folder's sessions when it has any."""
+    if every and folder is not None:
+        raise click.UsageError("give --cwd DIR or --all, not both")
+    # The current folder by default on a first page; a next page names its --cwd (below).
+    cwd = "" if every or (folder is None and page_token) else os.path.abspath(folder or ".")
     with _client("reader", reader) as client:
-        pages = client.list_sessions(
-            page_size=page_size,
-            page_token=page_token,
-            tenant=tenant,
-            agent_name=agent_name,
-            parent_session_id=parent.strip().lower(),
-            stop_state=stop_state,
-            created_after=created_after,
-            created_before=created_before,
-        )
-        page = next(pages)
-        pages.close()
-    filtered = any((tenant, agent_name, parent, stop_state, created_after, created_before))
+
+        def first_page(cwd: str) -> SessionPage:
+            pages = client.list_sessions(
+                page_size=page_size,
+                page_token=page_token,
+                tenant=tenant,
+                agent_name=agent_name,
+                parent_session_id=parent.strip().lower(),
+                stop_state=stop_state,
+                created_after=created_after,
+                created_before=created_before,
+                cwd=cwd,
+            )
+            page = next(pages)
+            pages.close()
+            return page
+
+        page = first_page(cwd)
+        if cwd and folder is None and not page.sessions and not page_token:
+            page, cwd = first_page(""), ""  # no session here: every one
+    if cwd:
+        click.echo(f"sessions in {cwd} (every folder's: --all)")
+    filtered = any((tenant, agent_name, parent, stop_state, created_after, created_before, cwd))
     if page.sessions:
         session_view.print_sessions(page.sessions, datetime.now(UTC))
     elif page.scan_capped:
@@ -306,7 +332,8 @@ def list_command(
     if page.scan_capped:
         click.echo(f"(this page stopped after examining {page.scanned} sessions; more may match)")
     if page.next_page_token:
-        click.echo(f"more: {_next_page_command(page.next_page_token)}")
+        extra = ["--cwd", cwd] if cwd and folder is None else []
+        click.echo(f"more: {_next_page_command(page.next_page_token, extra)}")
 
 
 _WITHIN = re.compile(r"(\d+)\s*(m|min|h|d|w)")
@@ -385,7 +412,7 @@ def search_command(
         click.echo(f"more: {_next_page_command(page.next_page_token)}")
 
 
-def _next_page_command(token: str) -> str:
+def _next_page_command(token: str, extra: list[str] | None = None) -> str:
     """The ``rollout ls`` command for the next page: this call's options, with the new token.
 
     The token holds a position only, so the filters and page size are repeated
@@ -400,7 +427,7 @@ def _next_page_command(token: str) -> str:
             continue
         if context.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE:
             words += [parameter.opts[0], str(context.params[name])]
-    return shlex.join([*words, "--page-token", token])
+    return shlex.join([*words, *(extra or []), "--page-token", token])
 
 
 @cli.command()

@@ -79,7 +79,7 @@ def print_sessions(sessions: Iterable[SessionSummary], now: datetime) -> None:
     from rich.console import Console  # here: the other commands start without loading it
     from rich.table import Table
 
-    header = ("UPDATED", "SESSION", "AGENT", "STATE", "RESUME", "MSGS")
+    header = ("UPDATED", "SESSION", "AGENT", "BRANCH", "STATE", "RESUME", "MSGS")
     rows = []
     for summary in sessions:
         facts = summary.stop_facts
@@ -88,6 +88,7 @@ def print_sessions(sessions: Iterable[SessionSummary], now: datetime) -> None:
                 relative_time(summary.updated_at or summary.created_at, now),
                 summary.session_id,
                 summary.agent_name or "-",
+                summary.branch or "-",
                 (facts.stop_kind or "legacy") if facts.found else "unknown",
                 "yes" if facts.replayable else "no",
                 str(summary.message_count),

@@ -318,6 +318,7 @@ class AsyncRolloutClient:
         stop_state: str = "",
         max_scan: int = 0,
         page_token: str = "",
+        cwd: str = "",
     ) -> AsyncGenerator[SessionPage, None]:
         """Pages of sessions, newest first, one ListSessions call per page, until the last page.
         Filters as in reader.proto (``stop_state``: ``unknown``, ``stopped``, ``replayable``,
@@ -333,6 +334,7 @@ class AsyncRolloutClient:
                 created_before=created_before,
                 stop_state=stop_state,
                 max_scan=max_scan,
+                cwd=cwd,
             )
             page = SessionPage.from_proto(await self.call(self.reader_stub.ListSessions, request))
             yield page

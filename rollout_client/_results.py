@@ -307,7 +307,8 @@ class SessionSummary:
     """One listed session: id, agent, creation time, tenant, delegation coordinates, stop facts;
     ``preview`` (its first user prompt, at most 200 characters), ``updated_at`` (the time of
     its last record), ``message_count`` (message records), ``cwd``, ``model``, ``size_bytes``
-    (its file) and ``title`` (the last title record's), as reader.proto SessionSummary says."""
+    (its file), ``title`` (the last title record's) and ``branch`` (the last git branch
+    recorded), as reader.proto SessionSummary says."""
 
     session_id: str
     agent_name: str
@@ -323,6 +324,7 @@ class SessionSummary:
     model: str = ""
     size_bytes: int = 0
     title: str = ""
+    branch: str = ""
 
     @classmethod
     def from_proto(cls, summary: reader_pb2.SessionSummary) -> SessionSummary:
@@ -341,6 +343,7 @@ class SessionSummary:
             summary.model,
             summary.size_bytes,
             summary.title,
+            summary.branch,
         )
 
 

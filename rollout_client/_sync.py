@@ -223,6 +223,7 @@ class RolloutClient:
         stop_state: str = "",
         max_scan: int = 0,
         page_token: str = "",
+        cwd: str = "",
     ) -> Generator[SessionPage, None, None]:
         """See :meth:`AsyncRolloutClient.list_sessions`: pages, one call each, fetched as iterated."""
         pages = self.core.list_sessions(
@@ -235,6 +236,7 @@ class RolloutClient:
             stop_state=stop_state,
             max_scan=max_scan,
             page_token=page_token,
+            cwd=cwd,
         )
         yield from self.iterate(pages)
 

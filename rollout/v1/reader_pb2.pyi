@@ -242,7 +242,7 @@ class ResumeEligibility(_message.Message):
     def __init__(self, replayable: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class ListSessionsRequest(_message.Message):
-    __slots__ = ("page_size", "page_token", "tenant", "agent_name", "parent_session_id", "created_after", "created_before", "stop_state", "max_scan")
+    __slots__ = ("page_size", "page_token", "tenant", "agent_name", "parent_session_id", "created_after", "created_before", "stop_state", "max_scan", "cwd")
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
@@ -252,6 +252,7 @@ class ListSessionsRequest(_message.Message):
     CREATED_BEFORE_FIELD_NUMBER: _ClassVar[int]
     STOP_STATE_FIELD_NUMBER: _ClassVar[int]
     MAX_SCAN_FIELD_NUMBER: _ClassVar[int]
+    CWD_FIELD_NUMBER: _ClassVar[int]
     page_size: int
     page_token: str
     tenant: str
@@ -261,10 +262,11 @@ class ListSessionsRequest(_message.Message):
     created_before: str
     stop_state: str
     max_scan: int
-    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., tenant: _Optional[str] = ..., agent_name: _Optional[str] = ..., parent_session_id: _Optional[str] = ..., created_after: _Optional[str] = ..., created_before: _Optional[str] = ..., stop_state: _Optional[str] = ..., max_scan: _Optional[int] = ...) -> None: ...
+    cwd: str
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., tenant: _Optional[str] = ..., agent_name: _Optional[str] = ..., parent_session_id: _Optional[str] = ..., created_after: _Optional[str] = ..., created_before: _Optional[str] = ..., stop_state: _Optional[str] = ..., max_scan: _Optional[int] = ..., cwd: _Optional[str] = ...) -> None: ...
 
 class SessionSummary(_message.Message):
-    __slots__ = ("session_id", "agent_name", "created_at", "tenant", "parent_session_id", "delegation_id", "stop_facts", "preview", "updated_at", "message_count", "cwd", "model", "size_bytes", "title")
+    __slots__ = ("session_id", "agent_name", "created_at", "tenant", "parent_session_id", "delegation_id", "stop_facts", "preview", "updated_at", "message_count", "cwd", "model", "size_bytes", "title", "branch")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     AGENT_NAME_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
@@ -279,6 +281,7 @@ class SessionSummary(_message.Message):
     MODEL_FIELD_NUMBER: _ClassVar[int]
     SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
     TITLE_FIELD_NUMBER: _ClassVar[int]
+    BRANCH_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     agent_name: str
     created_at: str
@@ -293,7 +296,8 @@ class SessionSummary(_message.Message):
     model: str
     size_bytes: int
     title: str
-    def __init__(self, session_id: _Optional[str] = ..., agent_name: _Optional[str] = ..., created_at: _Optional[str] = ..., tenant: _Optional[str] = ..., parent_session_id: _Optional[str] = ..., delegation_id: _Optional[str] = ..., stop_facts: _Optional[_Union[StopFacts, _Mapping]] = ..., preview: _Optional[str] = ..., updated_at: _Optional[str] = ..., message_count: _Optional[int] = ..., cwd: _Optional[str] = ..., model: _Optional[str] = ..., size_bytes: _Optional[int] = ..., title: _Optional[str] = ...) -> None: ...
+    branch: str
+    def __init__(self, session_id: _Optional[str] = ..., agent_name: _Optional[str] = ..., created_at: _Optional[str] = ..., tenant: _Optional[str] = ..., parent_session_id: _Optional[str] = ..., delegation_id: _Optional[str] = ..., stop_facts: _Optional[_Union[StopFacts, _Mapping]] = ..., preview: _Optional[str] = ..., updated_at: _Optional[str] = ..., message_count: _Optional[int] = ..., cwd: _Optional[str] = ..., model: _Optional[str] = ..., size_bytes: _Optional[int] = ..., title: _Optional[str] = ..., branch: _Optional[str] = ...) -> None: ...
 
 class ListSessionsResponse(_message.Message):
     __slots__ = ("sessions", "next_page_token", "scanned", "scan_capped")

@@ -168,3 +168,27 @@ def test_the_last_title_wins_in_listings_and_every_title_stays_searchable(pair) 
     assert listed.returncode == 0, listed.stderr
     (row,) = [line for line in listed.stdout.splitlines() if session.id in line]
     assert "Retry budge" in row  # the title, cut to the terminal's width
+
+
+def test_ls_lists_a_folders_sessions_with_their_branch_and_all_of_them_with_all(pair, tmp_path) -> None:
+    project = tmp_path / "project"
+    with pair.client(T1) as t1:
+        here = t1.create_session(cwd=str(project / "sub"))
+        here.append(TurnContext({"cwd": str(project), "gitBranch": "feat-y"}), user("hello"))
+        there = t1.create_session(cwd=str(tmp_path / "projection"))  # not below project
+        there.append(user("hello"))
+    reader = pair.reader.address.replace("127.0.0.1", "localhost")
+    common = ["--token", T1, "--tls-ca", str(pair.certificates.ca_file), "ls", "--reader", reader]
+    in_project = run_rollout(*common, "--cwd", str(project))
+    assert in_project.returncode == 0, in_project.stderr
+    assert f"sessions in {project}" in in_project.stdout
+    (row,) = [line for line in in_project.stdout.splitlines() if here.id in line]
+    assert "feat-y" in row.split()
+    assert there.id not in in_project.stdout
+    every = run_rollout(*common, "--all", "--page-size", "1000")
+    assert here.id in every.stdout
+    assert there.id in every.stdout
+    # The current folder (the repository's, where no session ran) has none: every session is listed.
+    default = run_rollout(*common, "--page-size", "1000")
+    assert there.id in default.stdout
+    assert "sessions in" not in default.stdout
