@@ -43,8 +43,10 @@ from rollout_client import (
     RolloutClient,
     RolloutError,
     SessionPage,
+    SessionSummary,
     client_settings,
 )
+from shared.naming import is_session_id
 from shared.records import DEFAULT_MAX_RECORD_BYTES, format_timestamp, normalize_timestamp
 from shared.stop_kinds import StopKind
 
@@ -130,6 +132,48 @@ cli.add_command(serve)
 def _session_id(_context: click.Context, _parameter: click.Parameter, value: str) -> str:
     """Session ids as typed by people: surrounding blanks dropped, case folded to lowercase."""
     return value.strip().lower()
+
+
+def _session_ref(_context: click.Context, _parameter: click.Parameter, value: str) -> str:
+    """A session as typed by people: an id, a unique beginning of one, or a title (blanks dropped)."""
+    return value.strip()
+
+
+#: Candidates named when a session reference is ambiguous.
+_CANDIDATES_SHOWN = 20
+
+
+def _session_of(reference: str, reader: str | None) -> str:
+    """The session id ``reference`` names: itself when it is an id; else the one session whose id
+    begins with it or whose title is it (case aside), looked up in the listing (every page).
+    ClickException naming what to do when none does, or listing the candidates when several do."""
+    if is_session_id(reference.lower()):
+        return reference.lower()
+    prefix, folded = reference.lower(), reference.casefold()
+    found: list[SessionSummary] = []
+    with _client("reader", reader) as client:
+        for page in client.list_sessions(page_size=1000):
+            found += [
+                summary
+                for summary in page.sessions
+                if summary.session_id.startswith(prefix)
+                or (summary.title and summary.title.casefold() == folded)
+            ]
+    if len(found) == 1:
+        return found[0].session_id
+    if not found:
+        raise click.ClickException(
+            f"no session has an id beginning with {reference!r} or the title {reference!r}"
+            " (`rollout ls --all` lists them, `rollout search WORDS` finds one by its content)"
+        )
+    shown = "\n".join(
+        f"  {summary.session_id}  {summary.cwd or '-'}  {summary.title or summary.preview or '-'}"
+        for summary in found[:_CANDIDATES_SHOWN]
+    )
+    more = f"\n  (and {len(found) - _CANDIDATES_SHOWN} more)" if len(found) > _CANDIDATES_SHOWN else ""
+    raise click.ClickException(
+        f"{reference!r} names {len(found)} sessions; give more of the id, or the whole id:\n{shown}{more}"
+    )
 
 
 writer_option = click.option(
@@ -431,7 +475,7 @@ def _next_page_command(token: str, extra: list[str] | None = None) -> str:
 
 
 @cli.command()
-@click.argument("session_id", callback=_session_id)
+@click.argument("session_id", callback=_session_ref)
 @reader_option
 @click.option("--token-budget", default=0, help="Estimated tokens allowed (0: none).")
 @click.option(
@@ -448,7 +492,9 @@ def _next_page_command(token: str, extra: list[str] | None = None) -> str:
     help='JSON lines: each message as its canonical JSON (the digest\'s form), then {"summary": {...}}.',
 )
 def replay(session_id: str, reader: str | None, token_budget: int, width: int, as_json: bool) -> None:
-    """Show the exact rebuilt message sequence of a session (streamed: any size)."""
+    """Show the exact rebuilt message sequence of a session (streamed: any size). SESSION_ID may be
+    a unique beginning of an id, or a session's title."""
+    session_id = _session_of(session_id, reader)
     with _client("reader", reader) as client:
         stream = client.session(session_id).stream_replay(token_budget or None)
         for index, message in enumerate(stream):
@@ -514,10 +560,12 @@ def rounds(session_id: str, reader: str) -> None:
 
 
 @cli.command("stop-facts")
-@click.argument("session_id", callback=_session_id)
+@click.argument("session_id", callback=_session_ref)
 @reader_option
 def stop_facts(session_id: str, reader: str) -> None:
-    """Why and where a session stopped, and whether it may be continued."""
+    """Why and where a session stopped, and whether it may be continued. SESSION_ID may be a
+    unique beginning of an id, or a session's title."""
+    session_id = _session_of(session_id, reader)
     with _client("reader", reader) as client:
         facts = client.session(session_id).stop_facts()
     session_view.print_stop_facts(session_id, facts)
@@ -559,16 +607,19 @@ def stop_command(session_id: str, writer: str | None, kind: str, reason: str) ->
 
 
 @cli.command()
-@click.argument("session_id", callback=_session_id)
+@click.argument("session_id", callback=_session_ref)
 @writer_option
+@reader_option
 @click.option(
     "--force",
     is_flag=True,
     help="Re-open even a session whose stop kind is not replayable as-is, or whose file is damaged"
     " (recorded in the session; damage stays reported).",
 )
-def resume(session_id: str, writer: str | None, force: bool) -> None:
-    """Re-open a paused or cancelled session for appending (closes calls left without an output)."""
+def resume(session_id: str, writer: str | None, reader: str | None, force: bool) -> None:
+    """Re-open a paused or cancelled session for appending (closes calls left without an output).
+    SESSION_ID may be a unique beginning of an id, or a session's title (looked up in the reader)."""
+    session_id = _session_of(session_id, reader)
     with _client("writer", writer) as client:
         result = client.session(session_id).resume(force)
     was = result.previous_stop_kind or "open"

@@ -192,3 +192,34 @@ def test_ls_lists_a_folders_sessions_with_their_branch_and_all_of_them_with_all(
     default = run_rollout(*common, "--page-size", "1000")
     assert there.id in default.stdout
     assert "sessions in" not in default.stdout
+
+
+def test_a_session_is_named_by_a_unique_id_beginning_or_its_title(pair) -> None:
+    """replay, stop-facts and resume take a unique beginning of an id or a title; an ambiguous
+    one lists the candidates, an unknown one says what to do."""
+    with pair.client(T1) as t1:
+        named = t1.create_session()
+        named.append(user("the named one"), title("Quarterly report draft"))
+        twins = [t1.create_session(), t1.create_session()]
+        for twin in twins:
+            twin.append(user("twin"), title("Twin title"))
+        named.stop("paused", "later")
+    reader = pair.reader.address.replace("127.0.0.1", "localhost")
+    writer = pair.writer.address.replace("127.0.0.1", "localhost")
+    common = ["--token", T1, "--tls-ca", str(pair.certificates.ca_file)]
+    by_title = run_rollout(*common, "stop-facts", "quarterly REPORT draft", "--reader", reader)
+    assert by_title.returncode == 0, by_title.stderr
+    assert named.id in by_title.stdout
+    by_prefix = run_rollout(*common, "replay", named.id[:-4], "--reader", reader)
+    assert by_prefix.returncode == 0, by_prefix.stderr
+    assert "the named one" in by_prefix.stdout
+    resumed = run_rollout(*common, "resume", "Quarterly report draft", "--writer", writer, "--reader", reader)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"{named.id}: resumed (was paused)" in resumed.stdout
+    ambiguous = run_rollout(*common, "stop-facts", "twin title", "--reader", reader)
+    assert ambiguous.returncode == 1
+    assert "names 2 sessions" in ambiguous.stderr
+    assert all(twin.id in ambiguous.stderr for twin in twins)
+    unknown = run_rollout(*common, "replay", "no such title anywhere", "--reader", reader)
+    assert unknown.returncode == 1
+    assert "rollout ls --all" in unknown.stderr
