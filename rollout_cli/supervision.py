@@ -305,6 +305,10 @@ def serve_reader(
         )
     except (ClusterFileError, BindError) as exc:
         raise click.ClickException(str(exc)) from exc
+    except OSError as exc:  # the content index's folder: not made, or another reader's
+        if search_index_dir is None or exc.filename != str(search_index_dir):
+            raise
+        raise click.ClickException(f"--search-index-dir: {exc.strerror}: {exc.filename}") from exc
 
 
 _PR_SET_PDEATHSIG = 1  # prctl(2) option: the signal this process gets when its parent dies

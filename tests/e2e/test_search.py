@@ -11,7 +11,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from rollout.v1 import reader_pb2
+from rollout.v1 import reader_pb2, reader_pb2_grpc
 from rollout_client import (
     InvalidArgumentError,
     RolloutClient,
@@ -223,3 +223,27 @@ def test_a_session_is_named_by_a_unique_id_beginning_or_its_title(pair) -> None:
     unknown = run_rollout(*common, "replay", "no such title anywhere", "--reader", reader)
     assert unknown.returncode == 1
     assert "rollout ls --all" in unknown.stderr
+
+
+def test_a_reader_without_an_index_answers_unavailable_and_an_index_folder_serves_one_reader(
+    data_dir, tmp_path
+) -> None:
+    off = start_service("reader", data_dir, "--no-search")
+    try:
+        with grpc.insecure_channel(off.address) as channel, pytest.raises(grpc.RpcError) as refused:
+            reader_pb2_grpc.RolloutReaderStub(channel).SearchSessions(
+                reader_pb2.SearchSessionsRequest(query="x"), timeout=20
+            )
+        assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert "--no-search" in refused.value.details()
+    finally:
+        off.stop()
+    folder = tmp_path / "index"
+    first = start_service("reader", data_dir, "--search-index-dir", str(folder))
+    try:
+        with pytest.raises(
+            RuntimeError, match="--search-index-dir: another reader uses this search index folder"
+        ):
+            start_service("reader", data_dir, "--search-index-dir", str(folder))
+    finally:
+        first.stop()
