@@ -197,3 +197,23 @@ def test_a_word_in_more_records_than_are_ranked_ranks_the_newest_and_says_so(
     page = index.search("same", T1, 20, 0)
     assert page.capped
     assert sorted(hit.session_id[-1:] for hit in page.hits) == ["3", "4"]  # the last 3 records' sessions
+
+
+def test_the_listing_and_the_content_index_agree_on_the_title(data_dir, index) -> None:
+    """Both fold title records through shared.titles.next_title: an empty title never replaces one."""
+    from reader_service.listing_index import ListingIndex
+
+    titled = write(
+        data_dir,
+        1,
+        "T1",
+        ("event", {"kind": "title", "body": {"title": "First  name"}}),
+        user("work"),
+        ("event", {"kind": "title", "body": {"title": "Second name"}}),
+        ("event", {"kind": "title", "body": {"title": " "}}),
+        ("event", {"kind": "token_count", "body": {"title": "not a title"}}),
+    )
+    index.catch_up()
+    (hit,) = index.search("first", T1, 20, 0).hits
+    assert (hit.title, hit.title_match) == ("Second name", True)
+    assert ListingIndex(DataRoot(data_dir)).activity(titled.name).title == "Second name"
