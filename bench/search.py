@@ -42,7 +42,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import grpc
-from _support import HelpFormatter, turn_records
+from _support import HelpFormatter, proc_cpu_seconds, turn_records
 from fleet import AGENTS, Servers, fleet_rate, start_process
 
 from reader_service.search_index import SearchFilters, SearchIndex
@@ -54,6 +54,8 @@ from tests.processes import ServiceProcess
 
 REPO = Path(__file__).resolve().parent.parent
 RARE = "zebraquartzine"
+#: The writer's CPU seconds per 1,000 records of each fleet run.
+WRITER_CPU: list[float] = []
 PLANTED = 20
 BASE = datetime(2026, 6, 1, tzinfo=UTC)
 
@@ -183,9 +185,10 @@ def probe_lag(writer: str, reader: str, stop: threading.Event, probe_ms: float, 
 
 def fleet_with_reader(
     servers: Servers, tmp: Path, name: str, search: bool, seconds: float, probe: dict | None = None
-) -> float:
-    """64-agent records/s (bench/fleet.py) with a reader on the same data root; with ``probe``
-    ({"probe_ms", "lags"}), a lag probe runs meanwhile (its appends and searches load the pair)."""
+) -> tuple[float, float]:
+    """64-agent records/s (bench/fleet.py) with a reader on the same data root, and the reader's
+    CPU seconds over the run per 1,000 records; with ``probe`` ({"probe_ms", "lags"}), a lag
+    probe runs meanwhile (its appends and searches load the pair)."""
     data_dir = tmp / f"data-{name}"
     writer, _ = servers.writer(data_dir)
     reader = Reader(tmp, data_dir, search).process
@@ -196,7 +199,13 @@ def fleet_with_reader(
             arguments = (writer.address, reader.address, stop, probe["probe_ms"], probe["lags"])
             thread = threading.Thread(target=probe_lag, args=arguments)
             thread.start()
-        return fleet_rate(writer.address, seconds)
+        cpu = proc_cpu_seconds(reader.process.pid)
+        writer_cpu = proc_cpu_seconds(writer.process.pid)
+        started = time.perf_counter()
+        rate = fleet_rate(writer.address, seconds)
+        thousands = rate * (time.perf_counter() - started) / 1000
+        WRITER_CPU.append((proc_cpu_seconds(writer.process.pid) - writer_cpu) / thousands)
+        return rate, (proc_cpu_seconds(reader.process.pid) - cpu) / thousands
     finally:
         stop.set()
         if thread is not None:
@@ -209,11 +218,14 @@ def fleet_with_reader(
 def bench_fleet(tmp: Path, args: argparse.Namespace) -> list[str]:
     servers = Servers(tmp, REPO)
     rates: dict[bool, list[float]] = {True: [], False: []}
+    cpu: dict[bool, list[float]] = {True: [], False: []}
     for number in range(args.rounds):
         for search in (True, False) if number % 2 == 0 else (False, True):
-            rates[search].append(
-                fleet_with_reader(servers, tmp, f"fleet-{number}-{search}", search, args.seconds)
+            rate, reader_cpu = fleet_with_reader(
+                servers, tmp, f"fleet-{number}-{search}", search, args.seconds
             )
+            rates[search].append(rate)
+            cpu[search].append(reader_cpu)
         print(
             f"fleet round {number + 1}: indexing on {rates[True][-1]:,.0f}  off {rates[False][-1]:,.0f} records/s"
         )
@@ -222,6 +234,7 @@ def bench_fleet(tmp: Path, args: argparse.Namespace) -> list[str]:
         probe = {"probe_ms": args.probe_ms, "lags": lags}
         fleet_with_reader(servers, tmp, f"lag-{number}", True, args.seconds, probe)
     ratios = [on / off for on, off in zip(rates[True], rates[False], strict=True)]
+    extra = statistics.median(cpu[True]) - statistics.median(cpu[False])
     ratio = statistics.median(ratios)
     lags.sort()
     p50 = lags[len(lags) // 2] if lags else float("nan")
@@ -231,6 +244,11 @@ def bench_fleet(tmp: Path, args: argparse.Namespace) -> list[str]:
         f"  records/s on {statistics.median(rates[True]):,.0f} / off {statistics.median(rates[False]):,.0f}"
         f" = {ratio:.2f} [{min(ratios):.2f}-{max(ratios):.2f}]"
         f"  target >= 0.9: {'MET' if ratio >= 0.9 else 'NOT MET'}",
+        f"  reader CPU per 1,000 records appended: on {statistics.median(cpu[True]) * 1e3:.0f} ms /"
+        f" off {statistics.median(cpu[False]) * 1e3:.0f} ms; the writer's"
+        f" {statistics.median(WRITER_CPU) * 1e3:.0f} ms: on a CPU-bound host the indexing would cost"
+        f" the fleet {extra / (extra + statistics.median(WRITER_CPU)):.1%}"
+        f" (ratio {statistics.median(WRITER_CPU) / (extra + statistics.median(WRITER_CPU)):.2f})",
         f"  index lag under that load, {args.rounds} more runs with a probe (append acknowledged to"
         f" found by SearchSessions): p50 {p50 * 1e3:.0f} ms, p99 {p99 * 1e3:.0f} ms over {len(lags)} probes",
     ]

@@ -26,7 +26,7 @@ folders with inotify (names created, moved, removed, and files written: ``IN_MOD
 indexes what changed, a bounded number of bytes per file per step so one large file does not
 hold back the others, at most one step every :data:`BATCH_SECONDS` once caught up (the
 appends of that time are indexed together: a search may miss what was written in the last
-~0.1 s); the thread runs at a lower priority (:data:`INDEXING_NICENESS`), so that when the
+~0.25 s); the thread runs at a lower priority (:data:`INDEXING_NICENESS`), so that when the
 CPU is short the index lags rather than the writer or the reader's RPCs; it lists every folder and compares sizes every
 :data:`SWEEP_SECONDS` and whenever reports were lost (changes made through another host are
 never reported: SPEC §7). Searches read through connections of their own (WAL mode: a search
@@ -74,7 +74,7 @@ MAX_TEXT_CHARS = 32 * 1024
 STEP_BYTES = 4 * 1024 * 1024
 #: Least seconds between two indexing steps once caught up (changes gather in between: one
 #: step for many appends to a file costs about what one step for one append does).
-BATCH_SECONDS = 0.1
+BATCH_SECONDS = 0.25
 #: Niceness of the indexing thread: when the CPU is short, serving (and the writer on the same
 #: host) comes first, and the index lags.
 INDEXING_NICENESS = 10
