@@ -285,7 +285,7 @@ class SearchIndex:
         self._sweep_due = True
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
-        #: Seconds from a change being seen to it being searchable (the last ones; bench/search.py).
+        #: Notified after each indexing step (:meth:`wait_indexed`); ``steps`` counts them.
         self.indexed = threading.Condition()
         self.steps = 0
 
