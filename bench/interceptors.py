@@ -1,4 +1,4 @@
-"""What the servers' interceptors cost a unary call: shared.serving's RpcObserver (always on:
+"""What the servers' interceptors cost a unary call: serving.server's RpcObserver (always on:
 metrics and refusal logs) and AuthInterceptor (with --auth-tokens), against a bare grpc.aio
 server, each answering a no-op unary method.
 
@@ -39,8 +39,8 @@ CONFIGURATIONS = ("bare", "observer", "observer+auth")
 
 async def _serve(configuration: str, tokens: str) -> None:
     sys.path.insert(0, str(REPO))
-    from shared.auth import TokenTable
-    from shared.serving import ServerSettings
+    from serving.auth import TokenTable
+    from serving.server import ServerSettings
 
     async def noop(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
         return b""
@@ -101,8 +101,8 @@ class _Context:
 async def _direct(tokens: Path, calls: int) -> dict[str, list[float]]:
     """Microseconds per call of each interceptor's intercept() around a no-op handler, 5 runs."""
     sys.path.insert(0, str(REPO))
-    from shared.auth import AuthInterceptor, TokenTable
-    from shared.rpc_observer import RpcObserver
+    from serving.auth import AuthInterceptor, TokenTable
+    from serving.rpc_observer import RpcObserver
 
     async def noop(request: bytes, context: object) -> bytes:
         return b""

@@ -1,4 +1,4 @@
-"""Delegation lookups, both ways (SPEC §5, seed rule 13).
+"""Delegation lookups, both ways (docs/spec.md §5, seed rule 13).
 
 Parent to children: the writer keeps one marker per child under
 ``delegations/<parent id>/`` (shared.layout), so a lookup lists one folder
@@ -49,7 +49,7 @@ def find_children(index: ListingIndex, parent_session_id: str, delegation_id: st
     """The child sessions a parent delegated to (optionally one delegation), oldest first.
 
     Raises FileNameError for a malformed id and SessionNotFoundError for an unknown parent
-    (or one the caller may not see: shared.tenancy). Markers whose child file does not
+    (or one the caller may not see: serving.tenancy). Markers whose child file does not
     exist (a crash between the two), or whose child the caller may not see, are skipped.
     """
     index.locate(parent_session_id, "parent_session_id")

@@ -1,4 +1,4 @@
-"""The listing index: a small summary per session, kept current as sessions change (SPEC §5).
+"""The listing index: a small summary per session, kept current as sessions change (docs/spec.md §5).
 
 Derived data only: everything here is rebuilt from the files (a new reader
 starts empty and warms up in the background), it is never the source of truth,
@@ -27,7 +27,7 @@ Per session file it keeps:
   far it got).
 
 Records are counted from their envelope alone (``{"v":..,"seq":..,"ts":..,
-"type":"message",``, the line shape of SPEC §1; simple fields added before
+"type":"message",``, the line shape of docs/spec.md §1; simple fields added before
 ``type`` are allowed), so counting runs at the speed of a regular expression.
 """
 
@@ -48,12 +48,13 @@ from typing import Any
 
 from reader_service.session_folder import SessionFolders
 from reader_service.stop_facts import DEFAULT_TAIL_WINDOW, StopFactsResult, read_stop_facts
+from serving.tenancy import check_visible
 from shared.errors import SessionNotFoundError
 from shared.layout import DataRoot, read_session_file, session_file_stat
 from shared.naming import SessionFileName, parse_file_name, validate_session_id
 from shared.records import record_of_line
+from shared.rounds import forked_from
 from shared.session_meta import branch_of, read_session_meta
-from shared.tenancy import check_visible
 from shared.titles import TITLE_EVENT, next_title
 
 log = logging.getLogger(__name__)
@@ -272,6 +273,9 @@ class ListingIndex:
         self._worker: threading.Thread | None = None
         self._closed = False
         self.folder = SessionFolders(root, self._added, self._removed, self._verify_later)
+        #: Called with the path of each session file that went (a deletion): the reader's caches
+        #: keyed by file drop it (reader_service.server). Called under the folder's lock.
+        self.removal_listeners: list[Callable[[Path], None]] = []
         self.warm = threading.Event()
         #: Activity lookups by outcome (reader_service.metrics): still current, or read again.
         self.counts = {"current": 0, "refreshed": 0}
@@ -309,7 +313,13 @@ class ListingIndex:
             if meta is not None:
                 self._posting("tenant", str(meta.get("tenant", ""))).remove(key)
                 self._posting("parent", str(meta.get("parent_session_id", ""))).remove(key)
+                source = forked_from(meta)
+                if source is not None:
+                    self._posting("fork_source", source[0]).remove(key)
             self._activity.pop(name, None)
+        path = self.root.session_path(parsed.session_id, name)
+        for listener in self.removal_listeners:
+            listener(path)
 
     def _posting(self, kind: str, value: str) -> _Postings:
         posting = self._postings.get((kind, value))
@@ -343,6 +353,14 @@ class ListingIndex:
             posting = self._all if not kind else self._postings.get((kind, value))
             return len(posting.keys) if posting is not None else 0
 
+    def forks_of(self, source_id: str) -> list[tuple[str, dict[str, Any]]]:
+        """(file name, session_meta) of each session forked directly from ``source_id``
+        (``forked_from``), of every tenant, oldest first. Complete only after :meth:`ensure_heads`."""
+        with self._lock:
+            posting = self._postings.get(("fork_source", source_id))
+            names = [self._by_key.get(key) for key in posting.keys] if posting is not None else []
+            return [(name, self._heads[name]) for name in names if name is not None and name in self._heads]
+
     @property
     def heads_held(self) -> int:
         """Sessions whose session_meta is held."""
@@ -351,7 +369,7 @@ class ListingIndex:
     # -- lookups --------------------------------------------------------------------------------
 
     def locate(self, session_id: str, field: str = "session_id") -> tuple[SessionFileName, Path]:
-        """The parsed name and path of a session's file, for the current caller (shared.tenancy).
+        """The parsed name and path of a session's file, for the current caller (serving.tenancy).
 
         Every reader RPC resolves a session id through here: a session of another tenant
         than an authenticated caller's is SessionNotFoundError, exactly as one that does
@@ -405,6 +423,9 @@ class ListingIndex:
                 self._headless.discard(name)
                 self._posting("tenant", str(meta.get("tenant", ""))).add(parsed.sort_key)
                 self._posting("parent", str(meta.get("parent_session_id", ""))).add(parsed.sort_key)
+                source = forked_from(meta)
+                if source is not None:
+                    self._posting("fork_source", source[0]).add(parsed.sort_key)
         return meta
 
     def ensure_heads(self) -> int:

@@ -12,7 +12,7 @@ counted twice on the read path):
   current (``current``: a hit) or read again (``refreshed``);
 * ``rollout_listing_heads``: sessions whose session_meta the listing index holds.
 
-Per-RPC counts, latencies and status codes (``grpc_server_*``) are shared.rpc_observer's.
+Per-RPC counts, latencies and status codes (``grpc_server_*``) are serving.rpc_observer's.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The replay cache: rendered replays kept per session file, extended as the file grows.
 
-SPEC §5 lets the reader keep derived state "keyed by file identity and committed
+docs/spec.md §5 lets the reader keep derived state "keyed by file identity and committed
 length, always rebuildable from the files, never the source of truth, never
 serving a replaced or truncated file". An entry holds, for one session file:
 
@@ -294,6 +294,13 @@ class ReplayCache:
     def _count(self, kind: str) -> None:
         with self._lock:
             self.counts[kind] += 1
+
+    def forget(self, path: Path) -> None:
+        """Drop the entry of a session file that went (deleted: none of its rendered messages is kept)."""
+        key = str(path)
+        with self._lock:
+            if self._entries.pop(key, None) is not None:
+                self._charged -= self._charges.pop(key)
 
     def _drop(self, key: str, entry: _Entry) -> None:
         with self._lock:

@@ -3,7 +3,7 @@
 Translation only: each RPC checks and converts its request
 (:mod:`reader_service.wire`), calls the reading code on an I/O thread, and
 returns the converted answer; errors become statuses in
-:func:`shared.status.rpc_statuses` (one decorator per RPC). Heavy reads
+:func:`serving.status.rpc_statuses` (one decorator per RPC). Heavy reads
 (replays, memory views, verification) first wait for admission within the read
 budget (:mod:`reader_service.admission`) and run on a pool of their own, so cheap
 reads (stop facts, listing pages, delegations) keep their latency while big
@@ -18,6 +18,7 @@ import contextvars
 import logging
 import sqlite3
 import sys
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -43,19 +44,23 @@ from reader_service.memory_view import (
     DEFAULT_MAX_TOOL_OUTPUT_CHARS,
     MemoryViewer,
 )
+from reader_service.pending_rounds import check_pending_request, last_append_at, pending_rounds
 from reader_service.replay import STREAM_CHUNK_BYTES, verify_findings, verify_session
 from reader_service.replay_cache import ReplayCache
+from reader_service.round_index import find_origin, holders
 from reader_service.rounds import (
     RoundCache,
     check_list_request,
     lineage_of,
     round_records,
-    rounds_page,
 )
 from reader_service.search_index import SearchFilters, SearchIndex, SearchPage
 from reader_service.stop_facts import DEFAULT_TAIL_WINDOW, StopFactsResult, read_stop_facts
 from reader_service.watch import WatchHub
 from rollout.v1 import reader_pb2, reader_pb2_grpc
+from serving.server import PLAINTEXT, RunningService, ServerSettings, ServiceServer
+from serving.status import rpc_statuses
+from serving.tenancy import caller_tenant, current_caller, keyed_session_id
 from shared.errors import (
     InvalidArgumentError,
     RoundNotFoundError,
@@ -64,10 +69,7 @@ from shared.errors import (
 )
 from shared.layout import DataRoot, session_file_stat
 from shared.naming import is_session_id
-from shared.rounds import Round, round_at
-from shared.serving import PLAINTEXT, RunningService, ServerSettings, ServiceServer
-from shared.status import rpc_statuses
-from shared.tenancy import caller_tenant, current_caller, keyed_session_id
+from shared.rounds import Lineage, Round, round_at
 from shared.wire import round_to_proto
 
 log = logging.getLogger(__name__)
@@ -113,7 +115,7 @@ def _next_chunk(chunks: Iterator[bytes]) -> bytes | None:
 
 
 def _resolved(index: ListingIndex, session_key: str, tenant: str) -> tuple[str, bool]:
-    """(session id, found) of a caller's session key (shared.tenancy.keyed_session_id), or of a
+    """(session id, found) of a caller's session key (serving.tenancy.keyed_session_id), or of a
     session id the caller sees given as the key."""
     if is_session_id(session_key):
         with contextlib.suppress(SessionNotFoundError):
@@ -158,15 +160,17 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
         self.watches = WatchHub(self._cheap_run, wire.watch_reply)
         self.round_cache = RoundCache()
         self.search_index = SearchIndex(self.root, config.search_index_dir) if config.search else None
+        # A session file that goes (deleted) takes its cached replay and rounds with it.
+        self.index.removal_listeners += [self.replays.forget, self.round_cache.forget]
 
     async def _cheap_run(self, function: Callable[..., T], *args: Any) -> T:
-        """Run ``function`` on a cheap-read thread, as the caller of this RPC (shared.tenancy)."""
+        """Run ``function`` on a cheap-read thread, as the caller of this RPC (serving.tenancy)."""
         return await asyncio.get_running_loop().run_in_executor(
             self._cheap, contextvars.copy_context().run, function, *args
         )
 
     async def _heavy_run(self, function: Callable[..., T], *args: Any) -> T:
-        """Run ``function`` on a heavy-read thread, as the caller of this RPC (shared.tenancy)."""
+        """Run ``function`` on a heavy-read thread, as the caller of this RPC (serving.tenancy)."""
         return await asyncio.get_running_loop().run_in_executor(
             self._heavy, contextvars.copy_context().run, function, *args
         )
@@ -336,8 +340,8 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
         async for reply in self.watches.follow(request.session_id, path, request.from_seq):
             yield reply
 
-    def _rounds_of(self, session_id: str, path: Path) -> list[Round]:
-        """The rounds of a located session file, from the round cache (reader_service.rounds)."""
+    def _lineage(self, session_id: str, path: Path) -> Callable[[], Lineage]:
+        """How the round cache learns a located session's lineage (shared.rounds.lineage_of)."""
 
         def meta_of(source: str) -> dict[str, Any] | None:
             try:
@@ -345,18 +349,25 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
             except (SessionNotFoundError, InvalidArgumentError, OSError):
                 return None
 
-        return self.round_cache.rounds(
-            path, lambda: lineage_of(session_id, self.index.meta(path.name), meta_of)
-        )
+        return lambda: lineage_of(session_id, self.index.meta(path.name), meta_of)
+
+    def _rounds_of(self, session_id: str, path: Path) -> list[Round]:
+        """The rounds of a located session file, from the round cache (reader_service.rounds)."""
+        return self.round_cache.rounds(path, self._lineage(session_id, path))
+
+    def _round_to_close(self, session_id: str, path: Path) -> Round | None:
+        """The round a located session file leaves pending (shared.rounds.round_to_close)."""
+        return self.round_cache.to_close(path, self._lineage(session_id, path))
 
     @rpc_statuses("ListRounds")
     async def ListRounds(
         self, request: reader_pb2.ListRoundsRequest, context: grpc.aio.ServicerContext
-    ) -> reader_pb2.ListRoundsResponse:
+    ) -> bytes:
         size, start = check_list_request(request)
         path, _ = await self._locate(request.session_id)
-        found = await self._heavy_run(self._rounds_of, request.session_id, path)
-        return rounds_page(found, size, start)
+        return await self._heavy_run(
+            self.round_cache.page, path, self._lineage(request.session_id, path), size, start
+        )
 
     @rpc_statuses("GetRound")
     async def GetRound(
@@ -366,13 +377,47 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
             raise InvalidArgumentError(
                 "round_id", f"{request.round_id[:64]!r} is not a round id (a lowercase UUID)"
             )
-        path, _ = await self._locate(request.session_id)
-        rounds = await self._heavy_run(self._rounds_of, request.session_id, path)
+        session_id = request.session_id
+        if not session_id:  # by id alone: the reader's index of rounds read (reader_service.round_index)
+            origin = await self._heavy_run(
+                find_origin, self.index, self.round_cache, request.round_id, self._lineage
+            )
+            held = await self._cheap_run(holders, self.index, *origin) if origin is not None else []
+            if not held:
+                raise RoundNotFoundError("", request.round_id)
+            session_id = held[0]
+        path, _ = await self._locate(session_id)
+        rounds = await self._heavy_run(self._rounds_of, session_id, path)
         found = round_at(rounds, request.round_id)
         if found is None:
             raise RoundNotFoundError(request.session_id, request.round_id)
+        if request.session_id:
+            origin = self.round_cache.origin(request.round_id)  # noted by the reading above
+            held = await self._cheap_run(holders, self.index, *origin) if origin is not None else [session_id]
         records = await self._heavy_run(round_records, path, found, self.config.max_reply_bytes)
-        return reader_pb2.GetRoundResponse(round=round_to_proto(found), records=records)
+        return reader_pb2.GetRoundResponse(
+            round=round_to_proto(found), records=records, held_by=len(held), session_id=session_id
+        )
+
+    @rpc_statuses("ListPendingRounds")
+    async def ListPendingRounds(
+        self, request: reader_pb2.ListPendingRoundsRequest, context: grpc.aio.ServicerContext
+    ) -> reader_pb2.ListPendingRoundsResponse:
+        query = check_pending_request(request, caller_tenant(request.tenant))
+        found, scanned = await self._heavy_run(
+            pending_rounds, self.index, self._round_to_close, query, time.time_ns()
+        )
+        return reader_pb2.ListPendingRoundsResponse(
+            rounds=[
+                reader_pb2.PendingRound(
+                    session_id=pending.session_id,
+                    round=round_to_proto(pending.round),
+                    last_append_at=last_append_at(pending),
+                )
+                for pending in found
+            ],
+            scanned=scanned,
+        )
 
     @rpc_statuses("SearchSessions")
     async def SearchSessions(
@@ -414,7 +459,7 @@ async def start_reader(
     config: ReaderConfig, address: str = "127.0.0.1:0", settings: ServerSettings = PLAINTEXT
 ) -> RunningReader:
     """Start serving on ``address`` with ``settings`` (TLS, authentication, interceptors:
-    shared.serving); BindError when it cannot be bound, OSError when a TLS file cannot be read."""
+    serving.server); BindError when it cannot be bound, OSError when a TLS file cannot be read."""
     service = ServiceServer(
         "reader",
         settings,

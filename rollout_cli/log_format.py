@@ -4,7 +4,7 @@ Text keeps the command line's plain format (``time LEVEL logger: message``). JSO
 rendered by structlog from the standard library's records, with ``timestamp`` (UTC, ISO
 8601), ``level``, ``logger`` and ``event`` (the message), every ``extra`` field of the
 record (a refused or failed call's ``rpc``, ``code``, ``detail``, ``peer``, ``duration_ms``,
-``outcome``: shared.rpc_observer) and, for an error, the ``exception`` as text. Logs go to
+``outcome``: serving.rpc_observer) and, for an error, the ``exception`` as text. Logs go to
 stderr; stdout carries only the "listening on" line.
 """
 

@@ -1,5 +1,5 @@
 """The options ``serve-writer``, ``serve-reader`` and ``serve`` share: TLS, tokens, logs,
-metrics, health checks and tracing (what shared.serving serves them with).
+metrics, health checks and tracing (what serving.server serves them with).
 
 Each option also reads an environment variable (named in its help), so that a container
 can be configured either way. ``serve`` passes the TLS, token, log and tracing options
@@ -21,9 +21,9 @@ import click
 from prometheus_client import start_http_server
 
 from rollout_cli.log_format import LOG_FORMATS, configure_logging
-from shared.auth import TokenFileError, TokenTable
-from shared.serving import BindError, ServerSettings, TlsFiles, split_address
-from shared.tracing import TracingUnavailableError, tracing_interceptor
+from serving.auth import TokenFileError, TokenTable
+from serving.server import BindError, ServerSettings, TlsFiles, split_address
+from serving.tracing import TracingUnavailableError, tracing_interceptor
 
 T = TypeVar("T")
 _file = click.Path(dir_okay=False, path_type=Path)

@@ -18,7 +18,7 @@ reached only through methods; and (``rollout_client.agents``, with the
         child.stop("completed")
 
 :class:`RolloutClient` blocks; :class:`AsyncRolloutClient` has the same calls as
-coroutines. SPEC §6 (Interfaces) names this package; the README has a walkthrough.
+coroutines. docs/spec.md §6 (Interfaces) names this package; the README has a walkthrough.
 """
 
 from rollout_client._aio import AsyncRolloutClient
@@ -69,11 +69,14 @@ from rollout_client._results import (
     Checkpoint,
     DegradedEntry,
     Delegation,
+    DeleteResult,
     ForkOrigin,
+    PendingRound,
     RecentMessages,
     Replay,
     ReplaySummary,
     ResumeResult,
+    RoundRecords,
     SearchMatch,
     SearchPage,
     SessionHit,
@@ -110,6 +113,7 @@ __all__ = [
     "DegradedEntry",
     "Delegation",
     "DelegationScope",
+    "DeleteResult",
     "ErrorInfo",
     "Event",
     "FailedPreconditionError",
@@ -119,6 +123,7 @@ __all__ = [
     "InvalidArgumentError",
     "MessageRef",
     "NotFoundError",
+    "PendingRound",
     "PermissionDeniedError",
     "PreconditionViolation",
     "RecentMessages",
@@ -133,6 +138,7 @@ __all__ = [
     "RolloutClient",
     "RolloutError",
     "RootNotDeclaredError",
+    "RoundRecords",
     "SearchMatch",
     "SearchPage",
     "Session",

@@ -1,15 +1,16 @@
-"""What the writer and reader services must agree on, and nothing else.
+"""What the writer and reader services (and the SDK) must agree on, and nothing else.
 
 Record shapes and the line format (:mod:`shared.records`), the rebuild of a
 message sequence (:mod:`shared.rebuild`), the digest (:mod:`shared.digest`), the
 stop-kind vocabulary and resume eligibility (:mod:`shared.stop_kinds`), the file
 name codec (:mod:`shared.naming`), the data root layout (:mod:`shared.layout`), the
-shard of a session (:mod:`shared.shards`), the protobuf conversions (:mod:`shared.wire`),
-the error hierarchy (:mod:`shared.errors`), its gRPC status mapping (:mod:`shared.status`)
-and the words of status details clients read (:mod:`shared.reasons`); and how both
-are served (:mod:`shared.serving`: TLS, interceptors, health, reflection), who calls
-(:mod:`shared.auth`) and what a caller may see (:mod:`shared.tenancy`).
-Neither service re-implements any of it; ``shared`` imports neither service.
+shard of a session (:mod:`shared.shards`), the round rules (:mod:`shared.rounds`), memory
+artifacts and their provenance (:mod:`shared.memory`), the
+protobuf conversions (:mod:`shared.wire`), the error hierarchy (:mod:`shared.errors`) and
+the words of status details clients read (:mod:`shared.reasons`). How both services are
+served (TLS, authentication, tenancy, status mapping, metrics, tracing) is the
+:mod:`serving` package's. Neither service re-implements any of it; ``shared`` imports
+neither service nor :mod:`serving`, and no gRPC server machinery (tests/shared/test_contract_only.py).
 """
 
 from shared.digest import DIGEST_FIELDS, canonical_message, digest

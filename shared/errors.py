@@ -5,7 +5,7 @@ The hierarchy::
     LedgerError                      base; never raised itself
     ├── RecordValidationError        INVALID_ARGUMENT  (names record index and field)
     ├── InvalidArgumentError         INVALID_ARGUMENT  (a request field, named)
-    │   └── FileNameError            INVALID_ARGUMENT  (a name that is not the SPEC §2.9 shape)
+    │   └── FileNameError            INVALID_ARGUMENT  (a name that is not the docs/spec.md §2.9 shape)
     ├── PermissionDeniedError        PERMISSION_DENIED (a request field the caller may not set, named)
     ├── SessionNotFoundError         NOT_FOUND         (also a session of another tenant)
     │   └── RoundNotFoundError       NOT_FOUND         (no such round in the session)
@@ -32,7 +32,7 @@ The hierarchy::
                                                         be read; the message says which)
 
 Every class is in :data:`LEDGER_ERROR_CLASSES` (and :data:`AnyLedgerError`): the status
-mapping (:func:`shared.status.rpc_statuses`, one decorator on every RPC of both services)
+mapping (:func:`serving.status.rpc_statuses`, one decorator on every RPC of both services)
 decides for each of them, with nothing left to a catch-all; nothing else chooses a status
 code.
 """
@@ -81,12 +81,12 @@ class InvalidArgumentError(LedgerError):
 
 
 class FileNameError(InvalidArgumentError):
-    """A session file name, session id or agent name is not of the SPEC §2.9 shape."""
+    """A session file name, session id or agent name is not of the docs/spec.md §2.9 shape."""
 
 
 class PermissionDeniedError(LedgerError):
     """The caller's credentials do not allow a request field (named by ``field``) as given:
-    source times from a caller that is not an importer, another tenant's name (shared.tenancy)."""
+    source times from a caller that is not an importer, another tenant's name (serving.tenancy)."""
 
     def __init__(self, field: str, description: str) -> None:
         super().__init__(f"{field}: {description}")
@@ -108,14 +108,19 @@ class RoundNotFoundError(SessionNotFoundError):
     def __init__(self, session_id: str, round_id: str) -> None:
         super().__init__(session_id)
         self.round_id = round_id
-        self.args = (f"round {clip(round_id)!r} not found in session {clip(session_id)!r}",)
+        where = f"in session {clip(session_id)!r}" if session_id else "in any session the caller sees"
+        self.args = (f"round {clip(round_id)!r} not found {where}",)
 
 
 class SessionExistsError(LedgerError):
-    """CreateSession was given an id that is already in the ledger."""
+    """CreateSession was given an id that is already in the ledger, or ``deleted`` from it (a
+    deleted session's id is never used again: writer_service.deletion)."""
 
-    def __init__(self, session_id: str) -> None:
-        super().__init__(f"session {clip(session_id)!r} already exists")
+    def __init__(self, session_id: str, deleted: bool = False) -> None:
+        if deleted:
+            super().__init__(f"session {clip(session_id)!r} was deleted; a session id is never used again")
+        else:
+            super().__init__(f"session {clip(session_id)!r} already exists")
         self.session_id = session_id
 
 
@@ -153,19 +158,24 @@ class SessionUnavailableError(LedgerError):
 
 
 class NotOwnerError(LedgerError):
-    """This writer may not write or acknowledge for the session's shard (SPEC §7): it does not own
+    """This writer may not write or acknowledge for the session's shard (docs/spec.md §7): it does not own
     the shard, or its ownership ended before a write it made was durable in time. Nothing of the
     request was acknowledged; the bytes of a write already made stay unacknowledged in the file (a
     retry with the same request id is answered from it). Retry.
 
-    ``shard`` is the shard; ``epoch`` the epoch this writer wrote under (None when it never owned it).
+    ``shard`` is the shard; ``epoch`` the epoch this writer wrote under (None when it never owned it);
+    ``owner`` the (address, epoch) of the shard's owner as this writer knows it (None: unknown), where
+    a client sends the request again (writer_service.ownership ``owner_of``).
     Sent as UNAVAILABLE with an ``ErrorInfo`` of reason ``NOT_OWNER`` (shared.reasons).
     """
 
-    def __init__(self, message: str, *, shard: int, epoch: int | None = None) -> None:
+    def __init__(
+        self, message: str, *, shard: int, epoch: int | None = None, owner: tuple[str, int] | None = None
+    ) -> None:
         super().__init__(message)
         self.shard = shard
         self.epoch = epoch
+        self.owner = owner
 
 
 class ResourceLimitError(LedgerError):
@@ -232,7 +242,7 @@ def storage_error(exc: OSError, operation: str, what: str) -> StorageWriteError:
     )
 
 
-#: Every error the ledger raises, each decided by the status mapping (shared.status).
+#: Every error the ledger raises, each decided by the status mapping (serving.status).
 AnyLedgerError: TypeAlias = (
     RecordValidationError
     | InvalidArgumentError

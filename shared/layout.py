@@ -1,6 +1,6 @@
 """Where sessions live under a data root, and how an id finds its file.
 
-A data root created by this version is **sharded** (SPEC §7): a fixed number of
+A data root created by this version is **sharded** (docs/spec.md §7): a fixed number of
 virtual shards (shared.shards: the count is recorded in ``cluster.json`` when the
 root is created, 256 unless the creating writer is told otherwise), each a folder
 of its own holding its sessions, its delegation markers and its writer's saved
@@ -9,7 +9,7 @@ a delegation marker lives in its parent's shard::
 
     <data root>/
       cluster.json                 {"hash":"blake2b-64","shards":256}, written once (0600)
-      writer.lock                  held by the writer that owns every shard (SPEC §2.1)
+      writer.lock                  held by the writer that owns every shard (docs/spec.md §2.1)
       writer-state/                the storage probe's scratch files (writer_service.storage_probe)
       shards/<NNN>/                shard NNN: 000 .. 255 (zero-padded to the width of the
                                    largest shard number, at least three digits)
@@ -17,6 +17,12 @@ a delegation marker lives in its parent's shard::
         sessions/<file name>.jsonl.torn-<n>   bytes set aside by start-up repair
         delegations/<parent id>/<delegation key>.<child id>   empty marker per child
         writer-state/<session id>.json        the writer's saved state (derived)
+        deletions.jsonl            one deletion record per deleted session (writer_service.deletion)
+        trash/<file name>.jsonl    a session file between its deletion's steps (gone at start-up)
+      memories/<tenant key>/       memory artifacts of one tenant (rollout_memory.store, docs/memory.md):
+        scopes/<scope key>.jsonl   append-only entries of one scope, fsynced; never read by replay
+        leases/<session id>.lease  a pipeline worker's lease on distilling a session
+        store.lock                 held while an entry is written or a scope file rewritten
 
 For example, with 256 shards, session ``01a22c15-89a6-7d3d-b5b7-165622bd350c``
 (shard 96) is ``shards/096/sessions/2026-11-30_101530_01a22c15-89a6-7d3d-b5b7-165622bd350c.jsonl``.
@@ -55,7 +61,7 @@ Session files are opened without following symbolic links (:func:`open_session_f
 ``O_NOFOLLOW``), by both services: a link planted in a sessions folder is reported
 (an OSError ``ELOOP`` saying so: UNAVAILABLE with ErrorInfo ``ELOOP``), never read.
 
-Clients only ever hold session ids (SPEC §6); this module is the one place that
+Clients only ever hold session ids (docs/spec.md §6); this module is the one place that
 turns an id into a path, so another storage can replace it without touching a
 client. An id is resolved through an in-process index of its shard's folder, which
 is refreshed from a scan of that folder on a miss, so readers stay stateless and see
@@ -81,6 +87,8 @@ from shared.naming import SessionFileName, session_file_name, validate_session_i
 from shared.shards import DEFAULT_SHARDS, create_cluster, read_cluster, shard_of
 
 SESSIONS_DIR = "sessions"
+#: The folder of memory artifacts (docs/memory.md), beside the shards, never read by replay.
+MEMORIES_DIR = "memories"
 DELEGATIONS_DIR = "delegations"
 LOCK_FILE = "writer.lock"
 #: The folder of a sharded root's shards (``shards/<NNN>``).
@@ -281,6 +289,12 @@ class DataRoot:
         return self.sessions_folder(self.shard_of(session_id)) / name
 
     @property
+    def memories_folder(self) -> Path:
+        """The folder of memory artifacts (``<root>/memories``), in either layout; the memory
+        pipeline (rollout_memory) alone writes it, and no replay reads it."""
+        return self.root / MEMORIES_DIR
+
+    @property
     def lock_path(self) -> Path:
         """The lock file held by the writer that owns every shard (the embedded default)."""
         return self.root / LOCK_FILE
@@ -290,6 +304,10 @@ class DataRoot:
     def _delegations_of(self, parent_session_id: str) -> Path:
         validate_session_id(parent_session_id)
         return self.shard_dir(self.shard_of(parent_session_id)) / DELEGATIONS_DIR / parent_session_id
+
+    def delegations_folder(self, parent_session_id: str) -> Path:
+        """The folder of a parent's delegation markers (its shard's ``delegations/<parent id>``)."""
+        return self._delegations_of(parent_session_id)
 
     def delegation_marker(self, parent_session_id: str, delegation_id: str, child_session_id: str) -> Path:
         """Where the marker linking a parent's delegation to a child lives (the parent's shard)."""

@@ -159,6 +159,14 @@ def test_option_values_out_of_range_are_refused_before_anything_runs(tmp_path: P
         ("replay", UNKNOWN_ID, "--width", "-5"): "--width",
         ("fork", UNKNOWN_ID, "--before-user", "0"): "--before-user",
         ("ls", "--page-size", "1001"): "--page-size",
+        (
+            "serve-writer",
+            "--data-dir",
+            str(tmp_path / "c"),
+            "--retain-stopped-days",
+            "0",
+        ): "--retain-stopped-days",
+        ("serve", "--data-dir", str(tmp_path / "d"), "--retain-stopped-days", "-1"): "--retain-stopped-days",
         ("serve", "--data-dir", str(tmp_path / "a"), "--writer-address", "127.0.0.1:5x"): "--writer-address",
         (
             "serve",
@@ -213,3 +221,85 @@ def test_importing_from_the_tools_own_folder_when_it_holds_nothing_says_so(tmp_p
             assert result.returncode == 0, result.stderr
             assert result.stderr.strip() == f"no {label} files found under {folder}; nothing imported"
             assert "import summary" not in result.stdout
+
+
+def test_replay_by_rounds_puts_each_message_under_its_rounds_header(writer, reader_process) -> None:
+    """`rollout replay --rounds`: a system message before the first round has no header; each
+    round's header gives its number, status and why, start, duration, tokens (~: estimated),
+    tools and failures; a supplement stays in its round. With --json, a {"round": ...} line
+    precedes its messages."""
+    session_id = writer.CreateSession(writer_pb2.CreateSessionRequest()).session_id
+    call = records_pb2.ToolCall(id="c1", type="function", function=records_pb2.FunctionCall(name="ls"))
+    messages = [
+        records_pb2.ChatMessage(role="system", text="be brief"),
+        records_pb2.ChatMessage(role="user", text="first"),
+        records_pb2.ChatMessage(role="assistant", text="one"),
+        records_pb2.ChatMessage(role="user", text="second"),
+        records_pb2.ChatMessage(role="assistant", tool_calls=[call]),
+        records_pb2.ChatMessage(role="user", text="also this"),
+        records_pb2.ChatMessage(role="tool", text="boom", tool_call_id="c1", is_error=True),
+    ]
+    writer.Append(
+        writer_pb2.AppendRequest(
+            session_id=session_id, records=[writer_pb2.AppendRecord(message=m) for m in messages]
+        )
+    )
+    at = ("--reader", reader_process.address)
+    lines = _run("replay", session_id, "--rounds", *at)
+    headers = [line for line in lines if line.startswith("==")]
+    assert lines[:2] == ["[0] system", "  be brief"]
+    assert lines[2].startswith(
+        "== round 1: complete (a final assistant message with no open tool call), started "
+    )
+    assert headers[1].startswith("== round 2: pending, started ")
+    assert ", tools 1/1 failed" in headers[1]
+    assert ", tokens ~" in headers[1]
+    assert lines.index(headers[1]) == lines.index("[3] user") - 1
+    assert lines[-1] == "-- 7 messages in 2 rounds"
+    assert [line for line in lines if line.startswith("[")] == [
+        "[0] system",
+        "[1] user",
+        "[2] assistant",
+        "[3] user",
+        "[4] assistant",
+        "[5] user",
+        "[6] tool (answers c1)",
+    ]
+    as_json = _run("replay", session_id, "--rounds", "--json", *at)
+    assert [line.startswith('{"round":') for line in as_json] == [
+        False,
+        True,
+        False,
+        False,
+        True,
+        False,
+        False,
+        False,
+        False,
+    ]
+
+
+def test_rm_asks_first_deletes_with_yes_and_names_an_unknown_id(writer, writer_process, data_dir) -> None:
+    """``rollout rm ID`` asks before deleting (a "no", or no answer, deletes nothing); --yes
+    deletes and says when; again says it was already deleted; an unknown id is a one-line
+    NOT_FOUND."""
+    session_id = _session_with_a_call(writer)
+    to_writer = ("--writer", writer_process.address)
+    command = [sys.executable, "-m", "rollout_cli.main", "rm", session_id, *to_writer]
+    declined = subprocess.run(command, input="n\n", capture_output=True, text=True, cwd=REPO, check=False)
+    assert declined.returncode == 1
+    assert f"delete session {session_id} for good?" in declined.stdout
+    assert session_file(data_dir, session_id).exists()
+    unanswered = subprocess.run(command, input="", capture_output=True, text=True, cwd=REPO, check=False)
+    assert unanswered.returncode == 1
+    assert session_file(data_dir, session_id).exists()
+    confirmed = subprocess.run(command, input="y\n", capture_output=True, text=True, cwd=REPO, check=False)
+    assert confirmed.returncode == 0, confirmed.stderr
+    assert confirmed.stdout.endswith("Z\n")
+    assert f"[y/N]: deleted {session_id} at " in confirmed.stdout
+    assert not list(data_dir.rglob(f"*{session_id}*.jsonl"))
+    (again,) = _run("rm", session_id, "--yes", *to_writer)
+    assert again.startswith(f"{session_id}: already deleted (at ")
+    assert _run("rm", UNKNOWN_ID, "-y", *to_writer, code=1) == [
+        f"Error: NOT_FOUND: session '{UNKNOWN_ID}' not found"
+    ]

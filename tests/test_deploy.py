@@ -25,7 +25,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from rollout.v1 import reader_pb2, writer_pb2
 from rollout_cli.main import cli
-from shared.auth import load_tokens
+from serving.auth import load_tokens
 from tests.conftest import REPO, start_service
 from tests.e2e.secured import local
 

@@ -1,4 +1,4 @@
-"""How the services are served (shared.serving, rollout_cli.serve_options), with real processes:
+"""How the services are served (serving.server, rollout_cli.serve_options), with real processes:
 client certificates, the announced address, reflection v1, metrics of both services, JSON log
 lines, token reloads, a plaintext health-only port, a reader on a read-only data root, tracing."""
 
@@ -453,8 +453,8 @@ def test_serve_passes_tls_and_tokens_to_both_services(tmp_path, data_dir) -> Non
 
 def test_the_start_up_line_says_how_callers_reach_the_service(tmp_path) -> None:
     """The 'serving on' line names the transport, authentication and health-only address in force."""
-    from shared.auth import TokenTable
-    from shared.serving import ServerSettings, TlsFiles
+    from serving.auth import TokenTable
+    from serving.server import ServerSettings, TlsFiles
 
     certificates = make_certificates(tmp_path)
     tls = TlsFiles(certificates.cert_file, certificates.key_file, client_ca=certificates.ca_file)
@@ -507,8 +507,8 @@ def test_a_stream_ends_when_its_client_certificate_expires_and_later_calls_are_r
     the same connection is refused as expired (the service's clock is the test's)."""
     import asyncio
 
-    from shared.auth import AuthInterceptor, read_certificate
-    from shared.rpc_observer import RpcObserver
+    from serving.auth import AuthInterceptor, read_certificate
+    from serving.rpc_observer import RpcObserver
 
     certificates = make_certificates(tmp_path)
     key, chain = certificates.client_pair_with_subject("acme")

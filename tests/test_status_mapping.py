@@ -1,5 +1,5 @@
 """Every ledger error reaches a client over gRPC with the status shared/errors.py documents, and
-the client reads it back as rollout_client/_errors.py documents (shared.status.rpc_statuses)."""
+the client reads it back as rollout_client/_errors.py documents (serving.status.rpc_statuses)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ from rollout.v1 import reader_pb2, reader_pb2_grpc, writer_pb2, writer_pb2_grpc
 from rollout_client import _errors as client_errors
 from rollout_client._appends import REFUSED_UNWRITTEN, is_reply_too_large, is_retryable
 from rollout_client._errors import error_from_rpc
+from serving.server import PLAINTEXT, ServiceServer
+from serving.status import StreamRequestError, rpc_statuses
 from shared.errors import (
     LEDGER_ERROR_CLASSES,
     CorruptSessionError,
@@ -45,8 +47,6 @@ from shared.errors import (
     WatchClosedError,
 )
 from shared.reasons import SESSION_FILE_REPLACED, SESSION_IS_OPEN, next_seq_precondition, session_subject
-from shared.serving import PLAINTEXT, ServiceServer
-from shared.status import StreamRequestError, rpc_statuses
 from writer_service.server import RolloutWriterServicer
 
 WRITER = writer_pb2.DESCRIPTOR.services_by_name["RolloutWriter"]
@@ -132,7 +132,7 @@ def client_class_for(code: grpc.StatusCode) -> type[client_errors.RolloutError]:
 
 
 #: The packages whose modules may define ledger errors.
-PRODUCT_PACKAGES = ("shared", "writer_service", "reader_service", "rollout_client", "rollout_cli")
+PRODUCT_PACKAGES = ("shared", "serving", "writer_service", "reader_service", "rollout_client", "rollout_cli")
 
 
 def import_every_product_module() -> None:

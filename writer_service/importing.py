@@ -4,10 +4,10 @@ A :class:`SessionImport` is one ImportSessions stream. Each session of the strea
 is checked as CreateSession checks it (:meth:`SessionLedger.prepare_session`; a
 child may name a parent staged earlier in the same stream), its records as Append
 checks them (:func:`writer_service.open_session.encode_records`: every validation
-of SPEC §2.3, source times allowed), and its lines are written to a hidden staging
+of docs/spec.md §2.3, source times allowed), and its lines are written to a hidden staging
 file beside the session files (``.<name>.tmp-<random>``, the shape start-up removes:
 :func:`writer_service.files.remove_stale_temporaries`). The stop closes a session
-as Stop does (SPEC §2.6): the staging file is rebuilt whole with the shared rules,
+as Stop does (docs/spec.md §2.6): the staging file is rebuilt whole with the shared rules,
 the checkpoint digests it, checkpoint and stop are appended, the file is fsynced.
 
 Only when the stream has ended cleanly are the sessions made visible, parents
@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from serving.tenancy import current_caller
 from shared.errors import (
     InvalidArgumentError,
     LedgerError,
@@ -43,7 +44,6 @@ from shared.errors import (
 from shared.records import RecordType, encode_line, now_timestamp
 from shared.session_meta import SessionSpec
 from shared.stop_kinds import StopKind
-from shared.tenancy import current_caller
 from writer_service.file_facts import file_facts, refuse_damage
 from writer_service.files import create_marker, create_temporary, fsync_dir, make_durable_dirs, write_all
 from writer_service.open_session import RecordTimes, RequestRecords, encode_records
@@ -273,6 +273,7 @@ class SessionImport:
                     " in the ledger are answered already_present)",
                     shard=shard,
                     epoch=epoch,
+                    owner=committer.ownership.owner_of(shard),
                 )
 
     def _publish(self, staged: list[StagedSession]) -> None:

@@ -1,4 +1,4 @@
-"""Start-up repair of torn session tails (SPEC §2.10).
+"""Start-up repair of torn session tails (docs/spec.md §2.10).
 
 A crash mid-write can leave a session file ending in a partial line (no ``\\n``),
 a line that is not JSON, or a run of NUL bytes (space the file system allocated
@@ -176,6 +176,11 @@ class RepairBacklog:
         """``session_id`` serves again."""
         if self.pending.pop(session_id, None) is not None:
             log.warning("session %s serves again: its file was repaired", session_id)
+            self._changed(False)
+
+    def dropped(self, session_id: str) -> None:
+        """``session_id`` was deleted: nothing of it awaits a repair any more."""
+        if self.pending.pop(session_id, None) is not None:
             self._changed(False)
 
     def _changed(self, was_empty: bool) -> None:

@@ -1,4 +1,4 @@
-"""The writer's session ledger: create, append, stop; resume and fork through it (SPEC §2).
+"""The writer's session ledger: create, append, stop; resume and fork through it (docs/spec.md §2).
 
 :class:`SessionLedger` is the writer's one entry point below the gRPC layer. It
 holds the :class:`~writer_service.session_index.SessionIndex` of every session
@@ -13,7 +13,7 @@ state and the lines after it (writer_service.session_state), never the whole fil
 Validation, seq assignment and queueing happen in the event loop without an await
 between them, so requests to one session are strictly ordered and all or nothing.
 
-Stop follows SPEC §2.6 exactly: mark the session busy (later appends are refused
+Stop follows docs/spec.md §2.6 exactly: mark the session busy (later appends are refused
 with ABORTED until it ends), drain its queue, rebuild the whole file on an I/O
 thread with the same shared rules the reader uses (bounded memory,
 writer_service.file_facts), digest it, then append ``agent_checkpoint`` and
@@ -26,6 +26,7 @@ public API below: :meth:`SessionLedger.open_session`,
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import os
@@ -38,16 +39,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from serving.tenancy import caller_tenant, check_visible, current_caller, keyed_session_id
 from shared.errors import (
     CorruptSessionError,
     InvalidArgumentError,
     LedgerError,
     NotOwnerError,
     QueueFullError,
+    SessionBusyError,
     SessionExistsError,
     SessionNotFoundError,
     SessionStateError,
     SessionUnavailableError,
+    StorageWriteError,
     storage_error,
 )
 from shared.layout import DELEGATION_ID_MAX_BYTES, DataRoot, open_session_file
@@ -81,10 +85,10 @@ from shared.session_meta import (
 )
 from shared.shards import DEFAULT_SHARDS
 from shared.stop_kinds import StopKind
-from shared.tenancy import caller_tenant, check_visible, current_caller, keyed_session_id
 from writer_service import metrics
 from writer_service.branching import ForkResult, ResumeResult, fork_session, resume_session
 from writer_service.committer import CommitConfig, GroupCommitter, SessionLog, StorageHealth
+from writer_service.deletion import Deletion, remove_session
 from writer_service.file_facts import FORCE_HINT, RebuiltFacts, file_facts, refuse_damage
 from writer_service.files import create_file, create_marker
 from writer_service.heap_trim import HeapTrimmer
@@ -124,6 +128,10 @@ _RECORD_TYPES = {member.value: member for member in RecordType}
 
 #: Longest tenant, model, cwd, originator and client_version (characters).
 META_FIELD_MAX_CHARS = 4096
+#: New ids drawn per shard of the root before a writer owning none of theirs gives up
+#: (:meth:`SessionLedger.owned_session_id`): owning one shard of N, all draws miss with
+#: probability (1 - 1/N)^(16 N) < e^-16.
+ID_DRAWS_PER_SHARD = 16
 #: Longest stop reason and error message (characters): stop facts stay within one tail window.
 STOP_TEXT_MAX_CHARS = 16 * 1024
 
@@ -147,6 +155,13 @@ class WriterConfig:
     repair_retry_seconds: float = 5.0
     #: Shards of a data root this writer creates (shared.shards); an existing root keeps its own.
     shards: int = DEFAULT_SHARDS
+    #: Delete stopped sessions last written more than this many days ago (None: keep every
+    #: session; writer_service.retention), checked every ``retention_interval_seconds``.
+    retain_stopped_days: float | None = None
+    retention_interval_seconds: float = 3600.0
+    #: A static shard map (writer_service.ownership.StaticOwnership; a testing option): this writer
+    #: owns the shards it gives its address, beside other writers on the same root. None: every shard.
+    static_shard_map: Path | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +170,15 @@ class StopResult:
     stop_seq: int
     digest: str
     message_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteResult:
+    """A deleted session: when (RFC 3339), and whether an earlier call had deleted it already."""
+
+    session_id: str
+    deleted_at: str
+    already_deleted: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,12 +215,16 @@ class SessionLedger:
         self._loading: dict[str, asyncio.Future[OpenSession]] = {}
         self._requests = RequestMemory(on_forget=self._request_forgotten)
         self._creating: set[str] = set()
+        #: Saves of sessions' states under way on the I/O threads, per session (see _submit_save).
+        self._saves: dict[str, set[concurrent.futures.Future[None]]] = {}
+        #: Sessions being deleted: opening one is refused (SessionBusyError) until it is gone.
+        self._deleting: set[str] = set()
         self.storage_health = StorageHealth()
         self._group: GroupCommitter | None = None
         self._kept: OrderedDict[str, IndexEntry] = OrderedDict()
         #: Returns memory to the OS after large requests and whole-file work (writer_service.heap_trim).
         self.heap_trimmer = HeapTrimmer(self._executor)
-        #: Each session's tenant, read when an authenticated caller first names it (shared.tenancy).
+        #: Each session's tenant, read when an authenticated caller first names it (serving.tenancy).
         self.tenants = SessionTenants(self.root)
         metrics.watch_sessions(self)
 
@@ -244,7 +272,7 @@ class SessionLedger:
         ``staged`` holds ids created earlier in the same import (a child may name one
         as its parent). Writes nothing.
         """
-        session_id = validate_session_id(spec.session_id) if spec.session_id else new_session_id()
+        session_id = validate_session_id(spec.session_id) if spec.session_id else ""
         validate_agent_name(spec.agent_name)
         role = resolve_role(spec)
         spec = replace(spec, tenant=caller_tenant(spec.tenant))
@@ -257,9 +285,13 @@ class SessionLedger:
                     " leave it empty",
                 )
             session_id = keyed
+        if session_id:
+            self.check_owner(session_id)
+        else:
+            session_id = self.owned_session_id()
         if spec.parent_session_id:
             validate_session_id(spec.parent_session_id, "parent_session_id")
-            if self.visible_entry(spec.parent_session_id) is None and spec.parent_session_id not in staged:
+            if not self._known_parent(spec.parent_session_id) and spec.parent_session_id not in staged:
                 raise InvalidArgumentError(
                     "parent_session_id", f"names no session in the ledger ({spec.parent_session_id})"
                 )  # the id is a validated UUID: quoted whole
@@ -278,10 +310,49 @@ class SessionLedger:
         else:
             created = datetime.now(UTC)
         # Session ids are global: an id taken in any tenant is taken (ALREADY_EXISTS says no more).
-        if self.index.get(session_id) is not None or session_id in self._creating:
-            raise SessionExistsError(session_id)
+        if self.taken(session_id):
+            raise SessionExistsError(session_id, deleted=session_id in self.index.tombstones)
         meta = session_meta_payload(spec, session_id, role, format_timestamp(created))
         return session_id, build_file_name(created, session_id, spec.agent_name), meta
+
+    def check_owner(self, session_id: str) -> None:
+        """Raise NotOwnerError (UNAVAILABLE, naming the owner this writer knows) when the shard of
+        ``session_id`` (a well-formed id) is not this writer's: the redirect of docs/cluster.md §4."""
+        shard = self.root.shard_of(session_id)
+        if self.ownership.owns(shard) is None:
+            owner = self.ownership.owner_of(shard)
+            where = f"its owner is {owner[0]} (epoch {owner[1]})" if owner else "its owner is not known here"
+            raise NotOwnerError(
+                f"session {session_id} is in shard {shard}, which this writer does not own; {where};"
+                " send the call there, or ask GetShardMap",
+                shard=shard,
+                owner=owner,
+            )
+
+    def owned_session_id(self) -> str:
+        """A new session id (UUIDv7) in a shard this writer owns: ids are drawn until one lands in
+        one (the embedded writer owns all: the first). Raises NotOwnerError, naming the last
+        draw's shard and owner, when :data:`ID_DRAWS_PER_SHARD` draws per shard find none."""
+        for _ in range(ID_DRAWS_PER_SHARD * max(self.root.shards, 1)):
+            session_id = new_session_id()
+            if self.ownership.owns(self.root.shard_of(session_id)) is not None:
+                return session_id
+        self.check_owner(session_id)
+        return session_id  # owned by now (an ownership taken meanwhile)
+
+    def _known_parent(self, parent_session_id: str) -> bool:
+        """Whether the caller may name ``parent_session_id`` as a parent: in this writer's index, or,
+        in a shard another writer owns, found in its shard's folder (and visible to the caller)."""
+        if self.visible_entry(parent_session_id) is not None:
+            return True
+        if self.ownership.owns(self.root.shard_of(parent_session_id)) is not None:
+            return False  # this writer's shard: its index is complete
+        try:
+            path = self.root.locate(parent_session_id, "parent_session_id")[1]
+        except (SessionNotFoundError, OSError):
+            return False
+        caller = current_caller()
+        return caller.tenant is None or caller.sees(self.tenants.of(parent_session_id, path.name))
 
     async def publish(
         self,
@@ -321,6 +392,7 @@ class SessionLedger:
                 f" {session_id} was durable; it was not acknowledged; retry",
                 shard=shard,
                 epoch=epoch,
+                owner=self.ownership.owner_of(shard),
             )
         state = OpenSession(
             session_id, entry, path, self._log(session_id, fd, size, shard, epoch), calls, meta
@@ -347,12 +419,12 @@ class SessionLedger:
         state.saved_offset = offset
         args = (self._shard_dir(state), state.session_id, state.path, snapshot)
         if after is None:
-            self._executor.submit(save_state, *args)
+            self._submit_save(state.session_id, save_state, *args)
             return
 
         def saved(done: asyncio.Future[None]) -> None:
             if not done.cancelled() and done.exception() is None:
-                self._executor.submit(save_state, *args)
+                self._submit_save(state.session_id, save_state, *args)
 
         after.add_done_callback(saved)
 
@@ -379,8 +451,29 @@ class SessionLedger:
                 if snapshot is None:
                     state.log.close()
                 else:
-                    self._executor.submit(_retire, self._shard_dir(state), state, snapshot)
+                    self._submit_save(session_id, _retire, self._shard_dir(state), state, snapshot)
                 excess -= 1
+
+    def _submit_save(self, session_id: str, function: Callable[..., None], *args: Any) -> None:
+        """Save a session's state on an I/O thread, tracked until done (a delete waits for it)."""
+        done = self._executor.submit(function, *args)
+        self._saves.setdefault(session_id, set()).add(done)
+        loop = asyncio.get_running_loop()
+
+        def settled(_: concurrent.futures.Future[None]) -> None:
+            saves = self._saves.get(session_id)
+            if saves is not None:
+                saves.discard(done)
+                if not saves:
+                    del self._saves[session_id]
+
+        done.add_done_callback(lambda finished: loop.call_soon_threadsafe(settled, finished))
+
+    async def _saved(self, session_id: str) -> None:
+        """Wait for every save of a session's state under way (a failed one was logged)."""
+        for done in list(self._saves.get(session_id, ())):
+            with contextlib.suppress(Exception):
+                await asyncio.wrap_future(done)
 
     def _keep_view(self, state: OpenSession) -> None:
         """Keep a closing session's view in its index entry (at most KEPT_VIEWS sessions keep one)."""
@@ -415,6 +508,15 @@ class SessionLedger:
             state.entry.requests_floor = None  # set again from the file when next opened
             state.log.close()
 
+    def taken(self, session_id: str) -> bool:
+        """Whether ``session_id`` is in the ledger, being created, or was deleted (a tombstone: never
+        used again; writer_service.deletion), by any tenant. Every creation with a given id asks."""
+        return (
+            self.index.get(session_id) is not None
+            or session_id in self._creating
+            or session_id in self.index.tombstones
+        )
+
     def reserve(self, session_id: str) -> None:
         """Hold ``session_id`` for a session being created elsewhere (an import): creating it is refused."""
         self._creating.add(session_id)
@@ -430,9 +532,11 @@ class SessionLedger:
 
     def check_known(self, session_id: str) -> None:
         """Raise SessionNotFoundError unless the index holds ``session_id`` (FileNameError for a
-        malformed id): the cheap refusal a servicer makes before decoding a request's records."""
+        malformed id; NotOwnerError when its shard is another writer's): the cheap refusal a
+        servicer makes before decoding a request's records."""
         if self.visible_entry(session_id) is None:
             validate_session_id(session_id)
+            self.check_owner(session_id)
             raise SessionNotFoundError(session_id)
 
     def visible_entry(self, session_id: str) -> IndexEntry | None:
@@ -440,7 +544,7 @@ class SessionLedger:
 
         Every lookup of a session by id goes through here or :meth:`_check_visible`: a
         session of another tenant is answered as one that does not exist (NOT_FOUND,
-        shared.tenancy). Without authentication, one dict lookup. Raises
+        serving.tenancy). Without authentication, one dict lookup. Raises
         StorageWriteError when a session's tenant cannot be read.
         """
         entry = self.index.get(session_id)
@@ -461,14 +565,17 @@ class SessionLedger:
         None for a known id and for a malformed one (whose INVALID_ARGUMENT the
         normal path gives). A dict lookup and, for an absent id, a regex match:
         what a servicer checks first so that refusing an unknown id costs no
-        record decoding and no exception (SPEC §2.10: an unknown id is answered
-        from memory).
+        record decoding and no exception (docs/spec.md §2.10: an unknown id is answered
+        from memory). Raises NotOwnerError for an id of a shard another writer owns (the
+        redirect: a hash of the id, only for an id the index does not hold).
         """
         if session_id in self.index.entries:
             if current_caller().tenant is None or self.visible_entry(session_id) is not None:
                 return None
         elif not is_session_id(session_id):
             return None
+        else:
+            self.check_owner(session_id)  # another writer's shard: a redirect, not NOT_FOUND
         return str(SessionNotFoundError(session_id))
 
     async def open_session(self, session_id: str) -> OpenSession:
@@ -489,7 +596,10 @@ class SessionLedger:
         entry = self.visible_entry(session_id)
         if entry is None:
             validate_session_id(session_id)
+            self.check_owner(session_id)
             raise SessionNotFoundError(session_id)
+        if session_id in self._deleting:
+            raise SessionBusyError("a Delete of this session is in progress; retry when it ends")
         pending = self._loading.get(session_id)
         if pending is not None:
             return await asyncio.shield(pending)
@@ -699,7 +809,7 @@ class SessionLedger:
         error: dict[str, str] | None = None,
         ts: str = "",
     ) -> StopResult:
-        """Drain, rebuild the whole file, append checkpoint and stop, make durable (SPEC §2.6).
+        """Drain, rebuild the whole file, append checkpoint and stop, make durable (docs/spec.md §2.6).
 
         ``reason`` is at most 16 KiB characters, the error's message too; ``ts`` the
         time of both records in the ledger's form ("" for now). Raises
@@ -737,7 +847,7 @@ class SessionLedger:
         return StopResult(checkpoint_seq, checkpoint_seq + 1, message_digest, found.message_count)
 
     async def rebuild_exclusive(self, state: OpenSession, with_digest: bool) -> RebuiltFacts:
-        """Drain the session's queue, then rebuild its whole file on an I/O thread (SPEC §2.7).
+        """Drain the session's queue, then rebuild its whole file on an I/O thread (docs/spec.md §2.7).
 
         Call with ``state.busy`` set. Raises SessionStateError when a write failed
         while draining, OSError when the file cannot be read.
@@ -764,20 +874,135 @@ class SessionLedger:
             state = await self.open_session(session_id)  # tries the repair again, or refuses
         if state is not None:
             self._check_visible(state)
+            if state.busy == "Delete":
+                state.refuse_if_busy()
             await state.log.drain()
             return state.path
         entry = self.visible_entry(session_id)
         if entry is None:
             validate_session_id(session_id)
+            self.check_owner(session_id)
             raise SessionNotFoundError(session_id)
+        if session_id in self._deleting:
+            raise SessionBusyError("a Delete of this session is in progress; retry when it ends")
         return self.root.session_path(session_id, entry.name)
 
+    async def delete(self, session_id: str, cause: str = "request", deleted_by: str = "") -> DeleteResult:
+        """Delete a session for good (writer_service.deletion): its queued records are drained
+        (their appends acknowledged), its deletion record made durable, its file and what derives
+        from it removed, its id kept as a tombstone. ``deleted_by``: who asked (default: the
+        caller's credential, ``anonymous`` without authentication).
+
+        A session already deleted answers ``already_deleted`` to a caller that saw it. Raises
+        FileNameError, SessionNotFoundError (unknown, another tenant's), SessionBusyError (a Stop,
+        Resume or Delete in progress), NotOwnerError (this writer does not own its shard),
+        StorageWriteError (the session is whole, or its deletion is finished at the next start).
+        """
+        validate_session_id(session_id)
+        entry = self.visible_entry(session_id)
+        if entry is None:
+            return await self._deleted_before(session_id)
+        shard = self.root.shard_of(session_id)
+        epoch = self.ownership.owns(shard)
+        if epoch is None:
+            raise NotOwnerError(
+                f"this writer does not own shard {shard} of session {session_id}; retry",
+                shard=shard,
+                epoch=0,
+            )
+        if session_id in self._deleting:
+            raise SessionBusyError("a Delete of this session is in progress; retry when it ends")
+        state = self._sessions.get(session_id)
+        if state is not None:
+            self._check_visible(state)
+            state.refuse_if_busy()
+        tenant = self._tenant_for_deletion(session_id, entry)
+        caller = current_caller()
+        deletion = Deletion(
+            session_id,
+            tenant,
+            deleted_by or caller.credential or "anonymous",
+            now_timestamp(),
+            cause,
+        )
+        self._deleting.add(session_id)  # from here on, opening the session is refused
+        marked: OpenSession | None = None
+        try:
+            loading = self._loading.get(session_id)
+            if loading is not None:  # an open begun before: wait for it, so that it is drained too
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(loading)
+            state = self._sessions.get(session_id)
+            if state is not None:
+                state.refuse_if_busy()  # a Stop or Resume began while the open was awaited
+                marked, state.busy = state, "Delete"
+                await state.log.drain()  # appends in flight are written and acknowledged first
+            await self._saved(session_id)  # no state file is written after the delete removed it
+            try:
+                await self.run_io(remove_session, self.root, self.index.tombstones, deletion, entry.name)
+            except OSError as exc:
+                if session_id not in self.index.tombstones:
+                    raise storage_error(exc, "write", f"recording the deletion of {entry.name}") from exc
+                log.error(
+                    "deletion of %s recorded, not finished (finished at the next start): %s", entry.name, exc
+                )
+            self._forget_deleted(session_id)
+        finally:
+            self._deleting.discard(session_id)
+            if marked is not None:
+                marked.busy = ""
+        metrics.DELETED_SESSIONS.labels(cause).inc()
+        log.info("deleted %s (%s, by %s)", session_id, cause, deletion.deleted_by)
+        return DeleteResult(session_id, deletion.deleted_at)
+
+    def _tenant_for_deletion(self, session_id: str, entry: IndexEntry) -> str:
+        """The recorded tenant of a session being deleted ("" when its file cannot be read and
+        no authentication needs it: an unreadable session may still be deleted)."""
+        try:
+            return self.tenants.of(session_id, entry.name)
+        except StorageWriteError:
+            if current_caller().tenant is not None:
+                raise
+            return ""
+
+    async def _deleted_before(self, session_id: str) -> DeleteResult:
+        """The answer to a delete of an id not in the index: already deleted (when the caller
+        sees its tombstone), else SessionNotFoundError."""
+        if session_id in self.index.tombstones:
+            shard_dir = self.root.shard_dir(self.root.shard_of(session_id))
+            try:
+                record = await self.run_io(self.index.tombstones.read, shard_dir, session_id)
+            except OSError as exc:
+                raise storage_error(exc, "read", "reading a deletion record") from exc
+            if record is not None and current_caller().sees(record.tenant):
+                return DeleteResult(session_id, record.deleted_at, already_deleted=True)
+        raise SessionNotFoundError(session_id)
+
+    def _forget_deleted(self, session_id: str) -> None:
+        """Drop everything the writer holds in memory about a deleted session."""
+        state = self._sessions.pop(session_id, None)
+        if state is not None:
+            state.log.close()
+        entry = self._kept.pop(session_id, None)
+        if entry is not None:
+            entry.kept = None
+        self.index.remove(session_id)
+        self.tenants.forget(session_id)
+
+    def stopped_sessions(self) -> list[tuple[str, Path]]:
+        """(id, file path) of every stopped session not being deleted (retention's candidates)."""
+        return [
+            (session_id, self.root.session_path(session_id, entry.name))
+            for session_id, entry in self.index.entries.items()
+            if entry.stopped_kind is not None and session_id not in self._deleting
+        ]
+
     async def resume(self, session_id: str, force: bool = False) -> ResumeResult:
-        """Re-open a session for appending (SPEC §2.8); see :func:`writer_service.branching.resume_session`."""
+        """Re-open a session for appending (docs/spec.md §2.8); see :func:`writer_service.branching.resume_session`."""
         return await resume_session(self, session_id, force)
 
     async def fork(self, source_id: str, at_seq: int | None, before_user_message: int | None) -> ForkResult:
-        """A new session from the source's records up to a fork point (SPEC §2.8); see
+        """A new session from the source's records up to a fork point (docs/spec.md §2.8); see
         :func:`writer_service.branching.fork_session`."""
         return await fork_session(self, source_id, at_seq, before_user_message)
 
@@ -842,7 +1067,7 @@ def stop_lines(
     reason: str,
     error: dict[str, str] | None,
 ) -> bytes:
-    """The ``agent_checkpoint`` and ``stop`` lines of a Stop (SPEC §2.6) over a rebuild of the
+    """The ``agent_checkpoint`` and ``stop`` lines of a Stop (docs/spec.md §2.6) over a rebuild of the
     whole file: the checkpoint carries the message digest and the lines digest of every line
     before it (shared.records), the stop names the checkpoint's seq."""
     checkpoint = {

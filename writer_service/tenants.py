@@ -1,4 +1,4 @@
-"""The tenant of each session, as the writer's lookups need it (shared.tenancy).
+"""The tenant of each session, as the writer's lookups need it (serving.tenancy).
 
 Only a writer with authentication asks: without it every caller sees every session and
 nothing here is read. A session's tenant is its ``session_meta.tenant``; it never
@@ -24,6 +24,10 @@ class SessionTenants:
     def record(self, session_id: str, tenant: str) -> None:
         """Keep the tenant of a session the writer has just created."""
         self._tenants[session_id] = tenant
+
+    def forget(self, session_id: str) -> None:
+        """Drop a deleted session's tenant."""
+        self._tenants.pop(session_id, None)
 
     def of(self, session_id: str, name: str) -> str:
         """The tenant of session ``session_id`` whose file is ``name`` ("" when it names none).

@@ -69,6 +69,16 @@ class RolloutWriterStub:
                 request_serializer=rollout_dot_v1_dot_writer__pb2.ImportSessionsRequest.SerializeToString,
                 response_deserializer=rollout_dot_v1_dot_writer__pb2.ImportSessionsResponse.FromString,
                 _registered_method=True)
+        self.DeleteSession = channel.unary_unary(
+                '/rollout.v1.RolloutWriter/DeleteSession',
+                request_serializer=rollout_dot_v1_dot_writer__pb2.DeleteSessionRequest.SerializeToString,
+                response_deserializer=rollout_dot_v1_dot_writer__pb2.DeleteSessionResponse.FromString,
+                _registered_method=True)
+        self.GetShardMap = channel.unary_unary(
+                '/rollout.v1.RolloutWriter/GetShardMap',
+                request_serializer=rollout_dot_v1_dot_writer__pb2.GetShardMapRequest.SerializeToString,
+                response_deserializer=rollout_dot_v1_dot_writer__pb2.GetShardMapResponse.FromString,
+                _registered_method=True)
 
 
 class RolloutWriterServicer:
@@ -87,7 +97,9 @@ class RolloutWriterServicer:
         is taken in the caller's tenant; ErrorInfo reason SESSION_EXISTS, with
         metadata session_id.
         PERMISSION_DENIED: tenant names another tenant than the caller's.
-        UNAVAILABLE: the write or fsync failed; nothing was kept.
+        UNAVAILABLE: the write or fsync failed; nothing was kept. Or NOT_OWNER: the
+        given id (or the key's) is in a shard another writer owns (see above);
+        without an id, the writer picks one in a shard it owns.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -159,7 +171,10 @@ class RolloutWriterServicer:
         call left without an output is closed by appending a synthetic tool
         message ("Error: interrupted before the tool returned", synthetic=true); a
         real output appended later supersedes it (last wins in place). Then a
-        `resumed` event is appended. Nothing already written is rewritten.
+        `resumed` event is appended. A session with no stop record whose last
+        round has no final answer (a crash cut it off: shared.rounds) gets a
+        `round_interrupted` event naming that round first, so it is never read as
+        pending or complete again. Nothing already written is rewritten.
         Resuming an open session is allowed (a client taking over after a crash)
         and closes only calls still unanswered; resuming twice adds nothing twice.
         Eligibility is default-deny, as in GetStopFacts: only paused, cancelled and
@@ -186,6 +201,9 @@ class RolloutWriterServicer:
         output (the message says where the pair ends), or right after a
         reasoning record (it would attach to the fork's next answer).
         NOT_FOUND: unknown session. DATA_LOSS: the source is damaged before the fork point.
+        UNAVAILABLE NOT_OWNER: the source is in a shard another writer owns. The
+        fork is made by the source's owner, and its new id is in one of that
+        writer's shards (docs/cluster.md §4).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -213,6 +231,49 @@ class RolloutWriterServicer:
         ALREADY_EXISTS: two sessions of the stream have the same id.
         PERMISSION_DENIED: the caller is not an importer (see AppendRecord.ts).
         RESOURCE_EXHAUSTED: the disk is full. UNAVAILABLE: a write or fsync failed.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteSession(self, request, context):
+        """Deletes a session for good (retention, privacy requests): its file and
+        everything derived from it (the writer's saved state, its delegation
+        marker and its own children's markers, bytes a repair set aside; the
+        reader's caches and indexes drop it as its file goes) are removed, and its
+        id is never used again: CreateSession and Fork refuse it (ALREADY_EXISTS,
+        ErrorInfo SESSION_EXISTS) and ImportSessions skips it (already_present).
+        A deletion record (the tombstone: who, which session, when; no content)
+        is made durable first, in the shard's deletions.jsonl (docs/deletion.md); a crash
+        in the middle leaves the session whole or, once the writer starts again,
+        gone. Forks of the session and its children are sessions of their own and
+        stay (their records are copies: none of them reads the deleted file).
+        Records of Appends in flight are written and acknowledged first (the
+        queue is drained); Appends arriving during the delete are ABORTED, after
+        it NOT_FOUND.
+        Idempotent: deleting a deleted session again answers OK with
+        already_deleted and the first deletion's time, to a caller that saw the
+        session (a retry after a lost answer is safe).
+        NOT_FOUND: unknown session, or another tenant's (also once deleted).
+        ABORTED: a Stop, Resume or Delete of the session is in progress; retry.
+        UNAVAILABLE: a write, rename or fsync failed (ErrorInfo names the errno;
+        the session is whole, or its deletion is recorded and finished at the
+        next start), or the writer does not own the session's shard (NOT_OWNER).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetShardMap(self, request, context):
+        """Which writer owns each shard, as this writer knows it now: what a client
+        needs to send each session's calls to its owner (docs/cluster.md §4). A
+        session's shard is BLAKE2b with an 8-byte digest of the session id's ASCII
+        bytes, read as a big-endian unsigned integer, modulo shard_count (hash
+        "blake2b-64"; shared/shards.py). Cheap: answered from memory, no file read.
+        A writer's answer may lag an owner change: a call sent to a writer that no
+        longer owns the shard is answered UNAVAILABLE with ErrorInfo NOT_OWNER
+        naming the owner it knows; keep, per shard, the entry of the larger epoch.
+        Statuses: OK; UNAUTHENTICATED without credentials when authentication is on.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -255,6 +316,16 @@ def add_RolloutWriterServicer_to_server(servicer, server):
                     servicer.ImportSessions,
                     request_deserializer=rollout_dot_v1_dot_writer__pb2.ImportSessionsRequest.FromString,
                     response_serializer=rollout_dot_v1_dot_writer__pb2.ImportSessionsResponse.SerializeToString,
+            ),
+            'DeleteSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteSession,
+                    request_deserializer=rollout_dot_v1_dot_writer__pb2.DeleteSessionRequest.FromString,
+                    response_serializer=rollout_dot_v1_dot_writer__pb2.DeleteSessionResponse.SerializeToString,
+            ),
+            'GetShardMap': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetShardMap,
+                    request_deserializer=rollout_dot_v1_dot_writer__pb2.GetShardMapRequest.FromString,
+                    response_serializer=rollout_dot_v1_dot_writer__pb2.GetShardMapResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -446,6 +517,60 @@ class RolloutWriter:
             '/rollout.v1.RolloutWriter/ImportSessions',
             rollout_dot_v1_dot_writer__pb2.ImportSessionsRequest.SerializeToString,
             rollout_dot_v1_dot_writer__pb2.ImportSessionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rollout.v1.RolloutWriter/DeleteSession',
+            rollout_dot_v1_dot_writer__pb2.DeleteSessionRequest.SerializeToString,
+            rollout_dot_v1_dot_writer__pb2.DeleteSessionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetShardMap(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rollout.v1.RolloutWriter/GetShardMap',
+            rollout_dot_v1_dot_writer__pb2.GetShardMapRequest.SerializeToString,
+            rollout_dot_v1_dot_writer__pb2.GetShardMapResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -48,7 +48,7 @@ def test_the_client_library_names_no_flag_or_command_in_its_messages() -> None:
     assert offending == []
 
 
-@pytest.mark.parametrize("package", ["shared", "writer_service", "reader_service"])
+@pytest.mark.parametrize("package", ["shared", "serving", "writer_service", "reader_service"])
 def test_the_services_name_no_client_command_in_their_messages(package) -> None:
     """What the services say reaches programs through rollout_client: no `rollout <command>` in it
     (a remedy is a phrase of shared.remedies, which the command line translates)."""

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from rollout_client import AlreadyExistsError, InvalidArgumentError, user
+from serving.tenancy import CALLER, Caller, keyed_session_id
 from shared.naming import is_session_id, session_id_for_key
-from shared.tenancy import CALLER, Caller, keyed_session_id
 
 
 def test_a_key_names_one_session_that_resolve_finds(client) -> None:

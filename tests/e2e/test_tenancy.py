@@ -6,12 +6,15 @@ fails these tests until it is given a request here (and so is checked)."""
 
 from __future__ import annotations
 
+import hashlib
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import grpc
+import orjson
 import pytest
 from google.protobuf.message_factory import GetMessageClass
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -60,6 +63,7 @@ SESSION_REQUESTS: dict[str, Callable[[str], tuple[Any, str]]] = {
     "Stop": lambda sid: (writer_pb2.StopRequest(session_id=sid, stop_kind=PAUSED, reason="r"), B),
     "Resume": lambda sid: (writer_pb2.ResumeRequest(session_id=sid), B),
     "Fork": lambda sid: (writer_pb2.ForkRequest(session_id=sid, at_seq=1), B),
+    "DeleteSession": lambda sid: (writer_pb2.DeleteSessionRequest(session_id=sid), B),
     "ImportSessions": lambda sid: (
         [
             writer_pb2.ImportSessionsRequest(create=_child(sid, str(uuid.uuid4()))),
@@ -80,8 +84,9 @@ SESSION_REQUESTS: dict[str, Callable[[str], tuple[Any, str]]] = {
     # The round of the user message at seq 1 (the session's first round).
     "GetRound": lambda sid: (reader_pb2.GetRoundRequest(session_id=sid, round_id=round_id(sid, 1)), B),
 }
-#: RPCs on no session: checked by their own tests below.
-NOT_ON_A_SESSION = {"ListSessions", "ResolveSession", "SearchSessions"}
+#: RPCs on no session: checked by their own tests below (GetShardMap holds only shard owners'
+#: addresses, no session data: tests/e2e/test_routing.py).
+NOT_ON_A_SESSION = {"ListSessions", "ResolveSession", "ListPendingRounds", "GetShardMap", "SearchSessions"}
 
 
 @pytest.fixture(scope="module")
@@ -199,6 +204,44 @@ def test_a_search_finds_only_the_callers_tenants_sessions(channels) -> None:
     assert not theirs.hits
     denied = refusal(reader, search, reader_pb2.SearchSessionsRequest(query=word, tenant="a"), B)
     assert denied.code() == grpc.StatusCode.PERMISSION_DENIED
+
+
+def test_pending_rounds_show_only_the_callers_tenant(channels) -> None:
+    """ListPendingRounds: once tenant a's open session has gone a second without an append, a
+    sees its pending round; b never does, and naming tenant a is PERMISSION_DENIED for b."""
+    target = _session_of_a(channels)
+    reader = channels[READER.full_name]
+    method = READER.methods_by_name["ListPendingRounds"]
+
+    def listed(token: str) -> set[str]:
+        (reply,) = call(reader, method, reader_pb2.ListPendingRoundsRequest(idle_seconds=1), token)
+        return {pending.session_id for pending in reply.rounds}
+
+    woken = threading.Event()
+    for _ in range(2400):  # waits on the condition: a's session idle for a second (about 2 min at most)
+        if target in listed(A):
+            break
+        woken.wait(0.05)
+    assert target in listed(A)
+    assert target not in listed(B)
+    denied = refusal(reader, method, reader_pb2.ListPendingRoundsRequest(tenant="a"), B)
+    assert denied.code() == grpc.StatusCode.PERMISSION_DENIED
+
+
+def test_a_round_id_alone_finds_only_the_callers_rounds(channels) -> None:
+    """GetRound by round id alone: tenant a reads its round (held by 1 session); for b the same id
+    is NOT_FOUND with exactly the answer of a round id that no session holds."""
+    target = _session_of_a(channels)
+    reader = channels[READER.full_name]
+    method = READER.methods_by_name["GetRound"]
+    first = round_id(target, 1)
+    (own,) = call(reader, method, reader_pb2.GetRoundRequest(round_id=first), A)
+    assert (own.held_by, own.session_id) == (1, target)
+    seen = refusal(reader, method, reader_pb2.GetRoundRequest(round_id=first), B)
+    absent = round_id(str(uuid.uuid4()), 1)
+    unknown = refusal(reader, method, reader_pb2.GetRoundRequest(round_id=absent), B)
+    assert seen.code() == grpc.StatusCode.NOT_FOUND
+    assert _same_answer(seen, unknown, (first, absent)), (seen.details(), unknown.details())
 
 
 def test_a_key_names_a_session_of_the_callers_tenant_only(channels) -> None:
@@ -333,3 +376,32 @@ def test_the_python_client_works_with_tls_and_a_token(pair) -> None:
         assert {summary.tenant for summary in page.sessions} == {"a"}
         with pytest.raises(PermissionDeniedError):
             next(iter(client.list_sessions(tenant="b")))
+
+
+def test_a_deleted_session_stays_another_tenants_and_its_audit_names_the_token(pair, channels) -> None:
+    """Tenant b deleting a's session is NOT_FOUND before and after a deletes it (exactly as an
+    unknown id); a's retried delete answers already_deleted; the deletion record names a's tenant
+    and the start of a's token digest, never the token."""
+    writer = channels[WRITER.full_name]
+    delete = WRITER.methods_by_name["DeleteSession"]
+    target = _session_of_a(channels)
+    (deleted,) = call(writer, delete, writer_pb2.DeleteSessionRequest(session_id=target), A)
+    assert not deleted.already_deleted
+    absent = str(uuid.uuid4())
+    seen = refusal(writer, delete, writer_pb2.DeleteSessionRequest(session_id=target), B)
+    unknown = refusal(writer, delete, writer_pb2.DeleteSessionRequest(session_id=absent), B)
+    assert seen.code() == grpc.StatusCode.NOT_FOUND
+    assert _same_answer(seen, unknown, (target, absent))
+    (again,) = call(writer, delete, writer_pb2.DeleteSessionRequest(session_id=target), A)
+    assert (again.already_deleted, again.deleted_at) == (True, deleted.deleted_at)
+    data_dir = pair.tokens_file.parent / "data"
+    records = [
+        orjson.loads(line)
+        for path in data_dir.rglob("deletions.jsonl")
+        for line in path.read_bytes().splitlines()
+    ]
+    (record,) = [record for record in records if record["session_id"] == target]
+    digest = hashlib.blake2b(A.encode(), digest_size=32).hexdigest()
+    assert record["tenant"] == "a"
+    assert record["deleted_by"] == f"token:{digest[:12]}"
+    assert A not in str(records)

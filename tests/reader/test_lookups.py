@@ -1,5 +1,5 @@
 """Every reader RPC resolves a session id through the listing index, which refuses another
-tenant's session (shared.tenancy): nothing in the reader resolves one past it."""
+tenant's session (serving.tenancy): nothing in the reader resolves one past it."""
 
 from __future__ import annotations
 
@@ -23,4 +23,4 @@ def test_only_the_listing_index_resolves_session_ids_from_the_data_root() -> Non
     method = source[source.index("    def locate(") :]
     method = method[: method.index("\n    def ", 1)]
     assert "root.locate(" in method
-    assert "check_visible(" in method  # the tenant check of shared.tenancy
+    assert "check_visible(" in method  # the tenant check of serving.tenancy

@@ -219,8 +219,8 @@ def test_second_writer_on_the_same_root_fails_fast(writer_process, data_dir) -> 
 def test_a_record_provably_over_the_limit_is_refused_from_the_request_bytes() -> None:
     """A request holding a record whose encoding is over 6x the line limit is refused from its bytes,
     never decoded, naming the record's index and kind; smaller or malformed bytes go to the decoder."""
+    from serving.status import RefusedRequest, _tolerant_deserializer
     from shared.errors import RecordValidationError
-    from shared.status import RefusedRequest, _tolerant_deserializer
     from writer_service.server import oversized_record
 
     limit = 1024

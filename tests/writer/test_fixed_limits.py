@@ -15,9 +15,9 @@ from grpc_status import rpc_status
 
 import writer_service.committer as committer
 from rollout.v1 import records_pb2, writer_pb2
+from serving.status import _status_of
 from shared.errors import InvalidArgumentError, QueueFullError
 from shared.session_meta import SessionSpec
-from shared.status import _status_of
 from shared.wire import append_payloads
 from writer_service.sessions import SessionLedger, WriterConfig
 

@@ -1,4 +1,4 @@
-"""The writer's tenancy in-process (shared.tenancy): sessions it did not create in this run are
+"""The writer's tenancy in-process (serving.tenancy): sessions it did not create in this run are
 refused to another tenant from their session_meta, and ids stay global."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import uuid
 
 import pytest
 
+from serving.tenancy import CALLER, Caller
 from shared.errors import InvalidArgumentError, SessionExistsError, SessionNotFoundError
 from shared.session_meta import SessionRole, SessionSpec
-from shared.tenancy import CALLER, Caller
 from writer_service.importing import SessionImport
 from writer_service.sessions import SessionLedger, WriterConfig
 

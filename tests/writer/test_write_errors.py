@@ -1,4 +1,4 @@
-"""Write errors are never silent: callers fail, no partial line, the writer recovers (SPEC §2.3)."""
+"""Write errors are never silent: callers fail, no partial line, the writer recovers (docs/spec.md §2.3)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from google.rpc import error_details_pb2
 
 import writer_service.committer as committer
 from rollout.v1 import records_pb2, writer_pb2
+from serving.status import _status_of
 from shared.errors import StorageWriteError
 from shared.rebuild import rebuild
 from shared.session_meta import SessionSpec
-from shared.status import _status_of
 from shared.stop_kinds import StopKind
 from shared.wire import append_payloads
 from tests.data_roots import session_file

@@ -2,7 +2,7 @@
 ``--otlp-tracing``; needs the ``tracing`` extra: ``pip install 'rollout-ledger[tracing]'``).
 
 When on, every call gets a server span (OpenTelemetry's gRPC instrumentation, the
-outermost interceptor: shared.serving), exported in batches by OTLP over gRPC. The
+outermost interceptor: serving.server), exported in batches by OTLP over gRPC. The
 exporter is configured by the standard environment variables, read by the SDK itself:
 ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``; default
 ``http://localhost:4317``), ``OTEL_EXPORTER_OTLP_HEADERS``, ``OTEL_EXPORTER_OTLP_CERTIFICATE``,

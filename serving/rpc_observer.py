@@ -1,6 +1,6 @@
 """Per-RPC metrics and one log line per refused or failed call, for both services.
 
-:class:`RpcObserver` is the outermost interceptor (:mod:`shared.serving`), so it also sees
+:class:`RpcObserver` is the outermost interceptor (:mod:`serving.server`), so it also sees
 the calls authentication refuses, and tracing (inside it) sees every abort. It exports, with the names and labels
 of the gRPC ecosystem's Prometheus interceptors (dashboards written for those work):
 
@@ -140,12 +140,12 @@ class RpcObserver(AsyncServerInterceptor):
     its log lines ("writer", "reader").
 
     An aborted call (``context.abort``: every refusal, mapped by
-    :func:`shared.status.rpc_statuses`, and authentication's) ends here: its AbortError
+    :func:`serving.status.rpc_statuses`, and authentication's) ends here: its AbortError
     loses its tracebacks and the handler returns, and gRPC sends the status the abort set.
     Raised on through gRPC, the error kept the handler's frames, with the request and what
     was built from it, alive until a full garbage collection: measured with a plain
     grpc.aio server, 8 concurrent 60 MB requests refused by ``abort`` left 1.2-4.0 GB
-    resident, growing each round, against none when the error stops in the handler (SPEC
+    resident, growing each round, against none when the error stops in the handler (docs/spec.md
     §2.10, bounded memory per request). For the same reason a client-streaming call's
     request iterator is closed when the call ends: left suspended, it holds the last
     request it received in a reference cycle.

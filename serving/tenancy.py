@@ -1,7 +1,7 @@
 """Who is calling, and which sessions that caller may see (tenant isolation, both services).
 
 A service started with authentication (``--auth-tokens``, or client certificates:
-:mod:`shared.auth`) learns each call's :class:`Caller` from its credentials, never from
+:mod:`serving.auth`) learns each call's :class:`Caller` from its credentials, never from
 a request field, and sets it for the call in :data:`CALLER` before any handler runs.
 The places where a session id is looked up (the writer's session index, the reader's
 listing index) read it there and answer a session of another tenant exactly as one
@@ -35,6 +35,9 @@ class Caller:
 
     tenant: str | None
     importer: bool
+    #: Which credential made the call, for audit records (no secret): ``token:<12 hex>`` (the
+    #: start of the token's BLAKE2b digest), ``certificate:<CN>``, or "" without authentication.
+    credential: str = ""
 
     def sees(self, tenant: str) -> bool:
         """True when a session of ``tenant`` is visible to this caller."""

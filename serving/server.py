@@ -1,6 +1,6 @@
 """How both services are served: one construction of a grpc.aio server (credentials,
 interceptors, options, health checking and reflection), apart from what a status means
-(:mod:`shared.status`).
+(:mod:`serving.status`).
 
 :class:`ServiceServer` is used by the writer and the reader alike:
 
@@ -9,9 +9,9 @@ interceptors, options, health checking and reflection), apart from what a status
   ``--tls-client-ca`` also requires each client to present a certificate signed by
   that CA (mTLS);
 * **interceptors**, outermost first: the RPC observer (metrics, one log line per refused
-  or failed call, and where an aborted call ends, :mod:`shared.rpc_observer`),
-  OpenTelemetry tracing when turned on (:mod:`shared.tracing`: inside the observer, so
-  its spans record every abort), then authentication (:mod:`shared.auth`) when tokens or
+  or failed call, and where an aborted call ends, :mod:`serving.rpc_observer`),
+  OpenTelemetry tracing when turned on (:mod:`serving.tracing`: inside the observer, so
+  its spans record every abort), then authentication (:mod:`serving.auth`) when tokens or
   client certificates are configured;
 * **standard services**: gRPC health checking (always open, also on an optional
   plaintext health-only address for probes that cannot speak TLS, such as Kubernetes'
@@ -38,9 +38,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_grpc
 
-from shared.auth import AuthInterceptor, TokenTable
-from shared.rpc_observer import RpcObserver
-from shared.status import RequestScreen, add_servicer
+from serving.auth import AuthInterceptor, TokenTable
+from serving.rpc_observer import RpcObserver
+from serving.status import RequestScreen, add_servicer
 
 log = logging.getLogger(__name__)
 
@@ -208,7 +208,7 @@ class ServiceServer:
     def add(
         self, service: ServiceDescriptor, servicer: object, screens: Mapping[str, RequestScreen] | None = None
     ) -> None:
-        """Serve ``servicer`` for ``service`` (see :func:`shared.status.add_servicer`)."""
+        """Serve ``servicer`` for ``service`` (see :func:`serving.status.add_servicer`)."""
         add_servicer(self.server, service, servicer, screens)
         self._names.append(service.full_name)
 

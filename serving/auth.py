@@ -28,8 +28,8 @@ made before then stays open, and gRPC checks a certificate only when it connects
 Rules, the same on both services (:class:`AuthInterceptor`): health checking
 (``grpc.health.v1.Health``) is always open; every other RPC, server reflection
 included, needs valid credentials, else UNAUTHENTICATED. The caller is set in
-:data:`shared.tenancy.CALLER` for the call; isolation itself happens where sessions
-are looked up (:mod:`shared.tenancy`).
+:data:`serving.tenancy.CALLER` for the call; isolation itself happens where sessions
+are looked up (:mod:`serving.tenancy`).
 
 **Credentials that end end their streams.** A call that streams (its requests, its
 responses or both: WatchSession, StreamReplay, StreamMemoryView, AppendStream,
@@ -47,6 +47,7 @@ next. Calls that do not stream finish as they began.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import hashlib
 import hmac
@@ -63,8 +64,8 @@ import grpc.aio
 import orjson
 from grpc_interceptor.server import AsyncServerInterceptor
 
+from serving.tenancy import CALLER, Caller
 from shared.errors import clip
-from shared.tenancy import CALLER, Caller
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +128,10 @@ def load_tokens(path: Path) -> dict[bytes, Caller]:
     for position, (token, value) in enumerate(document.items()):
         if not token or token != token.strip() or any(character.isspace() for character in token):
             raise TokenFileError(f"{path}: entry {position + 1}: a token is non-empty and has no blanks")
-        table[_digest(token)] = _caller_of(value, position, path)
+        digest = _digest(token)
+        table[digest] = dataclasses.replace(
+            _caller_of(value, position, path), credential=f"token:{digest[:6].hex()}"
+        )
     return table
 
 
@@ -253,7 +257,7 @@ def certificate_tenant(certificate: ClientCertificate) -> Caller | str:
     or the sentence refusing an ambiguous subject (several CNs) or one without a CN."""
     tenant = certificate.tenant()
     if tenant is not None:
-        return Caller(tenant, importer=False)
+        return Caller(tenant, importer=False, credential=f"certificate:{tenant}")
     names = certificate.common_names
     if len(names) > 1:
         quoted = ", ".join(repr(clip(name)) for name in names[:4])
