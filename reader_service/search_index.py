@@ -316,8 +316,12 @@ class SearchIndex:
 
     def _connect(self) -> sqlite3.Connection:
         connection = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        connection.execute("PRAGMA journal_mode = WAL")
-        connection.execute("PRAGMA synchronous = OFF")  # a cache: a crash rebuilds what it lost
+        try:
+            connection.execute("PRAGMA journal_mode = WAL")
+            connection.execute("PRAGMA synchronous = OFF")  # a cache: a crash rebuilds what it lost
+        except sqlite3.Error:
+            connection.close()  # not a database: the caller rebuilds it
+            raise
         return connection
 
     def _reader(self) -> sqlite3.Connection:
