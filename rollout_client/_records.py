@@ -35,6 +35,7 @@ import orjson
 from rollout.v1 import records_pb2, writer_pb2
 from shared.errors import RecordValidationError
 from shared.records import attached_reasoning
+from shared.titles import TITLE_EVENT, title_event_body
 from shared.wire import message_from_payload, python_to_struct, split_reasoning
 
 #: Keys a message dict may carry (``synthetic`` is written by the writer only: it refuses it).
@@ -138,6 +139,12 @@ def system(content: str) -> dict[str, Any]:
 def developer(content: str) -> dict[str, Any]:
     """A developer message dict."""
     return {"role": "developer", "content": content}
+
+
+def title(text: str) -> Event:
+    """A title record (shared.titles): the session's title is the last non-empty one appended;
+    earlier ones stay in the session and stay searchable."""
+    return Event(TITLE_EVENT, title_event_body(text))
 
 
 def user(
