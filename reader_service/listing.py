@@ -35,6 +35,7 @@ from reader_service.stop_facts import StopFactsResult, eligibility_of
 from shared.errors import InvalidArgumentError
 from shared.naming import SessionFileName, validate_session_id
 from shared.records import clip, parse_timestamp
+from shared.session_meta import in_folder
 from shared.stop_kinds import StopKind
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,8 @@ class SessionFilters:
     created_after: datetime | None = None
     created_before: datetime | None = None
     stop_state: str = ""
+    #: Sessions run in this folder or below it (session_meta.cwd).
+    cwd: str = ""
 
     def __post_init__(self) -> None:
         if self.parent_session_id:
@@ -77,6 +80,8 @@ class SessionFilters:
     def matches_meta(self, meta: dict[str, Any]) -> bool:
         """The filters the session_meta line decides (one head read)."""
         if self.tenant and meta.get("tenant", "") != self.tenant:
+            return False
+        if self.cwd and not in_folder(str(meta.get("cwd", "")), self.cwd):
             return False
         return not (self.parent_session_id and meta.get("parent_session_id", "") != self.parent_session_id)
 

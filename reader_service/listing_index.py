@@ -40,7 +40,7 @@ import os
 import queue
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -54,7 +54,8 @@ from shared.layout import DataRoot, read_session_file, session_file_stat
 from shared.naming import SessionFileName, parse_file_name, validate_session_id
 from shared.records import record_of_line
 from shared.rounds import forked_from
-from shared.session_meta import read_session_meta
+from shared.session_meta import branch_of, read_session_meta
+from shared.titles import TITLE_EVENT, next_title
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +67,21 @@ SYNC_COUNT_BYTES = 8 * 1024 * 1024
 PREVIEW_CHARS = 200
 
 _MESSAGE_LINE = re.compile(rb'^\{"v":\d+,(?:"\w+":(?:-?\d+|"[^"\\\n]*"),)*?"type":"message",', re.MULTILINE)
+#: A title record (shared.titles): an event whose payload begins with its kind, as the writer writes it.
+_TITLE_LINE = re.compile(
+    rb'^\{"v":\d+,(?:"\w+":(?:-?\d+|"[^"\\\n]*"),)*?"type":"event","payload":\{"kind":"'
+    + re.escape(TITLE_EVENT.encode())
+    + rb'"',
+    re.MULTILINE,
+)
 #: Text a client injects as a user message that the user did not type (Codex, Claude Code).
 _INJECTED = re.compile(r"\s*<[A-Za-z_][\w-]*>|\s*# AGENTS\.md instructions")
+#: Lines that may name the git branch (shared.session_meta.branch_of): turn contexts, and the
+#: Codex importer's session_meta event.
+_BRANCH_LINE = re.compile(
+    rb'^\{"v":\d+,(?:"\w+":(?:-?\d+|"[^"\\\n]*"),)*?"type":(?:"turn_context"|"event","payload":\{"kind":"codex\.session_meta")',
+    re.MULTILINE,
+)
 _BLANKS = re.compile(r"\s+")
 #: A Claude Code slash command as sent: the command's name and what the user typed after it.
 _COMMAND_NAME = re.compile(r"<command-name>\s*([^<]*?)\s*</command-name>")
@@ -117,6 +131,10 @@ class Activity:
     counted_bytes: int = 0
     message_count: int = 0
     preview: str = ""
+    #: The session's title (shared.titles: the last non-empty one in the bytes counted).
+    title: str = ""
+    #: The last git branch recorded in the bytes counted (shared.session_meta.branch_of).
+    branch: str = ""
 
     @property
     def updated_at(self) -> str:
@@ -136,6 +154,47 @@ class Count:
     message_count: int
     preview: str
     done: bool
+    title: str = ""
+    branch: str = ""
+
+
+class CompleteLines:
+    """The complete lines of a session file after byte ``position`` (a line boundary), in blocks:
+    iterating yields ``(offset, block)``, ``block`` the bytes of whole lines (ending with "\\n")
+    starting at byte ``offset``. Reads at most ``limit`` bytes (all when None); ``done`` is then
+    False when it stopped at the limit before the end of the file, and ``end`` is the offset after
+    the last complete line yielded. The incremental reading of the listing index (counts) and of
+    the content index (reader_service.search_index). Raises OSError when the file cannot be read.
+    """
+
+    def __init__(self, path: Path, position: int, limit: int | None = None) -> None:
+        self.path = path
+        self.end = position
+        self.limit = limit
+        self.done = False
+
+    def __iter__(self) -> Iterator[tuple[int, bytes]]:
+        limit = self.limit
+        with read_session_file(self.path) as handle:
+            handle.seek(self.end)
+            pending = b""
+            while True:
+                if limit is not None and limit <= 0:
+                    return
+                chunk = handle.read(COUNT_READ_BYTES if limit is None else min(COUNT_READ_BYTES, limit))
+                if not chunk:
+                    self.done = True
+                    return
+                if limit is not None:
+                    limit -= len(chunk)
+                data = pending + chunk if pending else chunk
+                cut = data.rfind(b"\n") + 1
+                if not cut:
+                    pending = data
+                    continue
+                start, self.end = self.end, self.end + cut
+                pending = data[cut:]
+                yield start, data[:cut]
 
 
 def count_messages(path: Path, start: Count, limit: int | None = None) -> Count:
@@ -143,33 +202,28 @@ def count_messages(path: Path, start: Count, limit: int | None = None) -> Count:
 
     Raises OSError when the file cannot be read.
     """
-    position, count, preview = start.counted_bytes, start.message_count, start.preview
-    with read_session_file(path) as handle:
-        handle.seek(position)
-        pending = b""
-        while True:
-            if limit is not None and limit <= 0:
-                return Count(position, count, preview, False)
-            chunk = handle.read(COUNT_READ_BYTES if limit is None else min(COUNT_READ_BYTES, limit))
-            if not chunk:
-                return Count(position, count, preview, True)
-            if limit is not None:
-                limit -= len(chunk)
-            data = pending + chunk if pending else chunk
-            cut = data.rfind(b"\n") + 1
-            if not cut:
-                pending = data
-                continue
-            complete = data[:cut]
-            for match in _MESSAGE_LINE.finditer(complete):
-                count += 1
-                if not preview:
-                    end = complete.index(b"\n", match.start())
-                    record = record_of_line(complete[match.start() : end])
-                    if record is not None:
-                        preview = preview_of(record["payload"])
-            position += cut
-            pending = data[cut:]
+    count, preview, title, branch = start.message_count, start.preview, start.title, start.branch
+    lines = CompleteLines(path, start.counted_bytes, limit)
+    for _, complete in lines:
+        for match in reversed(list(_BRANCH_LINE.finditer(complete))):  # the last that names one
+            record = record_of_line(complete[match.start() : complete.index(b"\n", match.start())])
+            named = branch_of(record["type"], record["payload"]) if record is not None else None
+            if named:
+                branch = named
+                break
+        for match in _MESSAGE_LINE.finditer(complete):
+            count += 1
+            if not preview:
+                end = complete.index(b"\n", match.start())
+                record = record_of_line(complete[match.start() : end])
+                if record is not None:
+                    preview = preview_of(record["payload"])
+        if b'"kind":"' + TITLE_EVENT.encode() in complete:  # rare: the pattern only then
+            for match in _TITLE_LINE.finditer(complete):
+                record = record_of_line(complete[match.start() : complete.index(b"\n", match.start())])
+                if record is not None:
+                    title = next_title(title, record["type"], record["payload"])
+    return Count(lines.end, count, preview, lines.done, title, branch)
 
 
 @dataclass(slots=True)
@@ -411,7 +465,9 @@ class ListingIndex:
         facts = read_stop_facts(path, self.tail_window)
         start = Count(0, 0, "", False)
         if known is not None and known.inode == stat.st_ino and known.counted_bytes <= stat.st_size:
-            start = Count(known.counted_bytes, known.message_count, known.preview, False)
+            start = Count(
+                known.counted_bytes, known.message_count, known.preview, False, known.title, known.branch
+            )
         counted = count_messages(path, start, limit)
         if not counted.done:
             self._count_later(name)
@@ -423,6 +479,8 @@ class ListingIndex:
             counted.counted_bytes,
             counted.message_count,
             counted.preview,
+            counted.title,
+            counted.branch,
         )
 
     def _count_later(self, name: str) -> None:

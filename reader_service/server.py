@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import contextvars
 import logging
+import sqlite3
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -53,14 +54,20 @@ from reader_service.rounds import (
     lineage_of,
     round_records,
 )
+from reader_service.search_index import SearchFilters, SearchIndex, SearchPage
 from reader_service.stop_facts import DEFAULT_TAIL_WINDOW, StopFactsResult, read_stop_facts
 from reader_service.watch import WatchHub
 from rollout.v1 import reader_pb2, reader_pb2_grpc
 from serving.server import PLAINTEXT, RunningService, ServerSettings, ServiceServer
 from serving.status import rpc_statuses
-from serving.tenancy import caller_tenant, keyed_session_id
+from serving.tenancy import caller_tenant, current_caller, keyed_session_id
 from shared.deletions import find_deletion
-from shared.errors import InvalidArgumentError, RoundNotFoundError, SessionNotFoundError
+from shared.errors import (
+    InvalidArgumentError,
+    RoundNotFoundError,
+    SearchUnavailableError,
+    SessionNotFoundError,
+)
 from shared.layout import DataRoot, session_file_stat
 from shared.naming import is_session_id
 from shared.rounds import Lineage, Round, round_at
@@ -83,7 +90,9 @@ class ReaderConfig:
     ``max_reply_bytes``: the largest unary reply (and gRPC send limit);
     ``replay_cache_bytes``: what the replay cache may hold (0: off);
     ``read_budget_bytes``: what heavy reads in flight may hold together;
-    ``io_threads`` serve cheap reads, ``heavy_threads`` heavy ones.
+    ``io_threads`` serve cheap reads, ``heavy_threads`` heavy ones;
+    ``search``: keep the content index (reader_service.search_index) in
+    ``search_index_dir`` (None: a temporary folder).
     """
 
     data_dir: Path
@@ -93,6 +102,8 @@ class ReaderConfig:
     max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES
     replay_cache_bytes: int = DEFAULT_REPLAY_CACHE_BYTES
     read_budget_bytes: int = DEFAULT_READ_BUDGET_BYTES
+    search: bool = True
+    search_index_dir: Path | None = None
 
 
 def _located(index: ListingIndex, session_id: str) -> tuple[Path, int]:
@@ -139,6 +150,17 @@ def _deleted_meta(root: DataRoot, session_id: str) -> dict[str, Any] | None:
     return {"forked_from": {"session_id": source, "seq": seq}}
 
 
+def _searched(index: SearchIndex, query: str, filters: SearchFilters, size: int, offset: int) -> SearchPage:
+    """:meth:`SearchIndex.search`; an index that cannot be read is SearchUnavailableError."""
+    try:
+        return index.search(query, filters, size, offset)
+    except sqlite3.Error as exc:
+        raise SearchUnavailableError(
+            f"the content index cannot be read ({exc}); it is rebuilt from the files when the reader"
+            " restarts; retry later"
+        ) from exc
+
+
 class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
     """gRPC front of replay, stop facts, listing and delegations."""
 
@@ -154,6 +176,7 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
         self._heavy = ThreadPoolExecutor(config.heavy_threads, thread_name_prefix="rollout-heavy-read")
         self.watches = WatchHub(self._cheap_run, wire.watch_reply)
         self.round_cache = RoundCache()
+        self.search_index = SearchIndex(self.root, config.search_index_dir) if config.search else None
         # A session file that goes (deleted) takes its cached replay and rounds with it.
         self.index.removal_listeners += [self.replays.forget, self.round_cache.forget]
 
@@ -413,7 +436,24 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
             scanned=scanned,
         )
 
+    @rpc_statuses("SearchSessions")
+    async def SearchSessions(
+        self, request: reader_pb2.SearchSessionsRequest, context: grpc.aio.ServicerContext
+    ) -> reader_pb2.SearchSessionsResponse:
+        size, offset, filters = wire.search_request(request)
+        caller = current_caller()
+        tenant = caller_tenant(request.tenant)
+        filters = replace(filters, tenant=tenant if caller.tenant is not None or tenant else None)
+        if self.search_index is None:
+            raise SearchUnavailableError(
+                "this reader runs without a content index (serve-reader --no-search)"
+            )
+        page = await self._cheap_run(_searched, self.search_index, request.query, filters, size, offset)
+        return wire.search_page(page)
+
     def close(self) -> None:
+        if self.search_index is not None:
+            self.search_index.close()
         self.index.close()
         self._cheap.shutdown(wait=False)
         self._heavy.shutdown(wait=False)
@@ -451,6 +491,8 @@ async def start_reader(
     bound = service.bind(address)
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     servicer.index.start_warming()
+    if servicer.search_index is not None:
+        servicer.search_index.start()
     await service.start()
     log.info("reader serving on %s (%s), data root %s", bound, settings.describe(), config.data_dir)
     return RunningReader(service, servicer)

@@ -28,18 +28,20 @@ serialized by protobuf.
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Generator, Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from reader_service.listing import SessionFilters
 from reader_service.replay import DigestStatus, ReplayFacts
+from reader_service.search_index import SearchFilters, SearchPage
 from reader_service.stop_facts import StopFactsResult, eligibility_of
 from rollout.v1 import reader_pb2, records_pb2
 from shared.digest import framed_canonical
-from shared.errors import InvalidArgumentError, ReplyTooLargeError
+from shared.errors import InvalidArgumentError, ReplyTooLargeError, clip
 from shared.rebuild import CheckpointRecord, DegradedEntry
-from shared.records import ORIGIN_INDEX_BITS, parse_timestamp, reasoning_blocks_of
+from shared.records import ORIGIN_INDEX_BITS, format_timestamp, parse_timestamp, reasoning_blocks_of
 from shared.wire import fill_message
 
 if TYPE_CHECKING:
@@ -91,6 +93,7 @@ def listing_filters(request: reader_pb2.ListSessionsRequest) -> SessionFilters:
         created_after=_timestamp_filter("created_after", request.created_after),
         created_before=_timestamp_filter("created_before", request.created_before),
         stop_state=request.stop_state,
+        cwd=request.cwd,
     )
 
 
@@ -525,6 +528,8 @@ def session_summary(listing: SessionListing) -> reader_pb2.SessionSummary:
         cwd=str(meta.get("cwd", "")),
         model=str(meta.get("model", "")),
         size_bytes=activity.size,
+        title=activity.title,
+        branch=activity.branch,
     )
 
 
@@ -535,6 +540,64 @@ def listing_page(page: ListingPage) -> reader_pb2.ListSessionsResponse:
         next_page_token=page.next_page_token,
         scanned=page.scanned,
         scan_capped=page.scan_capped,
+    )
+
+
+#: Hits per SearchSessions page: the default and the most.
+SEARCH_PAGE_SIZE, MAX_SEARCH_PAGE_SIZE = 20, 100
+_SEARCH_TOKEN = re.compile(r"s1:(\d{1,9})")
+
+
+def search_request(request: reader_pb2.SearchSessionsRequest) -> tuple[int, int, SearchFilters]:
+    """(page size, offset, filters but the tenant) of a SearchSessions request;
+    InvalidArgumentError for a page size out of range, a malformed page_token or since (the
+    query is checked by reader_service.search_index.fts_query)."""
+    if not 0 <= request.page_size <= MAX_SEARCH_PAGE_SIZE:
+        raise InvalidArgumentError("page_size", f"must be 0..{MAX_SEARCH_PAGE_SIZE}, got {request.page_size}")
+    offset = 0
+    if request.page_token:
+        token = _SEARCH_TOKEN.fullmatch(request.page_token)
+        if token is None:
+            raise InvalidArgumentError(
+                "page_token", f"{clip(request.page_token)!r} is not a token this reader gave; leave it empty"
+            )
+        offset = int(token.group(1))
+    since = _timestamp_filter("since", request.since)
+    filters = SearchFilters(
+        cwd=request.cwd,
+        branch=request.branch,
+        agent=request.agent_name,
+        since=format_timestamp(since) if since is not None else "",
+    )
+    return request.page_size or SEARCH_PAGE_SIZE, offset, filters
+
+
+def search_page(page: SearchPage) -> reader_pb2.SearchSessionsResponse:
+    """A SearchSessions answer."""
+    return reader_pb2.SearchSessionsResponse(
+        hits=[
+            reader_pb2.SessionHit(
+                session_id=hit.session_id,
+                tenant=hit.tenant,
+                agent_name=hit.agent,
+                cwd=hit.cwd,
+                branch=hit.branch,
+                created_at=hit.created_at,
+                updated_at=hit.updated_at,
+                title=hit.title,
+                title_match=hit.title_match,
+                match_count=hit.match_count,
+                score=hit.score,
+                matches=[
+                    reader_pb2.SearchMatch(seq=match.seq, kind=match.kind, snippet=match.snippet)
+                    for match in hit.matches
+                ],
+            )
+            for hit in page.hits
+        ],
+        next_page_token=f"s1:{page.next_offset}" if page.next_offset is not None else "",
+        pending=page.pending,
+        capped=page.capped,
     )
 
 

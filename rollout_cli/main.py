@@ -2,7 +2,7 @@
 
 Commands: ``serve`` (both services, as two processes), ``serve-writer``,
 ``serve-reader`` (:mod:`rollout_cli.supervision`), ``import codex|claude``, ``ls``,
-``replay``, ``tail``, ``stop-facts``, ``verify``, ``stop``, ``resume``, ``fork``, ``rm``,
+``search``, ``replay``, ``tail``, ``stop-facts``, ``verify``, ``stop``, ``resume``, ``fork``, ``rm``,
 ``loadtest``, ``memory run|ls|show|forget`` (:mod:`rollout_cli.memory_commands`), ``cluster
 status|drain`` (:mod:`rollout_cli.cluster_commands`). Client commands reach the services at
 ``--writer`` / ``--reader`` (or the ``ROLLOUT_WRITER`` / ``ROLLOUT_READER`` environment variables) through
@@ -18,14 +18,17 @@ exactly-once machinery and event loop would be part of what it measures).
 from __future__ import annotations
 
 import bisect
+import contextlib
 import logging
+import os
+import re
 import shlex
 import ssl
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import click
@@ -43,9 +46,12 @@ from rollout_client import (
     RetryPolicy,
     RolloutClient,
     RolloutError,
+    SessionPage,
+    SessionSummary,
     client_settings,
 )
-from shared.records import DEFAULT_MAX_RECORD_BYTES
+from shared.naming import is_session_id
+from shared.records import DEFAULT_MAX_RECORD_BYTES, format_timestamp, normalize_timestamp
 from shared.stop_kinds import StopKind
 
 #: People wait for answers, not for retries against a service that is not there: a few quick
@@ -132,6 +138,48 @@ cli.add_command(memory)
 def _session_id(_context: click.Context, _parameter: click.Parameter, value: str) -> str:
     """Session ids as typed by people: surrounding blanks dropped, case folded to lowercase."""
     return value.strip().lower()
+
+
+def _session_ref(_context: click.Context, _parameter: click.Parameter, value: str) -> str:
+    """A session as typed by people: an id, a unique beginning of one, or a title (blanks dropped)."""
+    return value.strip()
+
+
+#: Candidates named when a session reference is ambiguous.
+_CANDIDATES_SHOWN = 20
+
+
+def _session_of(reference: str, reader: str | None) -> str:
+    """The session id ``reference`` names: itself when it is an id; else the one session whose id
+    begins with it or whose title is it (case aside), looked up in the listing (every page).
+    ClickException naming what to do when none does, or listing the candidates when several do."""
+    if is_session_id(reference.lower()):
+        return reference.lower()
+    prefix, folded = reference.lower(), reference.casefold()
+    found: list[SessionSummary] = []
+    with _client("reader", reader) as client:
+        for page in client.list_sessions(page_size=1000):
+            found += [
+                summary
+                for summary in page.sessions
+                if summary.session_id.startswith(prefix)
+                or (summary.title and summary.title.casefold() == folded)
+            ]
+    if len(found) == 1:
+        return found[0].session_id
+    if not found:
+        raise click.ClickException(
+            f"no session has an id beginning with {reference!r} or the title {reference!r}"
+            " (`rollout ls --all` lists them, `rollout search WORDS` finds one by its content)"
+        )
+    shown = "\n".join(
+        f"  {summary.session_id}  {summary.cwd or '-'}  {summary.title or summary.preview or '-'}"
+        for summary in found[:_CANDIDATES_SHOWN]
+    )
+    more = f"\n  (and {len(found) - _CANDIDATES_SHOWN} more)" if len(found) > _CANDIDATES_SHOWN else ""
+    raise click.ClickException(
+        f"{reference!r} names {len(found)} sessions; give more of the id, or the whole id:\n{shown}{more}"
+    )
 
 
 writer_option = click.option(
@@ -271,6 +319,14 @@ def import_claude(
 )
 @click.option("--created-after", default="", help="RFC 3339 time, inclusive (e.g. 2026-01-01T00:00:00Z).")
 @click.option("--created-before", default="", help="RFC 3339 time, inclusive (e.g. 2026-12-31T23:59:59Z).")
+@click.option(
+    "--cwd",
+    "folder",
+    default=None,
+    help="Only sessions run in this folder or below it. Default: the current folder's sessions"
+    " when it has any, else every session.",
+)
+@click.option("--all", "every", is_flag=True, help="Every session, whatever folder it ran in.")
 def list_command(
     reader: str | None,
     page_size: int,
@@ -281,23 +337,40 @@ def list_command(
     stop_state: str,
     created_after: str,
     created_before: str,
+    folder: str | None,
+    every: bool,
 ) -> None:
-    """List sessions, newest first: when each last changed, its stop state, whether it may be
-    resumed, its message records and its first prompt (`rollout stop-facts ID` says why)."""
+    """List sessions, newest first: when each last changed, its git branch, stop state, whether it
+    may be resumed, its message records and its title or first prompt (`rollout stop-facts ID`
+    says why). Without --cwd or --all, the current folder's sessions when it has any."""
+    if every and folder is not None:
+        raise click.UsageError("give --cwd DIR or --all, not both")
+    # The current folder by default on a first page; a next page names its --cwd (below).
+    cwd = "" if every or (folder is None and page_token) else os.path.abspath(folder or ".")
     with _client("reader", reader) as client:
-        pages = client.list_sessions(
-            page_size=page_size,
-            page_token=page_token,
-            tenant=tenant,
-            agent_name=agent_name,
-            parent_session_id=parent.strip().lower(),
-            stop_state=stop_state,
-            created_after=created_after,
-            created_before=created_before,
-        )
-        page = next(pages)
-        pages.close()
-    filtered = any((tenant, agent_name, parent, stop_state, created_after, created_before))
+
+        def first_page(cwd: str) -> SessionPage:
+            pages = client.list_sessions(
+                page_size=page_size,
+                page_token=page_token,
+                tenant=tenant,
+                agent_name=agent_name,
+                parent_session_id=parent.strip().lower(),
+                stop_state=stop_state,
+                created_after=created_after,
+                created_before=created_before,
+                cwd=cwd,
+            )
+            page = next(pages)
+            pages.close()
+            return page
+
+        page = first_page(cwd)
+        if cwd and folder is None and not page.sessions and not page_token:
+            page, cwd = first_page(""), ""  # no session here: every one
+    if cwd:
+        click.echo(f"sessions in {cwd} (every folder's: --all)")
+    filtered = any((tenant, agent_name, parent, stop_state, created_after, created_before, cwd))
     if page.sessions:
         session_view.print_sessions(page.sessions, datetime.now(UTC))
     elif page.scan_capped:
@@ -309,28 +382,106 @@ def list_command(
     if page.scan_capped:
         click.echo(f"(this page stopped after examining {page.scanned} sessions; more may match)")
     if page.next_page_token:
+        extra = ["--cwd", cwd] if cwd and folder is None else []
+        click.echo(f"more: {_next_page_command(page.next_page_token, extra)}")
+
+
+_WITHIN = re.compile(r"(\d+)\s*(m|min|h|d|w)")
+_WITHIN_UNITS = {"m": "minutes", "min": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def _within(_context: click.Context, _parameter: click.Parameter, value: str | None) -> str:
+    """``--within 30d`` as the RFC 3339 time that long ago ("" when not given); an RFC 3339 time
+    is taken as it is (the next-page command repeats the time the first page used)."""
+    if not value:
+        return ""
+    with contextlib.suppress(ValueError):
+        return normalize_timestamp(value)
+    match = _WITHIN.fullmatch(value.strip())
+    if match is None:
+        raise click.BadParameter(f"{value!r} is not a duration such as 90m, 12h, 30d or 2w")
+    since = datetime.now(UTC) - timedelta(**{_WITHIN_UNITS[match.group(2)]: int(match.group(1))})
+    return format_timestamp(since)
+
+
+@cli.command("search")
+@click.argument("query")
+@reader_option
+@click.option("--cwd", default="", help="Only sessions run in this folder or below it (e.g. '.').")
+@click.option("--branch", default="", help="Only sessions last on this git branch.")
+@click.option("--agent-name", default="", help="Only sessions of this agent.")
+@click.option(
+    "--within",
+    "since",
+    default=None,
+    callback=_within,
+    help="Only sessions changed this recently (90m, 12h, 30d, 2w; or since an RFC 3339 time).",
+)
+@click.option("--tenant", default="", help="Only this tenant's sessions (with authentication: your own).")
+@click.option(
+    "--page-size", type=click.IntRange(0, 100), default=10, show_default=True, help="Sessions shown."
+)
+@click.option("--page-token", default="", help="Continue from a previous page.")
+def search_command(
+    query: str,
+    reader: str | None,
+    cwd: str,
+    branch: str,
+    agent_name: str,
+    since: str,
+    tenant: str,
+    page_size: int,
+    page_token: str,
+) -> None:
+    """Find sessions by words said or printed in them (messages, tool calls and outputs, reasoning,
+    titles), best and most recent first, each with its matching records' seq and words around
+    them. QUERY is literal text: every word must appear; "quoted words" are a phrase; word* a prefix."""
+    folder = os.path.abspath(cwd) if cwd else ""
+    with _client("reader", reader) as client:
+        pages = client.search(
+            query,
+            cwd=folder,
+            branch=branch,
+            agent_name=agent_name,
+            since=since,
+            tenant=tenant,
+            page_size=page_size,
+            page_token=page_token,
+        )
+        page = next(pages)
+        pages.close()
+    if page.hits:
+        session_view.print_hits(page.hits, datetime.now(UTC))
+    else:
+        click.echo("no session matches" if not page_token else "no more sessions after this page token")
+    if page.pending:
+        click.echo(f"({page.pending} sessions changed and are not indexed yet: search again shortly)")
+    if page.capped:
+        click.echo("(these words are in very many records: only the most recent sessions were ranked)")
+    if page.next_page_token:
         click.echo(f"more: {_next_page_command(page.next_page_token)}")
 
 
-def _next_page_command(token: str) -> str:
+def _next_page_command(token: str, extra: list[str] | None = None) -> str:
     """The ``rollout ls`` command for the next page: this call's options, with the new token.
 
     The token holds a position only, so the filters and page size are repeated
     (without them the next page would list every session).
     """
     context = click.get_current_context()
-    words = ["rollout", "ls"]
+    words = ["rollout", context.command.name or "ls"]
+    words += [str(argument) for name, argument in context.params.items() if name == "query"]
     for parameter in context.command.params:
         name = parameter.name
         if name is None or name == "page_token" or not isinstance(parameter, click.Option):
             continue
         if context.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE:
             words += [parameter.opts[0], str(context.params[name])]
-    return shlex.join([*words, "--page-token", token])
+    return shlex.join([*words, *(extra or []), "--page-token", token])
 
 
 @cli.command()
-@click.argument("session_id", callback=_session_id)
+@click.argument("session_id", callback=_session_ref)
 @reader_option
 @click.option("--token-budget", default=0, help="Estimated tokens allowed (0: none).")
 @click.option(
@@ -356,7 +507,9 @@ def _next_page_command(token: str) -> str:
 def replay(
     session_id: str, reader: str | None, token_budget: int, width: int, as_json: bool, by_round: bool
 ) -> None:
-    """Show the exact rebuilt message sequence of a session (streamed: any size)."""
+    """Show the exact rebuilt message sequence of a session (streamed: any size). SESSION_ID may be
+    a unique beginning of an id, or a session's title."""
+    session_id = _session_of(session_id, reader)
     if by_round:
         _replay_by_round(session_id, reader, width, as_json)
         return
@@ -450,10 +603,12 @@ def rounds(session_id: str, reader: str) -> None:
 
 
 @cli.command("stop-facts")
-@click.argument("session_id", callback=_session_id)
+@click.argument("session_id", callback=_session_ref)
 @reader_option
 def stop_facts(session_id: str, reader: str) -> None:
-    """Why and where a session stopped, and whether it may be continued."""
+    """Why and where a session stopped, and whether it may be continued. SESSION_ID may be a
+    unique beginning of an id, or a session's title."""
+    session_id = _session_of(session_id, reader)
     with _client("reader", reader) as client:
         facts = client.session(session_id).stop_facts()
     session_view.print_stop_facts(session_id, facts)
@@ -495,16 +650,19 @@ def stop_command(session_id: str, writer: str | None, kind: str, reason: str) ->
 
 
 @cli.command()
-@click.argument("session_id", callback=_session_id)
+@click.argument("session_id", callback=_session_ref)
 @writer_option
+@reader_option
 @click.option(
     "--force",
     is_flag=True,
     help="Re-open even a session whose stop kind is not replayable as-is, or whose file is damaged"
     " (recorded in the session; damage stays reported).",
 )
-def resume(session_id: str, writer: str | None, force: bool) -> None:
-    """Re-open a paused or cancelled session for appending (closes calls left without an output)."""
+def resume(session_id: str, writer: str | None, reader: str | None, force: bool) -> None:
+    """Re-open a paused or cancelled session for appending (closes calls left without an output).
+    SESSION_ID may be a unique beginning of an id, or a session's title (looked up in the reader)."""
+    session_id = _session_of(session_id, reader)
     with _client("writer", writer) as client:
         result = client.session(session_id).resume(force)
     was = result.previous_stop_kind or "open"

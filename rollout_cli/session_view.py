@@ -26,7 +26,14 @@ import click
 import orjson
 
 from rollout_cli.reachability import in_command_words
-from rollout_client import ReplaySummary, SessionSummary, StopFacts, WatchedRecord, carried_agents_item
+from rollout_client import (
+    ReplaySummary,
+    SessionHit,
+    SessionSummary,
+    StopFacts,
+    WatchedRecord,
+    carried_agents_item,
+)
 from shared.digest import canonical_message
 from shared.records import parse_timestamp, reasoning_blocks_of
 from shared.rounds import Round
@@ -72,7 +79,7 @@ def print_sessions(sessions: Iterable[SessionSummary], now: datetime) -> None:
     from rich.console import Console  # here: the other commands start without loading it
     from rich.table import Table
 
-    header = ("UPDATED", "SESSION", "AGENT", "STATE", "RESUME", "MSGS")
+    header = ("UPDATED", "SESSION", "AGENT", "BRANCH", "STATE", "RESUME", "MSGS")
     rows = []
     for summary in sessions:
         facts = summary.stop_facts
@@ -81,10 +88,11 @@ def print_sessions(sessions: Iterable[SessionSummary], now: datetime) -> None:
                 relative_time(summary.updated_at or summary.created_at, now),
                 summary.session_id,
                 summary.agent_name or "-",
+                summary.branch or "-",
                 (facts.stop_kind or "legacy") if facts.found else "unknown",
                 "yes" if facts.replayable else "no",
                 str(summary.message_count),
-                summary.preview or "-",
+                summary.title or summary.preview or "-",
             )
         )
     width = shutil.get_terminal_size((DEFAULT_COLUMNS, 24)).columns
@@ -92,10 +100,28 @@ def print_sessions(sessions: Iterable[SessionSummary], now: datetime) -> None:
     table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
     for name in header:
         table.add_column(name, no_wrap=True, justify="right" if name == "MSGS" else "left")
-    table.add_column("PREVIEW", no_wrap=True, overflow="ellipsis", max_width=max(width - used, 12))
+    table.add_column("TITLE/PREVIEW", no_wrap=True, overflow="ellipsis", max_width=max(width - used, 12))
     for row in rows:
         table.add_row(*row)
     Console(width=max(width, used + 12), highlight=False, soft_wrap=False).print(table)
+
+
+def print_hits(hits: Iterable[SessionHit], now: datetime) -> None:
+    """Each session found, best first: a line naming it (when it last changed, its id, folder,
+    branch, title), then one indented line per matching record (its seq, kind and snippet,
+    the matched words between « and »; a title match says so)."""
+    width = shutil.get_terminal_size((DEFAULT_COLUMNS, 24)).columns
+    for hit in hits:
+        where = " ".join(part for part in (hit.cwd, f"[{hit.branch}]" if hit.branch else "") if part)
+        title = f"  {hit.title!r}" if hit.title else ""
+        click.echo(
+            f"{relative_time(hit.updated_at or hit.created_at, now)}  {hit.session_id}  {where}{title}"
+        )
+        for match in hit.matches:
+            label = "title" if match.kind == "title" else f"seq {match.seq} {match.kind}"
+            click.echo(_fit(f"    {label}: {' '.join(match.snippet.split())}", width))
+        if hit.match_count > len(hit.matches):
+            click.echo(f"    (+{hit.match_count - len(hit.matches)} more matching records)")
 
 
 def _duration_text(seconds: float) -> str:

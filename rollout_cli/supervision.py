@@ -360,6 +360,19 @@ def _cluster_ownership(
     show_default=True,
     help="Memory heavy reads in flight may hold together (MiB); more wait their turn.",
 )
+@click.option(
+    "--search-index-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Folder of this reader's content index (a cache rebuilt from the files; one reader per"
+    " folder). Default: a temporary folder, built again at each start.",
+)
+@click.option(
+    "--search/--no-search",
+    default=True,
+    show_default=True,
+    help="Keep a content index for SearchSessions (off: SearchSessions is UNAVAILABLE).",
+)
 @service_options
 def serve_reader(
     data_dir: Path,
@@ -367,6 +380,8 @@ def serve_reader(
     max_reply_bytes: int,
     replay_cache_mb: int,
     read_budget_mb: int,
+    search_index_dir: Path | None,
+    search: bool,
     serving: ServeOptions,
 ) -> None:
     """Run a reader service (any number may serve one data root; it never writes to it)."""
@@ -378,6 +393,8 @@ def serve_reader(
         max_reply_bytes=max_reply_bytes,
         replay_cache_bytes=replay_cache_mb * MiB,
         read_budget_bytes=read_budget_mb * MiB,
+        search=search,
+        search_index_dir=search_index_dir,
     )
     try:
         asyncio.run(
@@ -385,6 +402,10 @@ def serve_reader(
         )
     except (ClusterFileError, BindError) as exc:
         raise click.ClickException(str(exc)) from exc
+    except OSError as exc:  # the content index's folder: not made, or another reader's
+        if search_index_dir is None or exc.filename != str(search_index_dir):
+            raise
+        raise click.ClickException(f"--search-index-dir: {exc.strerror}: {exc.filename}") from exc
 
 
 _PR_SET_PDEATHSIG = 1  # prctl(2) option: the signal this process gets when its parent dies

@@ -51,6 +51,7 @@ from rollout_client._errors import (
 from rollout_client._memory import ConversationMemory
 from rollout_client._records import (
     Compaction,
+    EncodedMessage,
     Event,
     MessageRef,
     Record,
@@ -59,6 +60,7 @@ from rollout_client._records import (
     assistant,
     developer,
     system,
+    title,
     tool_call,
     tool_result,
     user,
@@ -76,6 +78,9 @@ from rollout_client._results import (
     ReplaySummary,
     ResumeResult,
     RoundRecords,
+    SearchMatch,
+    SearchPage,
+    SessionHit,
     SessionPage,
     SessionSummary,
     StopFacts,
@@ -87,6 +92,7 @@ from rollout_client._results import (
 from rollout_client._session import AsyncReplayStream, AsyncSession
 from rollout_client._settings import DEFAULT_READER, DEFAULT_WRITER, ClientSettings, client_settings
 from rollout_client._sync import ReplayStream, RolloutClient, Session
+from shared.rounds import Round
 
 __all__ = [
     "CHANNEL_OPTIONS",
@@ -110,6 +116,7 @@ __all__ = [
     "Delegation",
     "DelegationScope",
     "DeleteResult",
+    "EncodedMessage",
     "ErrorInfo",
     "Event",
     "FailedPreconditionError",
@@ -134,8 +141,12 @@ __all__ = [
     "RolloutClient",
     "RolloutError",
     "RootNotDeclaredError",
+    "Round",
     "RoundRecords",
+    "SearchMatch",
+    "SearchPage",
     "Session",
+    "SessionHit",
     "SessionPage",
     "SessionStoppedError",
     "SessionSummary",
@@ -155,6 +166,7 @@ __all__ = [
     "delegation",
     "developer",
     "system",
+    "title",
     "tool_call",
     "tool_result",
     "user",

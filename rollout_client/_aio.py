@@ -38,7 +38,14 @@ from rollout_client._errors import (
     error_from_rpc,
 )
 from rollout_client._records import Event, append_record
-from rollout_client._results import Delegation, DeleteResult, PendingRound, RoundRecords, SessionPage
+from rollout_client._results import (
+    Delegation,
+    DeleteResult,
+    PendingRound,
+    RoundRecords,
+    SearchPage,
+    SessionPage,
+)
 from rollout_client._routing import WriterRouting, not_owner_info, nothing_done
 from rollout_client._session import AsyncSession
 from rollout_client._settings import client_settings
@@ -421,6 +428,7 @@ class AsyncRolloutClient:
         stop_state: str = "",
         max_scan: int = 0,
         page_token: str = "",
+        cwd: str = "",
     ) -> AsyncGenerator[SessionPage, None]:
         """Pages of sessions, newest first, one ListSessions call per page, until the last page.
         Filters as in reader.proto (``stop_state``: ``unknown``, ``stopped``, ``replayable``,
@@ -436,8 +444,43 @@ class AsyncRolloutClient:
                 created_before=created_before,
                 stop_state=stop_state,
                 max_scan=max_scan,
+                cwd=cwd,
             )
             page = SessionPage.from_proto(await self.call(self.reader_stub.ListSessions, request))
+            yield page
+            if not page.next_page_token:
+                return
+            page_token = page.next_page_token
+
+    async def search(
+        self,
+        query: str,
+        *,
+        cwd: str = "",
+        branch: str = "",
+        agent_name: str = "",
+        since: str = "",
+        tenant: str = "",
+        page_size: int = 0,
+        page_token: str = "",
+    ) -> AsyncGenerator[SearchPage, None]:
+        """Pages of the sessions holding the words of ``query`` (literal text: SearchSessions in
+        reader.proto), best first, one SearchSessions call per page, until the last page.
+        ``cwd``: that folder or below; ``since``: RFC 3339, changed at or after. Raises
+        InvalidArgumentError for a query without a word or a bad filter, UnavailableError when
+        the reader keeps no content index."""
+        while True:
+            request = reader_pb2.SearchSessionsRequest(
+                query=query,
+                tenant=tenant,
+                cwd=cwd,
+                branch=branch,
+                agent_name=agent_name,
+                since=since,
+                page_size=page_size,
+                page_token=page_token,
+            )
+            page = SearchPage.from_proto(await self.call(self.reader_stub.SearchSessions, request))
             yield page
             if not page.next_page_token:
                 return

@@ -157,7 +157,9 @@ class Attempts:
                 await connection.reached(self.remaining())
             timeout = self.timeout()
             try:
-                result = await asyncio.wait_for(start(), timeout)
+                # A timeout scope, not wait_for: no task of its own per attempt (the hot path).
+                async with asyncio.timeout(timeout):
+                    result = await start()
             except asyncio.CancelledError:
                 task = asyncio.current_task()
                 if (

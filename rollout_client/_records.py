@@ -35,6 +35,7 @@ import orjson
 from rollout.v1 import records_pb2, writer_pb2
 from shared.errors import RecordValidationError
 from shared.records import attached_reasoning
+from shared.titles import TITLE_EVENT, title_event_body
 from shared.wire import message_from_payload, python_to_struct, split_reasoning
 
 #: Keys a message dict may carry (``synthetic`` is written by the writer only: it refuses it).
@@ -106,8 +107,28 @@ class Retraction:
     reason: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class EncodedMessage:
+    """A message given as the JSON ``AppendRecord.message_json`` carries (one object in the
+    ledger's message shape, UTF-8), sent as is: the client neither parses nor checks it, the
+    writer does (InvalidArgumentError naming ``records[i]``). For code that built the message
+    itself, in a shape it knows the ledger stores (:func:`encoded_message`)."""
+
+    json: bytes
+
+
 #: Anything :meth:`Session.append` takes: a message dict or one of the typed records.
-Record = Mapping[str, Any] | Event | Compaction | TurnContext | Retraction
+Record = Mapping[str, Any] | Event | Compaction | TurnContext | Retraction | EncodedMessage
+
+
+def encoded_message(message: dict[str, Any]) -> EncodedMessage | dict[str, Any]:
+    """``message`` (a dict this package built: string values, no reasoning, no number in its
+    content) encoded once, as :class:`EncodedMessage`; the dict itself when orjson cannot encode
+    it (a lone surrogate), so that :func:`message_json` refuses it naming the record."""
+    try:
+        return EncodedMessage(orjson.dumps(message))
+    except TypeError:
+        return message
 
 
 def system(content: str) -> dict[str, Any]:
@@ -118,6 +139,12 @@ def system(content: str) -> dict[str, Any]:
 def developer(content: str) -> dict[str, Any]:
     """A developer message dict."""
     return {"role": "developer", "content": content}
+
+
+def title(text: str) -> Event:
+    """A title record (shared.titles): the session's title is the last non-empty one appended;
+    earlier ones stay in the session and stay searchable."""
+    return Event(TITLE_EVENT, title_event_body(text))
 
 
 def user(
@@ -169,7 +196,7 @@ def tool_result(call_id: str, content: str | list[Any], *, is_error: bool = Fals
 
 
 def _check_keys(where: str, value: object, allowed: frozenset[str]) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
+    if type(value) is not dict and not isinstance(value, Mapping):  # dict first: no ABC check
         raise TypeError(f"{where} must be a dict, not {type(value).__name__}")
     unknown = sorted(str(key) for key in value if key not in allowed)
     if unknown:
@@ -206,9 +233,12 @@ def _non_finite(value: Any) -> float | None:
     stack = [value]
     while stack:
         item = stack.pop()
+        kind = type(item)
+        if kind is str:  # most values: no ABC check for them
+            continue
         if type(item) is float and not math.isfinite(item):
             return item
-        if isinstance(item, Mapping):
+        if kind is dict or isinstance(item, Mapping):
             stack.extend(item.values())
         elif isinstance(item, list | tuple):
             stack.extend(item)
@@ -242,6 +272,15 @@ def message_json(message: Mapping[str, Any], index: int) -> bytes:
 def record_lines(record: Record) -> int:
     """How many lines (seqs) a record becomes, as the writer counts them: a message with N
     reasoning blocks is N + 1 (docs/spec.md §2.5), any other record 1."""
+    if isinstance(record, EncodedMessage):
+        # A message without reasoning is one line; "reasoning" in a JSON string is escaped.
+        if b'"reasoning"' not in record.json:
+            return 1
+        try:
+            message = orjson.loads(record.json)
+        except orjson.JSONDecodeError:
+            return 1  # the writer refuses it
+        return record_lines(message) if type(message) is dict else 1
     if isinstance(record, Event | Compaction | TurnContext | Retraction):
         return 1
     reasoning = record.get("reasoning")
@@ -257,6 +296,8 @@ def message_to_proto(message: Mapping[str, Any], where: str = "message") -> reco
 
 def append_record(record: Record, index: int) -> writer_pb2.AppendRecord:
     """One :data:`Record` as an ``AppendRecord``. Raises TypeError / ValueError naming ``records[index]``."""
+    if isinstance(record, EncodedMessage):
+        return writer_pb2.AppendRecord(message_json=record.json)
     where = f"records[{index}]"
     if isinstance(record, Event):
         if not record.kind:

@@ -344,8 +344,9 @@ class VerifyReport:
 class SessionSummary:
     """One listed session: id, agent, creation time, tenant, delegation coordinates, stop facts;
     ``preview`` (its first user prompt, at most 200 characters), ``updated_at`` (the time of
-    its last record), ``message_count`` (message records), ``cwd``, ``model`` and ``size_bytes``
-    (its file), as reader.proto SessionSummary says."""
+    its last record), ``message_count`` (message records), ``cwd``, ``model``, ``size_bytes``
+    (its file), ``title`` (the last title record's) and ``branch`` (the last git branch
+    recorded), as reader.proto SessionSummary says."""
 
     session_id: str
     agent_name: str
@@ -360,6 +361,8 @@ class SessionSummary:
     cwd: str = ""
     model: str = ""
     size_bytes: int = 0
+    title: str = ""
+    branch: str = ""
 
     @classmethod
     def from_proto(cls, summary: reader_pb2.SessionSummary) -> SessionSummary:
@@ -377,6 +380,8 @@ class SessionSummary:
             summary.cwd,
             summary.model,
             summary.size_bytes,
+            summary.title,
+            summary.branch,
         )
 
 
@@ -397,6 +402,74 @@ class SessionPage:
             response.scanned,
             response.scan_capped,
             response.next_page_token,
+        )
+
+
+@dataclass(frozen=True)
+class SearchMatch:
+    """A record of a session that matched a search: its seq, its kind (``message``,
+    ``tool_call``, ``tool_output``, ``reasoning``, ``title``) and the words around the match
+    (matched words between « and »)."""
+
+    seq: int
+    kind: str
+    snippet: str
+
+
+@dataclass(frozen=True)
+class SessionHit:
+    """A session found by a search (SearchSessions): where and when it ran, its title, whether
+    the title matched, its best matching records and its score (higher is better)."""
+
+    session_id: str
+    tenant: str
+    agent_name: str
+    cwd: str
+    branch: str
+    created_at: str
+    updated_at: str
+    title: str
+    title_match: bool
+    match_count: int
+    score: float
+    matches: tuple[SearchMatch, ...]
+
+    @classmethod
+    def from_proto(cls, hit: reader_pb2.SessionHit) -> SessionHit:
+        return cls(
+            hit.session_id,
+            hit.tenant,
+            hit.agent_name,
+            hit.cwd,
+            hit.branch,
+            hit.created_at,
+            hit.updated_at,
+            hit.title,
+            hit.title_match,
+            hit.match_count,
+            hit.score,
+            tuple(SearchMatch(match.seq, match.kind, match.snippet) for match in hit.matches),
+        )
+
+
+@dataclass(frozen=True)
+class SearchPage:
+    """One page of search hits (best first), how many sessions the reader has not indexed up to
+    their size yet (``pending``), the token of the next page ("" on the last), and whether only
+    the most recently indexed sessions were ranked (``capped``: the words are everywhere)."""
+
+    hits: tuple[SessionHit, ...]
+    pending: int
+    next_page_token: str
+    capped: bool = False
+
+    @classmethod
+    def from_proto(cls, response: reader_pb2.SearchSessionsResponse) -> SearchPage:
+        return cls(
+            tuple(SessionHit.from_proto(hit) for hit in response.hits),
+            response.pending,
+            response.next_page_token,
+            response.capped,
         )
 
 

@@ -160,7 +160,7 @@ class AsyncSession:
 
     async def append(self, *records: Record, expected_next_seq: int | None = None) -> AppendResult:
         """Append message dicts and typed records (:class:`Event`, :class:`Compaction`,
-        :class:`TurnContext`) as one atomic request, exactly once (see
+        :class:`TurnContext`, :class:`Retraction`, :class:`EncodedMessage`) as one atomic request, exactly once (see
         :mod:`rollout_client._appends`: a request id the writer answers for, retries with
         backoff, a retry after a writer restart answered from the file).
 

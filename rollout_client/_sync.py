@@ -33,6 +33,7 @@ from rollout_client._results import (
     ReplaySummary,
     ResumeResult,
     RoundRecords,
+    SearchPage,
     SessionPage,
     StopFacts,
     StopResult,
@@ -241,6 +242,7 @@ class RolloutClient:
         stop_state: str = "",
         max_scan: int = 0,
         page_token: str = "",
+        cwd: str = "",
     ) -> Generator[SessionPage, None, None]:
         """See :meth:`AsyncRolloutClient.list_sessions`: pages, one call each, fetched as iterated."""
         pages = self.core.list_sessions(
@@ -252,6 +254,32 @@ class RolloutClient:
             created_before=created_before,
             stop_state=stop_state,
             max_scan=max_scan,
+            page_token=page_token,
+            cwd=cwd,
+        )
+        yield from self.iterate(pages)
+
+    def search(
+        self,
+        query: str,
+        *,
+        cwd: str = "",
+        branch: str = "",
+        agent_name: str = "",
+        since: str = "",
+        tenant: str = "",
+        page_size: int = 0,
+        page_token: str = "",
+    ) -> Generator[SearchPage, None, None]:
+        """See :meth:`AsyncRolloutClient.search`: pages, one call each, fetched as iterated."""
+        pages = self.core.search(
+            query,
+            cwd=cwd,
+            branch=branch,
+            agent_name=agent_name,
+            since=since,
+            tenant=tenant,
+            page_size=page_size,
             page_token=page_token,
         )
         yield from self.iterate(pages)

@@ -33,8 +33,10 @@ The SDK's own session tests (its source package's, ``SQLiteSession`` swapped for
 against it in tests/client/test_agents_peer_suite.py, with the cases that hold for SQLite alone
 listed there with their reasons.
 
-``client`` is a :class:`rollout_client.RolloutClient` (calls run on the client's own loop
-and are awaited from any caller's loop) or an :class:`rollout_client.AsyncRolloutClient`.
+``client`` is a :class:`rollout_client.RolloutClient` or an
+:class:`rollout_client.AsyncRolloutClient`; either way the calls run on the caller's event loop
+through the asyncio client (a blocking client's ``core``, whose channels are per loop), with no
+hop to another thread and back: the Session protocol is asyncio, so its caller has a loop.
 
 How items are stored (one ledger ``message`` per item):
 
@@ -87,7 +89,14 @@ from rollout_client._errors import (
     ResourceExhaustedError,
 )
 from rollout_client._loops import PerLoop
-from rollout_client._records import Compaction, MessageRef, Record, Retraction, tool_call
+from rollout_client._records import (
+    Compaction,
+    MessageRef,
+    Record,
+    Retraction,
+    encoded_message,
+    tool_call,
+)
 from rollout_client._results import AppendResult
 from rollout_client._session import AsyncSession
 from rollout_client._sync import RolloutClient
@@ -343,7 +352,6 @@ class LedgerSession:
         self.session_id = session_id
         self.session_settings = _settings(session_settings)
         self._tenant = tenant
-        self._blocking = client if isinstance(client, RolloutClient) else None
         self._core = client.core if isinstance(client, RolloutClient) else client
         self._attached: _Attachment | None = None
         self._closed = False
@@ -359,18 +367,14 @@ class LedgerSession:
             raise RuntimeError(f"{type(self).__name__} is closed")
 
     async def _run(self, call: Callable[[], Coroutine[Any, Any, T]]) -> T:
-        """Run ``call()`` on the client's loop (blocking client) or here, and await it."""
+        """Run ``call()`` here, on the caller's loop (the asyncio client serves any loop)."""
         self._check_open()
-        if self._blocking is None:
-            return await call()
-        return await asyncio.wrap_future(self._blocking.submit(call()))
+        return await call()
 
     async def _mutate(self, call: Callable[[], Coroutine[Any, Any, T]]) -> T:
         """:meth:`_run` for a mutation: finished before a cancellation is raised (:func:`_finish`)."""
         self._check_open()
-        if self._blocking is None:
-            return await _finish(call())
-        return await _finish(asyncio.wrap_future(self._blocking.submit(call())))
+        return await _finish(call())
 
     async def _attach(self, create: bool) -> _Attachment | None:
         """The ledger session this object names (created when ``create``), or None (not yet)."""
@@ -513,12 +517,16 @@ class LedgerSession:
         messages sent. An output whose call the session does not hold is refused by the writer
         (``tool_call_id``): the items are then sent again carried unpaired, as SQLite keeps it."""
         try:
-            result = await attached.session.append(*before, *messages, expected_next_seq=expected_next_seq)
+            result = await attached.session.append(
+                *before, *map(encoded_message, messages), expected_next_seq=expected_next_seq
+            )
         except InvalidArgumentError as refused:
             if not any(v.field.endswith("tool_call_id") for v in refused.field_violations):
                 raise
             messages = [item_to_message(item, paired=False) for item in items]
-            result = await attached.session.append(*before, *messages, expected_next_seq=expected_next_seq)
+            result = await attached.session.append(
+                *before, *map(encoded_message, messages), expected_next_seq=expected_next_seq
+            )
         return result, messages
 
     async def _append_items(
@@ -555,7 +563,7 @@ class LedgerSession:
                     origin, items = tail.entries[-1]
                     rest = items[:-1]
                     records: list[Record] = [Retraction([origin], _POP_REASON)]
-                    records.extend(item_to_message(item) for item in rest)
+                    records.extend(encoded_message(item_to_message(item)) for item in rest)
                     try:
                         result = await attached.session.append(*records, expected_next_seq=tail.next_seq)
                     except FailedPreconditionError as moved:

@@ -359,6 +359,12 @@ def valid_request(method: MethodDescriptor, pool: Pool) -> Message:
         return reader_pb2.RecentMessagesRequest(
             session_id=sid, limit=rng.choice([0, 1, 10]), canonical=rng.random() < 0.5
         )
+    if name == "SearchSessions":
+        return reader_pb2.SearchSessionsRequest(
+            query=rng.choice(["hi", "fuzz*", '"a b"', "é #1 OR NOT"]),
+            cwd=rng.choice(["", "/"]),
+            page_size=rng.choice([0, 1, 5]),
+        )
     if name == "ResolveSession":
         return reader_pb2.ResolveSessionRequest(session_key=rng.choice([sid, "chat-1", "é" * 20]))
     if name == "ListRounds":

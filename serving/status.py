@@ -50,6 +50,7 @@ from shared.errors import (
     ReplyTooLargeError,
     ResourceLimitError,
     RoundNotFoundError,
+    SearchUnavailableError,
     SessionBusyError,
     SessionExistsError,
     SessionFileChangedError,
@@ -179,7 +180,7 @@ def _status_of(error: AnyLedgerError, prefix: str) -> tuple[grpc.StatusCode, str
         case SessionFileChangedError():  # the stream cannot go on: watch again from seq 0
             info = error_details_pb2.ErrorInfo(reason=error.reason, domain=ERROR_DOMAIN)
             return grpc.StatusCode.ABORTED, message, [info]
-        case WatchClosedError():
+        case WatchClosedError() | SearchUnavailableError():
             return grpc.StatusCode.UNAVAILABLE, message, []
         case _:
             assert_never(error)

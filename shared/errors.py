@@ -26,8 +26,10 @@ The hierarchy::
     │                                 and operation)
     ├── SessionFileChangedError      ABORTED           (a watched file was replaced or cut;
     │                                                   ErrorInfo names which)
-    └── WatchClosedError             UNAVAILABLE       (the reader stops serving watches; watch
-                                                        again)
+    ├── WatchClosedError             UNAVAILABLE       (the reader stops serving watches; watch
+    │                                                   again)
+    └── SearchUnavailableError       UNAVAILABLE       (the reader's content index is off or cannot
+                                                        be read; the message says which)
 
 Every class is in :data:`LEDGER_ERROR_CLASSES` (and :data:`AnyLedgerError`): the status
 mapping (:func:`serving.status.rpc_statuses`, one decorator on every RPC of both services)
@@ -224,6 +226,11 @@ class WatchClosedError(LedgerError):
         super().__init__(f"{why}; watch again (from the last seq received + 1)")
 
 
+class SearchUnavailableError(LedgerError):
+    """The reader cannot search: it runs without a content index, or the index cannot be read
+    (reader_service.search_index); the message says which and what to do."""
+
+
 def storage_error(exc: OSError, operation: str, what: str) -> StorageWriteError:
     """A StorageWriteError naming the errno and operation (``read``, ``write``, ``fsync``, ...) of a failed
     file operation; ``what`` says what was being done ('creating session file X')."""
@@ -255,6 +262,7 @@ AnyLedgerError: TypeAlias = (
     | StorageWriteError
     | SessionFileChangedError
     | WatchClosedError
+    | SearchUnavailableError
 )
 #: The classes of :data:`AnyLedgerError`, for ``except`` (a test keeps it every LedgerError subclass).
 LEDGER_ERROR_CLASSES: Final = (
@@ -276,4 +284,5 @@ LEDGER_ERROR_CLASSES: Final = (
     StorageWriteError,
     SessionFileChangedError,
     WatchClosedError,
+    SearchUnavailableError,
 )

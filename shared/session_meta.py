@@ -172,3 +172,31 @@ def tenant_of(meta: Mapping[str, Any] | None) -> str:
     """The tenant a session belongs to, from its session_meta payload ("" when it names none)."""
     tenant = meta.get("tenant", "") if meta else ""
     return tenant if isinstance(tenant, str) else ""
+
+
+def branch_of(record_type: str, payload: Mapping[str, Any]) -> str | None:
+    """The git branch a record names, None when it names none: a ``turn_context`` with
+    ``gitBranch`` (Claude Code), ``git_branch`` or ``git.branch``; an ``event`` whose body
+    has ``git.branch`` (the Codex importer's ``codex.session_meta``)."""
+    if record_type == "turn_context":
+        holder: Any = payload
+    elif record_type == "event":
+        holder = payload.get("body")
+    else:
+        return None
+    if not isinstance(holder, dict):
+        return None
+    for key in ("gitBranch", "git_branch"):
+        if isinstance(holder.get(key), str) and holder[key]:
+            return str(holder[key])
+    git = holder.get("git")
+    if isinstance(git, dict) and isinstance(git.get("branch"), str) and git["branch"]:
+        return str(git["branch"])
+    return None
+
+
+def in_folder(cwd: str, folder: str) -> bool:
+    """Whether a session run in ``cwd`` is in ``folder`` or below it (listing and search filters:
+    ``/repo`` holds ``/repo`` and ``/repo/a``, not ``/repository``)."""
+    top = folder.rstrip("/") or "/"
+    return cwd == top or cwd.startswith(top if top.endswith("/") else top + "/")

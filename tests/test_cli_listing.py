@@ -70,7 +70,16 @@ def test_ls_shows_each_sessions_first_prompt_and_when_it_last_changed(
     monkeypatch.setenv("COLUMNS", "200")
     output = _rollout("ls", "--reader", reader_process.address)
     header, row = output.splitlines()[:2]
-    assert header.split() == ["UPDATED", "SESSION", "AGENT", "STATE", "RESUME", "MSGS", "PREVIEW"]
+    assert header.split() == [
+        "UPDATED",
+        "SESSION",
+        "AGENT",
+        "BRANCH",
+        "STATE",
+        "RESUME",
+        "MSGS",
+        "TITLE/PREVIEW",
+    ]
     assert row.startswith("just now ")
     assert session_id in row
     assert row.rstrip().endswith(" 3  Add a --format csv option to the export")

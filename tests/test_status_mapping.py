@@ -36,6 +36,7 @@ from shared.errors import (
     ReplyTooLargeError,
     ResourceLimitError,
     RoundNotFoundError,
+    SearchUnavailableError,
     SessionBusyError,
     SessionExistsError,
     SessionFileChangedError,
@@ -90,6 +91,7 @@ SAMPLES: list[tuple[LedgerError, str]] = [
     (StorageWriteError("write failed", errno_name="ENOSPC", operation="write"), RETRY_UNWRITTEN),
     (SessionFileChangedError(SESSION_FILE_REPLACED, "the file was replaced"), RETRY_UNWRITTEN),
     (WatchClosedError("the reader is shutting down"), RETRY),
+    (SearchUnavailableError("this reader runs without a content index"), RETRY),
 ]
 
 _TREE_LINE = re.compile(r"[├└]── (\w+)\s+(.*)")

@@ -242,7 +242,7 @@ class ResumeEligibility(_message.Message):
     def __init__(self, replayable: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class ListSessionsRequest(_message.Message):
-    __slots__ = ("page_size", "page_token", "tenant", "agent_name", "parent_session_id", "created_after", "created_before", "stop_state", "max_scan")
+    __slots__ = ("page_size", "page_token", "tenant", "agent_name", "parent_session_id", "created_after", "created_before", "stop_state", "max_scan", "cwd")
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
@@ -252,6 +252,7 @@ class ListSessionsRequest(_message.Message):
     CREATED_BEFORE_FIELD_NUMBER: _ClassVar[int]
     STOP_STATE_FIELD_NUMBER: _ClassVar[int]
     MAX_SCAN_FIELD_NUMBER: _ClassVar[int]
+    CWD_FIELD_NUMBER: _ClassVar[int]
     page_size: int
     page_token: str
     tenant: str
@@ -261,10 +262,11 @@ class ListSessionsRequest(_message.Message):
     created_before: str
     stop_state: str
     max_scan: int
-    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., tenant: _Optional[str] = ..., agent_name: _Optional[str] = ..., parent_session_id: _Optional[str] = ..., created_after: _Optional[str] = ..., created_before: _Optional[str] = ..., stop_state: _Optional[str] = ..., max_scan: _Optional[int] = ...) -> None: ...
+    cwd: str
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., tenant: _Optional[str] = ..., agent_name: _Optional[str] = ..., parent_session_id: _Optional[str] = ..., created_after: _Optional[str] = ..., created_before: _Optional[str] = ..., stop_state: _Optional[str] = ..., max_scan: _Optional[int] = ..., cwd: _Optional[str] = ...) -> None: ...
 
 class SessionSummary(_message.Message):
-    __slots__ = ("session_id", "agent_name", "created_at", "tenant", "parent_session_id", "delegation_id", "stop_facts", "preview", "updated_at", "message_count", "cwd", "model", "size_bytes")
+    __slots__ = ("session_id", "agent_name", "created_at", "tenant", "parent_session_id", "delegation_id", "stop_facts", "preview", "updated_at", "message_count", "cwd", "model", "size_bytes", "title", "branch")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     AGENT_NAME_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
@@ -278,6 +280,8 @@ class SessionSummary(_message.Message):
     CWD_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    TITLE_FIELD_NUMBER: _ClassVar[int]
+    BRANCH_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     agent_name: str
     created_at: str
@@ -291,7 +295,9 @@ class SessionSummary(_message.Message):
     cwd: str
     model: str
     size_bytes: int
-    def __init__(self, session_id: _Optional[str] = ..., agent_name: _Optional[str] = ..., created_at: _Optional[str] = ..., tenant: _Optional[str] = ..., parent_session_id: _Optional[str] = ..., delegation_id: _Optional[str] = ..., stop_facts: _Optional[_Union[StopFacts, _Mapping]] = ..., preview: _Optional[str] = ..., updated_at: _Optional[str] = ..., message_count: _Optional[int] = ..., cwd: _Optional[str] = ..., model: _Optional[str] = ..., size_bytes: _Optional[int] = ...) -> None: ...
+    title: str
+    branch: str
+    def __init__(self, session_id: _Optional[str] = ..., agent_name: _Optional[str] = ..., created_at: _Optional[str] = ..., tenant: _Optional[str] = ..., parent_session_id: _Optional[str] = ..., delegation_id: _Optional[str] = ..., stop_facts: _Optional[_Union[StopFacts, _Mapping]] = ..., preview: _Optional[str] = ..., updated_at: _Optional[str] = ..., message_count: _Optional[int] = ..., cwd: _Optional[str] = ..., model: _Optional[str] = ..., size_bytes: _Optional[int] = ..., title: _Optional[str] = ..., branch: _Optional[str] = ...) -> None: ...
 
 class ListSessionsResponse(_message.Message):
     __slots__ = ("sessions", "next_page_token", "scanned", "scan_capped")
@@ -520,3 +526,73 @@ class GetRoundResponse(_message.Message):
     held_by: int
     session_id: str
     def __init__(self, round: _Optional[_Union[Round, _Mapping]] = ..., records: _Optional[_Iterable[_Union[WatchedRecord, _Mapping]]] = ..., held_by: _Optional[int] = ..., session_id: _Optional[str] = ...) -> None: ...
+
+class SearchSessionsRequest(_message.Message):
+    __slots__ = ("query", "tenant", "cwd", "branch", "agent_name", "since", "page_size", "page_token")
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    CWD_FIELD_NUMBER: _ClassVar[int]
+    BRANCH_FIELD_NUMBER: _ClassVar[int]
+    AGENT_NAME_FIELD_NUMBER: _ClassVar[int]
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    query: str
+    tenant: str
+    cwd: str
+    branch: str
+    agent_name: str
+    since: str
+    page_size: int
+    page_token: str
+    def __init__(self, query: _Optional[str] = ..., tenant: _Optional[str] = ..., cwd: _Optional[str] = ..., branch: _Optional[str] = ..., agent_name: _Optional[str] = ..., since: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class SearchMatch(_message.Message):
+    __slots__ = ("seq", "kind", "snippet")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    SNIPPET_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    kind: str
+    snippet: str
+    def __init__(self, seq: _Optional[int] = ..., kind: _Optional[str] = ..., snippet: _Optional[str] = ...) -> None: ...
+
+class SessionHit(_message.Message):
+    __slots__ = ("session_id", "tenant", "agent_name", "cwd", "branch", "created_at", "updated_at", "title", "title_match", "matches", "match_count", "score")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    AGENT_NAME_FIELD_NUMBER: _ClassVar[int]
+    CWD_FIELD_NUMBER: _ClassVar[int]
+    BRANCH_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    TITLE_FIELD_NUMBER: _ClassVar[int]
+    TITLE_MATCH_FIELD_NUMBER: _ClassVar[int]
+    MATCHES_FIELD_NUMBER: _ClassVar[int]
+    MATCH_COUNT_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    tenant: str
+    agent_name: str
+    cwd: str
+    branch: str
+    created_at: str
+    updated_at: str
+    title: str
+    title_match: bool
+    matches: _containers.RepeatedCompositeFieldContainer[SearchMatch]
+    match_count: int
+    score: float
+    def __init__(self, session_id: _Optional[str] = ..., tenant: _Optional[str] = ..., agent_name: _Optional[str] = ..., cwd: _Optional[str] = ..., branch: _Optional[str] = ..., created_at: _Optional[str] = ..., updated_at: _Optional[str] = ..., title: _Optional[str] = ..., title_match: _Optional[bool] = ..., matches: _Optional[_Iterable[_Union[SearchMatch, _Mapping]]] = ..., match_count: _Optional[int] = ..., score: _Optional[float] = ...) -> None: ...
+
+class SearchSessionsResponse(_message.Message):
+    __slots__ = ("hits", "next_page_token", "pending", "capped")
+    HITS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    PENDING_FIELD_NUMBER: _ClassVar[int]
+    CAPPED_FIELD_NUMBER: _ClassVar[int]
+    hits: _containers.RepeatedCompositeFieldContainer[SessionHit]
+    next_page_token: str
+    pending: int
+    capped: bool
+    def __init__(self, hits: _Optional[_Iterable[_Union[SessionHit, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., pending: _Optional[int] = ..., capped: _Optional[bool] = ...) -> None: ...

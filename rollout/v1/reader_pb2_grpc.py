@@ -99,6 +99,11 @@ class RolloutReaderStub:
                 request_serializer=rollout_dot_v1_dot_reader__pb2.GetRoundRequest.SerializeToString,
                 response_deserializer=rollout_dot_v1_dot_reader__pb2.GetRoundResponse.FromString,
                 _registered_method=True)
+        self.SearchSessions = channel.unary_unary(
+                '/rollout.v1.RolloutReader/SearchSessions',
+                request_serializer=rollout_dot_v1_dot_reader__pb2.SearchSessionsRequest.SerializeToString,
+                response_deserializer=rollout_dot_v1_dot_reader__pb2.SearchSessionsResponse.FromString,
+                _registered_method=True)
         self.ListPendingRounds = channel.unary_unary(
                 '/rollout.v1.RolloutReader/ListPendingRounds',
                 request_serializer=rollout_dot_v1_dot_reader__pb2.ListPendingRoundsRequest.SerializeToString,
@@ -318,6 +323,28 @@ class RolloutReaderServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SearchSessions(self, request, context):
+        """Sessions holding what a person remembers of them (issue: content search):
+        words of message text, tool call names and arguments, tool outputs,
+        reasoning summaries and titles, found in the reader's content index
+        (reader_service.search_index: derived from the files, kept current as
+        they grow, rebuilt when missing; a session written moments ago may not be
+        found yet: `pending` says how many sessions are not indexed up to their
+        size). The query is literal text: each word must appear (in any record of
+        the session), a word in double quotes keeps its spaces as a phrase, a
+        trailing * makes a word a prefix; no other syntax. Sessions are ranked by
+        relevance and recency, each with the records that matched (seq, kind,
+        snippet); a match in a title is labelled apart (title_match).
+        Tenancy as ListSessions: only the caller's tenant's sessions.
+        INVALID_ARGUMENT: a query with no word, one over 1000 characters, a
+        malformed since, page_token or page_size out of range (0..100).
+        PERMISSION_DENIED: with authentication, tenant names another tenant.
+        UNAVAILABLE: the content index cannot be read.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListPendingRounds(self, request, context):
         """Rounds left pending by a crash, newest first (by the session's last
         append), so that a host finds them after a restart and closes them (a
@@ -406,6 +433,11 @@ def add_RolloutReaderServicer_to_server(servicer, server):
                     servicer.GetRound,
                     request_deserializer=rollout_dot_v1_dot_reader__pb2.GetRoundRequest.FromString,
                     response_serializer=rollout_dot_v1_dot_reader__pb2.GetRoundResponse.SerializeToString,
+            ),
+            'SearchSessions': grpc.unary_unary_rpc_method_handler(
+                    servicer.SearchSessions,
+                    request_deserializer=rollout_dot_v1_dot_reader__pb2.SearchSessionsRequest.FromString,
+                    response_serializer=rollout_dot_v1_dot_reader__pb2.SearchSessionsResponse.SerializeToString,
             ),
             'ListPendingRounds': grpc.unary_unary_rpc_method_handler(
                     servicer.ListPendingRounds,
@@ -764,6 +796,33 @@ class RolloutReader:
             '/rollout.v1.RolloutReader/GetRound',
             rollout_dot_v1_dot_reader__pb2.GetRoundRequest.SerializeToString,
             rollout_dot_v1_dot_reader__pb2.GetRoundResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SearchSessions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rollout.v1.RolloutReader/SearchSessions',
+            rollout_dot_v1_dot_reader__pb2.SearchSessionsRequest.SerializeToString,
+            rollout_dot_v1_dot_reader__pb2.SearchSessionsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -48,8 +48,10 @@ cwd / gitBranch / version / model    a ``turn_context`` when any of them changes
 Kept as events (kind ``claude.<what>``, counted): each record's fields that have
 no mapping (``uuid``, ``parentUuid``, ``requestId``, ``usage``, ``toolUseResult``,
 ``isMeta``, ...) as one ``claude.record`` event before what the record became;
-``summary`` lines (the titles Claude Code shows in its resume picker: they do not
-change the model's view, so they are not compactions); other ``system`` records;
+``summary``, ``custom-title`` and ``ai-title`` lines (the titles Claude Code shows in its resume picker: they do not
+change the model's view, so they are not compactions; the session's title is then one title
+record at its end: the last custom title, else the last AI title, else the last summary,
+shared.titles); other ``system`` records;
 ``file-history-snapshot`` and any other record type; blocks of no known type; a
 tool result whose call is not in the current view; unparseable lines; a line
 nested deeper than a record can hold (``claude.unrepresentable_line``, its text:
@@ -90,6 +92,7 @@ from shared.naming import validate_agent_name
 from shared.records import InputKind
 from shared.session_meta import SessionRole
 from shared.stop_kinds import StopKind
+from shared.titles import TITLE_EVENT, preferred_title, title_event_body
 from shared.wire import python_to_list
 
 _NODE_TYPES = {"user", "assistant", "system"}
@@ -491,6 +494,23 @@ def _agent_name(subagent_type: str) -> str:
         return _DEFAULT_CHILD_NAME
 
 
+#: The lines of a transcript that name it, by precedence, each with the field holding the title.
+_TITLE_LINES = {"custom-title": "customTitle", "ai-title": "aiTitle", "summary": "summary"}
+
+
+def _source_title(parsed: list[_Line]) -> str:
+    """The transcript's title (shared.titles.preferred_title): the last custom title (``/rename``)
+    over the last AI title over the last summary line; "" when it has none."""
+    last = dict.fromkeys(_TITLE_LINES, "")
+    for line in parsed:
+        kind = line.record.get("type") if line.record is not None else None
+        if line.record is not None and isinstance(kind, str) and kind in _TITLE_LINES:
+            value = line.record.get(_TITLE_LINES[kind], line.record.get("title"))
+            if isinstance(value, str) and value.strip():
+                last[kind] = value
+    return preferred_title(*last.values())
+
+
 def convert_claude(lines: Iterable[bytes], source: Path = Path("<claude>")) -> ImportedFile:
     """Convert the lines of one Claude Code transcript (see the module doc for the mapping).
 
@@ -551,6 +571,9 @@ def convert_claude(lines: Iterable[bytes], source: Path = Path("<claude>")) -> I
                 writer.keep_line(
                     line, f"claude.{record_type}" if isinstance(record_type, str) else "claude.unknown"
                 )
+        title = _source_title(parsed)
+        if title:  # last in the session: the title it shows (shared.titles)
+            writer.append(event_record(TITLE_EVENT, title_event_body(title)))
         writer.finish("imported from Claude Code")
         if branch_lines:
             main.notes.append(

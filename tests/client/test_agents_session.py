@@ -12,6 +12,7 @@ import sys
 import threading
 from typing import Any
 
+import grpc
 import pytest
 from agents import (
     Agent,
@@ -32,7 +33,7 @@ from openai.types.responses import (
 )
 from openai.types.responses.response_reasoning_item import Summary
 
-from rollout_client import AsyncRolloutClient, RolloutClient
+from rollout_client import CHANNEL_OPTIONS, AsyncRolloutClient, InvalidArgumentError, RolloutClient
 from rollout_client.agents import ITEM_PART, LedgerSession, item_to_message, messages_to_items
 from tests.client.conftest import TEST_RETRY
 from tests.conftest import REPO
@@ -474,3 +475,42 @@ def test_the_blocking_client_type_is_accepted_as_is() -> None:
     """LedgerSession takes either client kind (RolloutClient needs no event loop of the caller's)."""
     with RolloutClient("127.0.0.1:1", "127.0.0.1:1") as blocking:
         assert LedgerSession("x", client=blocking).session_id == "x"
+
+
+def test_a_blocking_client_serves_the_session_on_the_callers_own_loop(writer_process, reader_process) -> None:
+    """Over a blocking client, LedgerSession's calls run on the caller's event loop (the client's
+    asyncio core opens its channels there), not on the client's thread and back: no thread hop."""
+    openers: list[str] = []
+
+    def opener(_service: str, address: str) -> grpc.aio.Channel:
+        openers.append(threading.current_thread().name)
+        return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+
+    async def run() -> list[Any]:
+        ledger = LedgerSession("own-loop", client=blocking)
+        await ledger.add_items([{"role": "user", "content": "hi"}])
+        return await ledger.get_items()
+
+    with RolloutClient(
+        writer_process.address, reader_process.address, retry=TEST_RETRY, channels=opener
+    ) as blocking:
+        caller = threading.current_thread().name
+        assert asyncio.run(run()) == [{"role": "user", "content": "hi"}]
+    assert openers
+    assert set(openers) == {caller}
+
+
+def test_an_item_json_cannot_hold_is_refused_naming_it_and_nothing_is_written(client) -> None:
+    """Items are sent encoded once; one that JSON cannot hold (a lone surrogate) is still refused
+    before anything is sent, as InvalidArgumentError naming the record, with either shape."""
+    ledger = LedgerSession("surrogate", client=client)
+
+    async def run() -> list[Any]:
+        await ledger.add_items([{"role": "user", "content": "kept"}])
+        for item in ({"role": "user", "content": "\ud800"}, {"type": "note", "text": "\ud800"}):
+            with pytest.raises(InvalidArgumentError) as refused:
+                await ledger.add_items([{"role": "user", "content": "fine"}, item])
+            assert [v.field for v in refused.value.field_violations] == ["records[1].message_json"]
+        return await ledger.get_items()
+
+    assert asyncio.run(run()) == [{"role": "user", "content": "kept"}]

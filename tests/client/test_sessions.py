@@ -7,12 +7,14 @@ import asyncio
 import subprocess
 import sys
 
+import orjson
 import pytest
 
 from rollout_client import (
     AsyncRolloutClient,
     Compaction,
     ConversationMemory,
+    EncodedMessage,
     Event,
     FieldViolation,
     InvalidArgumentError,
@@ -27,6 +29,7 @@ from rollout_client import (
     tool_result,
     user,
 )
+from rollout_client._records import record_lines
 from rollout_client.agents import LedgerSession
 from tests.client.conftest import TEST_RETRY
 from tests.conftest import REPO, start_service
@@ -60,6 +63,19 @@ def test_messages_round_trip_exactly_through_append_and_replay(client) -> None:
     assert replay.messages == expected
     assert replay.digest_status == "no_checkpoint"
     assert list(session.stream_replay()) == expected
+
+
+def test_encoded_messages_land_as_their_dicts_do_counting_their_reasoning_lines(client) -> None:
+    """An EncodedMessage (the message's JSON, sent as is) lands exactly as the same message dict:
+    the same seqs, reasoning blocks included, so a retry knows where its lines would be."""
+    assert [record_lines(EncodedMessage(orjson.dumps(message))) for message in CONVERSATION] == [
+        record_lines(message) for message in CONVERSATION
+    ]
+    as_dicts, encoded = client.create_session(), client.create_session()
+    expected = as_dicts.append(*CONVERSATION)
+    result = encoded.append(*(EncodedMessage(orjson.dumps(message)) for message in CONVERSATION))
+    assert (result.seqs, result.next_seq) == (expected.seqs, expected.next_seq)
+    assert encoded.replay().messages == as_dicts.replay().messages
 
 
 def test_stream_replay_gives_the_summary_after_the_last_chunk(client) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -85,7 +86,7 @@ SESSION_REQUESTS: dict[str, Callable[[str], tuple[Any, str]]] = {
 }
 #: RPCs on no session: checked by their own tests below (GetShardMap holds only shard owners'
 #: addresses, no session data: tests/e2e/test_routing.py).
-NOT_ON_A_SESSION = {"ListSessions", "ResolveSession", "ListPendingRounds", "GetShardMap"}
+NOT_ON_A_SESSION = {"ListSessions", "ResolveSession", "ListPendingRounds", "GetShardMap", "SearchSessions"}
 
 
 @pytest.fixture(scope="module")
@@ -176,6 +177,33 @@ def test_listings_show_only_the_callers_tenant(channels) -> None:
     denied = refusal(reader, listing, reader_pb2.ListSessionsRequest(tenant="a"), B)
     assert denied.code() == grpc.StatusCode.PERMISSION_DENIED
     assert listed(A)[target] == "a"
+
+
+def test_a_search_finds_only_the_callers_tenants_sessions(channels) -> None:
+    """Tenant b searching for a word only a's session holds finds nothing, and a does find it; a
+    search naming another tenant is PERMISSION_DENIED."""
+    writer, reader = channels[WRITER.full_name], channels[READER.full_name]
+    word = f"zq{uuid.uuid4().hex}"
+    (created,) = call(writer, WRITER.methods_by_name["CreateSession"], writer_pb2.CreateSessionRequest(), A)
+    (appended,) = call(
+        writer,
+        WRITER.methods_by_name["Append"],
+        writer_pb2.AppendRequest(session_id=created.session_id, records=[_user(f"the word {word}")]),
+        A,
+    )
+    search = READER.methods_by_name["SearchSessions"]
+    give_up = time.monotonic() + 60  # the index follows the file on its own thread
+    while True:
+        (page,) = call(reader, search, reader_pb2.SearchSessionsRequest(query=word), A)
+        if page.hits or time.monotonic() > give_up:
+            break
+        time.sleep(0.02)
+    assert [(hit.session_id, hit.tenant) for hit in page.hits] == [(created.session_id, "a")]
+    assert [match.seq for match in page.hits[0].matches] == list(appended.seqs)
+    (theirs,) = call(reader, search, reader_pb2.SearchSessionsRequest(query=word), B)
+    assert not theirs.hits
+    denied = refusal(reader, search, reader_pb2.SearchSessionsRequest(query=word, tenant="a"), B)
+    assert denied.code() == grpc.StatusCode.PERMISSION_DENIED
 
 
 def test_pending_rounds_show_only_the_callers_tenant(channels) -> None:

@@ -368,3 +368,24 @@ def test_content_with_a_part_that_is_not_an_object_is_kept_as_its_json_text() ->
     assert not user.HasField("parts")
     assert orjson.loads(user.text) == ["just text", {"type": "text", "text": "x"}]
     assert orjson.loads(output.text) == ["plain", {"type": "text"}]
+
+
+def test_the_title_is_the_custom_title_over_the_ai_title_wherever_they_stand() -> None:
+    """custom-title > ai-title > summary (issue 26): one title record ends the session; the source
+    lines stay as events. Without any, no title record (the listing shows the first prompt)."""
+    conversation = [
+        line("user", "u1", None, "fix the upload test"),
+        assistant("a1", "u1", "m1", {"type": "text", "text": "done"}),
+    ]
+    titles = [
+        orjson.dumps({"type": "summary", "summary": "Upload test", "leafUuid": "a1"}),
+        orjson.dumps({"type": "custom-title", "customTitle": "my upload fix", "sessionId": SESSION}),
+        orjson.dumps({"type": "ai-title", "aiTitle": "Fixing the flaky upload test", "sessionId": SESSION}),
+    ]
+    [main] = convert_claude([*titles[:2], *conversation, titles[2]]).sessions
+    assert events(main, "title") == [{"title": "my upload fix"}]
+    assert main.records[-1].record.event.kind == "title"
+    [main] = convert_claude([titles[0], *conversation, titles[2]]).sessions
+    assert events(main, "title") == [{"title": "Fixing the flaky upload test"}]
+    [main] = convert_claude(conversation).sessions
+    assert events(main, "title") == []

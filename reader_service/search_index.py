@@ -1,0 +1,675 @@
+"""The content index: which sessions hold which words (SQLite FTS5, stdlib ``sqlite3``; docs/spec.md §10).
+
+Derived data only, never the source of truth: every row is rebuilt from the session files,
+and a missing, stale or unreadable index never hides a session from listing (listings never
+read it). What it holds, per session file:
+
+* a ``sessions`` row: tenant, cwd, agent, created_at (from ``session_meta``), the last git
+  branch recorded (:func:`branch_of`), the ``ts`` of the last record indexed, the title (the
+  last non-empty one: :func:`shared.titles.title_of`), and how far the file was read
+  (inode and byte offset of the next line to index);
+* one FTS5 row per piece of text a record holds (:func:`record_texts`): message text, tool
+  call names and arguments, tool outputs, reasoning summaries and titles, each cut to
+  :data:`MAX_TEXT_CHARS`. The row id carries the session's row id and the record's seq
+  (:func:`row_id`), so a session's rows are one row id range (dropped at once when its file is
+  replaced, cut or removed) and each match names its record's seq.
+
+**Where it lives.** The reader stays stateless: the index is a cache in a folder of its
+own (``serve-reader --search-index-dir``; by default a fresh folder in the system temp
+folder, removed at close). A folder holding an index of an earlier run is used as it is:
+each file is read on from where it was left when its inode is the same and it did not
+shrink, and read again from its start otherwise; an index of another schema version, or
+one that cannot be opened, is rebuilt. One reader process per folder (a lock file).
+
+**Keeping current.** A thread of its own (never an RPC's) follows the data root's sessions
+folders with inotify (names created, moved, removed, and files written: ``IN_MODIFY``) and
+indexes what changed, a bounded number of bytes per file per step so one large file does not
+hold back the others, at most one step every :data:`BATCH_SECONDS` once caught up (the
+appends of that time are indexed together: a search may miss what was written in the last
+~0.25 s); the thread runs at a lower priority (:data:`INDEXING_NICENESS`), so that when the
+CPU is short the index lags rather than the writer or the reader's RPCs; it lists every folder and compares sizes every
+:data:`SWEEP_SECONDS` and whenever reports were lost (changes made through another host are
+never reported: docs/spec.md §7). Searches read through connections of their own (WAL mode: a search
+never waits for the indexing). The writer's path is not touched at all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import logging
+import math
+import os
+import re
+import shutil
+import sqlite3
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from inotify_simple import INotify, flags
+
+from reader_service.listing_index import CompleteLines
+from shared.errors import InvalidArgumentError
+from shared.layout import DataRoot, session_file_stat
+from shared.naming import session_file_name
+from shared.records import parse_timestamp, record_of_line
+from shared.session_meta import branch_of, in_folder, tenant_of
+from shared.titles import next_title, title_of
+
+log = logging.getLogger(__name__)
+
+#: Schema version of the index file; an index of another version is rebuilt.
+SCHEMA_VERSION = 1
+INDEX_FILE = f"search-v{SCHEMA_VERSION}.sqlite3"
+#: Characters of one piece of text indexed (a long tool output is indexed by its start).
+MAX_TEXT_CHARS = 32 * 1024
+#: Bytes of one file indexed per step of the indexing thread.
+STEP_BYTES = 4 * 1024 * 1024
+#: Least seconds between two indexing steps once caught up (changes gather in between: one
+#: step for many appends to a file costs about what one step for one append does).
+BATCH_SECONDS = 0.25
+#: Niceness of the indexing thread: when the CPU is short, serving (and the writer on the same
+#: host) comes first, and the index lags.
+INDEXING_NICENESS = 10
+#: Seconds between two tries to watch the shard folders not made yet.
+WATCH_SECONDS = 0.5
+#: Bytes of files indexed in one transaction of the index.
+COMMIT_BYTES = 16 * 1024 * 1024
+#: Seconds between two listings of every sessions folder (changes nothing reported).
+SWEEP_SECONDS = 5.0
+#: Longest query, in characters.
+MAX_QUERY_CHARS = 1000
+#: Most records ranked for one query (the newest sessions' first); more are not looked at.
+MAX_RANKED_RECORDS = 20_000
+#: Records of a session shown with each hit.
+MATCHES_SHOWN = 3
+#: Days after which a session's relevance counts half (recency in the ranking).
+RECENCY_DAYS = 30.0
+#: A title match counts this many times a content match of the same relevance.
+TITLE_WEIGHT = 2.0
+SNIPPET_OPEN, SNIPPET_CLOSE = "\u00ab", "\u00bb"
+_SEQ_BITS, _PART_BITS = 36, 4
+_FOLDER_EVENTS = (
+    flags.CREATE | flags.MOVED_TO | flags.DELETE | flags.MOVED_FROM | flags.MODIFY | flags.CLOSE_WRITE
+)
+_GONE_EVENTS = flags.DELETE | flags.MOVED_FROM
+_QUERY_WORD = re.compile(r'"([^"]*)"|(\S+)')
+_WORD_CHAR = re.compile(r"\w")
+
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS sessions (id INTEGER PRIMARY KEY, name TEXT UNIQUE NOT NULL,"
+    " session_id TEXT NOT NULL, tenant TEXT NOT NULL DEFAULT '', cwd TEXT NOT NULL DEFAULT '',"
+    " branch TEXT NOT NULL DEFAULT '', agent TEXT NOT NULL DEFAULT '',"
+    " created_at TEXT NOT NULL DEFAULT '', updated_at TEXT NOT NULL DEFAULT '',"
+    " title TEXT NOT NULL DEFAULT '', inode INTEGER NOT NULL DEFAULT 0,"
+    " indexed_bytes INTEGER NOT NULL DEFAULT 0, text_bytes INTEGER NOT NULL DEFAULT 0)",
+    "CREATE VIRTUAL TABLE IF NOT EXISTS records USING fts5(text, kind UNINDEXED,"
+    " tokenize = 'unicode61 remove_diacritics 2')",
+)
+
+
+def row_id(session_row: int, seq: int, part: int) -> int:
+    """The FTS row id of piece ``part`` (0..15) of record ``seq`` of session row ``session_row``."""
+    return (session_row << (_SEQ_BITS + _PART_BITS)) | (seq << _PART_BITS) | part
+
+
+def session_rows(session_row: int) -> tuple[int, int]:
+    """The first and last FTS row id of a session row (inclusive)."""
+    return row_id(session_row, 0, 0), row_id(session_row + 1, 0, 0) - 1
+
+
+def _seq_of(rowid: int) -> int:
+    return (rowid >> _PART_BITS) & ((1 << _SEQ_BITS) - 1)
+
+
+def _text_of(content: Any) -> str:
+    """The text of a message content: a string, or the ``text`` of each part of a list."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            part["text"] for part in content if isinstance(part, dict) and isinstance(part.get("text"), str)
+        )
+    return ""
+
+
+def record_texts(record_type: str, payload: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The pieces of text a record contributes to the index, each as (kind, text): ``message``
+    (user, assistant and system text), ``tool_call`` (each call's name and arguments),
+    ``tool_output`` (a tool message's content), ``reasoning`` (readable reasoning, never
+    encrypted content), ``title`` (a title event: shared.titles). Empty texts are left out."""
+    pieces: list[tuple[str, str]] = []
+    if record_type == "message":
+        text = _text_of(payload.get("content"))
+        pieces.append(("tool_output" if payload.get("role") == "tool" else "message", text))
+        calls = payload.get("tool_calls")
+        if isinstance(calls, list):
+            for call in calls:
+                function = call.get("function") if isinstance(call, dict) else None
+                if isinstance(function, dict):
+                    name, arguments = function.get("name"), function.get("arguments")
+                    pieces.append(
+                        ("tool_call", f"{name if isinstance(name, str) else ''} {_text_of_json(arguments)}")
+                    )
+    elif record_type == "reasoning":
+        pieces.append(("reasoning", _text_of(payload.get("content"))))
+    elif record_type == "event":
+        title = title_of("event", payload)
+        if title is not None:
+            pieces.append(("title", title))
+    return [(kind, text[:MAX_TEXT_CHARS]) for kind, text in pieces if text.strip()]
+
+
+def _text_of_json(value: Any) -> str:
+    return value if isinstance(value, str) else "" if value is None else str(value)
+
+
+def fts_query(query: str) -> str:
+    """The FTS5 expression for a person's query: each word (or "quoted phrase") a literal
+    phrase, all of them required; a word ending in ``*`` a prefix. So any text is a search,
+    never a syntax error. Raises InvalidArgumentError (``query``) when it is over
+    :data:`MAX_QUERY_CHARS` or holds no word (letters or digits: punctuation is not indexed)."""
+    if len(query) > MAX_QUERY_CHARS:
+        raise InvalidArgumentError("query", f"is {len(query)} characters; at most {MAX_QUERY_CHARS}")
+    terms: list[str] = []
+    for match in _QUERY_WORD.finditer(query):
+        phrase, word = match.group(1), match.group(2)
+        text = phrase if phrase is not None else word.strip('"')
+        prefix = phrase is None and len(text) > 1 and text.endswith("*")
+        text = text.rstrip("*") if prefix else text
+        if not _WORD_CHAR.search(text):
+            continue
+        quoted = '"' + text.replace('"', '""') + '"'
+        terms.append(quoted + "*" if prefix else quoted)
+    if not terms:
+        raise InvalidArgumentError(
+            "query", "holds no word to search for (letters or digits; punctuation alone is not indexed)"
+        )
+    return " ".join(terms)
+
+
+@dataclass(frozen=True, slots=True)
+class SearchFilters:
+    """What a search keeps: ``tenant`` (None: any), ``cwd`` (the folder or below), ``branch``,
+    ``agent``, ``since`` (a normalized RFC 3339 time: changed at or after it); "" is any."""
+
+    tenant: str | None = None
+    cwd: str = ""
+    branch: str = ""
+    agent: str = ""
+    since: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    seq: int
+    kind: str
+    snippet: str
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """One session found (see SearchSessions in protos/rollout/v1/reader.proto)."""
+
+    session_id: str
+    tenant: str
+    agent: str
+    cwd: str
+    branch: str
+    created_at: str
+    updated_at: str
+    title: str
+    title_match: bool
+    match_count: int
+    score: float
+    matches: list[Match] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class SearchPage:
+    """A page of hits; ``capped``: the words are in more than :data:`MAX_RANKED_RECORDS` records
+    and only the newest sessions' records were ranked."""
+
+    hits: list[Hit]
+    next_offset: int | None
+    pending: int
+    capped: bool = False
+
+
+def _recency(updated_at: str, now: datetime) -> float:
+    try:
+        age_days = max(0.0, (now - parse_timestamp(updated_at)).total_seconds() / 86400)
+    except ValueError:
+        return 0.5
+    return 1.0 / (1.0 + age_days / RECENCY_DAYS)
+
+
+class SearchIndex:
+    """The content index of one data root (thread-safe; see the module doc).
+
+    ``folder``: where the index file lives (None: a fresh temporary folder, removed at
+    :meth:`close`). Raises OSError when the folder cannot be made, or another reader holds it
+    (``EBUSY``).
+    """
+
+    def __init__(
+        self, root: DataRoot, folder: Path | None = None, sweep_seconds: float = SWEEP_SECONDS
+    ) -> None:
+        self.root = root
+        self.sweep_seconds = sweep_seconds
+        self._owned = folder is None
+        self.folder = Path(tempfile.mkdtemp(prefix="rollout-search-")) if folder is None else folder
+        self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._lock_file = open(self.folder / "lock", "a+b")  # noqa: SIM115 (held until close)
+        try:
+            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock_file.close()
+            raise OSError(
+                errno.EBUSY, "another reader uses this search index folder", str(self.folder)
+            ) from None
+        self.path = self.folder / INDEX_FILE
+        self._connection = self._open_for_writing()
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._readers: list[sqlite3.Connection] = []
+        #: Session file names to (re)index, and whether every folder must be listed.
+        self._dirty: set[str] = set()
+        self._sweep_due = True
+        self._closed = threading.Event()
+        self._thread: threading.Thread | None = None
+        #: Notified after each indexing step (:meth:`wait_indexed`); ``steps`` counts them.
+        self.indexed = threading.Condition()
+        self.steps = 0
+
+    # -- the index file ---------------------------------------------------------------------
+
+    def _open_for_writing(self) -> sqlite3.Connection:
+        try:
+            connection = self._connect()
+            version = connection.execute("PRAGMA user_version").fetchone()[0]
+            if version not in (0, SCHEMA_VERSION):
+                raise sqlite3.DatabaseError(f"schema version {version}")
+            for statement in _SCHEMA:
+                connection.execute(statement)
+            connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            return connection
+        except sqlite3.DatabaseError as exc:
+            log.warning("search index %s is rebuilt (%s)", self.path, exc)
+            with contextlib.suppress(NameError):
+                connection.close()
+            for suffix in ("", "-wal", "-shm"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(f"{self.path}{suffix}")
+            connection = self._connect()
+            for statement in _SCHEMA:
+                connection.execute(statement)
+            connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            return connection
+
+    def _connect(self) -> sqlite3.Connection:
+        connection = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        try:
+            connection.execute("PRAGMA journal_mode = WAL")
+            connection.execute("PRAGMA synchronous = OFF")  # a cache: a crash rebuilds what it lost
+        except sqlite3.Error:
+            connection.close()  # not a database: the caller rebuilds it
+            raise
+        return connection
+
+    def _reader(self) -> sqlite3.Connection:
+        """This thread's connection for searches (opened once per thread)."""
+        connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
+        if connection is None:
+            connection = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
+            connection.create_function("in_folder", 2, in_folder, deterministic=True)  # as listings
+            self._local.connection = connection
+            with self._lock:
+                self._readers.append(connection)
+        return connection
+
+    # -- the indexing thread ----------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the indexing thread (once)."""
+        with self._lock:
+            if self._thread is not None or self._closed.is_set():
+                return
+            self._thread = threading.Thread(target=self._run, name="rollout-search-index", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stop the indexing thread and release the folder (removed when it was a temporary one)."""
+        self._closed.set()
+        if self._thread is not None:
+            self._thread.join()
+        with self._lock:
+            readers, self._readers = self._readers, []
+        for connection in readers:
+            connection.close()
+        self._connection.close()
+        self._lock_file.close()
+        if self._owned:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+    def catch_up(self) -> None:
+        """List every folder and index all there is, on the calling thread (only while the
+        indexing thread is not started: tests, and bench/search.py's first build)."""
+        assert self._thread is None, "the indexing thread runs"
+        self._sweep()
+        while self._dirty:
+            self._index_dirty()
+
+    def _run(self) -> None:
+        with contextlib.suppress(OSError):  # Linux: a thread is a task of its own, with its own priority
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), INDEXING_NICENESS)
+        inotify: INotify | None = None
+        watched: set[int] = set()
+        last_sweep = -math.inf
+        try:
+            inotify = INotify(nonblocking=True)
+        except OSError as exc:
+            log.warning(
+                "search index: sessions folders are listed every %ss (no inotify: %s)",
+                self.sweep_seconds,
+                exc,
+            )
+        last_watch = -math.inf
+        while not self._closed.is_set():
+            try:
+                began = time.monotonic()
+                if inotify is not None and began - last_watch >= WATCH_SECONDS:
+                    last_watch = began
+                    if len(watched) < self.root.shards:
+                        watched = self._watch(inotify, watched)
+                if inotify is not None:
+                    self._take_reports(inotify, timeout_ms=0 if self._dirty else 200)
+                elif not self._dirty:
+                    self._closed.wait(min(0.2, self.sweep_seconds))
+                if self._sweep_due or time.monotonic() - last_sweep >= self.sweep_seconds:
+                    last_sweep = time.monotonic()
+                    self._sweep()
+                if self._dirty:
+                    self._index_dirty()
+                    if not self._dirty:  # all caught up: let the next changes gather
+                        self._closed.wait(max(0.0, BATCH_SECONDS - (time.monotonic() - began)))
+            except (OSError, sqlite3.Error, ValueError) as exc:
+                log.warning("search index: %s", exc)
+                self._closed.wait(1.0)
+        if inotify is not None:
+            inotify.close()
+
+    def _watch(self, inotify: INotify, watched: set[int]) -> set[int]:
+        """Watch every shard's sessions folder not watched yet (a folder comes with its first session)."""
+        self.root.resolve()
+        for shard in range(self.root.shards):
+            if shard in watched:
+                continue
+            try:
+                inotify.add_watch(self.root.sessions_folder(shard), _FOLDER_EVENTS | flags.ONLYDIR)
+            except OSError:
+                continue
+            watched.add(shard)
+            self._sweep_due = True  # what was written before the watch
+        return watched
+
+    def _take_reports(self, inotify: INotify, timeout_ms: int) -> None:
+        for event in inotify.read(timeout=timeout_ms):
+            if event.mask & flags.Q_OVERFLOW:
+                self._sweep_due = True
+            elif event.name and session_file_name(event.name) is not None:
+                self._dirty.add(event.name)
+
+    def _sweep(self) -> None:
+        """List every sessions folder: names gone are dropped, names new, grown, cut or replaced are dirty."""
+        self._sweep_due = False
+        if not self.root.resolve():
+            return
+        present: set[str] = set()
+        for shard in range(self.root.shards):
+            with contextlib.suppress(FileNotFoundError):
+                present.update(
+                    name for name in os.listdir(self.root.sessions_folder(shard)) if session_file_name(name)
+                )
+        known = {
+            name: (inode, size)
+            for name, inode, size in self._connection.execute(
+                "SELECT name, inode, indexed_bytes FROM sessions"
+            )
+        }
+        with self._transaction():
+            for name in set(known) - present:
+                self._drop(name)
+        for name in present:
+            if name not in known:
+                self._dirty.add(name)
+                continue
+            parsed = session_file_name(name)
+            assert parsed is not None
+            with contextlib.suppress(OSError):
+                stat = os.stat(self.root.session_path(parsed.session_id, name))
+                if (stat.st_ino, stat.st_size) != known[name]:
+                    self._dirty.add(name)
+
+    def _index_dirty(self) -> None:
+        """One step over every dirty file, committed every :data:`COMMIT_BYTES` of file read
+        (a commit per file would cost more than most files' indexing)."""
+        dirty, self._dirty = self._dirty, set()
+        pending = iter(sorted(dirty))  # names begin with the creation time: rows in creation order
+        while not self._closed.is_set():
+            read = 0
+            with self._transaction():
+                for name in pending:
+                    done, step = self._index_step(name)
+                    if not done:
+                        self._dirty.add(name)  # more to read: next step (other files first)
+                    read += step
+                    if read >= COMMIT_BYTES:
+                        break
+                else:
+                    break
+        with self.indexed:
+            self.steps += 1
+            self.indexed.notify_all()
+
+    def _drop(self, name: str) -> None:
+        """Forget session file ``name`` and its rows (in the caller's transaction)."""
+        row = self._connection.execute("SELECT id FROM sessions WHERE name = ?", (name,)).fetchone()
+        if row is None:
+            return
+        self._connection.execute("DELETE FROM records WHERE rowid BETWEEN ? AND ?", session_rows(row[0]))
+        self._connection.execute("DELETE FROM sessions WHERE id = ?", (row[0],))
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[None]:
+        self._connection.execute("BEGIN")
+        try:
+            yield
+        except BaseException:
+            self._connection.execute("ROLLBACK")
+            raise
+        self._connection.execute("COMMIT")
+
+    def _index_step(self, name: str) -> tuple[bool, int]:
+        """Index up to :data:`STEP_BYTES` more of session file ``name`` (in the caller's
+        transaction); (whether it is read to its last complete line or gone, bytes read)."""
+        parsed = session_file_name(name)
+        if parsed is None:
+            return True, 0
+        path = self.root.session_path(parsed.session_id, name)
+        try:
+            stat = session_file_stat(path)
+        except FileNotFoundError:
+            self._drop(name)
+            return True, 0
+        row = self._connection.execute(
+            "SELECT id, inode, indexed_bytes, updated_at, branch, title, text_bytes FROM sessions WHERE name = ?",
+            (name,),
+        ).fetchone()
+        if row is not None and (row[1] != stat.st_ino or row[2] > stat.st_size):
+            self._drop(name)  # replaced or cut: read again from its start
+            row = None
+        if row is not None and row[2] == stat.st_size:
+            return True, 0
+        start = 0 if row is None else row[2]
+        lines = CompleteLines(path, start, STEP_BYTES)
+        updated_at, branch, title, text_bytes = ("", "", "", 0) if row is None else row[3:7]
+        session_row = None if row is None else row[0]
+        pieces: list[tuple[int, str, str]] = []
+        meta: dict[str, Any] | None = None
+        for _, block in lines:
+            for raw in block.split(b"\n")[:-1]:
+                record = record_of_line(raw)
+                if record is None:
+                    continue
+                record_type, payload, seq = record["type"], record["payload"], record["seq"]
+                if record_type == "session_meta" and session_row is None and meta is None:
+                    meta = payload
+                if isinstance(record.get("ts"), str):
+                    updated_at = record["ts"]
+                branch = branch_of(record_type, payload) or branch
+                title = next_title(title, record_type, payload)
+                if not isinstance(seq, int) or not 0 <= seq < 1 << _SEQ_BITS:
+                    continue
+                for part, (kind, text) in enumerate(record_texts(record_type, payload)[: 1 << _PART_BITS]):
+                    pieces.append((row_id(0, seq, part), text, kind))
+                    text_bytes += len(text.encode(errors="replace"))
+        if session_row is None:
+            if meta is None:  # no complete session_meta yet: read again when it grows
+                return lines.done, lines.end - start
+            session_row = self._connection.execute(
+                "INSERT INTO sessions (name, session_id, tenant, cwd, agent, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    name,
+                    parsed.session_id,
+                    tenant_of(meta),
+                    str(meta.get("cwd") or ""),
+                    str(meta.get("agent_name") or parsed.agent_name or ""),
+                    str(meta.get("created_at") or ""),
+                ),
+            ).lastrowid
+            assert session_row is not None
+        base = row_id(session_row, 0, 0)
+        self._connection.executemany(
+            "INSERT OR REPLACE INTO records (rowid, text, kind) VALUES (?, ?, ?)",
+            [(base | rowid, text, kind) for rowid, text, kind in pieces],
+        )
+        self._connection.execute(
+            "UPDATE sessions SET inode = ?, indexed_bytes = ?, updated_at = ?, branch = ?, title = ?,"
+            " text_bytes = ? WHERE id = ?",
+            (stat.st_ino, lines.end, updated_at, branch, title, text_bytes, session_row),
+        )
+        return lines.done, lines.end - start
+
+    # -- figures ------------------------------------------------------------------------------
+
+    def wait_indexed(self, name: str, size: int, timeout: float) -> bool:
+        """Wait until session file ``name`` is indexed up to ``size`` bytes (bench, tests)."""
+        deadline = time.monotonic() + timeout
+        connection = self._reader()
+        while True:
+            row = connection.execute("SELECT indexed_bytes FROM sessions WHERE name = ?", (name,)).fetchone()
+            if row is not None and row[0] >= size:
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            with self.indexed:
+                self.indexed.wait(min(left, 0.05))
+
+    def pending(self) -> int:
+        """Session files with bytes not indexed yet, as last seen by the indexing thread."""
+        return len(self._dirty)
+
+    def sizes(self) -> tuple[int, int]:
+        """(bytes of the index file and its log, bytes of text indexed)."""
+        files = sum(
+            os.path.getsize(f"{self.path}{suffix}")
+            for suffix in ("", "-wal")
+            if os.path.exists(f"{self.path}{suffix}")
+        )
+        text = self._reader().execute("SELECT coalesce(sum(text_bytes), 0) FROM sessions").fetchone()[0]
+        return files, int(text)
+
+    # -- searching ------------------------------------------------------------------------------
+
+    def search(self, query: str, filters: SearchFilters, page_size: int, offset: int) -> SearchPage:
+        """Sessions matching ``query`` (:func:`fts_query`) and ``filters``, best first: the
+        ``page_size`` from ``offset`` on. Raises InvalidArgumentError (``query``),
+        sqlite3.Error when the index cannot be read."""
+        expression = fts_query(query)
+        where, arguments = ["1"], [expression]
+        if filters.tenant is not None:
+            where.append("s.tenant = ?")
+            arguments.append(filters.tenant)
+        if filters.cwd:
+            where.append("in_folder(s.cwd, ?)")
+            arguments.append(filters.cwd)
+        for column, value in (("branch", filters.branch), ("agent", filters.agent)):
+            if value:
+                where.append(f"s.{column} = ?")
+                arguments.append(value)
+        if filters.since:
+            where.append("s.updated_at >= ?")
+            arguments.append(filters.since)
+        connection = self._reader()
+        # Ranking costs each matching record: words in most records rank the newest ones only.
+        bound = connection.execute(
+            "SELECT rowid FROM records WHERE records MATCH ? ORDER BY rowid DESC LIMIT 1 OFFSET ?",
+            (expression, MAX_RANKED_RECORDS),
+        ).fetchone()
+        floor = 0 if bound is None else bound[0] + 1
+        found = connection.execute(
+            "WITH m AS MATERIALIZED (SELECT rowid >> ? AS sid, bm25(records) AS rank, kind FROM records"
+            " WHERE records MATCH ? AND rowid >= ?)"
+            " SELECT s.id, s.session_id, s.tenant, s.agent, s.cwd, s.branch, s.created_at, s.updated_at,"
+            " s.title, min(m.rank), count(*), max(m.kind = 'title') FROM m JOIN sessions s ON s.id = m.sid"
+            f" WHERE {' AND '.join(where)} GROUP BY s.id",
+            [_SEQ_BITS + _PART_BITS, expression, floor, *arguments[1:]],
+        ).fetchall()
+        now = datetime.now(UTC)
+        ranked = sorted(
+            (
+                (-best * _recency(updated, now) * (TITLE_WEIGHT if in_title else 1.0), row)
+                for row in found
+                for best, updated, in_title in [(row[9], row[7], row[11])]
+            ),
+            key=lambda pair: (-pair[0], pair[1][1]),
+        )
+        page = ranked[offset : offset + page_size]
+        hits = [
+            Hit(
+                session_id=row[1],
+                tenant=row[2],
+                agent=row[3],
+                cwd=row[4],
+                branch=row[5],
+                created_at=row[6],
+                updated_at=row[7],
+                title=row[8],
+                title_match=bool(row[11]),
+                match_count=int(row[10]),
+                score=score,
+                matches=self._matches(connection, expression, row[0]),
+            )
+            for score, row in page
+        ]
+        more = offset + page_size < len(ranked)
+        return SearchPage(hits, offset + page_size if more else None, self.pending(), bound is not None)
+
+    @staticmethod
+    def _matches(connection: sqlite3.Connection, expression: str, session_row: int) -> list[Match]:
+        first, last = session_rows(session_row)
+        rows = connection.execute(
+            "SELECT rowid, kind, snippet(records, 0, ?, ?, '…', 16) FROM records"
+            " WHERE records MATCH ? AND rowid BETWEEN ? AND ? ORDER BY rank LIMIT ?",
+            (SNIPPET_OPEN, SNIPPET_CLOSE, expression, first, last, MATCHES_SHOWN),
+        ).fetchall()
+        return [Match(_seq_of(rowid), kind, snippet) for rowid, kind, snippet in rows]

@@ -1,0 +1,219 @@
+"""The content index (issue 26, docs/spec.md §10): derived from the files, current as they grow, scoped."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+import reader_service.search_index as search_index
+from reader_service.search_index import (
+    INDEX_FILE,
+    SearchFilters,
+    SearchIndex,
+    branch_of,
+    fts_query,
+    record_texts,
+)
+from shared.errors import InvalidArgumentError
+from shared.layout import DataRoot
+from tests.reader.test_listing_index import append, user, write
+
+T1 = SearchFilters(tenant="T1")
+
+
+def tool_call(call_id: str, name: str, arguments: str) -> tuple[str, dict]:
+    return (
+        "message",
+        {
+            "role": "assistant",
+            "tool_calls": [
+                {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+            ],
+        },
+    )
+
+
+def tool_output(call_id: str, text: str) -> tuple[str, dict]:
+    return ("message", {"role": "tool", "tool_call_id": call_id, "content": text})
+
+
+def three_sessions(data_dir: Path) -> list[Path]:
+    """S1 (T1, /repo/a, main) with a tool output, S2 (T1, /repo/b, feat-x) with a user text, S3 (T2)."""
+    return [
+        write(
+            data_dir,
+            1,
+            "T1",
+            ("turn_context", {"gitBranch": "main"}),
+            tool_call("c1", "shell", '{"cmd": "npm test"}'),
+            tool_output("c1", "ECONNRESET at db.ts:42"),
+            cwd="/repo/a",
+        ),
+        write(
+            data_dir, 2, "T1", ("turn_context", {"gitBranch": "feat-x"}), user("see PR #1234"), cwd="/repo/b"
+        ),
+        write(data_dir, 3, "T2", user("ECONNRESET again"), cwd="/repo/a"),
+    ]
+
+
+def found(index: SearchIndex, query: str, filters: SearchFilters = T1) -> list[str]:
+    return [hit.session_id[-1:] for hit in index.search(query, filters, 20, 0).hits]
+
+
+@pytest.fixture
+def index(data_dir: Path, tmp_path: Path):
+    made = SearchIndex(DataRoot(data_dir), tmp_path / "search")
+    yield made
+    made.close()
+
+
+def test_a_word_finds_the_sessions_of_the_tenant_that_hold_it_with_the_record_and_a_snippet(
+    data_dir, index
+) -> None:
+    three_sessions(data_dir)
+    index.catch_up()
+    (hit,) = index.search("ECONNRESET", T1, 20, 0).hits
+    assert hit.session_id.endswith("1")
+    assert (hit.cwd, hit.branch, hit.tenant) == ("/repo/a", "main", "T1")
+    ((seq, kind, snippet),) = [(m.seq, m.kind, m.snippet) for m in hit.matches]
+    assert (seq, kind, snippet) == (3, "tool_output", "«ECONNRESET» at db.ts:42")
+    assert not hit.title_match
+    assert found(index, "ECONNRESET", SearchFilters()) == ["3", "1"]  # no tenant: every tenant's
+    assert found(index, "npm", T1) == ["1"]  # a tool call's arguments
+    assert found(index, "shell", T1) == ["1"]  # and its name
+
+
+def test_cwd_and_branch_narrow_a_search(data_dir, index) -> None:
+    three_sessions(data_dir)
+    index.catch_up()
+    assert found(index, "#1234", SearchFilters(tenant="T1", cwd="/repo/a")) == []
+    assert found(index, "#1234", SearchFilters(tenant="T1", cwd="/repo/b")) == ["2"]
+    assert found(index, "#1234", SearchFilters(tenant="T1", cwd="/repo")) == ["2"]  # a folder above
+    assert found(index, "#1234", SearchFilters(tenant="T1", cwd="/rep")) == []  # not a folder above
+    assert found(index, "#1234", SearchFilters(tenant="T1", branch="feat-x")) == ["2"]
+    assert found(index, "#1234", SearchFilters(tenant="T1", branch="main")) == []
+    assert found(index, "#1234", SearchFilters(tenant="T1", since="2026-03-02T00:00:00.000000Z")) == []
+
+
+def test_a_growing_file_is_indexed_from_where_it_was_left_and_a_replaced_or_cut_one_again(
+    data_dir, index
+) -> None:
+    s1, s2, _ = three_sessions(data_dir)
+    index.catch_up()
+    append(s2, 3, "reasoning", {"content": "maybe the pool leaks sockets"})
+    index.catch_up()
+    assert found(index, "sockets") == ["2"]
+    assert found(index, "#1234") == ["2"]  # what was indexed before stays
+    # Cut below what was indexed: read again from its start (the record cut away is gone).
+    data = s2.read_bytes()
+    with s2.open("r+b") as handle:
+        handle.truncate(data.rindex(b"\n", 0, len(data) - 1) + 1)
+    index.catch_up()
+    assert found(index, "sockets") == []
+    assert found(index, "#1234") == ["2"]
+    # Replaced by another file (a new inode) of the same size: read again.
+    replacement = s1.with_name(s1.name + ".tmp")
+    replacement.write_bytes(s1.read_bytes().replace(b"ECONNRESET", b"EPIPEXXXXX"))
+    os.replace(replacement, s1)
+    index.catch_up()
+    assert found(index, "ECONNRESET") == []
+    assert found(index, "EPIPEXXXXX") == ["1"]
+    s1.unlink()
+    index.catch_up()
+    assert found(index, "EPIPEXXXXX") == []
+
+
+def test_the_index_thread_follows_new_sessions_and_growth(data_dir, tmp_path) -> None:
+    s1, _, _ = three_sessions(data_dir)
+    index = SearchIndex(DataRoot(data_dir), tmp_path / "search")
+    index.start()
+    try:
+        assert index.wait_indexed(s1.name, s1.stat().st_size, 60)
+        append(s1, 4, "message", {"role": "assistant", "content": "retry with backoff"})
+        assert index.wait_indexed(s1.name, s1.stat().st_size, 60)
+        assert found(index, "backoff") == ["1"]
+        s4 = write(data_dir, 4, "T1", user("a brand new session"))
+        assert index.wait_indexed(s4.name, s4.stat().st_size, 60)
+        assert found(index, "brand") == ["4"]
+    finally:
+        index.close()
+
+
+def test_an_index_left_by_an_earlier_run_is_used_and_a_broken_one_rebuilt(data_dir, tmp_path) -> None:
+    s1, _, _ = three_sessions(data_dir)
+    folder = tmp_path / "search"
+    first = SearchIndex(DataRoot(data_dir), folder)
+    first.catch_up()
+    with pytest.raises(OSError, match="another reader"):
+        SearchIndex(DataRoot(data_dir), folder)
+    first.close()
+    append(s1, 4, "message", {"role": "assistant", "content": "retry with backoff"})
+    again = SearchIndex(DataRoot(data_dir), folder)
+    again.catch_up()
+    assert found(again, "backoff") == found(again, "ECONNRESET") == ["1"]
+    again.close()
+    (folder / INDEX_FILE).write_bytes(b"not a database at all" * 100)
+    rebuilt = SearchIndex(DataRoot(data_dir), folder)
+    rebuilt.catch_up()
+    assert found(rebuilt, "ECONNRESET") == ["1"]
+    rebuilt.close()
+    temporary = SearchIndex(DataRoot(data_dir))
+    assert temporary.folder.exists()
+    temporary.close()
+    assert not temporary.folder.exists()
+
+
+def test_any_text_is_a_literal_search_and_a_query_without_words_is_refused() -> None:
+    assert fts_query('ECONNRESET "db.ts:42" NOT econn* ("') == '"ECONNRESET" "db.ts:42" "NOT" "econn"*'
+    assert fts_query('say "a ""b"" c"') == '"say" "a " "b" " c"'
+    for query in ("", "  ", "# ! *", "x" * 1001):
+        with pytest.raises(InvalidArgumentError, match=r"^query: "):
+            fts_query(query)
+
+
+def test_what_a_record_contributes() -> None:
+    assert record_texts("message", {"role": "user", "content": [{"type": "text", "text": "hi"}]}) == [
+        ("message", "hi")
+    ]
+    assert record_texts("reasoning", {"content": "", "encrypted": "zzz"}) == []
+    assert record_texts("event", {"kind": "title", "body": {"title": "Fix CI"}}) == [("title", "Fix CI")]
+    assert record_texts("event", {"kind": "token_count", "body": {"title": "x"}}) == []
+    assert branch_of("turn_context", {"git_branch": "b1"}) == "b1"
+    assert branch_of("event", {"kind": "codex.session_meta", "body": {"git": {"branch": "b2"}}}) == "b2"
+    assert branch_of("message", {"gitBranch": "b3"}) is None
+
+
+def test_a_word_in_more_records_than_are_ranked_ranks_the_newest_and_says_so(
+    data_dir, index, monkeypatch
+) -> None:
+    for number in range(1, 5):
+        write(data_dir, number, "T1", user("the same words"), user("the same words"))
+    index.catch_up()
+    page = index.search("same", T1, 20, 0)
+    assert (len(page.hits), page.capped) == (4, False)
+    monkeypatch.setattr(search_index, "MAX_RANKED_RECORDS", 3)
+    page = index.search("same", T1, 20, 0)
+    assert page.capped
+    assert sorted(hit.session_id[-1:] for hit in page.hits) == ["3", "4"]  # the last 3 records' sessions
+
+
+def test_the_listing_and_the_content_index_agree_on_the_title(data_dir, index) -> None:
+    """Both fold title records through shared.titles.next_title: an empty title never replaces one."""
+    from reader_service.listing_index import ListingIndex
+
+    titled = write(
+        data_dir,
+        1,
+        "T1",
+        ("event", {"kind": "title", "body": {"title": "First  name"}}),
+        user("work"),
+        ("event", {"kind": "title", "body": {"title": "Second name"}}),
+        ("event", {"kind": "title", "body": {"title": " "}}),
+        ("event", {"kind": "token_count", "body": {"title": "not a title"}}),
+    )
+    index.catch_up()
+    (hit,) = index.search("first", T1, 20, 0).hits
+    assert (hit.title, hit.title_match) == ("Second name", True)
+    assert ListingIndex(DataRoot(data_dir)).activity(titled.name).title == "Second name"
