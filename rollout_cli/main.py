@@ -3,8 +3,9 @@
 Commands: ``serve`` (both services, as two processes), ``serve-writer``,
 ``serve-reader`` (:mod:`rollout_cli.supervision`), ``import codex|claude``, ``ls``,
 ``search``, ``replay``, ``tail``, ``stop-facts``, ``verify``, ``stop``, ``resume``, ``fork``, ``rm``,
-``loadtest``, ``memory run|ls|show|forget`` (:mod:`rollout_cli.memory_commands`). Client commands reach the services at ``--writer`` / ``--reader`` (or
-the ``ROLLOUT_WRITER`` / ``ROLLOUT_READER`` environment variables) through
+``loadtest``, ``memory run|ls|show|forget`` (:mod:`rollout_cli.memory_commands`), ``cluster
+status|drain`` (:mod:`rollout_cli.cluster_commands`). Client commands reach the services at
+``--writer`` / ``--reader`` (or the ``ROLLOUT_WRITER`` / ``ROLLOUT_READER`` environment variables) through
 :mod:`rollout_client`, as any agent would: addresses, ``--token`` and ``--tls-ca`` are resolved
 with the environment by :func:`rollout_client.client_settings`, as ``RolloutClient()`` resolves
 them; :mod:`rollout_cli.session_view` shows
@@ -33,6 +34,7 @@ from pathlib import Path
 import click
 
 from rollout_cli import session_view
+from rollout_cli.cluster_commands import cluster_group
 from rollout_cli.loadtest import LoadtestConfig
 from rollout_cli.memory_commands import memory
 from rollout_cli.reachability import cleartext_token_message, in_command_words, unreachable_message
@@ -126,6 +128,7 @@ def _settings(writer: str | None = None, reader: str | None = None) -> ClientSet
 cli.add_command(serve_writer)
 cli.add_command(serve_reader)
 cli.add_command(serve)
+cli.add_command(cluster_group)
 cli.add_command(memory)
 
 

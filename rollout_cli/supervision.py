@@ -26,7 +26,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -43,6 +43,10 @@ from shared.records import DEFAULT_MAX_RECORD_BYTES
 from shared.shards import DEFAULT_SHARDS, MAX_SHARDS, ClusterFileError
 from writer_service.committer import CommitConfig, Durability, RoundSync, SyncCall
 from writer_service.refusal_pacing import DEFAULT_RATE as DEFAULT_UNKNOWN_ID_RATE
+
+if TYPE_CHECKING:
+    from writer_service.ownership import ServedOwnership
+    from writer_service.sessions import WriterConfig
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +137,13 @@ async def serve_until_signal(start: Any, label: str) -> None:
     running = await start
     click.echo(f"rollout {label} listening on {running.address}", err=False)
     sys.stdout.flush()
-    await stop.wait()
+    drained = getattr(running, "wait_drained", None)  # a writer of a cluster may be drained from outside
+    waits = [asyncio.ensure_future(stop.wait())]
+    if drained is not None:
+        waits.append(asyncio.ensure_future(drained()))
+    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    for wait in waits:
+        wait.cancel()
     log.info("%s: stopping (draining queued work)", label)
     await running.stop()
     for sig in handled:
@@ -195,6 +205,29 @@ async def serve_until_signal(start: Any, label: str) -> None:
     help="Shards of a data root this writer creates (recorded in its cluster.json, never changed);"
     " an existing data root keeps its own.",
 )
+@click.option(
+    "--etcd",
+    default=None,
+    metavar="HOST:PORT[,...]",
+    help="Join a cluster of writers sharing this data root, owning shards through leases in this"
+    " etcd (docs/cluster.md); without it the writer owns every shard alone. Not with --static-shard-map.",
+)
+@click.option("--cluster", "cluster_name", default=None, help="The cluster's name in etcd (with --etcd).")
+@click.option(
+    "--lease-ttl",
+    type=click.IntRange(1, 3600),
+    default=10,
+    show_default=True,
+    help="Seconds of the writer's lease (with --etcd): a writer that stops renewing it loses its"
+    " shards this long after its last renewal, and stops acknowledging a little earlier.",
+)
+@click.option(
+    "--advertise",
+    default=None,
+    metavar="HOST:PORT",
+    help="The address clients reach this writer at, stored in etcd for routing (with --etcd;"
+    " default: the bound address, unless it is a wildcard host such as 0.0.0.0).",
+)
 @retain_stopped_days_option
 @click.option(
     "--static-shard-map",
@@ -219,12 +252,16 @@ def serve_writer(
     unknown_id_rate: float,
     repair_retry_seconds: float,
     shards: int,
+    etcd: str | None,
+    cluster_name: str | None,
+    lease_ttl: int,
+    advertise: str | None,
     retain_stopped_days: float | None,
     static_shard_map: Path | None,
     serving: ServeOptions,
 ) -> None:
-    """Run the writer service alone (one per data root)."""
-    from writer_service.ownership import DataRootLockedError, StaticShardMapError
+    """Run the writer service alone (one per data root), or as one writer of a cluster (--etcd)."""
+    from writer_service.ownership import DataRootLockedError, OwnershipStartError, StaticShardMapError
     from writer_service.server import start_writer
     from writer_service.sessions import WriterConfig
 
@@ -252,11 +289,50 @@ def serve_writer(
         static_shard_map=static_shard_map,
     )
     try:
-        asyncio.run(
-            serve_until_signal(reloading_tokens(start_writer(config, address, settings), settings), "writer")
-        )
-    except (DataRootLockedError, ClusterFileError, BindError, StaticShardMapError) as exc:
+        ownership = _cluster_ownership(config, etcd, cluster_name, lease_ttl, advertise)
+        running = start_writer(config, address, settings, ownership)
+        asyncio.run(serve_until_signal(reloading_tokens(running, settings), "writer"))
+    except (
+        DataRootLockedError,
+        ClusterFileError,
+        BindError,
+        OwnershipStartError,
+        StaticShardMapError,
+    ) as exc:
         raise click.ClickException(str(exc)) from exc
+
+
+def _cluster_ownership(
+    config: WriterConfig, etcd: str | None, cluster_name: str | None, lease_ttl: int, advertise: str | None
+) -> ServedOwnership | None:
+    """The ownership of a writer of a cluster (``--etcd``: the data root created if new and its
+    lock held shared), or None for the embedded default; click.UsageError for options that do
+    not go together or a bad cluster name, DataRootLockedError when a single writer holds the root."""
+    cluster_only = {"--cluster": cluster_name, "--advertise": advertise}
+    if etcd is not None and config.static_shard_map is not None:
+        raise click.UsageError(
+            "--etcd and --static-shard-map do not go together: a writer owns shards through leases"
+            " in etcd (a cluster) or by a fixed map (testing), not both; drop one"
+        )
+    if etcd is None:
+        given = [name for name, value in cluster_only.items() if value is not None]
+        if given:
+            raise click.UsageError(f"{', '.join(given)} needs --etcd (a writer of a cluster)")
+        return None
+    if cluster_name is None:
+        raise click.UsageError("--etcd needs --cluster NAME (the cluster's name in etcd)")
+    from shared.layout import DataRoot
+    from writer_service.cluster_ownership import ClusterSettings, EtcdOwnership
+    from writer_service.ownership import SharedRootLock
+
+    try:
+        settings = ClusterSettings(etcd, cluster_name, lease_ttl, advertise)
+        EtcdOwnership(settings, 1)  # the name and TTL checked before anything is made
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+    root = DataRoot(config.data_dir)
+    root.create(config.shards)
+    return EtcdOwnership(settings, root.shards, SharedRootLock.claim(root))
 
 
 @click.command("serve-reader")

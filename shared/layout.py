@@ -9,7 +9,8 @@ a delegation marker lives in its parent's shard::
 
     <data root>/
       cluster.json                 {"hash":"blake2b-64","shards":256}, written once (0600)
-      writer.lock                  held by the writer that owns every shard (docs/spec.md §2.1)
+      writer.lock                  held by the writer that owns every shard (docs/spec.md §2.1), or
+                                   shared by the writers of a cluster (docs/cluster.md 2.5)
       writer-state/                the storage probe's scratch files (writer_service.storage_probe)
       shards/<NNN>/                shard NNN: 000 .. 255 (zero-padded to the width of the
                                    largest shard number, at least three digits)

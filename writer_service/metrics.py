@@ -92,3 +92,33 @@ SESSIONS_AWAITING_REPAIR = Gauge(
 DELETED_SESSIONS = Counter(
     "rollout_deleted_sessions", "Sessions deleted, by cause (request, retention).", labelnames=["cause"]
 )
+
+
+OWNED_SHARDS = Gauge("rollout_owned_shards", "Shards this writer owns and writes now.")
+LEASE_REMAINING = Gauge(
+    "rollout_lease_remaining_seconds", "Seconds until this writer's lease deadline (0: no live lease)."
+)
+SHARD_ACQUISITIONS = Counter("rollout_shard_acquisitions", "Shards taken by this writer (each a new epoch).")
+SHARD_RELEASES = Counter("rollout_shard_releases", "Shards this writer released (handover or drain).")
+LEASE_LOSSES = Counter(
+    "rollout_lease_losses", "Leases this writer lost (every shard dropped, then taken again: failovers)."
+)
+
+
+class _ClusterOwnership(Protocol):
+    @property
+    def owned_shards(self) -> list[int]: ...
+
+    def lease_remaining(self) -> float: ...
+
+
+def watch_ownership(ownership: _ClusterOwnership) -> None:
+    """Export the owned shards and the lease time left of the process's cluster ownership."""
+    OWNED_SHARDS.set_function(_weakly(ownership, lambda current: len(current.owned_shards)))
+    reference = weakref.ref(ownership)
+
+    def remaining() -> float:
+        current = reference()
+        return current.lease_remaining() if current is not None else 0.0
+
+    LEASE_REMAINING.set_function(remaining)

@@ -22,14 +22,26 @@ root at epoch :data:`EMBEDDED_EPOCH` for the life of the process, and always may
 acknowledge. It holds the data root's lock file (``writer.lock``: shared.layout) for all of
 them, so that a second writer on the same data root fails fast (docs/spec.md §2.1).
 
+A writer of a cluster (``serve-writer --etcd``) owns shards through leases in etcd instead
+(writer_service.cluster_ownership, docs/cluster.md §2); it implements :class:`ServedOwnership`,
+the life cycle the server drives: :meth:`~ServedOwnership.start` once the writer listens (its
+address is what the owner keys advertise), :meth:`~ServedOwnership.stop` when it stops. A
+served ownership takes and gives up shards while the writer runs, and tells the ledger through
+a :class:`ShardKeeper`: a shard is indexed afresh from its folder before its new epoch is
+answered by :meth:`Ownership.owns`, and its in-flight batches finish before it is released.
+
 :class:`StaticOwnership` is a fixed map read from a file (``serve-writer --static-shard-map``,
 for tests): several writer processes share one data root, each owning the shards the map
 gives it, and routing (NOT_OWNER redirects, GetShardMap) is tried without a coordination
-service.
+service. Both are served ownerships too, whose life cycle does little (the embedded one records
+the writer's address when started, for :meth:`Ownership.owner_of`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import fcntl
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
@@ -45,6 +57,11 @@ EMBEDDED_EPOCH = 1
 
 class DataRootLockedError(RuntimeError):
     """Another writer process holds the data root (one of its shard locks)."""
+
+
+class OwnershipStartError(RuntimeError):
+    """A served ownership cannot start: the coordination service is unreachable, or its record of
+    the cluster contradicts the data root (the message says which and what to do)."""
 
 
 class Ownership(Protocol):
@@ -63,6 +80,36 @@ class Ownership(Protocol):
         GetShardMap send it: the routing of docs/cluster.md §4)."""
 
 
+class ShardKeeper(Protocol):
+    """What a served ownership asks of the ledger as shards come and go (event loop)."""
+
+    async def take_shard(self, shard: int) -> None:
+        """Index ``shard`` afresh from its folder (another writer may have written it since)."""
+
+    async def release_shard(self, shard: int) -> None:
+        """Finish the in-flight batches of ``shard``'s open sessions, then close them."""
+
+
+class ServedOwnership(Ownership, Protocol):
+    """An ownership with a life cycle driven by the writer's server (module docstring)."""
+
+    #: The ``host:port`` clients reach this writer at, once started ("" when none is known).
+    address: str
+
+    async def start(self, address: str, keeper: ShardKeeper) -> None:
+        """Begin owning shards, advertising ``address``; OwnershipStartError when it cannot."""
+
+    async def stop(self) -> None:
+        """Release every shard (in-flight batches finished first): the writer is stopping."""
+
+    async def close(self) -> None:
+        """Give up what is still held once the ledger has closed (a lock, a lease)."""
+
+    async def wait_drained(self) -> None:
+        """Return once the ownership was asked to drain from outside and has released everything
+        (the writer then exits); never returns for an ownership that cannot be drained so."""
+
+
 class EmbeddedOwnership:
     """Every shard, epoch :data:`EMBEDDED_EPOCH`, always acknowledged; holds the data root's lock.
 
@@ -71,12 +118,8 @@ class EmbeddedOwnership:
 
     def __init__(self, locks: Sequence[FileLock] = ()) -> None:
         self._locks = list(locks)
-        #: The address clients reach this writer at ("" until it is bound: :meth:`advertise`).
+        #: The address clients reach this writer at ("" until it is started: :meth:`start`).
         self.address = ""
-
-    def advertise(self, address: str) -> None:
-        """Take ``address`` (``host:port``) as where clients reach this writer (:meth:`owner_of`)."""
-        self.address = address
 
     @classmethod
     def claim(cls, root: DataRoot) -> EmbeddedOwnership:
@@ -102,13 +145,62 @@ class EmbeddedOwnership:
         return True
 
     def owner_of(self, shard: int) -> tuple[str, int] | None:
+        """This writer's address and :data:`EMBEDDED_EPOCH`; None while it has no address (not
+        started, or bound to a wildcard host: clients keep the address they were given)."""
         return (self.address, EMBEDDED_EPOCH) if self.address else None
+
+    async def start(self, address: str, keeper: ShardKeeper) -> None:
+        """Record ``address`` (``host:port``, "" for none) as where clients reach this writer
+        (:meth:`owner_of`); every shard is owned from the start."""
+        self.address = address
+
+    async def stop(self) -> None:
+        """Nothing: the lock is held until the ledger has closed (:meth:`close`)."""
+
+    async def close(self) -> None:
+        """:meth:`release`."""
+        self.release()
+
+    async def wait_drained(self) -> None:
+        """Never returns: an embedded writer stops on a signal alone."""
+        await asyncio.Event().wait()
 
     def release(self) -> None:
         """Give up the lock (the writer has stopped writing)."""
         for lock in self._locks:
             lock.release()
         self._locks = []
+
+
+class SharedRootLock:
+    """The data root's lock file (``writer.lock``) held *shared* (``flock(LOCK_SH)``) by a writer
+    of a cluster: any number of them share a root, while the embedded default holds the same
+    file exclusively, so the two kinds exclude each other on one host (across hosts, etcd's
+    leases decide). Create with :meth:`claim`; :meth:`release` when the writer has stopped."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd: int | None = fd
+
+    @classmethod
+    def claim(cls, root: DataRoot) -> SharedRootLock:
+        """Hold ``root``'s lock shared; DataRootLockedError when a single writer holds it."""
+        path = root.lock_path
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, PRIVATE_FILE_MODE)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            os.close(fd)
+            raise DataRootLockedError(
+                f"data root {root.root} is in use by a writer that is not in a cluster (lock {path});"
+                " stop it before starting writers of a cluster on this data root"
+            ) from exc
+        return cls(fd)
+
+    def release(self) -> None:
+        """Give up the lock."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 class StaticShardMapError(ValueError):
@@ -184,8 +276,15 @@ class StaticOwnership:
     def owner_of(self, shard: int) -> tuple[str, int] | None:
         return self._owners.get(shard)
 
-    def advertise(self, address: str) -> None:
-        """Nothing to do: the map names this writer by the address it was given."""
+    async def start(self, address: str, keeper: ShardKeeper) -> None:
+        """Nothing to do: the map names this writer by the address it was loaded with."""
 
-    def release(self) -> None:
+    async def stop(self) -> None:
+        """Nothing: the map's shards are this writer's until it exits."""
+
+    async def close(self) -> None:
         """Nothing to release: a static map holds no lock."""
+
+    async def wait_drained(self) -> None:
+        """Never returns: a writer of a static map stops on a signal alone."""
+        await asyncio.Event().wait()

@@ -3,11 +3,13 @@
 The servicer only translates: protobuf in, :class:`SessionLedger` call, protobuf
 out; errors become statuses in :func:`serving.status.rpc_statuses` (one decorator
 per RPC). Standard health checking and server reflection are served beside it.
-The writer owns every shard of its data root (writer_service.ownership:
+By default the writer owns every shard of its data root (writer_service.ownership:
 EmbeddedOwnership), the root's ``writer.lock`` held for the life of the process: a
 second writer on the same root fails fast (docs/spec.md §2.1); or, given a static shard map
 (``WriterConfig.static_shard_map``, a testing option: StaticOwnership), the shards the map
-gives its address, beside other writers on the same root. Calls about a session of a
+gives its address, beside other writers on the same root. Given a served ownership (a
+writer of a cluster: docs/cluster.md), it owns the shards that ownership takes, indexing
+each when it is taken, and releases them when it stops. Calls about a session of a
 shard it does not own are answered UNAVAILABLE, ErrorInfo NOT_OWNER naming the owner;
 GetShardMap tells clients every owner it knows (docs/cluster.md §4).
 """
@@ -40,7 +42,7 @@ from writer_service.committer import durable_write_method
 from writer_service.heap_trim import HeapTrimmer, keep_large_blocks_mapped
 from writer_service.importing import SessionImport
 from writer_service.open_session import RecordTimes, RequestRecords
-from writer_service.ownership import EmbeddedOwnership, StaticOwnership, StaticShardMapError
+from writer_service.ownership import EmbeddedOwnership, ServedOwnership, StaticOwnership, StaticShardMapError
 from writer_service.refusal_pacing import RefusalPacer
 from writer_service.retention import retain
 from writer_service.session_index import build_index
@@ -449,14 +451,21 @@ class RunningWriter(RunningService):
 
     service: ServiceServer
     ledger: SessionLedger
-    ownership: EmbeddedOwnership | StaticOwnership
+    ownership: ServedOwnership
     repairs: asyncio.Task[None] | None = None
     storage_probe: StorageProbe | None = None
     #: The retention passes (writer_service.retention), when the writer has a retention.
     retention: asyncio.Task[None] | None = None
 
+    async def wait_drained(self) -> None:
+        """Return once the writer's ownership was drained from outside (``rollout cluster drain``):
+        the writer should then stop. Never returns for the embedded default."""
+        await self.ownership.wait_drained()
+
     async def stop(self, grace: float = 5.0) -> None:
-        """Stop accepting, let in-flight calls finish, drain queues, release the data root's lock."""
+        """Release the shards (in-flight batches finish first), stop accepting, let in-flight
+        calls finish, drain queues, then release the data root's lock (or the lease)."""
+        await self.ownership.stop()
         for task in (self.repairs, self.retention):
             if task is not None:
                 task.cancel()
@@ -466,7 +475,7 @@ class RunningWriter(RunningService):
             await self.storage_probe.close()
         await self.service.stop(grace)
         await self.ledger.close()
-        self.ownership.release()
+        await self.ownership.close()
 
 
 #: Hosts a server binds to listen on every interface: no client can be sent there.
@@ -501,20 +510,34 @@ def acquire_data_root(config: WriterConfig, address: str) -> EmbeddedOwnership |
 
 
 async def start_writer(
-    config: WriterConfig, address: str = "127.0.0.1:0", settings: ServerSettings = PLAINTEXT
+    config: WriterConfig,
+    address: str = "127.0.0.1:0",
+    settings: ServerSettings = PLAINTEXT,
+    ownership: ServedOwnership | None = None,
 ) -> RunningWriter:
     """Lock the root, repair torn tails, start serving on ``address`` with ``settings``
     (TLS, authentication, interceptors: serving.server).
 
+    ``ownership``: a served ownership (a writer of a cluster) instead of the embedded default:
+    nothing is locked or indexed up front; each shard is recovered and indexed when it is
+    taken, after the server listens (its bound address is advertised unless the ownership
+    was given another).
+
     Raises DataRootLockedError when another writer holds the data root, BindError
-    when the address cannot be bound and OSError when a TLS file cannot be read.
+    when the address cannot be bound, OSError when a TLS file cannot be read and
+    OwnershipStartError when the served ownership cannot start.
     """
-    ownership = acquire_data_root(config, address)
+    if ownership is None:
+        ownership = acquire_data_root(config, address)
+        # every shard now (None), or a static map's
+        indexed = ownership.owned_shards() if isinstance(ownership, StaticOwnership) else None
+    else:
+        DataRoot(config.data_dir).create(config.shards)
+        indexed = []  # none: each as it is taken
     keep_large_blocks_mapped()
-    shards = ownership.owned_shards() if isinstance(ownership, StaticOwnership) else None
     try:
         index = await asyncio.get_running_loop().run_in_executor(
-            None, build_index, DataRoot(config.data_dir), shards
+            None, build_index, DataRoot(config.data_dir), indexed
         )
         ledger = SessionLedger(config, index, ownership)
         service = ServiceServer(
@@ -542,8 +565,7 @@ async def start_writer(
             },
         )
         bound = service.bind(address)
-        servicer.address = address if isinstance(ownership, StaticOwnership) else reachable_address(bound)
-        ownership.advertise(servicer.address)
+        advertised = address if isinstance(ownership, StaticOwnership) else reachable_address(bound)
         await service.start()
         if ledger.index.repairs.pending:
             await service.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.NOT_SERVING)
@@ -554,12 +576,22 @@ async def start_writer(
         ledger.index.repairs.observe(observer)
         repairs = asyncio.ensure_future(_retry_repairs(ledger, config.repair_retry_seconds))
         retention = None
-        if config.retain_stopped_days is not None:
-            retention = asyncio.ensure_future(
-                retain(ledger, config.retain_stopped_days, config.retention_interval_seconds)
-            )
+        try:
+            await ownership.start(advertised, ledger)
+            servicer.address = ownership.address  # a cluster writer's --advertise, if given
+            if config.retain_stopped_days is not None:
+                retention = asyncio.ensure_future(
+                    retain(ledger, config.retain_stopped_days, config.retention_interval_seconds)
+                )
+        except BaseException:
+            repairs.cancel()
+            await storage_probe.close()
+            await service.stop(0)
+            await ledger.close()
+            raise
     except BaseException:
-        ownership.release()
+        await ownership.stop()
+        await ownership.close()
         raise
     log.info(
         "writer serving on %s (%s), data root %s; durable writes: %s",

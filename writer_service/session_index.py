@@ -114,7 +114,8 @@ def build_index(root: DataRoot, shards: Iterable[int] | None = None) -> SessionI
     start-up); names that are not of the session shape are skipped. Returns the index.
     """
     root.create()
-    remove_stale_saves(root.root)  # the storage probe's scratch (writer_service.storage_probe)
+    if shards is None:  # the root's only writer: no other writer's probe is running
+        remove_stale_saves(root.root)  # the storage probe's scratch (writer_service.storage_probe)
     entries: dict[str, IndexEntry] = {}
     failed: dict[str, str] = {}
     tombstones = Tombstones()
@@ -129,6 +130,22 @@ def build_index(root: DataRoot, shards: Iterable[int] | None = None) -> SessionI
         index.repairs.failed(session_id, reason)
     log.info("indexed %d sessions (%d awaiting repair)", len(entries), len(failed))
     return index
+
+
+def index_shard(
+    root: DataRoot, shard: int, tombstones: Tombstones
+) -> tuple[dict[str, IndexEntry], dict[str, str]]:
+    """Recover and index one shard's session files (blocking), as :func:`build_index` does for
+    each, its deleted ids loaded into ``tombstones``: (entries by session id, the reason of each
+    session awaiting repair). A writer of a cluster calls it when it takes a shard
+    (docs/cluster.md §2.4): another writer may have written the shard since this one last
+    indexed it."""
+    entries: dict[str, IndexEntry] = {}
+    failed: dict[str, str] = {}
+    repaired = _index_shard(root, shard, entries, failed, tombstones)
+    if repaired:
+        log.warning("recovery of shard %d repaired %d session files", shard, repaired)
+    return entries, failed
 
 
 def _index_shard(

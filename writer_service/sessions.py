@@ -106,7 +106,7 @@ from writer_service.ownership import EmbeddedOwnership, Ownership
 from writer_service.recovery import repair_torn_tail, unavailable
 from writer_service.refusal_pacing import DEFAULT_RATE
 from writer_service.retractions import resolve_retractions
-from writer_service.session_index import IndexEntry, SessionIndex, build_index, read_entry
+from writer_service.session_index import IndexEntry, SessionIndex, build_index, index_shard, read_entry
 from writer_service.session_state import (
     SAVE_EVERY_BYTES,
     SessionState,
@@ -509,6 +509,37 @@ class SessionLedger:
             state.entry.requests_floor = None  # set again from the file when next opened
             state.log.close()
 
+    # -- shards coming and going (writer_service.ownership.ShardKeeper) ------------------
+
+    async def take_shard(self, shard: int) -> None:
+        """Index ``shard`` afresh from its folder (its own recovery: torn tails repaired, interrupted
+        deletions finished) and its deletion records (tombstones) before this writer writes it
+        under a new epoch: another writer may have written or deleted in it since. Any session of
+        the shard still open from an older epoch is closed first."""
+        await self.release_shard(shard)
+        entries, failed = await self.run_io(index_shard, self.root, shard, self.index.tombstones)
+        for session_id in [known for known in self.index.entries if self.root.shard_of(known) == shard]:
+            if session_id not in entries:  # deleted by another writer meanwhile
+                self._kept.pop(session_id, None)
+                self.index.remove(session_id)
+        for session_id, entry in entries.items():
+            self._kept.pop(session_id, None)
+            self.index.add(session_id, entry)
+        for session_id, reason in failed.items():
+            self.index.repairs.failed(session_id, reason)
+
+    async def release_shard(self, shard: int) -> None:
+        """Let the in-flight batches of ``shard``'s open sessions finish (the ownership refuses any
+        new one), then close those sessions; the next owner reads their files afresh."""
+        while True:
+            open_here = [state for state in self._sessions.values() if state.log.shard == shard]
+            if not open_here:
+                return
+            for state in open_here:
+                await state.log.drain()
+                if self._sessions.get(state.session_id) is state:
+                    self._forget(state.session_id)
+
     def taken(self, session_id: str) -> bool:
         """Whether ``session_id`` is in the ledger, being created, or was deleted (a tombstone: never
         used again; writer_service.deletion), by any tenant. Every creation with a given id asks."""
@@ -910,6 +941,7 @@ class SessionLedger:
                 f"this writer does not own shard {shard} of session {session_id}; retry",
                 shard=shard,
                 epoch=0,
+                owner=self.ownership.owner_of(shard),
             )
         if session_id in self._deleting:
             raise SessionBusyError("a Delete of this session is in progress; retry when it ends")
@@ -991,11 +1023,14 @@ class SessionLedger:
         self.tenants.forget(session_id)
 
     def stopped_sessions(self) -> list[tuple[str, Path]]:
-        """(id, file path) of every stopped session not being deleted (retention's candidates)."""
+        """(id, file path) of every stopped session not being deleted, in a shard this writer owns
+        now (retention's candidates: a writer of a cluster leaves other shards to their owners)."""
         return [
             (session_id, self.root.session_path(session_id, entry.name))
             for session_id, entry in self.index.entries.items()
-            if entry.stopped_kind is not None and session_id not in self._deleting
+            if entry.stopped_kind is not None
+            and session_id not in self._deleting
+            and self.ownership.owns(self.root.shard_of(session_id)) is not None
         ]
 
     async def resume(self, session_id: str, force: bool = False) -> ResumeResult:

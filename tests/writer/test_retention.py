@@ -21,6 +21,7 @@ from shared.session_meta import SessionRole, SessionSpec
 from shared.stop_kinds import StopKind
 from tests.conftest import start_service
 from tests.data_roots import session_file
+from writer_service.ownership import EmbeddedOwnership
 from writer_service.retention import apply_retention
 from writer_service.server import append_payloads
 from writer_service.session_index import build_index
@@ -122,3 +123,39 @@ def test_serve_writer_applies_retention_at_start(data_dir: Path) -> None:
         assert (record["session_id"], record["cause"]) == (old, "retention")
     finally:
         process.stop()
+
+
+class _AllButOne(EmbeddedOwnership):
+    """Every shard but ``lost`` (a writer of a cluster whose shard went to another writer)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lost: int | None = None
+
+    def owns(self, shard: int) -> int | None:
+        return None if shard == self.lost else super().owns(shard)
+
+
+def test_retention_leaves_the_sessions_of_shards_another_writer_owns(data_dir: Path) -> None:
+    """A stopped old session of a shard this writer no longer owns is no candidate (its owner's
+    retention deletes it): not tried, not deleted, its file kept."""
+
+    async def scenario() -> None:
+        ownership = _AllButOne()
+        ledger = SessionLedger(WriterConfig(data_dir=data_dir), ownership=ownership)
+        try:
+            kept, _ = await ledger.create_session(SessionSpec(role=SessionRole.ROOT))
+            ours, _ = await ledger.create_session(SessionSpec(role=SessionRole.ROOT))
+            while ledger.root.shard_of(ours) == ledger.root.shard_of(kept):
+                ours, _ = await ledger.create_session(SessionSpec(role=SessionRole.ROOT))
+            for session_id in (kept, ours):
+                await ledger.stop(session_id, StopKind.PAUSED, "later")
+                _age(data_dir, session_id, 10)
+            ownership.lost = ledger.root.shard_of(kept)
+            assert [session_id for session_id, _ in ledger.stopped_sessions()] == [ours]
+            assert await apply_retention(ledger, 7, datetime.now(UTC)) == [ours]
+            assert session_file(data_dir, kept).exists()
+        finally:
+            await ledger.close()
+
+    asyncio.run(scenario())

@@ -245,6 +245,42 @@ class EtcdClient:
             )
         return OwnershipSnapshot(int(answer.header.revision), owners)
 
+    async def put(
+        self, key: str, value: bytes, *, lease: Lease | None = None, timeout: float | None = None
+    ) -> int:
+        """Set ``key`` to ``value`` (under ``lease`` when given, else with no lease); returns the
+        store revision of the change. Raises LeaseGoneError when etcd does not know the lease."""
+        request = etcd_rpc.PutRequest(key=key.encode(), value=value, lease=0 if lease is None else lease.id)
+        answer, _ = await self._rotation.unary(
+            lambda member: member.kv.Put,
+            request,
+            timeout=self._timeout(timeout),
+            what=f"put {key!r}",
+            lease_id=None if lease is None else lease.id,
+        )
+        return int(answer.header.revision)
+
+    async def delete(self, key: str, *, timeout: float | None = None) -> bool:
+        """Delete ``key``; returns whether it existed."""
+        answer, _ = await self._rotation.unary(
+            lambda member: member.kv.DeleteRange,
+            etcd_rpc.DeleteRangeRequest(key=key.encode()),
+            timeout=self._timeout(timeout),
+            what=f"delete {key!r}",
+        )
+        return bool(answer.deleted)
+
+    async def values(self, prefix: str, *, timeout: float | None = None) -> dict[str, bytes]:
+        """Every key under ``prefix`` with its value (a linearizable read)."""
+        encoded = prefix.encode()
+        answer, _ = await self._rotation.unary(
+            lambda member: member.kv.Range,
+            etcd_rpc.RangeRequest(key=encoded, range_end=prefix_range_end(encoded)),
+            timeout=self._timeout(timeout),
+            what=f"read the keys under {prefix!r}",
+        )
+        return {kv.key.decode(): bytes(kv.value) for kv in answer.kvs}
+
     def watch(self, prefix: str, *, start_revision: int | None = None) -> Watch:
         """The changes (puts and deletes) under ``prefix`` from ``start_revision`` on (None:
         from now), as an async iterator of KeyEvents that resumes after a broken stream from

@@ -8,6 +8,9 @@ Key layout, every key of cluster NAME under its prefix (``ClusterKeys``)::
         the owner of shard 42, held under its owner's lease
     /rollout-ledger/clusters/NAME/writers/WRITER_ID   {"address":...,"writer_id":...}
         a writer's presence, held under its lease
+    /rollout-ledger/clusters/NAME/drain/WRITER_ID     {"address":...,"writer_id":...}
+        a request that writer WRITER_ID release every shard and exit (``rollout cluster
+        drain``); no lease; the writer deletes it once drained
 
 Values are compact JSON with sorted keys (orjson), so equal records are equal bytes.
 
@@ -100,6 +103,15 @@ class ClusterKeys:
     def writer(self, writer_id: str) -> str:
         """The presence key of writer ``writer_id`` (a name as for clusters, else ValueError)."""
         return f"{self.writers}{_check_name('writer id', writer_id)}"
+
+    @property
+    def drains(self) -> str:
+        """The prefix of the drain requests."""
+        return f"{self.prefix}drain/"
+
+    def drain(self, writer_id: str) -> str:
+        """The key asking writer ``writer_id`` to drain (a name as for clusters, else ValueError)."""
+        return f"{self.drains}{_check_name('writer id', writer_id)}"
 
 
 @dataclass(frozen=True)
