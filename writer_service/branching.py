@@ -23,8 +23,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from shared.errors import SessionStateError
-from shared.naming import build_file_name, new_session_id
+from shared.errors import SessionExistsError, SessionStateError
+from shared.naming import build_file_name, new_session_id, session_id_for_key
 from shared.reasons import session_subject
 from shared.rebuild import DegradedEntry
 from shared.records import (
@@ -36,6 +36,7 @@ from shared.records import (
     now_timestamp,
 )
 from shared.remedies import FORCED_RESUME
+from shared.session_meta import recorded_tenant, tenant_of
 from shared.stop_kinds import classify_session
 from writer_service.file_facts import FORCE_HINT, RebuiltFacts, file_facts, refuse_damage
 from writer_service.forking import check_fork_keeps_pairs, find_fork_point
@@ -56,6 +57,12 @@ class SessionLedger(Protocol):
     async def rebuild_exclusive(self, state: OpenSession, with_digest: bool) -> RebuiltFacts: ...
 
     async def drained_path(self, session_id: str) -> Path: ...
+
+    def taken(self, session_id: str) -> bool: ...
+
+    def reserve(self, session_id: str) -> None: ...
+
+    def release(self, session_id: str) -> None: ...
 
     async def run_io(self, function: Callable[..., _T], *args: Any) -> _T: ...
 
@@ -170,34 +177,47 @@ def _check_resumable(state: OpenSession) -> None:
 
 
 async def fork_session(
-    ledger: SessionLedger, source_id: str, at_seq: int | None, before_user_message: int | None
+    ledger: SessionLedger,
+    source_id: str,
+    at_seq: int | None,
+    before_user_message: int | None,
+    session_key: str = "",
 ) -> ForkResult:
     """Create a new session holding the source's records up to the fork point (SPEC §2.8).
 
     Exactly one of ``at_seq`` (keep seq <= at_seq) and ``before_user_message``
     (keep everything before the Nth user message, 1-based) is given. The
     source is drained first when this writer has it open, and never written.
-    Raises InvalidArgumentError (no or bad fork point), SessionStateError (the
+    ``session_key`` (optional) names the fork in the source's tenant, as
+    CreateSession's key does (shared.naming.session_id_for_key; recorded in its
+    session_meta). Raises InvalidArgumentError (no or bad fork point), SessionStateError (the
     point cuts a tool call from its output or a reasoning from its answer),
     CorruptSessionError (damage before the fork point), SessionNotFoundError,
-    StorageWriteError. A fork of a child session stays a child of the same
+    SessionExistsError (the key is taken), FileNameError (a bad key), StorageWriteError.
+    A fork of a child session stays a child of the same
     delegation (its marker is written), with ``forked_from`` telling them apart.
     """
     path = await ledger.drained_path(source_id)
     try:
-        plan = await ledger.run_io(_plan_fork, path, source_id, at_seq, before_user_message)
+        plan = await ledger.run_io(_plan_fork, path, source_id, at_seq, before_user_message, session_key)
     finally:
         ledger.heap_trimmer.after(_file_size(path))
-    await ledger.publish(
-        plan.session_id,
-        plan.name,
-        plan.head,
-        plan.meta,
-        next_seq=plan.seq + 2,
-        calls=plan.call_ids,
-        copy=(path, plan.copy_start, plan.copy_end),
-        trailer=plan.trailer,
-    )
+    if ledger.taken(plan.session_id):
+        raise SessionExistsError(plan.session_id)
+    ledger.reserve(plan.session_id)  # no await since the check: no other create can take it between
+    try:
+        await ledger.publish(
+            plan.session_id,
+            plan.name,
+            plan.head,
+            plan.meta,
+            next_seq=plan.seq + 2,
+            calls=plan.call_ids,
+            copy=(path, plan.copy_start, plan.copy_end),
+            trailer=plan.trailer,
+        )
+    finally:
+        ledger.release(plan.session_id)
     log.info("forked %s at seq %d into %s", source_id, plan.seq, plan.session_id)
     return ForkResult(plan.session_id, plan.seq, plan.digest, plan.seq + 2)
 
@@ -219,8 +239,11 @@ class _ForkPlan:
     call_ids: set[str]
 
 
-def _plan_fork(path: Path, source_id: str, at_seq: int | None, before_user_message: int | None) -> _ForkPlan:
-    """Read the source, find and check the fork point, rebuild the prefix and build the new file.
+def _plan_fork(
+    path: Path, source_id: str, at_seq: int | None, before_user_message: int | None, session_key: str
+) -> _ForkPlan:
+    """Read the source, find and check the fork point, rebuild the prefix and build the new file
+    (its id derived from ``session_key`` in the source's tenant when one is given).
 
     Runs on an I/O thread: every step reads the source in chunks (bounded memory;
     about 1 s per 100 MB). Raises what :func:`fork_session` documents, and OSError
@@ -230,9 +253,14 @@ def _plan_fork(path: Path, source_id: str, at_seq: int | None, before_user_messa
     found = file_facts(path, True, end=cut.end_offset)
     refuse_damage(found.damage, path.name, "fork")
     check_fork_keeps_pairs(path, cut, found.unanswered_call_ids)
-    session_id = new_session_id()
-    created = datetime.now(UTC)
     meta = dict(found.session_meta or {})
+    meta.pop("session_key", None)  # the source's key names the source
+    if session_key:
+        session_id = session_id_for_key(recorded_tenant(tenant_of(meta)), session_key)
+        meta["session_key"] = session_key
+    else:
+        session_id = new_session_id()
+    created = datetime.now(UTC)
     meta.update(
         session_id=session_id,
         created_at=format_timestamp(created),
