@@ -69,6 +69,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from rollout_client._aio import AsyncRolloutClient
+from rollout_client._appends import Attempts
 from rollout_client._errors import AlreadyExistsError, NotFoundError
 from rollout_client._records import Compaction, Event, Record, message_json
 from rollout_client._session import AsyncSession
@@ -139,7 +140,9 @@ class _Thread:
     order: dict[str, list[str]] = field(default_factory=dict)  # ns -> ids ascending
     blobs: dict[tuple[str, str, str], _Blob] = field(default_factory=dict)  # (ns, channel, version)
     writes: dict[tuple[str, str], dict[tuple[str, int], _Write]] = field(default_factory=dict)
-    recent: dict[tuple[str, str], str] = field(default_factory=dict)  # (ns, channel) -> version
+    #: (ns, channel) -> (version, its list): the version of a list channel last stored or read,
+    #: the base a new version of it may be a delta of.
+    recent: dict[tuple[str, str], tuple[str, list[Any]]] = field(default_factory=dict)
     view_version: str | None = None  # the messages version the ledger view shows
     lock: asyncio.Lock | None = None
 
@@ -302,6 +305,7 @@ class LedgerSaver(BaseCheckpointSaver[str]):
         self._messages_channel = messages_channel
         self._threads: dict[str, _Thread] = {}
         self._home: asyncio.AbstractEventLoop | None = None
+        self._attaching: asyncio.Lock | None = None  # made on the loop the state lives on
         if self._blocking is None:
             try:
                 self._home = asyncio.get_running_loop()
@@ -347,25 +351,45 @@ class LedgerSaver(BaseCheckpointSaver[str]):
     # -- threads ---------------------------------------------------------------------------
 
     async def _attach(self, thread_id: str, create: bool) -> _Thread | None:
-        """The state of thread ``thread_id`` (its session created when ``create``), or None."""
+        """The state of thread ``thread_id`` (its session created when ``create``), or None.
+        One attach at a time per saver (LangGraph sends a step's writes and its checkpoint
+        at once): a new thread is created once."""
         thread = self._threads.get(thread_id)
         if thread is not None:
             return thread
-        session_id, found = await self._core.resolve_session(thread_id, tenant=self._tenant)
-        if not found:
-            if not create:
-                return None
-            try:
-                created = await self._core.create_session(
-                    "langgraph", root=True, session_key=thread_id, tenant=self._tenant
-                )
-                session_id = created.id
-            except AlreadyExistsError as taken:  # another saver created it meanwhile
-                session_id = taken.session_id or session_id
-        thread = self._threads.get(thread_id)  # attached by another call meanwhile
-        if thread is None:
+        if self._attaching is None:
+            self._attaching = asyncio.Lock()
+        async with self._attaching:
+            thread = self._threads.get(thread_id)
+            if thread is not None:
+                return thread
+            session_id, found = await self._core.resolve_session(thread_id, tenant=self._tenant)
+            if not found:
+                if not create:
+                    return None
+                try:
+                    created = await self._core.create_session(
+                        "langgraph", root=True, session_key=thread_id, tenant=self._tenant
+                    )
+                    session_id = created.id
+                except AlreadyExistsError as taken:  # another process created it meanwhile
+                    session_id = taken.session_id or session_id
+                    await self._writer_knows(session_id)
             thread = self._threads[thread_id] = _Thread(self._core.session(session_id))
-        return thread
+            return thread
+
+    async def _writer_knows(self, session_id: str) -> None:
+        """Wait (the client's backoff, within its deadline) while the writer answers NOT_FOUND for
+        a session another process is creating: its id is taken before the writer accepts
+        appends to it. NotFoundError once the deadline has passed."""
+        attempts = Attempts(self._core.retry)
+        while True:
+            try:
+                await self._core.next_seq(session_id)
+                return
+            except NotFoundError:
+                if not await attempts.wait():
+                    raise
 
     async def _current(self, thread_id: str, create: bool = False) -> _Thread | None:
         """:meth:`_attach`, then extended with the records other writers appended since."""
@@ -414,14 +438,15 @@ class LedgerSaver(BaseCheckpointSaver[str]):
                 "version": version,
                 **typed_value(*self.serde.dumps_typed(value)),
             }, None
-        base_version = thread.recent.get((ns, channel))
-        base = thread.blobs.get((ns, channel, base_version)) if base_version is not None else None
-        if base is not None and base.value is not _UNSET:
-            kept: list[Any] = base.value
-            if 0 < len(kept) <= len(value) and all(old is new for old, new in zip(kept, value, strict=False)):
-                items = [typed_value(*self.serde.dumps_typed(item)) for item in value[len(kept) :]]
-                record = {"channel": channel, "version": version, "base": base_version, "keep": len(kept)}
-                return {**record, "items": items}, list(value)
+        base_version, kept = thread.recent.get((ns, channel), (None, []))
+        if (
+            base_version is not None
+            and 0 < len(kept) <= len(value)
+            and all(old is new for old, new in zip(kept, value, strict=False))
+        ):
+            items = [typed_value(*self.serde.dumps_typed(item)) for item in value[len(kept) :]]
+            record = {"channel": channel, "version": version, "base": base_version, "keep": len(kept)}
+            return {**record, "items": items}, list(value)
         return {"channel": channel, "version": version, **typed_value(*self.serde.dumps_typed(value))}, list(
             value
         )
@@ -486,7 +511,7 @@ class LedgerSaver(BaseCheckpointSaver[str]):
             stored = thread.blobs.get(key)
             if stored is not None and stored.value is _UNSET:
                 stored.value = held
-            thread.recent[(ns, channel)] = key[2]
+            thread.recent[(ns, channel)] = (key[2], held)
         return {
             "configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}
         }
@@ -562,7 +587,7 @@ class LedgerSaver(BaseCheckpointSaver[str]):
             if value is not _UNSET:
                 values[channel] = value
                 if isinstance(value, list):
-                    thread.recent[(ns, channel)] = version
+                    thread.recent[(ns, channel)] = (version, list(value))
         checkpoint["channel_values"] = values
         if stored.loaded_metadata is _UNSET:
             stored.loaded_metadata = self.serde.loads_typed(stored.metadata)

@@ -1,0 +1,135 @@
+"""LedgerSaver under a real LangGraph graph (issue 25): a StateGraph with ``add_messages`` and a
+tool node runs three turns; a second process with a new saver resumes the thread and sees the
+same state (and the first saver sees that process's turn); the history lists every checkpoint;
+time travel and a copied thread work; the messages are ledger messages too (replay shows the
+thread); and each step stores only what changed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+from langchain_core.messages import HumanMessage
+from langgraph.checkpoint.memory import InMemorySaver
+
+from rollout_client.langgraph import LedgerSaver
+from shared.records import LANGGRAPH_CHECKPOINT_EVENT
+from tests.client.langgraph_chat import build, described, turn
+from tests.processes import launch, reap
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _checkpoint_bodies(client, thread_id: str) -> list[dict]:
+    """The bodies of the thread's checkpoint records, read from its session (not through the saver)."""
+    session_id, found = client.resolve_session(thread_id)
+    assert found
+    session = client.session(session_id)
+    end = session.core.client  # the writer's next seq bounds the watch
+    target = client.run(end.next_seq(session_id))
+    bodies = []
+    for record in session.watch():
+        line = orjson.loads(record.line)
+        if line["type"] == "event" and line["payload"]["kind"] == LANGGRAPH_CHECKPOINT_EVENT:
+            bodies.append(line["payload"]["body"])
+        if record.seq >= target - 1:
+            break
+    return bodies
+
+
+def _second_process(writer_process, reader_process, thread_id: str, text: str = "") -> list:
+    worker = launch(
+        [
+            sys.executable,
+            "-m",
+            "tests.client.langgraph_chat",
+            writer_process.address,
+            reader_process.address,
+            thread_id,
+            text,
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    try:
+        out, _ = worker.communicate(timeout=240)
+        assert worker.returncode == 0
+        return json.loads(out)
+    finally:
+        reap(worker)
+
+
+def test_three_turns_resume_in_another_process_history_time_travel_and_fork(
+    client, writer_process, reader_process
+) -> None:
+    saver = LedgerSaver(client)
+    graph = build(saver)
+    config = {"configurable": {"thread_id": "chat-1"}}
+    for text in ("1+2", "3+4", "5+6"):
+        messages = turn(graph, "chat-1", text)
+    assert [message.content for message in messages[3::4]] == [
+        "the sum is 3",
+        "the sum is 7",
+        "the sum is 11",
+    ]
+    assert len(messages) == 12
+
+    # A new process, a new client and saver: the same state; then it takes a fourth turn.
+    assert _second_process(writer_process, reader_process, "chat-1") == json.loads(
+        json.dumps(described(messages))
+    )
+    assert _second_process(writer_process, reader_process, "chat-1", "7+8")[-1][1] == "the sum is 15"
+    state = graph.get_state(config)  # this saver reads the other process's records
+    assert len(state.values["messages"]) == 16
+    assert state.values["messages"][-1].content == "the sum is 15"
+
+    # The history lists every checkpoint the session holds, newest first.
+    history = list(graph.get_state_history(config))
+    bodies = _checkpoint_bodies(client, "chat-1")
+    assert [snapshot.config["configurable"]["checkpoint_id"] for snapshot in history] == [
+        body["id"] for body in reversed(bodies)
+    ]
+    in_memory = build(InMemorySaver())  # LangGraph's own saver, the same four turns
+    for text in ("1+2", "3+4", "5+6", "7+8"):
+        turn(in_memory, "chat-1", text)
+    assert len(history) == len(list(in_memory.get_state_history(config)))
+    per_turn = len(history) // 4
+
+    # Only what changed: after the first, each messages version is a delta of its new messages.
+    message_blobs = [blob for body in bodies for blob in body["blobs"] if blob["channel"] == "messages"]
+    assert "base" not in message_blobs[0]
+    assert all("base" in blob and len(blob["items"]) == 1 for blob in message_blobs[1:])
+
+    # Time travel: back to the end of the first turn, and on from there.
+    first_turn_end = next(
+        snapshot for snapshot in history if len(snapshot.values["messages"]) == 4 and not snapshot.next
+    )
+    assert first_turn_end.values["messages"][-1].content == "the sum is 3"
+    branched = graph.invoke({"messages": [HumanMessage("10+20")]}, first_turn_end.config)["messages"]
+    assert [message.content for message in branched[3::4]] == ["the sum is 3", "the sum is 30"]
+    assert graph.get_state(config).values["messages"] == branched
+
+    # The ledger's own replay shows the thread as it now stands (a compaction replaced the view).
+    session_id, _ = client.resolve_session("chat-1")
+    shown = client.session(session_id).replay().messages
+    assert [(message["role"], message.get("content")) for message in shown] == [
+        ({"human": "user", "ai": "assistant"}.get(message.type, message.type), message.content)
+        for message in branched
+    ]
+    assert shown[1]["tool_calls"][0]["function"]["name"] == "add"
+
+    # A copy of the thread (a Fork) goes on apart from its source.
+    saver.copy_thread("chat-1", "chat-1-copy")
+    copy_config = {"configurable": {"thread_id": "chat-1-copy"}}
+    assert graph.get_state(copy_config).values["messages"] == branched
+    copied = turn(graph, "chat-1-copy", "2+2")
+    assert copied[-1].content == "the sum is 4"
+    assert graph.get_state(config).values["messages"] == branched
+    assert (
+        len(list(graph.get_state_history(copy_config)))
+        == len(list(graph.get_state_history(config))) + per_turn
+    )
