@@ -371,11 +371,15 @@ class LedgerSaver(BaseCheckpointSaver[str]):
                     created = await self._core.create_session(
                         "langgraph", root=True, session_key=thread_id, tenant=self._tenant
                     )
-                    session_id = created.id
                 except AlreadyExistsError as taken:  # another process created it meanwhile
                     session_id = taken.session_id or session_id
                     await self._writer_knows(session_id)
-            thread = self._threads[thread_id] = _Thread(self._core.session(session_id))
+                else:  # new: nothing to read but its session_meta (seq 0)
+                    thread = self._threads[thread_id] = _Thread(created, next_seq=created.next_seq or 1)
+                    return thread
+            thread = _Thread(self._core.session(session_id))
+            await self._refresh(thread)  # read whole, once
+            self._threads[thread_id] = thread
             return thread
 
     async def _writer_knows(self, session_id: str) -> None:
@@ -394,20 +398,24 @@ class LedgerSaver(BaseCheckpointSaver[str]):
     async def _current(self, thread_id: str, create: bool = False) -> _Thread | None:
         """:meth:`_attach`, then extended with the records other writers appended since."""
         thread = await self._attach(thread_id, create)
-        if thread is None:
-            return None
+        if thread is not None:
+            await self._refresh(thread)
+        return thread
+
+    async def _refresh(self, thread: _Thread) -> None:
+        """Apply the records appended to the thread's session since those applied: asks the
+        writer for its next seq (nothing written), reads the records below it not seen yet."""
         if thread.lock is None:
             thread.lock = asyncio.Lock()
         async with thread.lock:
             try:
                 target = await self._core.next_seq(thread.session.id)
             except NotFoundError:
-                if thread.next_seq == 0:  # created a moment ago by another caller: not written yet
-                    return thread
+                if thread.next_seq == 0:  # being created by another caller: nothing written yet
+                    return
                 raise
             if target > thread.next_seq:
                 await self._catch_up(thread, target)
-        return thread
 
     async def _catch_up(self, thread: _Thread, target: int) -> None:
         """Apply the session's records from ``thread.next_seq`` up to ``target`` (exclusive)."""
