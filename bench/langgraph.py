@@ -15,12 +15,15 @@ checkpoint of H LangChain messages (alternating HumanMessage / AIMessage of ``--
 characters). Then each thread takes ``--steps`` steps as LangGraph's loop sends them: the node's
 pending writes (``put_writes``: one new message) then the next checkpoint (``put``: the messages
 channel at a new version, the list one message longer, made as ``add_messages`` makes it, from
-the same message objects). Figures per saver and length, medians over ``--rounds``:
+the same message objects). The savers run in turn (the order rotating over the rounds), each
+after an ``os.sync()``; a saver's lengths and threads are stepped interleaved. Figures per saver
+and length, medians over ``--rounds``:
 
 * steps/s: steps over the time spent in ``put_writes`` + ``put``;
-* bytes per step: what the store grew by over the steps (the session files for the ledger;
-  the database file after a WAL checkpoint for SQLite; the tables with their TOAST and indexes,
-  ``pg_total_relation_size``, for PostgreSQL), over the steps;
+* bytes per step: what the store grew by over the steps (the threads' session files for the
+  ledger; the length's database file after a WAL checkpoint for SQLite; the length's
+  database's tables with their TOAST and indexes, ``pg_total_relation_size``, for
+  PostgreSQL), over the steps;
 * get_tuple: the median latency of reading the newest checkpoint of a thread (ms).
 
 Targets (issue 25): at 1,000 messages the ledger's steps/s >= 3x SqliteSaver's and its bytes
@@ -42,6 +45,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -87,52 +91,109 @@ def checkpoint(messages: list[BaseMessage], version: Any, step: int) -> Checkpoi
     )
 
 
-def run_steps(
-    saver: BaseCheckpointSaver[Any], threads: int, steps: int, length: int, size: int, run: str
-) -> tuple[float, int, float]:
-    """(steps/s, steps, get_tuple median seconds) of one saver at one history length."""
-    heads: list[tuple[dict[str, Any], list[BaseMessage], Any]] = []
-    for thread in range(threads):
-        messages = history(length, size, f"{run}-{thread}")
-        version = saver.get_next_version(None, None)
-        config = {"configurable": {"thread_id": f"{run}-{thread}", "checkpoint_ns": ""}}
-        stored = saver.put(
-            config, checkpoint(messages, version, -1), {"source": "input", "step": -1}, {"messages": version}
-        )
-        heads.append((stored, messages, version))
-    spent = 0.0
-    for step in range(steps):
-        for index, (config, messages, version) in enumerate(heads):
-            new = (AIMessage if (len(messages) % 2) else HumanMessage)(
-                f"step {step}: " + "x" * size, id=f"{run}-{index}-step-{step}"
-            )
-            grown = [*messages, new]
-            next_version = saver.get_next_version(version, None)
-            started = time.perf_counter()
-            saver.put_writes(config, [("messages", [new])], str(uuid.uuid4()))
-            config = saver.put(
+@dataclass
+class Store:
+    """One saver at one history length, its threads and what it has measured."""
+
+    name: str
+    length: int
+    saver: BaseCheckpointSaver[Any]
+    stored_bytes: Callable[[list[str]], int]  # the store's size; the ledger's: of these threads
+    heads: list[tuple[dict[str, Any], list[BaseMessage], Any]] = field(default_factory=list)
+    spent: float = 0.0
+    steps: int = 0
+    reads: list[float] = field(default_factory=list)
+
+    def thread_ids(self) -> list[str]:
+        return [config["configurable"]["thread_id"] for config, _, _ in self.heads]
+
+    def seed(self, threads: int, size: int, run: str) -> None:
+        """Threads holding a checkpoint of ``length`` messages each (not timed)."""
+        self.heads = []
+        for thread in range(threads):
+            tag = f"{run}-{self.name}-{self.length}-{thread}"
+            messages = history(self.length, size, tag)
+            version = self.saver.get_next_version(None, None)
+            config = {"configurable": {"thread_id": tag, "checkpoint_ns": ""}}
+            stored = self.saver.put(
                 config,
-                checkpoint(grown, next_version, step),
-                {"source": "loop", "step": step},
-                {"messages": next_version},
+                checkpoint(messages, version, -1),
+                {"source": "input", "step": -1},
+                {"messages": version},
             )
-            spent += time.perf_counter() - started
-            heads[index] = (config, grown, next_version)
-    reads = []
-    for config, _, _ in heads:
-        latest = {"configurable": {"thread_id": config["configurable"]["thread_id"], "checkpoint_ns": ""}}
+            self.heads.append((stored, messages, version))
+
+    def step(self, index: int, step: int, size: int) -> None:
+        """One step of thread ``index`` as the loop sends it: its writes, then its checkpoint (timed)."""
+        config, messages, version = self.heads[index]
+        new = (AIMessage if (len(messages) % 2) else HumanMessage)(
+            f"step {step}: " + "x" * size, id=f"{config['configurable']['thread_id']}-step-{step}"
+        )
+        grown = [*messages, new]  # as add_messages makes it: the same message objects, one more
+        next_version = self.saver.get_next_version(version, None)
+        started = time.perf_counter()
+        self.saver.put_writes(config, [("messages", [new])], str(uuid.uuid4()))
+        config = self.saver.put(
+            config,
+            checkpoint(grown, next_version, step),
+            {"source": "loop", "step": step},
+            {"messages": next_version},
+        )
+        self.spent += time.perf_counter() - started
+        self.steps += 1
+        self.heads[index] = (config, grown, next_version)
+
+    def read(self, index: int) -> None:
+        """Time one get_tuple of thread ``index``'s newest checkpoint."""
+        latest = {
+            "configurable": {
+                "thread_id": self.heads[index][0]["configurable"]["thread_id"],
+                "checkpoint_ns": "",
+            }
+        }
+        started = time.perf_counter()
+        assert self.saver.get_tuple(latest) is not None
+        self.reads.append(time.perf_counter() - started)
+
+
+def one_round(
+    stores: list[Store], args: Any, run: str, round_no: int
+) -> dict[tuple[str, int], tuple[float, float, float]]:
+    """Each saver in turn (the order rotates with ``round_no``): seed its stores, then step them
+    interleaved (thread by thread, length by length), so that the machine's load falls on its
+    lengths alike. ``os.sync()`` before each saver's steps: dirty pages another saver left in
+    the page cache (PostgreSQL writes its tables lazily) would otherwise be flushed by this
+    saver's first syncs. (steps/s, bytes per step, get_tuple median seconds) per (saver, length)."""
+    names = list(dict.fromkeys(store.name for store in stores))
+    names = names[round_no % len(names) :] + names[: round_no % len(names)]
+    figures = {}
+    for name in names:
+        mine = [store for store in stores if store.name == name]
+        before = {}
+        for store in mine:
+            store.seed(args.threads, args.message_bytes, run)
+            store.spent, store.steps, store.reads = 0.0, 0, []
+            before[store.length] = store.stored_bytes(store.thread_ids())
+        os.sync()
+        for step in range(args.steps):
+            for index in range(args.threads):
+                for store in mine:
+                    store.step(index, step, args.message_bytes)
         for _ in range(5):
-            started = time.perf_counter()
-            assert saver.get_tuple(latest) is not None
-            reads.append(time.perf_counter() - started)
-    return threads * steps / spent, threads * steps, statistics.median(reads)
+            for index in range(args.threads):
+                for store in mine:
+                    store.read(index)
+        for store in mine:
+            grown = store.stored_bytes(store.thread_ids()) - before[store.length]
+            figures[(name, store.length)] = (
+                store.steps / store.spent,
+                grown / store.steps,
+                statistics.median(store.reads),
+            )
+    return figures
 
 
 # -- stores ------------------------------------------------------------------------------------
-
-
-def folder_bytes(folder: Path) -> int:
-    return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
 
 
 def sqlite_bytes(connection: sqlite3.Connection) -> int:
@@ -223,6 +284,19 @@ def postgres_bytes(connection: Any) -> int:
 # -- the run -----------------------------------------------------------------------------------
 
 
+def session_files_bytes(client: RolloutClient, data: Path) -> Callable[[list[str]], int]:
+    """The size of the threads' session files (each thread is one session; its id in the name)."""
+
+    def measure(thread_ids: list[str]) -> int:
+        total = 0
+        for thread_id in thread_ids:
+            session_id, _ = client.resolve_session(thread_id)
+            total += sum(path.stat().st_size for path in data.rglob(f"*{session_id}*") if path.is_file())
+        return total
+
+    return measure
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--lengths", default="10,100,1000")
@@ -246,76 +320,50 @@ def main() -> int:
             with (
                 RolloutClient(writer.address, reader.address, retry=RetryPolicy(deadline=120.0)) as client,
                 cluster as pg_url,
+                contextlib.ExitStack() as stack,
             ):
-                sqlite_connection = sqlite3.connect(scratch / "sqlite.db", check_same_thread=False)
-                sqlite = SqliteSaver(sqlite_connection)
-                sqlite.setup()
-                synchronous = sqlite_connection.execute("PRAGMA synchronous").fetchone()[0]
-                print(f"SqliteSaver: journal WAL, synchronous={synchronous} (2 = FULL)")
                 ledger = LedgerSaver(client)
-                postgres_saver: Any = None
-                postgres_connection: Any = None
-                stack = contextlib.ExitStack()
+                stores = [
+                    Store("LedgerSaver", length, ledger, session_files_bytes(client, data))
+                    for length in lengths
+                ]
+                for length in lengths:  # a database file per length: its growth is that length's
+                    connection = sqlite3.connect(scratch / f"sqlite-{length}.db", check_same_thread=False)
+                    stack.callback(connection.close)
+                    sqlite = SqliteSaver(connection)
+                    sqlite.setup()
+                    stores.append(
+                        Store("SqliteSaver", length, sqlite, lambda _, c=connection: sqlite_bytes(c))
+                    )
+                synchronous = connection.execute("PRAGMA synchronous").fetchone()[0]
+                print(f"SqliteSaver: a file per length, journal WAL, synchronous={synchronous} (2 = FULL)")
                 if pg_url is None:
-                    print(
-                        "PostgresSaver: absent"
-                        + (
-                            " (--no-postgres)"
-                            if args.no_postgres
-                            else " (no /usr/lib/postgresql/*/bin/initdb)"
-                        )
-                    )
+                    why = "--no-postgres" if args.no_postgres else "no /usr/lib/postgresql/*/bin/initdb"
+                    print(f"PostgresSaver: absent ({why})")
                 else:
-                    postgres_saver = stack.enter_context(PostgresSaver.from_conn_string(pg_url))
-                    postgres_saver.setup()
-                    postgres_connection = postgres_saver.conn
-                    version = postgres_connection.execute("SHOW server_version").fetchone()
+                    for length in lengths:  # a database per length
+                        with PostgresSaver.from_conn_string(pg_url) as admin:
+                            admin.conn.execute(f"CREATE DATABASE h{length}")
+                        saver = stack.enter_context(
+                            PostgresSaver.from_conn_string(pg_url.replace("/postgres?", f"/h{length}?"))
+                        )
+                        saver.setup()
+                        stores.append(
+                            Store("PostgresSaver", length, saver, lambda _, s=saver: postgres_bytes(s.conn))
+                        )
+                    version = saver.conn.execute("SHOW server_version").fetchone()
                     print(
-                        f"PostgresSaver: PostgreSQL {version['server_version']}, a throwaway cluster (fsync on, synchronous_commit on)"
+                        f"PostgresSaver: PostgreSQL {version['server_version']}, a throwaway cluster, a database"
+                        " per length (fsync on, synchronous_commit on)"
                     )
-                stores: dict[str, tuple[BaseCheckpointSaver[Any], Callable[[], int]]] = {
-                    "LedgerSaver": (ledger, lambda: folder_bytes(data)),
-                    "SqliteSaver": (sqlite, lambda: sqlite_bytes(sqlite_connection)),
-                }
-                if postgres_saver is not None:
-                    stores["PostgresSaver"] = (postgres_saver, lambda: postgres_bytes(postgres_connection))
-                with stack:
-                    for round_no in range(args.rounds):
-                        for length in lengths:
-                            for name, (saver, measure) in stores.items():
-                                run = f"r{round_no}-h{length}-{name}"
-                                figures.setdefault((name, length), []).append(
-                                    run_steps_measured(saver, args, length, run, measure)
-                                )
-                sqlite_connection.close()
+                for round_no in range(args.rounds):
+                    for key, measured in one_round(stores, args, f"r{round_no}", round_no).items():
+                        figures.setdefault(key, []).append(measured)
         finally:
             writer.stop()
             reader.stop()
     report(figures, lengths, args)
     return 0
-
-
-def run_steps_measured(
-    saver: BaseCheckpointSaver[Any], args: Any, length: int, run: str, measure: Callable[[], int]
-) -> tuple[float, float, float]:
-    """:func:`run_steps` with the bytes the steps stored (the seeds' excluded): (steps/s, bytes
-    per step, get_tuple seconds)."""
-    seeds = {"value": 0}
-    original_put = saver.put
-
-    def seeding_put(*put_args: Any, **put_kwargs: Any) -> Any:
-        stored = original_put(*put_args, **put_kwargs)
-        seeds["value"] += 1
-        if seeds["value"] == args.threads:
-            seeds["after"] = measure()
-        return stored
-
-    saver.put = seeding_put  # type: ignore[method-assign]
-    try:
-        rate, steps, read = run_steps(saver, args.threads, args.steps, length, args.message_bytes, run)
-    finally:
-        del saver.put
-    return rate, (measure() - seeds["after"]) / steps, read
 
 
 def report(

@@ -30,7 +30,11 @@ the sync methods from other threads while that loop runs, as LangGraph's async s
   (one small call, nothing written) and, when another process appended meanwhile, reads
   the records from the last one known on (``WatchSession`` from that seq). A thread is read
   whole once per saver, on its first use; no read re-reads the file. Values are
-  deserialized when first asked for.
+  deserialized when first asked for. The state lives in the saver rather than in a reader
+  index because it is LangGraph's: channel versions, delta chains and values only the
+  saver's serializer (with its allowlist) can read; a reader index would hold every
+  session's, while a saver holds the threads it serves, and its own appends extend it
+  without a read.
 * **messages**: the ``messages`` channel of the root namespace (``messages_channel``) is also
   written as ledger ``message`` records (user, assistant with its tool calls, tool, system),
   new messages only; a list that does not extend the one shown (a message removed or
@@ -463,7 +467,10 @@ class LedgerSaver(BaseCheckpointSaver[str]):
         """The ledger messages that show the new messages list ``value`` (see the module doc)."""
         if "base" in blob and blob["base"] == thread.view_version:
             keep = int(blob["keep"])
-            known = _known_calls(value[:keep])
+            answers = any(isinstance(item, ToolMessage) for item in value[keep:])
+            known = (
+                _known_calls(value[:keep]) if answers else set()
+            )  # the history is read only for tool outputs
             return [message for item in value[keep:] if (message := ledger_message(item, known)) is not None]
         known = set()
         shown: list[dict[str, Any]] = [

@@ -133,3 +133,40 @@ def test_three_turns_resume_in_another_process_history_time_travel_and_fork(
         len(list(graph.get_state_history(copy_config)))
         == len(list(graph.get_state_history(config))) + per_turn
     )
+
+
+def test_sync_methods_over_the_async_client_run_on_its_loop(writer_process, reader_process) -> None:
+    """Over an AsyncRolloutClient, the sync methods run on the loop the saver lives on (from
+    another thread) and refuse to block that loop itself."""
+    import asyncio
+    import threading
+
+    from rollout_client import AsyncRolloutClient
+    from tests.client.conftest import TEST_RETRY
+
+    loop = asyncio.new_event_loop()
+    runner = threading.Thread(target=loop.run_forever, daemon=True)
+    runner.start()
+    try:
+
+        async def make() -> tuple[AsyncRolloutClient, LedgerSaver]:
+            client = AsyncRolloutClient(writer_process.address, reader_process.address, retry=TEST_RETRY)
+            return client, LedgerSaver(client)
+
+        client, saver = asyncio.run_coroutine_threadsafe(make(), loop).result()
+        graph = build(saver)
+        assert turn(graph, "sync-over-async", "2+3")[-1].content == "the sum is 5"
+
+        async def on_its_loop() -> str:
+            try:
+                saver.get_tuple({"configurable": {"thread_id": "sync-over-async"}})
+            except RuntimeError as refused:
+                return str(refused)
+            return "not refused"
+
+        assert "call the a* method" in asyncio.run_coroutine_threadsafe(on_its_loop(), loop).result()
+        asyncio.run_coroutine_threadsafe(client.close(), loop).result()
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        runner.join()
+        loop.close()
