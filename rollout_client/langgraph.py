@@ -78,6 +78,7 @@ from rollout_client._errors import AlreadyExistsError, NotFoundError
 from rollout_client._records import Compaction, Event, Record, message_json
 from rollout_client._session import AsyncSession
 from rollout_client._sync import RolloutClient
+from shared.errors import RecordValidationError
 from shared.records import (
     LANGGRAPH_CHECKPOINT_EVENT,
     LANGGRAPH_REMOVED_EVENT,
@@ -269,7 +270,7 @@ def ledger_message(message: Any, known_calls: set[str]) -> dict[str, Any] | None
         payload["name"] = message.name
     try:
         message_json(payload, 0)
-    except (TypeError, ValueError):  # content parts JSON cannot hold: their text instead
+    except (TypeError, ValueError, RecordValidationError):  # parts JSON cannot hold: their text instead
         payload["content"] = str(message.content)
     return payload
 

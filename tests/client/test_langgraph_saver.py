@@ -18,6 +18,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from rollout_client.langgraph import LedgerSaver
 from shared.records import LANGGRAPH_CHECKPOINT_EVENT
 from tests.client.langgraph_chat import build, described, turn
+from tests.conftest import run_rollout
 from tests.processes import launch, reap
 
 REPO = Path(__file__).resolve().parents[2]
@@ -121,6 +122,10 @@ def test_three_turns_resume_in_another_process_history_time_travel_and_fork(
         for message in branched
     ]
     assert shown[1]["tool_calls"][0]["function"]["name"] == "add"
+    printed = run_rollout("replay", session_id, "--reader", reader_process.address)
+    assert printed.returncode == 0, printed.stderr
+    assert "  the sum is 30" in printed.stdout.splitlines()
+    assert '  call call_1: add({"a":1,"b":2})' in printed.stdout.splitlines()
 
     # A copy of the thread (a Fork) goes on apart from its source.
     saver.copy_thread("chat-1", "chat-1-copy")
@@ -170,3 +175,76 @@ def test_sync_methods_over_the_async_client_run_on_its_loop(writer_process, read
         loop.call_soon_threadsafe(loop.stop)
         runner.join()
         loop.close()
+
+
+def test_two_savers_racing_on_a_new_thread_share_its_session(writer_process, reader_process) -> None:
+    """Two savers (two clients) put the first checkpoints of one new thread at once: one session
+    holds both, as a third saver sees."""
+    import threading
+
+    from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_config
+
+    from rollout_client import RolloutClient
+    from tests.client.conftest import TEST_RETRY
+
+    clients = [
+        RolloutClient(writer_process.address, reader_process.address, retry=TEST_RETRY) for _ in range(3)
+    ]
+    try:
+        savers = [LedgerSaver(client) for client in clients]
+        start = threading.Barrier(2)
+        stored: list = []
+
+        def put(saver: LedgerSaver) -> None:
+            start.wait()
+            stored.append(
+                saver.put(
+                    generate_config("raced"), generate_checkpoint(), {"source": "input", "step": -1}, {}
+                )
+            )
+
+        racers = [threading.Thread(target=put, args=(saver,)) for saver in savers[:2]]
+        for racer in racers:
+            racer.start()
+        for racer in racers:
+            racer.join()
+        assert len(stored) == 2
+        listed = [
+            found.config["configurable"]["checkpoint_id"]
+            for found in savers[2].list(generate_config("raced"))
+        ]
+        assert sorted(listed) == sorted(config["configurable"]["checkpoint_id"] for config in stored)
+        assert clients[2].resolve_session("raced")[1]
+    finally:
+        for client in clients:
+            client.close()
+
+
+def test_the_view_leaves_out_what_the_ledger_would_refuse() -> None:
+    """A tool output answering no call the view holds, and an item that is no message, stay out
+    of the ledger view; content JSON cannot hold is shown as its text."""
+    from langchain_core.messages import AIMessage, ToolMessage
+
+    from rollout_client.langgraph import ledger_message
+
+    known: set[str] = set()
+    assert ledger_message(ToolMessage("3", tool_call_id="call_9"), known) is None
+    assert ledger_message({"role": "user", "content": "a dict"}, known) is None
+    call = ledger_message(
+        AIMessage("", tool_calls=[{"id": "call_9", "name": "add", "args": {"a": 1}}]), known
+    )
+    assert call == {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {"id": "call_9", "type": "function", "function": {"name": "add", "arguments": '{"a":1}'}}
+        ],
+    }
+    assert ledger_message(ToolMessage("3", tool_call_id="call_9", status="error"), known) == {
+        "role": "tool",
+        "content": "3",
+        "tool_call_id": "call_9",
+        "is_error": True,
+    }
+    odd = ledger_message(HumanMessage([{"type": "number", "value": float("nan")}]), known)
+    assert odd == {"role": "user", "content": "[{'type': 'number', 'value': nan}]"}
