@@ -218,6 +218,9 @@ class ListingIndex:
         self._worker: threading.Thread | None = None
         self._closed = False
         self.folder = SessionFolders(root, self._added, self._removed, self._verify_later)
+        #: Called with the path of each session file that went (a deletion): the reader's caches
+        #: keyed by file drop it (reader_service.server). Called under the folder's lock.
+        self.removal_listeners: list[Callable[[Path], None]] = []
         self.warm = threading.Event()
         #: Activity lookups by outcome (reader_service.metrics): still current, or read again.
         self.counts = {"current": 0, "refreshed": 0}
@@ -256,6 +259,9 @@ class ListingIndex:
                 self._posting("tenant", str(meta.get("tenant", ""))).remove(key)
                 self._posting("parent", str(meta.get("parent_session_id", ""))).remove(key)
             self._activity.pop(name, None)
+        path = self.root.session_path(parsed.session_id, name)
+        for listener in self.removal_listeners:
+            listener(path)
 
     def _posting(self, kind: str, value: str) -> _Postings:
         posting = self._postings.get((kind, value))

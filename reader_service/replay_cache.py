@@ -295,6 +295,13 @@ class ReplayCache:
         with self._lock:
             self.counts[kind] += 1
 
+    def forget(self, path: Path) -> None:
+        """Drop the entry of a session file that went (deleted: none of its rendered messages is kept)."""
+        key = str(path)
+        with self._lock:
+            if self._entries.pop(key, None) is not None:
+                self._charged -= self._charges.pop(key)
+
     def _drop(self, key: str, entry: _Entry) -> None:
         with self._lock:
             if self._entries.get(key) is entry:

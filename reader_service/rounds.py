@@ -151,6 +151,11 @@ class RoundCache:
         with self._lock:
             self.counts[kind] += 1
 
+    def forget(self, path: Path) -> None:
+        """Drop the entry of a session file that went (deleted: nothing of it is kept)."""
+        with self._lock:
+            self._entries.pop(str(path), None)
+
 
 def check_list_request(request: reader_pb2.ListRoundsRequest) -> tuple[int, int]:
     """(page size, first round index) of a ListRounds request; InvalidArgumentError otherwise."""

@@ -135,6 +135,8 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
         self._heavy = ThreadPoolExecutor(config.heavy_threads, thread_name_prefix="rollout-heavy-read")
         self.watches = WatchHub(self._cheap_run, wire.watch_reply)
         self.round_cache = RoundCache()
+        # A session file that goes (deleted) takes its cached replay and rounds with it.
+        self.index.removal_listeners += [self.replays.forget, self.round_cache.forget]
 
     async def _cheap_run(self, function: Callable[..., T], *args: Any) -> T:
         """Run ``function`` on a cheap-read thread, as the caller of this RPC (shared.tenancy)."""

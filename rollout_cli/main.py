@@ -2,7 +2,7 @@
 
 Commands: ``serve`` (both services, as two processes), ``serve-writer``,
 ``serve-reader`` (:mod:`rollout_cli.supervision`), ``import codex|claude``, ``ls``,
-``replay``, ``tail``, ``stop-facts``, ``verify``, ``stop``, ``resume``, ``fork``,
+``replay``, ``tail``, ``stop-facts``, ``verify``, ``stop``, ``resume``, ``fork``, ``rm``,
 ``loadtest``. Client commands reach the services at ``--writer`` / ``--reader`` (or
 the ``ROLLOUT_WRITER`` / ``ROLLOUT_READER`` environment variables) through
 :mod:`rollout_client`, as any agent would: addresses, ``--token`` and ``--tls-ca`` are resolved
@@ -491,6 +491,23 @@ def fork(session_id: str, writer: str | None, at_seq: int | None, before_user: i
     origin = forked.forked_from
     assert origin is not None  # set on every session fork() returns
     click.echo(f"forked {session_id} at seq {origin.seq} into {forked.id} ({origin.digest})")
+
+
+@cli.command("rm")
+@click.argument("session_id", callback=_session_id)
+@writer_option
+@click.option("-y", "--yes", is_flag=True, help="Delete without asking first.")
+def remove_command(session_id: str, writer: str | None, yes: bool) -> None:
+    """Delete a session for good: its file and everything derived from it; its id is never used
+    again. Its forks and children stay. A deletion record says who deleted it and when."""
+    if not yes:
+        click.confirm(f"delete session {session_id} for good? It cannot be undone", abort=True)
+    with _client("writer", writer) as client:
+        result = client.delete_session(session_id)
+    if result.already_deleted:
+        click.echo(f"{session_id}: already deleted (at {result.deleted_at})")
+    else:
+        click.echo(f"deleted {session_id} at {result.deleted_at}")
 
 
 @cli.command()

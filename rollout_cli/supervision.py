@@ -80,6 +80,14 @@ round_sync_option = click.option(
     " syncfs() of the data root's file system (also flushes other files on it: best on a volume of"
     " its own); per_file = each session file by its own call, in turn. Same promise either way.",
 )
+retain_stopped_days_option = click.option(
+    "--retain-stopped-days",
+    type=click.FloatRange(0, min_open=True),
+    default=None,
+    help="Delete stopped sessions last written more than this many days ago (checked at start, then"
+    " hourly; open sessions are never deleted). Each deletion leaves a deletion record and is"
+    ' counted in rollout_deleted_sessions_total{cause="retention"}. Default: keep every session.',
+)
 metrics_port_option = click.option(
     "--metrics-port", type=int, default=None, help="Serve Prometheus metrics on 127.0.0.1:PORT/metrics."
 )
@@ -187,6 +195,7 @@ async def serve_until_signal(start: Any, label: str) -> None:
     help="Shards of a data root this writer creates (recorded in its cluster.json, never changed);"
     " an existing data root keeps its own.",
 )
+@retain_stopped_days_option
 @service_options
 def serve_writer(
     data_dir: Path,
@@ -202,6 +211,7 @@ def serve_writer(
     unknown_id_rate: float,
     repair_retry_seconds: float,
     shards: int,
+    retain_stopped_days: float | None,
     serving: ServeOptions,
 ) -> None:
     """Run the writer service alone (one per data root)."""
@@ -229,6 +239,7 @@ def serve_writer(
         unknown_id_rate=unknown_id_rate,
         repair_retry_seconds=repair_retry_seconds,
         shards=shards,
+        retain_stopped_days=retain_stopped_days,
     )
     try:
         asyncio.run(
@@ -344,6 +355,7 @@ def _check_pair_addresses(writer_address: str, reader_address: str) -> None:
 @sync_call_option
 @round_sync_option
 @metrics_port_option
+@retain_stopped_days_option
 @pair_options
 def serve(
     data_dir: Path,
@@ -353,6 +365,7 @@ def serve(
     sync_call: str,
     round_sync: str,
     metrics_port: int | None,
+    retain_stopped_days: float | None,
     serving: ServeOptions,
 ) -> None:
     """Run the writer and a reader as two processes on a local data root; Ctrl-C stops both
@@ -362,6 +375,8 @@ def serve(
     writer_options = ["--durability", durability, "--sync-call", sync_call, "--round-sync", round_sync]
     if metrics_port is not None:
         writer_options += ["--metrics-port", str(metrics_port)]
+    if retain_stopped_days is not None:
+        writer_options += ["--retain-stopped-days", repr(retain_stopped_days)]
     serving.checked_files()  # refuse bad TLS or token files here, before either service starts
     writer_serving, reader_serving = serving.pair_arguments()
     writer_options += writer_serving

@@ -37,7 +37,7 @@ from rollout_client._errors import (
     error_from_rpc,
 )
 from rollout_client._records import Event, append_record
-from rollout_client._results import Delegation, SessionPage
+from rollout_client._results import Delegation, DeleteResult, SessionPage
 from rollout_client._session import AsyncSession
 from rollout_client._settings import client_settings
 from shared.naming import new_session_id
@@ -305,6 +305,19 @@ class AsyncRolloutClient:
     def session(self, session_id: str) -> AsyncSession:
         """The existing session ``session_id`` (no call is made; a wrong id fails on first use)."""
         return AsyncSession(self, session_id)
+
+    async def delete_session(self, session_id: str) -> DeleteResult:
+        """Delete a session for good (writer.proto DeleteSession): its file and everything
+        derived from it go, its id is never used again, an audit record says who deleted it and
+        when. Forks and children of it stay. Retried like a read: a delete of a deleted session
+        answers ``already_deleted`` (so a retry after a lost answer succeeds). Raises
+        NotFoundError (unknown, or another tenant's), InvalidArgumentError (a malformed id),
+        AbortedError (a Stop, Resume or Delete of it kept running past the retry deadline),
+        UnavailableError."""
+        response = await self.call(
+            self.writer_stub.DeleteSession, writer_pb2.DeleteSessionRequest(session_id=session_id)
+        )
+        return DeleteResult.from_proto(response)
 
     async def list_sessions(
         self,

@@ -207,6 +207,20 @@ class StopResult:
 
 
 @dataclass(frozen=True)
+class DeleteResult:
+    """A deleted session: ``deleted_at`` (RFC 3339, UTC) and ``already_deleted`` (an earlier
+    call had deleted it: the time is that call's)."""
+
+    session_id: str
+    deleted_at: str
+    already_deleted: bool
+
+    @classmethod
+    def from_proto(cls, response: writer_pb2.DeleteSessionResponse) -> DeleteResult:
+        return cls(response.session_id, response.deleted_at, response.already_deleted)
+
+
+@dataclass(frozen=True)
 class ResumeResult:
     """Tool call ids closed with a synthetic output, the stop kind the session had ("" when it
     was open) and the next seq."""

@@ -25,6 +25,7 @@ from rollout_client._records import Record
 from rollout_client._results import (
     AppendResult,
     Delegation,
+    DeleteResult,
     ForkOrigin,
     RecentMessages,
     Replay,
@@ -209,6 +210,10 @@ class RolloutClient:
     def session(self, session_id: str) -> Session:
         """The existing session ``session_id`` (no call is made)."""
         return Session(self, self.core.session(session_id))
+
+    def delete_session(self, session_id: str) -> DeleteResult:
+        """See :meth:`AsyncRolloutClient.delete_session`."""
+        return self.run(self.core.delete_session(session_id))
 
     def list_sessions(
         self,

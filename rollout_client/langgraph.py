@@ -44,7 +44,9 @@ the sync methods from other threads while that loop runs, as LangGraph's async s
   stays in the checkpoint).
 * ``copy_thread`` is a Fork of the source's session named by the target thread id
   (``ForkRequest.session_key``); ``prune`` appends a ``langgraph.removed`` record;
-  ``delete_thread`` deletes the thread's session (DeleteSession) where the ledger has it.
+  ``delete_thread`` deletes the thread's session (DeleteSession); the ledger never reuses a
+  session id, so a deleted thread's id cannot name a new thread (AlreadyExistsError; another
+  process's saver waits out its retry deadline first, then NotFoundError).
 """
 
 from __future__ import annotations
@@ -311,6 +313,7 @@ class LedgerSaver(BaseCheckpointSaver[str]):
         self._threads: dict[str, _Thread] = {}
         self._home: asyncio.AbstractEventLoop | None = None
         self._attaching: asyncio.Lock | None = None  # made on the loop the state lives on
+        self._deleted: set[str] = set()  # threads this saver deleted
         if self._blocking is None:
             try:
                 self._home = asyncio.get_running_loop()
@@ -377,6 +380,8 @@ class LedgerSaver(BaseCheckpointSaver[str]):
                         "langgraph", root=True, session_key=thread_id, tenant=self._tenant
                     )
                 except AlreadyExistsError as taken:  # another process created it meanwhile
+                    if thread_id in self._deleted:  # or this saver deleted it: ids are never reused
+                        raise
                     session_id = taken.session_id or session_id
                     await self._writer_knows(session_id)
                 else:  # new: nothing to read but its session_meta (seq 0)
@@ -403,24 +408,27 @@ class LedgerSaver(BaseCheckpointSaver[str]):
     async def _current(self, thread_id: str, create: bool = False) -> _Thread | None:
         """:meth:`_attach`, then extended with the records other writers appended since."""
         thread = await self._attach(thread_id, create)
-        if thread is not None:
-            await self._refresh(thread)
+        if thread is not None and not await self._refresh(thread):
+            if self._threads.get(thread_id) is thread:
+                del self._threads[thread_id]
+            return None  # deleted (by another saver) since this one read it
         return thread
 
-    async def _refresh(self, thread: _Thread) -> None:
+    async def _refresh(self, thread: _Thread) -> bool:
         """Apply the records appended to the thread's session since those applied: asks the
-        writer for its next seq (nothing written), reads the records below it not seen yet."""
+        writer for its next seq (nothing written), reads the records below it not seen yet.
+        False when the session is gone (deleted)."""
         if thread.lock is None:
             thread.lock = asyncio.Lock()
         async with thread.lock:
             try:
                 target = await self._core.next_seq(thread.session.id)
             except NotFoundError:
-                if thread.next_seq == 0:  # being created by another caller: nothing written yet
-                    return
-                raise
+                # Being created by another caller (nothing written yet), or deleted.
+                return thread.next_seq == 0
             if target > thread.next_seq:
                 await self._catch_up(thread, target)
+        return True
 
     async def _catch_up(self, thread: _Thread, target: int) -> None:
         """Apply the session's records from ``thread.next_seq`` up to ``target`` (exclusive)."""
@@ -688,6 +696,13 @@ class LedgerSaver(BaseCheckpointSaver[str]):
             raise NotFoundError(f"thread {source_thread_id!r} has no checkpoints to copy")
         await source.session.fork(at_seq=source.next_seq - 1, session_key=target_thread_id)
 
+    async def _delete_thread(self, thread_id: str) -> None:
+        self._threads.pop(thread_id, None)
+        session_id, found = await self._core.resolve_session(thread_id, tenant=self._tenant)
+        if found:
+            await self._core.delete_session(session_id)
+            self._deleted.add(thread_id)
+
     async def _prune(self, thread_ids: Sequence[str], strategy: str) -> None:
         if strategy not in ("keep_latest", "delete"):
             raise ValueError(f"unknown prune strategy {strategy!r}: 'keep_latest' or 'delete'")
@@ -785,6 +800,17 @@ class LedgerSaver(BaseCheckpointSaver[str]):
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """See :meth:`copy_thread`."""
         await self._async(self._copy_thread(source_thread_id, target_thread_id))
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Delete the thread's session (DeleteSession): its checkpoints, writes and messages are
+        gone from the ledger, and an audit record says who deleted it and when. Nothing for a
+        thread never written. Its id names that deleted session for good: writing the thread
+        again raises AlreadyExistsError (use a new thread id). Copies (copy_thread) stay."""
+        self._sync(self._delete_thread(thread_id))
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        """See :meth:`delete_thread`."""
+        await self._async(self._delete_thread(thread_id))
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Take checkpoints out of the threads' listings: all but the newest of each namespace

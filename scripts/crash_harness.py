@@ -17,6 +17,11 @@ writer acknowledged. At the end every session file is checked:
   the shared rebuild of the file up to it;
 * every stop record directly follows its checkpoint.
 
+A deleting client also runs: it creates small sessions, appends to them and deletes them
+(DeleteSession), so that kills land in the middle of deletes too. Each of its sessions must
+be whole (all of the above) or gone (no file, marker, state or trash copy under any name), and
+gone if its delete was acknowledged; no trash folder holds anything after the last start-up.
+
 Exit status 0 when all hold; 1 with the violations printed otherwise.
 """
 
@@ -30,6 +35,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +44,7 @@ import orjson
 
 from rollout.v1 import records_pb2, writer_pb2, writer_pb2_grpc
 from shared.digest import digest
+from shared.errors import SessionNotFoundError
 from shared.layout import DataRoot
 from shared.rebuild import DAMAGE_KINDS, DegradedKind, rebuild
 
@@ -66,6 +73,17 @@ class HarnessReport:
     acked_records: int
     stops: int
     violations: list[str]
+    deletes: int = 0
+    #: Deletes a kill interrupted after their record was durable, finished by a start-up.
+    finished_deletes: int = 0
+
+
+@dataclass
+class DeletedLog:
+    """The deleting client's sessions: each one's log, and whether its delete was acknowledged."""
+
+    sessions: list[ClientLog] = field(default_factory=list)
+    acked: set[str] = field(default_factory=set)
 
 
 class _Writer:
@@ -140,6 +158,73 @@ def _client(number: int, writer: _Writer, log: ClientLog, done: threading.Event,
                     break
 
 
+def _deleter(writer: _Writer, log: DeletedLog, done: threading.Event, rng: random.Random) -> None:
+    """Create a session, append to it, delete it; again, until done (kills land anywhere)."""
+    counter = 0
+    while not done.is_set():
+        if not writer.up.wait(0.2):
+            continue
+        cycle = writer.cycle
+        with grpc.insecure_channel(writer.address) as channel:
+            stub = writer_pb2_grpc.RolloutWriterStub(channel)
+            current: ClientLog | None = None
+            while not done.is_set() and writer.cycle == cycle and writer.up.is_set():
+                try:
+                    if current is None or current.session_id in log.acked:
+                        session_id = str(uuid.uuid4())
+                        current = ClientLog(session_id)
+                        log.sessions.append(current)  # before the call: it may land unanswered
+                        stub.CreateSession(
+                            writer_pb2.CreateSessionRequest(session_id=session_id, tenant="deleter"),
+                            timeout=5,
+                        )
+                    for _ in range(rng.randint(0, 3)):
+                        text = f"d-{counter}"
+                        counter += 1
+                        record = writer_pb2.AppendRecord(
+                            message=records_pb2.ChatMessage(role="user", text=text)
+                        )
+                        ack = stub.Append(
+                            writer_pb2.AppendRequest(session_id=current.session_id, records=[record]),
+                            timeout=5,
+                        )
+                        current.acked.append((ack.seqs[0], text))
+                    stub.DeleteSession(
+                        writer_pb2.DeleteSessionRequest(session_id=current.session_id), timeout=5
+                    )
+                    log.acked.add(current.session_id)
+                except grpc.RpcError as exc:
+                    if exc.code() == grpc.StatusCode.NOT_FOUND and current is not None:
+                        current = None  # never created (its create was not sent): start another
+                        continue
+                    time.sleep(0.02)  # the writer died under us; wait for the next cycle
+                    break
+
+
+def check_deleted(data_dir: Path, log: DeletedLog) -> list[str]:
+    """Each of the deleting client's sessions is whole or gone, and gone when its delete was
+    acknowledged; no trash folder holds anything."""
+    problems = []
+    root = DataRoot(data_dir)
+    for session in log.sessions:
+        leftovers = [
+            path for path in data_dir.rglob(f"*{session.session_id}*") if path.name != "deletions.jsonl"
+        ]
+        try:
+            _, path = root.locate(session.session_id)
+        except SessionNotFoundError:
+            if leftovers:
+                problems.append(f"deleted session {session.session_id} left {leftovers}")
+            continue
+        if session.session_id in log.acked:
+            problems.append(f"session {session.session_id} is still there after its delete was acknowledged")
+        problems.extend(check_session(path, session))
+    for trash in data_dir.rglob("trash"):
+        if any(trash.iterdir()):
+            problems.append(f"{trash} still holds {sorted(p.name for p in trash.iterdir())}")
+    return problems
+
+
 def check_session(path: Path, log: ClientLog) -> list[str]:
     """Every violation of the crash promises in one session file (empty: all hold)."""
     data = path.read_bytes()
@@ -187,10 +272,12 @@ def run_harness(data_dir: Path, kills: int, clients: int = 4, seed: int = 1) -> 
     writer = _Writer(data_dir)
     logs = [ClientLog() for _ in range(clients)]
     done = threading.Event()
+    deleted = DeletedLog()
     threads = [
         threading.Thread(target=_client, args=(n, writer, logs[n], done, random.Random(seed * 100 + n)))
         for n in range(clients)
     ]
+    threads.append(threading.Thread(target=_deleter, args=(writer, deleted, done, random.Random(seed * 7))))
     for thread in threads:
         thread.start()
     try:
@@ -210,9 +297,21 @@ def run_harness(data_dir: Path, kills: int, clients: int = 4, seed: int = 1) -> 
             violations.append("a client never created its session")
             continue
         violations.extend(check_session(DataRoot(data_dir).locate(log.session_id)[1], log))
+    violations.extend(check_deleted(data_dir, deleted))
     return HarnessReport(
-        kills, sum(len(log.acked) for log in logs), sum(log.stops for log in logs), violations
+        kills,
+        sum(len(log.acked) for log in logs),
+        sum(log.stops for log in logs),
+        violations,
+        len(deleted.acked),
+        _finished_deletes(writer.log.read_text(errors="replace")),
     )
+
+
+def _finished_deletes(log: str) -> int:
+    """How many interrupted deletes the writer's start-ups finished (from its log lines)."""
+    trashed = sum(int(found) for found in re.findall(r"finished (\d+) deletions a crash interrupted", log))
+    return trashed + len(re.findall(r"finished the deletion of \S+ a crash interrupted", log))
 
 
 def main() -> int:
@@ -230,7 +329,8 @@ def main() -> int:
     print(f"command: {' '.join(sys.argv)}")
     print(
         f"kill -9 points: {report.kills}; acknowledged records: {report.acked_records};"
-        f" stop/resume rounds: {report.stops}; {elapsed:.0f} s"
+        f" stop/resume rounds: {report.stops}; acknowledged deletes: {report.deletes}"
+        f" (interrupted and finished at start-up: {report.finished_deletes}); {elapsed:.0f} s"
     )
     for violation in report.violations:
         print(f"VIOLATION: {violation}")

@@ -47,6 +47,7 @@ next. Calls that do not stream finish as they began.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import hashlib
 import hmac
@@ -127,7 +128,10 @@ def load_tokens(path: Path) -> dict[bytes, Caller]:
     for position, (token, value) in enumerate(document.items()):
         if not token or token != token.strip() or any(character.isspace() for character in token):
             raise TokenFileError(f"{path}: entry {position + 1}: a token is non-empty and has no blanks")
-        table[_digest(token)] = _caller_of(value, position, path)
+        digest = _digest(token)
+        table[digest] = dataclasses.replace(
+            _caller_of(value, position, path), credential=f"token:{digest[:6].hex()}"
+        )
     return table
 
 
@@ -253,7 +257,7 @@ def certificate_tenant(certificate: ClientCertificate) -> Caller | str:
     or the sentence refusing an ambiguous subject (several CNs) or one without a CN."""
     tenant = certificate.tenant()
     if tenant is not None:
-        return Caller(tenant, importer=False)
+        return Caller(tenant, importer=False, credential=f"certificate:{tenant}")
     names = certificate.common_names
     if len(names) > 1:
         quoted = ", ".join(repr(clip(name)) for name in names[:4])

@@ -110,10 +110,14 @@ class RoundNotFoundError(SessionNotFoundError):
 
 
 class SessionExistsError(LedgerError):
-    """CreateSession was given an id that is already in the ledger."""
+    """CreateSession was given an id that is already in the ledger, or ``deleted`` from it (a
+    deleted session's id is never used again: writer_service.deletion)."""
 
-    def __init__(self, session_id: str) -> None:
-        super().__init__(f"session {clip(session_id)!r} already exists")
+    def __init__(self, session_id: str, deleted: bool = False) -> None:
+        if deleted:
+            super().__init__(f"session {clip(session_id)!r} was deleted; a session id is never used again")
+        else:
+            super().__init__(f"session {clip(session_id)!r} already exists")
         self.session_id = session_id
 
 

@@ -17,6 +17,8 @@ a delegation marker lives in its parent's shard::
         sessions/<file name>.jsonl.torn-<n>   bytes set aside by start-up repair
         delegations/<parent id>/<delegation key>.<child id>   empty marker per child
         writer-state/<session id>.json        the writer's saved state (derived)
+        deletions.jsonl            one deletion record per deleted session (writer_service.deletion)
+        trash/<file name>.jsonl    a session file between its deletion's steps (gone at start-up)
 
 For example, with 256 shards, session ``01a22c15-89a6-7d3d-b5b7-165622bd350c``
 (shard 96) is ``shards/096/sessions/2026-11-30_101530_01a22c15-89a6-7d3d-b5b7-165622bd350c.jsonl``.
@@ -290,6 +292,10 @@ class DataRoot:
     def _delegations_of(self, parent_session_id: str) -> Path:
         validate_session_id(parent_session_id)
         return self.shard_dir(self.shard_of(parent_session_id)) / DELEGATIONS_DIR / parent_session_id
+
+    def delegations_folder(self, parent_session_id: str) -> Path:
+        """The folder of a parent's delegation markers (its shard's ``delegations/<parent id>``)."""
+        return self._delegations_of(parent_session_id)
 
     def delegation_marker(self, parent_session_id: str, delegation_id: str, child_session_id: str) -> Path:
         """Where the marker linking a parent's delegation to a child lives (the parent's shard)."""

@@ -35,6 +35,9 @@ class Caller:
 
     tenant: str | None
     importer: bool
+    #: Which credential made the call, for audit records (no secret): ``token:<12 hex>`` (the
+    #: start of the token's BLAKE2b digest), ``certificate:<CN>``, or "" without authentication.
+    credential: str = ""
 
     def sees(self, tenant: str) -> bool:
         """True when a session of ``tenant`` is visible to this caller."""

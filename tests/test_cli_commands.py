@@ -159,6 +159,14 @@ def test_option_values_out_of_range_are_refused_before_anything_runs(tmp_path: P
         ("replay", UNKNOWN_ID, "--width", "-5"): "--width",
         ("fork", UNKNOWN_ID, "--before-user", "0"): "--before-user",
         ("ls", "--page-size", "1001"): "--page-size",
+        (
+            "serve-writer",
+            "--data-dir",
+            str(tmp_path / "c"),
+            "--retain-stopped-days",
+            "0",
+        ): "--retain-stopped-days",
+        ("serve", "--data-dir", str(tmp_path / "d"), "--retain-stopped-days", "-1"): "--retain-stopped-days",
         ("serve", "--data-dir", str(tmp_path / "a"), "--writer-address", "127.0.0.1:5x"): "--writer-address",
         (
             "serve",
@@ -213,3 +221,29 @@ def test_importing_from_the_tools_own_folder_when_it_holds_nothing_says_so(tmp_p
             assert result.returncode == 0, result.stderr
             assert result.stderr.strip() == f"no {label} files found under {folder}; nothing imported"
             assert "import summary" not in result.stdout
+
+
+def test_rm_asks_first_deletes_with_yes_and_names_an_unknown_id(writer, writer_process, data_dir) -> None:
+    """``rollout rm ID`` asks before deleting (a "no", or no answer, deletes nothing); --yes
+    deletes and says when; again says it was already deleted; an unknown id is a one-line
+    NOT_FOUND."""
+    session_id = _session_with_a_call(writer)
+    to_writer = ("--writer", writer_process.address)
+    command = [sys.executable, "-m", "rollout_cli.main", "rm", session_id, *to_writer]
+    declined = subprocess.run(command, input="n\n", capture_output=True, text=True, cwd=REPO, check=False)
+    assert declined.returncode == 1
+    assert f"delete session {session_id} for good?" in declined.stdout
+    assert session_file(data_dir, session_id).exists()
+    unanswered = subprocess.run(command, input="", capture_output=True, text=True, cwd=REPO, check=False)
+    assert unanswered.returncode == 1
+    assert session_file(data_dir, session_id).exists()
+    confirmed = subprocess.run(command, input="y\n", capture_output=True, text=True, cwd=REPO, check=False)
+    assert confirmed.returncode == 0, confirmed.stderr
+    assert confirmed.stdout.endswith("Z\n")
+    assert f"[y/N]: deleted {session_id} at " in confirmed.stdout
+    assert not list(data_dir.rglob(f"*{session_id}*.jsonl"))
+    (again,) = _run("rm", session_id, "--yes", *to_writer)
+    assert again.startswith(f"{session_id}: already deleted (at ")
+    assert _run("rm", UNKNOWN_ID, "-y", *to_writer, code=1) == [
+        f"Error: NOT_FOUND: session '{UNKNOWN_ID}' not found"
+    ]

@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from shared.errors import SessionExistsError, SessionStateError
+from shared.errors import SessionStateError
 from shared.naming import build_file_name, new_session_id, session_id_for_key
 from shared.reasons import session_subject
 from shared.rebuild import DegradedEntry
@@ -58,7 +58,7 @@ class SessionLedger(Protocol):
 
     async def drained_path(self, session_id: str) -> Path: ...
 
-    def taken(self, session_id: str) -> bool: ...
+    def check_free(self, session_id: str) -> None: ...
 
     def reserve(self, session_id: str) -> None: ...
 
@@ -202,8 +202,7 @@ async def fork_session(
         plan = await ledger.run_io(_plan_fork, path, source_id, at_seq, before_user_message, session_key)
     finally:
         ledger.heap_trimmer.after(_file_size(path))
-    if ledger.taken(plan.session_id):
-        raise SessionExistsError(plan.session_id)
+    ledger.check_free(plan.session_id)
     ledger.reserve(plan.session_id)  # no await since the check: no other create can take it between
     try:
         await ledger.publish(

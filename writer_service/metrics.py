@@ -15,6 +15,8 @@
 Per-RPC counts, latencies and status codes (``grpc_server_*``) are shared.rpc_observer's.
 * ``rollout_repair_failures_total``: torn-tail repairs (or reads of a session file) that failed.
 * ``rollout_sessions_awaiting_repair``: sessions refused until their repair succeeds.
+* ``rollout_deleted_sessions_total{cause}``: sessions deleted, by cause: ``request``
+  (DeleteSession) or ``retention`` (``--retain-stopped-days``; writer_service.retention).
 """
 
 from __future__ import annotations
@@ -86,4 +88,7 @@ REPAIR_FAILURES = Counter(
 )
 SESSIONS_AWAITING_REPAIR = Gauge(
     "rollout_sessions_awaiting_repair", "Sessions refused (UNAVAILABLE) until their file is repaired."
+)
+DELETED_SESSIONS = Counter(
+    "rollout_deleted_sessions", "Sessions deleted, by cause (request, retention).", labelnames=["cause"]
 )

@@ -178,6 +178,11 @@ class RepairBacklog:
             log.warning("session %s serves again: its file was repaired", session_id)
             self._changed(False)
 
+    def dropped(self, session_id: str) -> None:
+        """``session_id`` was deleted: nothing of it awaits a repair any more."""
+        if self.pending.pop(session_id, None) is not None:
+            self._changed(False)
+
     def _changed(self, was_empty: bool) -> None:
         metrics.SESSIONS_AWAITING_REPAIR.set(len(self.pending))
         if was_empty != (not self.pending):

@@ -37,6 +37,7 @@ from writer_service.importing import SessionImport
 from writer_service.open_session import RecordTimes, RequestRecords
 from writer_service.ownership import EmbeddedOwnership
 from writer_service.refusal_pacing import RefusalPacer
+from writer_service.retention import retain
 from writer_service.session_index import build_index
 from writer_service.sessions import SessionLedger, WriterConfig
 from writer_service.storage_probe import StorageProbe
@@ -317,6 +318,15 @@ class RolloutWriterServicer(writer_pb2_grpc.RolloutWriterServicer):
             next_seq=result.next_seq,
         )
 
+    @rpc_statuses("DeleteSession")
+    async def DeleteSession(
+        self, request: writer_pb2.DeleteSessionRequest, context: grpc.aio.ServicerContext
+    ) -> writer_pb2.DeleteSessionResponse:
+        result = await self.ledger.delete(request.session_id)
+        return writer_pb2.DeleteSessionResponse(
+            session_id=result.session_id, deleted_at=result.deleted_at, already_deleted=result.already_deleted
+        )
+
     @rpc_statuses("ImportSessions")
     async def ImportSessions(
         self,
@@ -419,13 +429,16 @@ class RunningWriter(RunningService):
     ownership: EmbeddedOwnership
     repairs: asyncio.Task[None] | None = None
     storage_probe: StorageProbe | None = None
+    #: The retention passes (writer_service.retention), when the writer has a retention.
+    retention: asyncio.Task[None] | None = None
 
     async def stop(self, grace: float = 5.0) -> None:
         """Stop accepting, let in-flight calls finish, drain queues, release the data root's lock."""
-        if self.repairs is not None:
-            self.repairs.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.repairs
+        for task in (self.repairs, self.retention):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         if self.storage_probe is not None:
             await self.storage_probe.close()
         await self.service.stop(grace)
@@ -475,7 +488,7 @@ async def start_writer(
                 "Append": screen,
                 "AppendStream": screen,
                 "ImportSessions": large_import_parts,
-                **dict.fromkeys(("CreateSession", "Stop", "Resume", "Fork"), large_requests),
+                **dict.fromkeys(("CreateSession", "Stop", "Resume", "Fork", "DeleteSession"), large_requests),
             },
         )
         bound = service.bind(address)
@@ -488,6 +501,11 @@ async def start_writer(
         ledger.storage_health.observe(storage_probe)
         ledger.index.repairs.observe(observer)
         repairs = asyncio.ensure_future(_retry_repairs(ledger, config.repair_retry_seconds))
+        retention = None
+        if config.retain_stopped_days is not None:
+            retention = asyncio.ensure_future(
+                retain(ledger, config.retain_stopped_days, config.retention_interval_seconds)
+            )
     except BaseException:
         ownership.release()
         raise
@@ -498,4 +516,4 @@ async def start_writer(
         config.data_dir,
         durable_write_method(config.commit),
     )
-    return RunningWriter(service, ledger, ownership, repairs, storage_probe)
+    return RunningWriter(service, ledger, ownership, repairs, storage_probe, retention)

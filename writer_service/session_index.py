@@ -32,6 +32,7 @@ from typing import Any
 from shared.layout import DataRoot, open_session_file
 from shared.naming import session_file_name
 from shared.tail import Tail, next_seq_of_tail, read_tail, stop_of_tail
+from writer_service.deletion import Tombstones, finish_removal, recover_shard
 from writer_service.files import remove_stale_temporaries
 from writer_service.recovery import RepairBacklog, repair_torn_tail, unavailable
 from writer_service.session_state import remove_stale_saves
@@ -83,6 +84,8 @@ class SessionIndex:
     def __init__(self, entries: dict[str, IndexEntry] | None = None) -> None:
         self.entries: dict[str, IndexEntry] = entries or {}
         self.repairs = RepairBacklog()
+        #: The ids of deleted sessions: never used again (writer_service.deletion).
+        self.tombstones = Tombstones()
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -92,6 +95,11 @@ class SessionIndex:
 
     def add(self, session_id: str, entry: IndexEntry) -> None:
         self.entries[session_id] = entry
+
+    def remove(self, session_id: str) -> None:
+        """Forget a deleted session (its id stays in :attr:`tombstones`)."""
+        self.entries.pop(session_id, None)
+        self.repairs.dropped(session_id)
 
 
 def build_index(root: DataRoot, shards: Iterable[int] | None = None) -> SessionIndex:
@@ -109,24 +117,36 @@ def build_index(root: DataRoot, shards: Iterable[int] | None = None) -> SessionI
     remove_stale_saves(root.root)  # the storage probe's scratch (writer_service.storage_probe)
     entries: dict[str, IndexEntry] = {}
     failed: dict[str, str] = {}
+    tombstones = Tombstones()
     repaired = 0
     for shard in range(root.shards) if shards is None else shards:
-        repaired += _index_shard(root, shard, entries, failed)
+        repaired += _index_shard(root, shard, entries, failed, tombstones)
     if repaired:
         log.warning("start-up recovery repaired %d session files", repaired)
     index = SessionIndex(entries)
+    index.tombstones = tombstones
     for session_id, reason in failed.items():
         index.repairs.failed(session_id, reason)
     log.info("indexed %d sessions (%d awaiting repair)", len(entries), len(failed))
     return index
 
 
-def _index_shard(root: DataRoot, shard: int, entries: dict[str, IndexEntry], failed: dict[str, str]) -> int:
+def _index_shard(
+    root: DataRoot,
+    shard: int,
+    entries: dict[str, IndexEntry],
+    failed: dict[str, str],
+    tombstones: Tombstones,
+) -> int:
     """Recover and index one shard's session files into ``entries`` (``failed``: those awaiting
-    repair, with the reason); returns how many torn tails were repaired."""
+    repair, with the reason; ``tombstones``: its deleted ids are loaded there, and the deletions
+    a crash interrupted are finished, writer_service.deletion); returns how many torn tails
+    were repaired."""
     folder = root.sessions_folder(shard)
     if root.shard_dir(shard) != root.root:
         remove_stale_saves(root.shard_dir(shard))
+    tombstones.load_shard(root.shard_dir(shard))
+    recover_shard(root, shard, tombstones)
     try:
         remove_stale_temporaries(folder)
         names = os.listdir(folder)
@@ -136,6 +156,13 @@ def _index_shard(root: DataRoot, shard: int, entries: dict[str, IndexEntry], fai
     for name in names:
         parsed = session_file_name(name)  # the entries the reader lists as sessions
         if parsed is None:
+            continue
+        if parsed.session_id in tombstones:  # its deletion was decided, then interrupted
+            try:
+                finish_removal(root, parsed.session_id, name)
+                log.warning("finished the deletion of %s a crash interrupted", name)
+            except OSError as exc:
+                log.error("could not finish the deletion of %s (retried at the next start): %s", name, exc)
             continue
         path = folder / name
         try:

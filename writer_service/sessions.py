@@ -44,10 +44,12 @@ from shared.errors import (
     LedgerError,
     NotOwnerError,
     QueueFullError,
+    SessionBusyError,
     SessionExistsError,
     SessionNotFoundError,
     SessionStateError,
     SessionUnavailableError,
+    StorageWriteError,
     storage_error,
 )
 from shared.layout import DELEGATION_ID_MAX_BYTES, DataRoot, open_session_file
@@ -85,6 +87,7 @@ from shared.tenancy import caller_tenant, check_visible, current_caller, keyed_s
 from writer_service import metrics
 from writer_service.branching import ForkResult, ResumeResult, fork_session, resume_session
 from writer_service.committer import CommitConfig, GroupCommitter, SessionLog, StorageHealth
+from writer_service.deletion import Deletion, remove_session
 from writer_service.file_facts import FORCE_HINT, RebuiltFacts, file_facts, refuse_damage
 from writer_service.files import create_file, create_marker
 from writer_service.heap_trim import HeapTrimmer
@@ -147,6 +150,10 @@ class WriterConfig:
     repair_retry_seconds: float = 5.0
     #: Shards of a data root this writer creates (shared.shards); an existing root keeps its own.
     shards: int = DEFAULT_SHARDS
+    #: Delete stopped sessions last written more than this many days ago (None: keep every
+    #: session; writer_service.retention), checked every ``retention_interval_seconds``.
+    retain_stopped_days: float | None = None
+    retention_interval_seconds: float = 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +162,15 @@ class StopResult:
     stop_seq: int
     digest: str
     message_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteResult:
+    """A deleted session: when (RFC 3339), and whether an earlier call had deleted it already."""
+
+    session_id: str
+    deleted_at: str
+    already_deleted: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +207,8 @@ class SessionLedger:
         self._loading: dict[str, asyncio.Future[OpenSession]] = {}
         self._requests = RequestMemory(on_forget=self._request_forgotten)
         self._creating: set[str] = set()
+        #: Sessions being deleted: opening one is refused (SessionBusyError) until it is gone.
+        self._deleting: set[str] = set()
         self.storage_health = StorageHealth()
         self._group: GroupCommitter | None = None
         self._kept: OrderedDict[str, IndexEntry] = OrderedDict()
@@ -280,6 +298,8 @@ class SessionLedger:
         # Session ids are global: an id taken in any tenant is taken (ALREADY_EXISTS says no more).
         if self.index.get(session_id) is not None or session_id in self._creating:
             raise SessionExistsError(session_id)
+        if session_id in self.index.tombstones:
+            raise SessionExistsError(session_id, deleted=True)
         meta = session_meta_payload(spec, session_id, role, format_timestamp(created))
         return session_id, build_file_name(created, session_id, spec.agent_name), meta
 
@@ -415,9 +435,13 @@ class SessionLedger:
             state.entry.requests_floor = None  # set again from the file when next opened
             state.log.close()
 
-    def taken(self, session_id: str) -> bool:
-        """Whether ``session_id`` is in the ledger or being created (by any tenant)."""
-        return self.index.get(session_id) is not None or session_id in self._creating
+    def check_free(self, session_id: str) -> None:
+        """Raise SessionExistsError unless ``session_id`` may name a new session: it is in the
+        ledger or being created (by any tenant), or was deleted (``deleted``: never used again)."""
+        if session_id in self.index.tombstones:
+            raise SessionExistsError(session_id, deleted=True)
+        if self.index.get(session_id) is not None or session_id in self._creating:
+            raise SessionExistsError(session_id)
 
     def reserve(self, session_id: str) -> None:
         """Hold ``session_id`` for a session being created elsewhere (an import): creating it is refused."""
@@ -494,6 +518,8 @@ class SessionLedger:
         if entry is None:
             validate_session_id(session_id)
             raise SessionNotFoundError(session_id)
+        if session_id in self._deleting:
+            raise SessionBusyError("a Delete of this session is in progress; retry when it ends")
         pending = self._loading.get(session_id)
         if pending is not None:
             return await asyncio.shield(pending)
@@ -768,13 +794,126 @@ class SessionLedger:
             state = await self.open_session(session_id)  # tries the repair again, or refuses
         if state is not None:
             self._check_visible(state)
+            if state.busy == "Delete":
+                state.refuse_if_busy()
             await state.log.drain()
             return state.path
         entry = self.visible_entry(session_id)
         if entry is None:
             validate_session_id(session_id)
             raise SessionNotFoundError(session_id)
+        if session_id in self._deleting:
+            raise SessionBusyError("a Delete of this session is in progress; retry when it ends")
         return self.root.session_path(session_id, entry.name)
+
+    async def delete(self, session_id: str, cause: str = "request", deleted_by: str = "") -> DeleteResult:
+        """Delete a session for good (writer_service.deletion): its queued records are drained
+        (their appends acknowledged), its deletion record made durable, its file and what derives
+        from it removed, its id kept as a tombstone. ``deleted_by``: who asked (default: the
+        caller's credential, ``anonymous`` without authentication).
+
+        A session already deleted answers ``already_deleted`` to a caller that saw it. Raises
+        FileNameError, SessionNotFoundError (unknown, another tenant's), SessionBusyError (a Stop,
+        Resume or Delete in progress), NotOwnerError (this writer does not own its shard),
+        StorageWriteError (the session is whole, or its deletion is finished at the next start).
+        """
+        validate_session_id(session_id)
+        entry = self.visible_entry(session_id)
+        if entry is None:
+            return await self._deleted_before(session_id)
+        shard = self.root.shard_of(session_id)
+        epoch = self.ownership.owns(shard)
+        if epoch is None:
+            raise NotOwnerError(
+                f"this writer does not own shard {shard} of session {session_id}; retry",
+                shard=shard,
+                epoch=0,
+            )
+        if session_id in self._deleting:
+            raise SessionBusyError("a Delete of this session is in progress; retry when it ends")
+        state = self._sessions.get(session_id)
+        if state is not None:
+            self._check_visible(state)
+            state.refuse_if_busy()
+        tenant = self._tenant_for_deletion(session_id, entry)
+        caller = current_caller()
+        deletion = Deletion(
+            session_id,
+            tenant,
+            deleted_by or caller.credential or "anonymous",
+            now_timestamp(),
+            cause,
+        )
+        self._deleting.add(session_id)  # from here on, opening the session is refused
+        marked: OpenSession | None = None
+        try:
+            loading = self._loading.get(session_id)
+            if loading is not None:  # an open begun before: wait for it, so that it is drained too
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(loading)
+            state = self._sessions.get(session_id)
+            if state is not None:
+                state.refuse_if_busy()  # a Stop or Resume began while the open was awaited
+                marked, state.busy = state, "Delete"
+                await state.log.drain()  # appends in flight are written and acknowledged first
+            try:
+                await self.run_io(remove_session, self.root, self.index.tombstones, deletion, entry.name)
+            except OSError as exc:
+                if session_id not in self.index.tombstones:
+                    raise storage_error(exc, "write", f"recording the deletion of {entry.name}") from exc
+                log.error(
+                    "deletion of %s recorded, not finished (finished at the next start): %s", entry.name, exc
+                )
+            self._forget_deleted(session_id)
+        finally:
+            self._deleting.discard(session_id)
+            if marked is not None:
+                marked.busy = ""
+        metrics.DELETED_SESSIONS.labels(cause).inc()
+        log.info("deleted %s (%s, by %s)", session_id, cause, deletion.deleted_by)
+        return DeleteResult(session_id, deletion.deleted_at)
+
+    def _tenant_for_deletion(self, session_id: str, entry: IndexEntry) -> str:
+        """The recorded tenant of a session being deleted ("" when its file cannot be read and
+        no authentication needs it: an unreadable session may still be deleted)."""
+        try:
+            return self.tenants.of(session_id, entry.name)
+        except StorageWriteError:
+            if current_caller().tenant is not None:
+                raise
+            return ""
+
+    async def _deleted_before(self, session_id: str) -> DeleteResult:
+        """The answer to a delete of an id not in the index: already deleted (when the caller
+        sees its tombstone), else SessionNotFoundError."""
+        if session_id in self.index.tombstones:
+            shard_dir = self.root.shard_dir(self.root.shard_of(session_id))
+            try:
+                record = await self.run_io(self.index.tombstones.read, shard_dir, session_id)
+            except OSError as exc:
+                raise storage_error(exc, "read", "reading a deletion record") from exc
+            if record is not None and current_caller().sees(record.tenant):
+                return DeleteResult(session_id, record.deleted_at, already_deleted=True)
+        raise SessionNotFoundError(session_id)
+
+    def _forget_deleted(self, session_id: str) -> None:
+        """Drop everything the writer holds in memory about a deleted session."""
+        state = self._sessions.pop(session_id, None)
+        if state is not None:
+            state.log.close()
+        entry = self._kept.pop(session_id, None)
+        if entry is not None:
+            entry.kept = None
+        self.index.remove(session_id)
+        self.tenants.forget(session_id)
+
+    def stopped_sessions(self) -> list[tuple[str, Path]]:
+        """(id, file path) of every stopped session not being deleted (retention's candidates)."""
+        return [
+            (session_id, self.root.session_path(session_id, entry.name))
+            for session_id, entry in self.index.entries.items()
+            if entry.stopped_kind is not None and session_id not in self._deleting
+        ]
 
     async def resume(self, session_id: str, force: bool = False) -> ResumeResult:
         """Re-open a session for appending (SPEC §2.8); see :func:`writer_service.branching.resume_session`."""

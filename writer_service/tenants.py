@@ -25,6 +25,10 @@ class SessionTenants:
         """Keep the tenant of a session the writer has just created."""
         self._tenants[session_id] = tenant
 
+    def forget(self, session_id: str) -> None:
+        """Drop a deleted session's tenant."""
+        self._tenants.pop(session_id, None)
+
     def of(self, session_id: str, name: str) -> str:
         """The tenant of session ``session_id`` whose file is ``name`` ("" when it names none).
 

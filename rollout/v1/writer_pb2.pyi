@@ -207,3 +207,19 @@ class ImportSessionsResponse(_message.Message):
     SESSIONS_FIELD_NUMBER: _ClassVar[int]
     sessions: _containers.RepeatedCompositeFieldContainer[ImportedSessionResult]
     def __init__(self, sessions: _Optional[_Iterable[_Union[ImportedSessionResult, _Mapping]]] = ...) -> None: ...
+
+class DeleteSessionRequest(_message.Message):
+    __slots__ = ("session_id",)
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+
+class DeleteSessionResponse(_message.Message):
+    __slots__ = ("session_id", "deleted_at", "already_deleted")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    DELETED_AT_FIELD_NUMBER: _ClassVar[int]
+    ALREADY_DELETED_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    deleted_at: str
+    already_deleted: bool
+    def __init__(self, session_id: _Optional[str] = ..., deleted_at: _Optional[str] = ..., already_deleted: _Optional[bool] = ...) -> None: ...

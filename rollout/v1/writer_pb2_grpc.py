@@ -69,6 +69,11 @@ class RolloutWriterStub:
                 request_serializer=rollout_dot_v1_dot_writer__pb2.ImportSessionsRequest.SerializeToString,
                 response_deserializer=rollout_dot_v1_dot_writer__pb2.ImportSessionsResponse.FromString,
                 _registered_method=True)
+        self.DeleteSession = channel.unary_unary(
+                '/rollout.v1.RolloutWriter/DeleteSession',
+                request_serializer=rollout_dot_v1_dot_writer__pb2.DeleteSessionRequest.SerializeToString,
+                response_deserializer=rollout_dot_v1_dot_writer__pb2.DeleteSessionResponse.FromString,
+                _registered_method=True)
 
 
 class RolloutWriterServicer:
@@ -218,6 +223,34 @@ class RolloutWriterServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteSession(self, request, context):
+        """Deletes a session for good (retention, privacy requests): its file and
+        everything derived from it (the writer's saved state, its delegation
+        marker and its own children's markers, bytes a repair set aside; the
+        reader's caches and indexes drop it as its file goes) are removed, and its
+        id is never used again: CreateSession and Fork refuse it (ALREADY_EXISTS,
+        ErrorInfo SESSION_EXISTS) and ImportSessions skips it (already_present).
+        A deletion record (the tombstone: who, which session, when; no content)
+        is made durable first, in the shard's deletions.jsonl (docs/deletion.md); a crash
+        in the middle leaves the session whole or, once the writer starts again,
+        gone. Forks of the session and its children are sessions of their own and
+        stay (their records are copies: none of them reads the deleted file).
+        Records of Appends in flight are written and acknowledged first (the
+        queue is drained); Appends arriving during the delete are ABORTED, after
+        it NOT_FOUND.
+        Idempotent: deleting a deleted session again answers OK with
+        already_deleted and the first deletion's time, to a caller that saw the
+        session (a retry after a lost answer is safe).
+        NOT_FOUND: unknown session, or another tenant's (also once deleted).
+        ABORTED: a Stop, Resume or Delete of the session is in progress; retry.
+        UNAVAILABLE: a write, rename or fsync failed (ErrorInfo names the errno;
+        the session is whole, or its deletion is recorded and finished at the
+        next start), or the writer does not own the session's shard (NOT_OWNER).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RolloutWriterServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -255,6 +288,11 @@ def add_RolloutWriterServicer_to_server(servicer, server):
                     servicer.ImportSessions,
                     request_deserializer=rollout_dot_v1_dot_writer__pb2.ImportSessionsRequest.FromString,
                     response_serializer=rollout_dot_v1_dot_writer__pb2.ImportSessionsResponse.SerializeToString,
+            ),
+            'DeleteSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteSession,
+                    request_deserializer=rollout_dot_v1_dot_writer__pb2.DeleteSessionRequest.FromString,
+                    response_serializer=rollout_dot_v1_dot_writer__pb2.DeleteSessionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -446,6 +484,33 @@ class RolloutWriter:
             '/rollout.v1.RolloutWriter/ImportSessions',
             rollout_dot_v1_dot_writer__pb2.ImportSessionsRequest.SerializeToString,
             rollout_dot_v1_dot_writer__pb2.ImportSessionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rollout.v1.RolloutWriter/DeleteSession',
+            rollout_dot_v1_dot_writer__pb2.DeleteSessionRequest.SerializeToString,
+            rollout_dot_v1_dot_writer__pb2.DeleteSessionResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -31,3 +31,12 @@ def test_a_taken_key_is_refused_and_nothing_is_made(client) -> None:
     with pytest.raises(AlreadyExistsError):
         source.fork(at_seq=1, session_key="thread-c")  # its own key names itself
     assert taken.replay().messages == []
+
+
+def test_a_key_whose_session_was_deleted_is_refused(client) -> None:
+    source = client.create_session("agent", root=True, session_key="thread-e")
+    source.append(user("hello"))
+    gone = client.create_session("other", root=True, session_key="thread-f")
+    client.delete_session(gone.id)
+    with pytest.raises(AlreadyExistsError, match="was deleted"):
+        source.fork(at_seq=1, session_key="thread-f")

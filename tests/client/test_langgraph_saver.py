@@ -248,3 +248,32 @@ def test_the_view_leaves_out_what_the_ledger_would_refuse() -> None:
     }
     odd = ledger_message(HumanMessage([{"type": "number", "value": float("nan")}]), known)
     assert odd == {"role": "user", "content": "[{'type': 'number', 'value': nan}]"}
+
+
+def test_delete_thread_deletes_its_session_for_every_saver(client, writer_process, reader_process) -> None:
+    """delete_thread deletes the thread's session: this saver and another that had read it find
+    nothing, the session is gone from the ledger, its copy stays, and the id is not reused."""
+    import pytest
+
+    from rollout_client import AlreadyExistsError, RolloutClient
+    from tests.client.conftest import TEST_RETRY
+
+    saver = LedgerSaver(client)
+    graph = build(saver)
+    turn(graph, "doomed", "1+1")
+    saver.copy_thread("doomed", "doomed-copy")
+    session_id, _ = client.resolve_session("doomed")
+    with RolloutClient(writer_process.address, reader_process.address, retry=TEST_RETRY) as other_client:
+        other = LedgerSaver(other_client)
+        assert other.get_tuple({"configurable": {"thread_id": "doomed"}}) is not None
+        saver.delete_thread("doomed")
+        assert other.get_tuple({"configurable": {"thread_id": "doomed"}}) is None
+        assert list(other.list({"configurable": {"thread_id": "doomed"}})) == []
+    assert saver.get_tuple({"configurable": {"thread_id": "doomed"}}) is None
+    assert client.resolve_session("doomed") == (session_id, False)
+    assert graph.get_state({"configurable": {"thread_id": "doomed-copy"}}).values["messages"][-1].content == (
+        "the sum is 2"
+    )
+    with pytest.raises(AlreadyExistsError):
+        turn(graph, "doomed", "2+2")
+    saver.delete_thread("never-written")  # nothing to delete: no error

@@ -6,11 +6,13 @@ fails these tests until it is given a request here (and so is checked)."""
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import grpc
+import orjson
 import pytest
 from google.protobuf.message_factory import GetMessageClass
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -59,6 +61,7 @@ SESSION_REQUESTS: dict[str, Callable[[str], tuple[Any, str]]] = {
     "Stop": lambda sid: (writer_pb2.StopRequest(session_id=sid, stop_kind=PAUSED, reason="r"), B),
     "Resume": lambda sid: (writer_pb2.ResumeRequest(session_id=sid), B),
     "Fork": lambda sid: (writer_pb2.ForkRequest(session_id=sid, at_seq=1), B),
+    "DeleteSession": lambda sid: (writer_pb2.DeleteSessionRequest(session_id=sid), B),
     "ImportSessions": lambda sid: (
         [
             writer_pb2.ImportSessionsRequest(create=_child(sid, str(uuid.uuid4()))),
@@ -305,3 +308,32 @@ def test_the_python_client_works_with_tls_and_a_token(pair) -> None:
         assert {summary.tenant for summary in page.sessions} == {"a"}
         with pytest.raises(PermissionDeniedError):
             next(iter(client.list_sessions(tenant="b")))
+
+
+def test_a_deleted_session_stays_another_tenants_and_its_audit_names_the_token(pair, channels) -> None:
+    """Tenant b deleting a's session is NOT_FOUND before and after a deletes it (exactly as an
+    unknown id); a's retried delete answers already_deleted; the deletion record names a's tenant
+    and the start of a's token digest, never the token."""
+    writer = channels[WRITER.full_name]
+    delete = WRITER.methods_by_name["DeleteSession"]
+    target = _session_of_a(channels)
+    (deleted,) = call(writer, delete, writer_pb2.DeleteSessionRequest(session_id=target), A)
+    assert not deleted.already_deleted
+    absent = str(uuid.uuid4())
+    seen = refusal(writer, delete, writer_pb2.DeleteSessionRequest(session_id=target), B)
+    unknown = refusal(writer, delete, writer_pb2.DeleteSessionRequest(session_id=absent), B)
+    assert seen.code() == grpc.StatusCode.NOT_FOUND
+    assert _same_answer(seen, unknown, (target, absent))
+    (again,) = call(writer, delete, writer_pb2.DeleteSessionRequest(session_id=target), A)
+    assert (again.already_deleted, again.deleted_at) == (True, deleted.deleted_at)
+    data_dir = pair.tokens_file.parent / "data"
+    records = [
+        orjson.loads(line)
+        for path in data_dir.rglob("deletions.jsonl")
+        for line in path.read_bytes().splitlines()
+    ]
+    (record,) = [record for record in records if record["session_id"] == target]
+    digest = hashlib.blake2b(A.encode(), digest_size=32).hexdigest()
+    assert record["tenant"] == "a"
+    assert record["deleted_by"] == f"token:{digest[:12]}"
+    assert A not in str(records)

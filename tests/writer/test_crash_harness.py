@@ -21,8 +21,10 @@ _spec.loader.exec_module(crash_harness)
 # limit of 300 s is meant for a test of ordinary size).
 @pytest.mark.timeout(1200)
 def test_thirty_kill_points_lose_no_acknowledged_record(data_dir) -> None:
-    """kill -9 at 30 random moments (some during Stop): every acknowledged record survives exactly once."""
+    """kill -9 at 30 random moments (some during Stop, some during deletes): every acknowledged
+    record survives exactly once, every deleted session is whole or gone (gone once acknowledged)."""
     report = crash_harness.run_harness(data_dir, kills=30, clients=3, seed=7)
     assert report.acked_records > 100, "the clients got work acknowledged between kills"
     assert report.stops > 0, "some kills had Stop/Resume rounds around them"
+    assert report.deletes > 0, "the deleting client got deletes acknowledged between kills"
     assert report.violations == []
