@@ -277,3 +277,44 @@ def test_delete_thread_deletes_its_session_for_every_saver(client, writer_proces
     with pytest.raises(AlreadyExistsError):
         turn(graph, "doomed", "2+2")
     saver.delete_thread("never-written")  # nothing to delete: no error
+
+
+def test_a_subgraph_keeps_its_checkpoints_in_its_namespace(client) -> None:
+    """A graph whose node is a subgraph: its checkpoints land in the subgraph's namespace, listed
+    with the root's when the config names no namespace and apart when it does, the same
+    checkpoints as LangGraph's own saver keeps."""
+    from langgraph.graph import END, START, StateGraph
+
+    from tests.client.langgraph_chat import ChatState
+
+    def nested(checkpointer):
+        outer = StateGraph(ChatState)
+        outer.add_node("inner", build(None))
+        outer.add_edge(START, "inner")
+        outer.add_edge("inner", END)
+        return outer.compile(checkpointer=checkpointer)
+
+    saver, reference = LedgerSaver(client), InMemorySaver()
+    config = {"configurable": {"thread_id": "nested"}}
+    for checkpointer in (saver, reference):
+        assert nested(checkpointer).invoke({"messages": [HumanMessage("4+5")]}, config)["messages"][
+            -1
+        ].content == ("the sum is 9")
+
+    def shape(checkpointer, configurable) -> list[tuple[str, str]]:
+        listed = checkpointer.list({"configurable": configurable})
+        return [
+            (found.config["configurable"]["checkpoint_ns"].split(":")[0], found.metadata["source"])
+            for found in listed
+        ]
+
+    # All namespaces: the same checkpoints, newest first across them (as PostgresSaver orders;
+    # InMemorySaver lists namespace by namespace).
+    assert sorted(shape(saver, {"thread_id": "nested"})) == sorted(shape(reference, {"thread_id": "nested"}))
+    ids = [found.config["configurable"]["checkpoint_id"] for found in saver.list(config)]
+    assert ids == sorted(ids, reverse=True)
+    assert {ns for ns, _ in shape(saver, {"thread_id": "nested"})} == {"", "inner"}
+    assert shape(saver, {"thread_id": "nested", "checkpoint_ns": ""}) == shape(
+        reference, {"thread_id": "nested", "checkpoint_ns": ""}
+    )
+    assert {ns for ns, _ in shape(saver, {"thread_id": "nested", "checkpoint_ns": ""})} == {""}
