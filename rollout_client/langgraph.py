@@ -43,7 +43,9 @@ the sync methods from other threads while that loop runs, as LangGraph's async s
   whose call the view does not hold, or another kind of item, is left out of the view (it
   stays in the checkpoint).
 * ``copy_thread`` is a Fork of the source's session named by the target thread id
-  (``ForkRequest.session_key``); ``prune`` appends a ``langgraph.removed`` record;
+  (``ForkRequest.session_key``); ``prune`` and ``delete_for_runs`` append
+  ``langgraph.removed`` records (the latter in every thread of the tenant: the ``langgraph``
+  sessions the reader lists);
   ``delete_thread`` deletes the thread's session (DeleteSession); the ledger never reuses a
   session id, so a deleted thread's id cannot name a new thread (AlreadyExistsError; another
   process's saver waits out its retry deadline first, then NotFoundError).
@@ -89,11 +91,15 @@ from shared.records import (
     typed_value,
     value_of_typed,
 )
+from shared.session_meta import recorded_tenant
 
 T = TypeVar("T")
 
 #: The channel whose messages are also written as ledger messages (LangGraph's MessagesState).
 DEFAULT_MESSAGES_CHANNEL = "messages"
+
+#: The agent name of the sessions threads are kept in (what delete_for_runs lists).
+THREAD_AGENT = "langgraph"
 
 #: A value not materialized yet.
 _UNSET: Any = object()
@@ -151,6 +157,7 @@ class _Thread:
     #: the base a new version of it may be a delta of.
     recent: dict[tuple[str, str], tuple[str, list[Any]]] = field(default_factory=dict)
     view_version: str | None = None  # the messages version the ledger view shows
+    key: str = ""  # the thread id (its session_meta's session_key), once read
     lock: asyncio.Lock | None = None
 
     def landed(self, seqs: Sequence[int], next_seq: int, event: dict[str, Any]) -> None:
@@ -170,6 +177,8 @@ class _Thread:
 
     def apply(self, record: Mapping[str, Any]) -> None:
         """Apply one record (a parsed line or our own); records of other kinds change nothing."""
+        if record.get("type") == RecordType.SESSION_META:
+            self.key = str((record.get("payload") or {}).get("session_key", ""))
         if record.get("type") != RecordType.EVENT:
             return
         payload = record.get("payload") or {}
@@ -377,7 +386,7 @@ class LedgerSaver(BaseCheckpointSaver[str]):
                     return None
                 try:
                     created = await self._core.create_session(
-                        "langgraph", root=True, session_key=thread_id, tenant=self._tenant
+                        THREAD_AGENT, root=True, session_key=thread_id, tenant=self._tenant
                     )
                 except AlreadyExistsError as taken:  # another process created it meanwhile
                     if thread_id in self._deleted:  # or this saver deleted it: ids are never reused
@@ -703,24 +712,56 @@ class LedgerSaver(BaseCheckpointSaver[str]):
             await self._core.delete_session(session_id)
             self._deleted.add(thread_id)
 
+    async def _remove(self, thread: _Thread, removed: list[list[str]]) -> None:
+        """Append a ``langgraph.removed`` record taking ``removed`` ([ns, id] pairs) out."""
+        if not removed:
+            return
+        body = {"checkpoints": removed}
+        result = await thread.session.append(Event(LANGGRAPH_REMOVED_EVENT, body))
+        event = {"kind": LANGGRAPH_REMOVED_EVENT, "body": body}
+        thread.landed(result.seqs, result.next_seq, {"type": RecordType.EVENT, "payload": event})
+
     async def _prune(self, thread_ids: Sequence[str], strategy: str) -> None:
         if strategy not in ("keep_latest", "delete"):
             raise ValueError(f"unknown prune strategy {strategy!r}: 'keep_latest' or 'delete'")
         for thread_id in thread_ids:
             thread = await self._current(thread_id)
+            if thread is not None:
+                await self._remove(
+                    thread,
+                    [
+                        [ns, checkpoint_id]
+                        for ns, ids in thread.order.items()
+                        for checkpoint_id in (ids[:-1] if strategy == "keep_latest" else ids)
+                    ],
+                )
+
+    async def _delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        wanted = set(run_ids)
+        if not wanted:
+            return
+        tenant = recorded_tenant(self._tenant)
+        attached = {thread.session.id for thread in self._threads.values()}
+        async for page in self._core.list_sessions(agent_name=THREAD_AGENT, tenant=self._tenant):
+            for summary in page.sessions:
+                if summary.session_id in attached or summary.tenant != tenant:
+                    continue
+                listed = _Thread(self._core.session(summary.session_id))
+                if await self._refresh(listed) and listed.key:
+                    self._threads.setdefault(listed.key, listed)
+        for thread_id in list(self._threads):
+            thread = await self._current(thread_id)
             if thread is None:
                 continue
-            removed = [
-                [ns, checkpoint_id]
-                for ns, ids in thread.order.items()
-                for checkpoint_id in (ids[:-1] if strategy == "keep_latest" else ids)
-            ]
-            if not removed:
-                continue
-            body = {"checkpoints": removed}
-            result = await thread.session.append(Event(LANGGRAPH_REMOVED_EVENT, body))
-            event = {"kind": LANGGRAPH_REMOVED_EVENT, "body": body}
-            thread.landed(result.seqs, result.next_seq, {"type": RecordType.EVENT, "payload": event})
+            removed = []
+            for ns, ids in thread.order.items():
+                for checkpoint_id in ids:
+                    stored = thread.checkpoints[ns][checkpoint_id]
+                    if stored.loaded_metadata is _UNSET:
+                        stored.loaded_metadata = self.serde.loads_typed(stored.metadata)
+                    if stored.loaded_metadata.get("run_id") in wanted:
+                        removed.append([ns, checkpoint_id])
+            await self._remove(thread, removed)
 
     # -- LangGraph's interface -------------------------------------------------------------
 
@@ -821,6 +862,17 @@ class LedgerSaver(BaseCheckpointSaver[str]):
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """See :meth:`prune`."""
         await self._async(self._prune(thread_ids, strategy))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Take the checkpoints whose metadata ``run_id`` is one of ``run_ids`` (and their pending
+        writes) out of every thread of the saver's tenant (a ``langgraph.removed`` record per
+        thread): the threads this saver holds and every ``langgraph`` session the reader lists,
+        each read whole once; a cost that grows with the tenant's threads."""
+        self._sync(self._delete_for_runs(run_ids))
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """See :meth:`delete_for_runs`."""
+        await self._async(self._delete_for_runs(run_ids))
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         """The version after ``current``: a counter, then a random tail (as LangGraph's own savers)."""

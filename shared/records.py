@@ -129,7 +129,7 @@ JSON text of LangGraph's version (``"1"``, ``"\"0000…0002.0.53\""``), so its t
   ``(task_id, idx)`` the checkpoint already holds is ignored when ``idx >= 0``, replaces it
   when ``idx < 0`` (LangGraph's special channels: error, interrupt, ...).
 * ``langgraph.removed``: ``{"checkpoints": [[ns, id]]}``: checkpoints (and their pending
-  writes) taken out of the thread's listing (``prune``); their blobs stay, so no delta loses
+  writes) taken out of the thread's listing (``prune``, ``delete_for_runs``); their blobs stay, so no delta loses
   its base. The bytes stay in the file until the session is deleted.
 
 An ``event`` whose ``kind`` is in :data:`RESERVED_EVENT_KINDS` is the writer's own

@@ -17,9 +17,8 @@ from rollout_client import AsyncRolloutClient, RolloutClient
 from rollout_client.langgraph import LedgerSaver
 from tests.client.conftest import TEST_RETRY
 
-#: The extended capabilities LedgerSaver implements (delete_for_runs needs a listing of every
-#: thread by run id, which the ledger does not keep).
-IMPLEMENTED_EXTENDED = {"copy_thread", "prune"}
+#: The extended capabilities LedgerSaver implements: all of them.
+IMPLEMENTED_EXTENDED = {"copy_thread", "prune", "delete_for_runs"}
 
 
 #: Base capabilities the saver does not have.

@@ -318,3 +318,22 @@ def test_a_subgraph_keeps_its_checkpoints_in_its_namespace(client) -> None:
         reference, {"thread_id": "nested", "checkpoint_ns": ""}
     )
     assert {ns for ns, _ in shape(saver, {"thread_id": "nested", "checkpoint_ns": ""})} == {""}
+
+
+def test_delete_for_runs_reaches_threads_another_saver_wrote(client, writer_process, reader_process) -> None:
+    """delete_for_runs of a saver that never read the thread: the ledger's listing finds it."""
+    from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_config
+
+    from rollout_client import RolloutClient
+    from tests.client.conftest import TEST_RETRY
+
+    writer = LedgerSaver(client)
+    first = writer.put(
+        generate_config("runs"), generate_checkpoint(), {"source": "loop", "step": 0, "run_id": "r1"}, {}
+    )
+    config = generate_config("runs")
+    config["configurable"]["checkpoint_id"] = first["configurable"]["checkpoint_id"]
+    writer.put(config, generate_checkpoint(), {"source": "loop", "step": 1, "run_id": "r2"}, {})
+    with RolloutClient(writer_process.address, reader_process.address, retry=TEST_RETRY) as other_client:
+        LedgerSaver(other_client).delete_for_runs(["r1"])
+    assert [found.metadata["run_id"] for found in writer.list(generate_config("runs"))] == ["r2"]
