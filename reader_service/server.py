@@ -54,6 +54,7 @@ from reader_service.rounds import (
 from reader_service.stop_facts import DEFAULT_TAIL_WINDOW, StopFactsResult, read_stop_facts
 from reader_service.watch import WatchHub
 from rollout.v1 import reader_pb2, reader_pb2_grpc
+from shared.deletions import find_deletion
 from shared.errors import InvalidArgumentError, RoundNotFoundError, SessionNotFoundError
 from shared.layout import DataRoot, session_file_stat
 from shared.naming import is_session_id
@@ -118,6 +119,22 @@ def _resolved(index: ListingIndex, session_key: str, tenant: str) -> tuple[str, 
 
 def _stop_facts_and_meta(index: ListingIndex, path: Path) -> tuple[StopFactsResult, dict[str, Any]]:
     return read_stop_facts(path, index.tail_window), index.meta(path.name)
+
+
+def _deleted_meta(root: DataRoot, session_id: str) -> dict[str, Any] | None:
+    """What a deleted fork source's deletion record keeps of its session_meta (its own
+    ``forked_from``, so that a fork's lineage goes on through it: docs/deletion.md), or None when
+    the session was not deleted (or is no lookup's business: a malformed id)."""
+    try:
+        deletion = find_deletion(root.shard_dir(root.shard_of(session_id)), session_id)
+    except OSError:
+        return None
+    if deletion is None:
+        return None
+    if deletion.forked_from is None:
+        return {}
+    source, seq = deletion.forked_from
+    return {"forked_from": {"session_id": source, "seq": seq}}
 
 
 class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
@@ -322,7 +339,7 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
             try:
                 return self.index.meta(self.index.locate(source)[1].name)
             except (SessionNotFoundError, InvalidArgumentError, OSError):
-                return None
+                return _deleted_meta(self.root, source)
 
         return self.round_cache.rounds(
             path, lambda: lineage_of(session_id, self.index.meta(path.name), meta_of)

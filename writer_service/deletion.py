@@ -31,27 +31,25 @@ writer kill itself with SIGKILL at that point of every delete.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import shutil
 import signal
 import threading
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 
-import orjson
-
+from shared.deletions import DELETIONS_FILE, Deletion
 from shared.layout import PRIVATE_FILE_MODE, DataRoot
 from shared.naming import session_file_name
+from shared.rounds import forked_from
 from shared.session_meta import read_session_meta
 from writer_service.files import fsync_dir, make_durable_dirs, write_all
 from writer_service.session_state import state_path
 
 log = logging.getLogger(__name__)
 
-#: A shard's deletion records, one JSON object per line (docs/deletion.md).
-DELETIONS_FILE = "deletions.jsonl"
 #: A shard's folder of session files being deleted.
 TRASH_DIR = "trash"
 #: The test hook: the step at which every delete kills the writer (SIGKILL).
@@ -59,52 +57,6 @@ KILL_AT_ENV = "ROLLOUT_TEST_KILL_DELETE_AT"
 #: Where the test hook may kill: after the deletion record is durable, after the file went to
 #: the trash, after the derived files were removed (before the trash is emptied).
 KILL_POINTS = ("recorded", "trashed", "cleaned")
-#: Why a session was deleted: a DeleteSession call, or the writer's retention.
-CAUSES = ("request", "retention")
-
-
-@dataclass(frozen=True, slots=True)
-class Deletion:
-    """One deletion record: ``session_id``; ``tenant``, the session's recorded tenant (who may
-    see the tombstone); ``deleted_by``, the caller's credential (``token:<12 hex>``,
-    ``certificate:<CN>``, ``anonymous`` without authentication, ``retention``);
-    ``deleted_at`` (RFC 3339, UTC); ``cause`` (:data:`CAUSES`)."""
-
-    session_id: str
-    tenant: str
-    deleted_by: str
-    deleted_at: str
-    cause: str = "request"
-
-    def line(self) -> bytes:
-        """The record as one line of ``deletions.jsonl``."""
-        return (
-            orjson.dumps(
-                {
-                    "session_id": self.session_id,
-                    "tenant": self.tenant,
-                    "deleted_by": self.deleted_by,
-                    "deleted_at": self.deleted_at,
-                    "cause": self.cause,
-                }
-            )
-            + b"\n"
-        )
-
-    @classmethod
-    def of_line(cls, line: bytes) -> Deletion | None:
-        """The record a line holds, or None for a line that is not one."""
-        try:
-            fields = orjson.loads(line)
-            return cls(
-                str(fields["session_id"]),
-                str(fields["tenant"]),
-                str(fields["deleted_by"]),
-                str(fields["deleted_at"]),
-                str(fields.get("cause", "request")),
-            )
-        except (orjson.JSONDecodeError, KeyError, TypeError):
-            return None
 
 
 def _kill_point(step: str) -> None:
@@ -201,7 +153,11 @@ def remove_session(root: DataRoot, tombstones: Tombstones, deletion: Deletion, n
     deletion is finished at the next start-up (or by a retried delete).
     """
     shard_dir = root.shard_dir(root.shard_of(deletion.session_id))
-    tombstones.record(shard_dir, deletion)
+    try:
+        origin = forked_from(read_session_meta(root.session_path(deletion.session_id, name)))
+    except OSError:
+        origin = None  # unreadable: its lineage ends here
+    tombstones.record(shard_dir, dataclasses.replace(deletion, forked_from=origin))
     _kill_point("recorded")
     finish_removal(root, deletion.session_id, name)
 

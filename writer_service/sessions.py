@@ -26,6 +26,7 @@ public API below: :meth:`SessionLedger.open_session`,
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import os
@@ -38,6 +39,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from shared.deletions import Deletion
 from shared.errors import (
     CorruptSessionError,
     InvalidArgumentError,
@@ -87,7 +89,7 @@ from shared.tenancy import caller_tenant, check_visible, current_caller, keyed_s
 from writer_service import metrics
 from writer_service.branching import ForkResult, ResumeResult, fork_session, resume_session
 from writer_service.committer import CommitConfig, GroupCommitter, SessionLog, StorageHealth
-from writer_service.deletion import Deletion, remove_session
+from writer_service.deletion import remove_session
 from writer_service.file_facts import FORCE_HINT, RebuiltFacts, file_facts, refuse_damage
 from writer_service.files import create_file, create_marker
 from writer_service.heap_trim import HeapTrimmer
@@ -207,6 +209,8 @@ class SessionLedger:
         self._loading: dict[str, asyncio.Future[OpenSession]] = {}
         self._requests = RequestMemory(on_forget=self._request_forgotten)
         self._creating: set[str] = set()
+        #: Saves of sessions' states under way on the I/O threads, per session (see _submit_save).
+        self._saves: dict[str, set[concurrent.futures.Future[None]]] = {}
         #: Sessions being deleted: opening one is refused (SessionBusyError) until it is gone.
         self._deleting: set[str] = set()
         self.storage_health = StorageHealth()
@@ -296,10 +300,8 @@ class SessionLedger:
         else:
             created = datetime.now(UTC)
         # Session ids are global: an id taken in any tenant is taken (ALREADY_EXISTS says no more).
-        if self.index.get(session_id) is not None or session_id in self._creating:
-            raise SessionExistsError(session_id)
-        if session_id in self.index.tombstones:
-            raise SessionExistsError(session_id, deleted=True)
+        if self.taken(session_id):
+            raise SessionExistsError(session_id, deleted=session_id in self.index.tombstones)
         meta = session_meta_payload(spec, session_id, role, format_timestamp(created))
         return session_id, build_file_name(created, session_id, spec.agent_name), meta
 
@@ -367,12 +369,12 @@ class SessionLedger:
         state.saved_offset = offset
         args = (self._shard_dir(state), state.session_id, state.path, snapshot)
         if after is None:
-            self._executor.submit(save_state, *args)
+            self._submit_save(state.session_id, save_state, *args)
             return
 
         def saved(done: asyncio.Future[None]) -> None:
             if not done.cancelled() and done.exception() is None:
-                self._executor.submit(save_state, *args)
+                self._submit_save(state.session_id, save_state, *args)
 
         after.add_done_callback(saved)
 
@@ -399,8 +401,29 @@ class SessionLedger:
                 if snapshot is None:
                     state.log.close()
                 else:
-                    self._executor.submit(_retire, self._shard_dir(state), state, snapshot)
+                    self._submit_save(session_id, _retire, self._shard_dir(state), state, snapshot)
                 excess -= 1
+
+    def _submit_save(self, session_id: str, function: Callable[..., None], *args: Any) -> None:
+        """Save a session's state on an I/O thread, tracked until done (a delete waits for it)."""
+        done = self._executor.submit(function, *args)
+        self._saves.setdefault(session_id, set()).add(done)
+        loop = asyncio.get_running_loop()
+
+        def settled(_: concurrent.futures.Future[None]) -> None:
+            saves = self._saves.get(session_id)
+            if saves is not None:
+                saves.discard(done)
+                if not saves:
+                    del self._saves[session_id]
+
+        done.add_done_callback(lambda finished: loop.call_soon_threadsafe(settled, finished))
+
+    async def _saved(self, session_id: str) -> None:
+        """Wait for every save of a session's state under way (a failed one was logged)."""
+        for done in list(self._saves.get(session_id, ())):
+            with contextlib.suppress(Exception):
+                await asyncio.wrap_future(done)
 
     def _keep_view(self, state: OpenSession) -> None:
         """Keep a closing session's view in its index entry (at most KEPT_VIEWS sessions keep one)."""
@@ -435,13 +458,19 @@ class SessionLedger:
             state.entry.requests_floor = None  # set again from the file when next opened
             state.log.close()
 
+    def taken(self, session_id: str) -> bool:
+        """Whether ``session_id`` is in the ledger, being created, or was deleted (a tombstone: never
+        used again; writer_service.deletion), by any tenant. Every creation with a given id asks."""
+        return (
+            self.index.get(session_id) is not None
+            or session_id in self._creating
+            or session_id in self.index.tombstones
+        )
+
     def check_free(self, session_id: str) -> None:
-        """Raise SessionExistsError unless ``session_id`` may name a new session: it is in the
-        ledger or being created (by any tenant), or was deleted (``deleted``: never used again)."""
-        if session_id in self.index.tombstones:
-            raise SessionExistsError(session_id, deleted=True)
-        if self.index.get(session_id) is not None or session_id in self._creating:
-            raise SessionExistsError(session_id)
+        """Raise SessionExistsError (``deleted`` for a tombstone) when ``session_id`` is :meth:`taken`."""
+        if self.taken(session_id):
+            raise SessionExistsError(session_id, deleted=session_id in self.index.tombstones)
 
     def reserve(self, session_id: str) -> None:
         """Hold ``session_id`` for a session being created elsewhere (an import): creating it is refused."""
@@ -856,6 +885,7 @@ class SessionLedger:
                 state.refuse_if_busy()  # a Stop or Resume began while the open was awaited
                 marked, state.busy = state, "Delete"
                 await state.log.drain()  # appends in flight are written and acknowledged first
+            await self._saved(session_id)  # no state file is written after the delete removed it
             try:
                 await self.run_io(remove_session, self.root, self.index.tombstones, deletion, entry.name)
             except OSError as exc:

@@ -233,8 +233,9 @@ class RolloutWriterServicer:
         everything derived from it (the writer's saved state, its delegation
         marker and its own children's markers, bytes a repair set aside; the
         reader's caches and indexes drop it as its file goes) are removed, and its
-        id is never used again: CreateSession and Fork refuse it (ALREADY_EXISTS,
-        ErrorInfo SESSION_EXISTS) and ImportSessions skips it (already_present).
+        id is never used again: CreateSession refuses it (ALREADY_EXISTS, ErrorInfo
+        SESSION_EXISTS, "was deleted") and ImportSessions skips it (already_present;
+        with authentication ALREADY_EXISTS, as another tenant's id).
         A deletion record (the tombstone: who, which session, when; no content)
         is made durable first, in the shard's deletions.jsonl (docs/deletion.md); a crash
         in the middle leaves the session whole or, once the writer starts again,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import threading
 from pathlib import Path
 
 import grpc
@@ -14,14 +15,19 @@ import orjson
 import pytest
 from prometheus_client import REGISTRY
 
-from rollout.v1 import reader_pb2, records_pb2, writer_pb2, writer_pb2_grpc
+from rollout.v1 import reader_pb2, reader_pb2_grpc, records_pb2, writer_pb2, writer_pb2_grpc
+from shared.deletions import DELETIONS_FILE
 from shared.errors import SessionExistsError
 from shared.layout import DataRoot
 from shared.naming import session_file_name
+from shared.rounds import round_id
 from shared.session_meta import SessionRole, SessionSpec
 from tests.conftest import start_service
 from tests.data_roots import session_file
-from writer_service.deletion import DELETIONS_FILE, KILL_AT_ENV, KILL_POINTS, TRASH_DIR
+from writer_service import session_state
+from writer_service.deletion import KILL_AT_ENV, KILL_POINTS, TRASH_DIR
+from writer_service.server import append_payloads
+from writer_service.session_state import SAVE_EVERY_BYTES
 from writer_service.sessions import SessionLedger, WriterConfig
 
 PAUSED = records_pb2.STOP_KIND_PAUSED
@@ -324,3 +330,64 @@ def test_a_legacy_data_root_keeps_its_deletion_records_at_its_top(data_dir) -> N
             await ledger.close()
 
     asyncio.run(again())
+
+
+def test_a_state_saved_as_the_session_is_deleted_is_not_left_behind(data_dir, monkeypatch) -> None:
+    """A session grown past the save threshold has its state saved on an I/O thread after its
+    append is durable; a delete meanwhile waits for that save, then removes the state too. The
+    save is held with its session file open (released when the delete returns, or after 2 s)
+    so that, without the wait, it would write the state after the delete removed it."""
+    big = [append_payloads(_user("x" * (SAVE_EVERY_BYTES + 1024)), 0)]
+    gate = threading.Event()
+    check = session_state._check
+
+    def held_check(fd: int, offset: int) -> str | None:
+        gate.wait(2)
+        return check(fd, offset)
+
+    monkeypatch.setattr(session_state, "_check", held_check)
+
+    async def scenario() -> str:
+        ledger = SessionLedger(WriterConfig(data_dir=data_dir))
+        try:
+            session_id, _ = await ledger.create_session(SessionSpec(role=SessionRole.ROOT))
+            await ledger.append(session_id, big)
+            await ledger.delete(session_id)
+            gate.set()
+            return session_id
+        finally:
+            await ledger.close()
+
+    session_id = asyncio.run(scenario())
+    assert _leftovers(data_dir, session_id) == []
+
+
+def _round_ids(data_dir: Path, session_id: str) -> list[str]:
+    """The round ids of a session, as a reader started now (no cache) lists them."""
+    process = start_service("reader", data_dir)
+    try:
+        with grpc.insecure_channel(process.address) as channel:
+            reader = reader_pb2_grpc.RolloutReaderStub(channel)
+            page = reader.ListRounds(reader_pb2.ListRoundsRequest(session_id=session_id, page_size=100))
+            return [found.round_id for found in page.rounds]
+    finally:
+        process.stop()
+
+
+def test_a_fork_of_a_fork_keeps_its_round_ids_when_the_middle_session_is_deleted(writer, data_dir) -> None:
+    """Round ids follow a fork's lineage to the session that first wrote each round; the deletion
+    record of a deleted fork keeps its own forked_from, so the walk goes on through it and the
+    rounds copied from the first source keep their ids."""
+    source = _session(writer, "q1", "a1", "q2", "a2")
+    middle = writer.Fork(writer_pb2.ForkRequest(session_id=source, at_seq=4)).session_id
+    writer.Append(writer_pb2.AppendRequest(session_id=middle, records=[_user("q3"), _assistant("a3")]))
+    last = writer.Fork(writer_pb2.ForkRequest(session_id=middle, at_seq=7)).session_id
+    before = _round_ids(data_dir, last)
+    assert before[0] == round_id(source, 1)
+    assert len(before) == 3
+    writer.DeleteSession(writer_pb2.DeleteSessionRequest(session_id=middle))
+    (record,) = [record for record in _deletions(data_dir) if record["session_id"] == middle]
+    assert record["forked_from"] == {"session_id": source, "seq": 4}
+    assert _round_ids(data_dir, last) == before
+    writer.DeleteSession(writer_pb2.DeleteSessionRequest(session_id=source))
+    assert _round_ids(data_dir, last) == before

@@ -15,12 +15,12 @@ import orjson
 from prometheus_client import REGISTRY
 
 from rollout.v1 import records_pb2, writer_pb2, writer_pb2_grpc
+from shared.deletions import DELETIONS_FILE
 from shared.layout import DataRoot
 from shared.session_meta import SessionRole, SessionSpec
 from shared.stop_kinds import StopKind
 from tests.conftest import start_service
 from tests.data_roots import session_file
-from writer_service.deletion import DELETIONS_FILE
 from writer_service.retention import apply_retention
 from writer_service.server import append_payloads
 from writer_service.session_index import build_index
