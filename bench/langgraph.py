@@ -1,7 +1,7 @@
 """LedgerSaver side by side with LangGraph's SqliteSaver and PostgresSaver, in one run.
 
     .venv/bin/python bench/langgraph.py [--lengths 10,100,1000] [--threads 10] [--steps 10]
-                                        [--rounds 3] [--message-bytes 1000] [--no-postgres]
+                                        [--rounds 5] [--message-bytes 1000] [--no-postgres]
 
 Starts a writer and a reader (subprocesses, a temporary data root), a file-backed SqliteSaver
 (LangGraph's own setup: WAL journal, SQLite's default synchronous=FULL) and, when PostgreSQL's
@@ -302,7 +302,7 @@ def main() -> int:
     parser.add_argument("--lengths", default="10,100,1000")
     parser.add_argument("--threads", type=int, default=10)
     parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--message-bytes", type=int, default=1000)
     parser.add_argument("--no-postgres", action="store_true")
     args = parser.parse_args()
