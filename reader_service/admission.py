@@ -1,4 +1,4 @@
-"""Admission of heavy reads within a memory budget (SPEC §5: heavy calls are admitted within a
+"""Admission of heavy reads within a memory budget (docs/spec.md §5: heavy calls are admitted within a
 memory budget so that cheap calls keep their latency).
 
 A heavy call (a replay, a memory view, a verification) states what it may hold

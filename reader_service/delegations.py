@@ -1,4 +1,4 @@
-"""Delegation lookups, both ways (SPEC §5, seed rule 13).
+"""Delegation lookups, both ways (docs/spec.md §5, seed rule 13).
 
 Parent to children: the writer keeps one marker per child under
 ``delegations/<parent id>/`` (shared.layout), so a lookup lists one folder

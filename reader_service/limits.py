@@ -5,9 +5,9 @@ without loading the reader (gRPC servers, the rebuild) for every command.
 
 * :data:`DEFAULT_MAX_REPLY_BYTES`: the largest unary reply (GetReplay, GetMemoryView); a
   larger answer is refused with RESOURCE_EXHAUSTED (ErrorInfo ``REPLY_TOO_LARGE``) and
-  streams instead (SPEC §5 Replay: "large sessions stream"). 64 MiB: gRPC holds the
+  streams instead (docs/spec.md §5 Replay: "large sessions stream"). 64 MiB: gRPC holds the
   reader's event loop about 1 ms per MB while it sends one reply (bench/replay_memory.py).
-* :data:`DEFAULT_REPLAY_CACHE_BYTES`: what the replay cache may hold (SPEC §5 derived state).
+* :data:`DEFAULT_REPLAY_CACHE_BYTES`: what the replay cache may hold (docs/spec.md §5 derived state).
 * :data:`DEFAULT_READ_BUDGET_BYTES`: what heavy reads in flight may hold together.
 """
 

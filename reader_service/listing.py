@@ -1,4 +1,4 @@
-"""Session listing: newest first, paged by an opaque cursor (SPEC §5 Listing).
+"""Session listing: newest first, paged by an opaque cursor (docs/spec.md §5 Listing).
 
 Order: creation time (from the file name, to the second) descending, then
 session id descending; stable while sessions are being created, because the
@@ -138,7 +138,7 @@ def decode_cursor(token: str) -> tuple[datetime, str]:
     return moment, session_id
 
 
-def _walk(
+def walk_sessions(
     index: ListingIndex, filters: SessionFilters, cursor: SortKey | None
 ) -> Iterator[tuple[SortKey, str]]:
     """Candidate sessions newest first, strictly before ``cursor``: (sort key, file name).
@@ -203,7 +203,7 @@ def list_sessions(
     page: list[SessionListing] = []
     scanned = 0
     last_examined: SortKey | None = None
-    candidates = _walk(index, filters, cursor)
+    candidates = walk_sessions(index, filters, cursor)
     for key, name in candidates:
         parsed = index.parsed_name(name)
         if parsed is None or not filters.matches_name(parsed):

@@ -1,4 +1,4 @@
-"""The listing index: a small summary per session, kept current as sessions change (SPEC §5).
+"""The listing index: a small summary per session, kept current as sessions change (docs/spec.md §5).
 
 Derived data only: everything here is rebuilt from the files (a new reader
 starts empty and warms up in the background), it is never the source of truth,
@@ -27,7 +27,7 @@ Per session file it keeps:
   far it got).
 
 Records are counted from their envelope alone (``{"v":..,"seq":..,"ts":..,
-"type":"message",``, the line shape of SPEC §1; simple fields added before
+"type":"message",``, the line shape of docs/spec.md §1; simple fields added before
 ``type`` are allowed), so counting runs at the speed of a regular expression.
 """
 
@@ -52,6 +52,7 @@ from shared.errors import SessionNotFoundError
 from shared.layout import DataRoot, read_session_file, session_file_stat
 from shared.naming import SessionFileName, parse_file_name, validate_session_id
 from shared.records import record_of_line
+from shared.rounds import forked_from
 from shared.session_meta import read_session_meta
 from shared.tenancy import check_visible
 
@@ -258,6 +259,9 @@ class ListingIndex:
             if meta is not None:
                 self._posting("tenant", str(meta.get("tenant", ""))).remove(key)
                 self._posting("parent", str(meta.get("parent_session_id", ""))).remove(key)
+                source = forked_from(meta)
+                if source is not None:
+                    self._posting("fork_source", source[0]).remove(key)
             self._activity.pop(name, None)
         path = self.root.session_path(parsed.session_id, name)
         for listener in self.removal_listeners:
@@ -294,6 +298,14 @@ class ListingIndex:
         with self._lock:
             posting = self._all if not kind else self._postings.get((kind, value))
             return len(posting.keys) if posting is not None else 0
+
+    def forks_of(self, source_id: str) -> list[tuple[str, dict[str, Any]]]:
+        """(file name, session_meta) of each session forked directly from ``source_id``
+        (``forked_from``), of every tenant, oldest first. Complete only after :meth:`ensure_heads`."""
+        with self._lock:
+            posting = self._postings.get(("fork_source", source_id))
+            names = [self._by_key.get(key) for key in posting.keys] if posting is not None else []
+            return [(name, self._heads[name]) for name in names if name is not None and name in self._heads]
 
     @property
     def heads_held(self) -> int:
@@ -357,6 +369,9 @@ class ListingIndex:
                 self._headless.discard(name)
                 self._posting("tenant", str(meta.get("tenant", ""))).add(parsed.sort_key)
                 self._posting("parent", str(meta.get("parent_session_id", ""))).add(parsed.sort_key)
+                source = forked_from(meta)
+                if source is not None:
+                    self._posting("fork_source", source[0]).add(parsed.sort_key)
         return meta
 
     def ensure_heads(self) -> int:

@@ -1,4 +1,4 @@
-"""The memory view: a lossy, model-facing summary of a session (SPEC §3, seed rule 4).
+"""The memory view: a lossy, model-facing summary of a session (docs/spec.md §3, seed rule 4).
 
 Unlike replay it drops system messages, shortens reasoning (each block of a
 message with several; ``shortened_reasoning`` counts blocks) and truncates long

@@ -1,4 +1,4 @@
-"""Exact replay of a session (SPEC §5 Replay, seed rules 4 and 11).
+"""Exact replay of a session (docs/spec.md §5 Replay, seed rules 4 and 11).
 
 One read of the file, one :func:`shared.rebuild.rebuild`, then verification of
 the last checkpoint: the digest recomputed over the sequence as it stood at that
@@ -45,7 +45,7 @@ class DigestStatus(enum.StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class ReplayFacts:
-    """What a replay reports besides its messages (SPEC §5 Replay).
+    """What a replay reports besides its messages (docs/spec.md §5 Replay).
 
     ``rebuilt`` holds the degraded ledger, the superseded outputs and the last
     checkpoint (its ``messages`` are payloads, handles or rendered entries, by the

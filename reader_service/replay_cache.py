@@ -1,6 +1,6 @@
 """The replay cache: rendered replays kept per session file, extended as the file grows.
 
-SPEC §5 lets the reader keep derived state "keyed by file identity and committed
+docs/spec.md §5 lets the reader keep derived state "keyed by file identity and committed
 length, always rebuildable from the files, never the source of truth, never
 serving a replaced or truncated file". An entry holds, for one session file:
 

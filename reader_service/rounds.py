@@ -1,6 +1,6 @@
 """ListRounds and GetRound: a session's rounds (shared.rounds), kept per file and extended as it grows.
 
-The rounds of a session are derived state (SPEC §5: keyed by file identity and
+The rounds of a session are derived state (docs/spec.md §5: keyed by file identity and
 committed length, always rebuildable, never the source of truth). :class:`RoundCache`
 keeps, per session file read, one :class:`shared.rounds.RoundTracker` fed every
 committed line once, with the file's identity as the replay cache checks it
@@ -23,7 +23,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 import orjson
 
@@ -34,37 +34,22 @@ from shared.errors import InvalidArgumentError, ReplyTooLargeError, clip
 from shared.layout import open_session_file
 from shared.naming import is_session_id
 from shared.rebuild import collector_paused
-from shared.rounds import Lineage, Round, RoundTracker, forked_from
+from shared.rounds import MAX_FORK_DEPTH as MAX_FORK_DEPTH
+from shared.rounds import Lineage, Round, RoundTracker, round_to_close
+from shared.rounds import lineage_of as lineage_of
 from shared.wire import round_to_proto
+
+T = TypeVar("T")
 
 #: Rounds per page unless the request says (and the most it may ask).
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
 #: Sessions whose rounds the cache keeps.
 DEFAULT_MAX_ENTRIES = 256
-#: Sources followed back from a fork for its round ids.
-MAX_FORK_DEPTH = 32
-
-
-#: (session_meta payload of a session id, or None when it cannot be found): how a lineage is walked.
-MetaOf = Callable[[str], dict[str, Any] | None]
-
-
-def lineage_of(session_id: str, meta: dict[str, Any], meta_of: MetaOf) -> Lineage:
-    """The lineage of a session whose session_meta is ``meta``: each fork source's id and fork seq,
-    oldest first, found by following ``forked_from`` through ``meta_of`` (a source that cannot be
-    found ends the walk)."""
-    forks: list[tuple[str, int]] = []
-    origin = forked_from(meta)
-    seen = {session_id}
-    while origin is not None and len(forks) < MAX_FORK_DEPTH and origin[0] not in seen:
-        source, point = origin
-        # A source's own fork point can only be at or before what it gave this fork.
-        forks.insert(0, (source, point))
-        seen.add(source)
-        source_meta = meta_of(source)
-        origin = forked_from(source_meta) if source_meta else None
-    return Lineage(session_id, tuple(forks))
+#: Bytes of serialized settled rounds the cache keeps over all its sessions.
+DEFAULT_ENCODED_BUDGET = 64 * 1024 * 1024
+#: The tag of ListRoundsResponse.rounds (field 1, length-delimited) on the wire.
+_ROUNDS_TAG = b"\x0a"
 
 
 class _Entry:
@@ -79,6 +64,12 @@ class _Entry:
         self.last_line = b""
         self.seen_size = 0
         self.seen_mtime_ns = 0
+        #: Serialized Round messages of the settled rounds so far (``tracker.done``, which only
+        #: grows), made by the ListRounds pages that needed them; their total size in bytes.
+        self.encoded: list[bytes] = []
+        self.encoded_bytes = 0
+        #: Settled rounds whose origin the cache has noted (:meth:`RoundCache.origin`).
+        self.noted = 0
 
     def matches(self, fd: int, stat: os.stat_result) -> bool:
         if (stat.st_dev, stat.st_ino) != (self.device, self.inode) or stat.st_size < self.committed:
@@ -104,18 +95,67 @@ class _Entry:
 class RoundCache:
     """Rounds of recently read session files (thread-safe); ``counts`` says how answers were made."""
 
-    def __init__(self, max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
+    def __init__(
+        self, max_entries: int = DEFAULT_MAX_ENTRIES, encoded_budget: int = DEFAULT_ENCODED_BUDGET
+    ) -> None:
         self.max_entries = max_entries
+        self.encoded_budget = encoded_budget
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         self._lock = threading.Lock()
         self.counts = {"unchanged": 0, "extended": 0, "rebuilt": 0}
+        #: Round id -> (session that wrote its trigger, the trigger's seq), for every round read
+        #: so far (ids are derived from both: they never change), and per session file read the
+        #: committed length noted: the derived index GetRound by id alone looks in.
+        self._origins: dict[str, tuple[str, int]] = {}
+        self._noted_bytes: dict[str, int] = {}
+        self._closing: dict[str, tuple[tuple[int, int, int], Round | None]] = {}
 
     def rounds(self, path: Path, lineage: Callable[[], Lineage]) -> list[Round]:
         """The rounds of the session file at ``path`` as it is now; ``lineage`` is asked only when
         the file is read from its start. Raises OSError naming the file when it cannot be read."""
+        return self.read(path, lineage, lambda entry: entry.tracker.rounds())
+
+    def to_close(self, path: Path, lineage: Callable[[], Lineage]) -> Round | None:
+        """The round the session file at ``path`` leaves pending as it is now
+        (shared.rounds.round_to_close); raises as :meth:`rounds` does. The answer is kept per
+        file (inode, size, modification time): an idle session is not read again, even once its
+        rounds have left the cache."""
+        seen = os.stat(path, follow_symlinks=False)
+        identity = (seen.st_ino, seen.st_size, seen.st_mtime_ns)
+        with self._lock:
+            known = self._closing.get(str(path))
+        if known is not None and known[0] == identity:
+            return known[1]
+        answer = self.read(path, lineage, lambda entry: round_to_close(entry.tracker))
+        with self._lock:
+            self._closing[str(path)] = (identity, answer)
+        return answer
+
+    def page(self, path: Path, lineage: Callable[[], Lineage], size: int, start: int) -> bytes:
+        """A serialized ListRoundsResponse: ``size`` rounds from index ``start`` of the session
+        file at ``path`` as it is now. Settled rounds are serialized once and kept (within
+        :attr:`encoded_budget` bytes over the cache, least recently used dropped first), so a
+        page of a session read before costs what its bytes do. Raises as :meth:`rounds` does."""
+        answer = self.read(path, lineage, lambda entry: _encoded_page(entry, size, start))
+        self._trim_encoded()
+        return answer
+
+    def _trim_encoded(self) -> None:
+        with self._lock:
+            total = sum(entry.encoded_bytes for entry in self._entries.values())
+            victims = list(self._entries.values())
+        for entry in victims:  # least recently used first; one entry's lock at a time
+            if total <= self.encoded_budget:
+                return
+            with entry.lock:
+                total -= entry.encoded_bytes
+                entry.encoded, entry.encoded_bytes = [], 0
+
+    def read(self, path: Path, lineage: Callable[[], Lineage], answer: Callable[[_Entry], T]) -> T:
+        """``answer`` of the session's entry (under its lock), brought up to date with the file."""
         fd = open_session_file(path)
         try:
-            return self._rounds(str(path), fd, lineage)
+            return self._read(str(path), fd, lineage, answer)
         except OSError as exc:
             if exc.filename is None:
                 raise OSError(exc.errno, exc.strerror, os.fspath(path)) from exc
@@ -123,7 +163,7 @@ class RoundCache:
         finally:
             os.close(fd)
 
-    def _rounds(self, key: str, fd: int, lineage: Callable[[], Lineage]) -> list[Round]:
+    def _read(self, key: str, fd: int, lineage: Callable[[], Lineage], answer: Callable[[_Entry], T]) -> T:
         stat = os.fstat(fd)
         with self._lock:
             entry = self._entries.get(key)
@@ -135,17 +175,42 @@ class RoundCache:
                     before = entry.committed
                     entry.extend(fd, stat)
                     self._count("extended" if entry.committed != before else "unchanged")
-                    return entry.tracker.rounds()
+                    self._note(key, entry)
+                    return answer(entry)
         entry = _Entry(stat.st_dev, stat.st_ino, lineage())
         with entry.lock:
             entry.extend(fd, stat)
             self._count("rebuilt")
+            self._note(key, entry)
             with self._lock:
                 self._entries[key] = entry
                 self._entries.move_to_end(key)
                 while len(self._entries) > self.max_entries:
                     self._entries.popitem(last=False)
-            return entry.tracker.rounds()
+            return answer(entry)
+
+    def _note(self, key: str, entry: _Entry) -> None:
+        """Note the origins of the rounds of ``entry`` not noted yet (call under its lock)."""
+        tracker = entry.tracker
+        lineage = tracker.lineage or Lineage("")
+        fresh = [(found.round_id, found.start_seq) for found in tracker.done[entry.noted :]]
+        if tracker.current is not None:
+            fresh.append((tracker.current.round_id, tracker.current.start_seq))
+        with self._lock:
+            for round_id, seq in fresh:
+                self._origins[round_id] = (lineage.owner(seq), seq)
+            self._noted_bytes[key] = entry.committed
+        entry.noted = len(tracker.done)
+
+    def origin(self, round_id: str) -> tuple[str, int] | None:
+        """(session that wrote the trigger, its seq) of a round this cache has read, or None."""
+        with self._lock:
+            return self._origins.get(round_id)
+
+    def noted_bytes(self, path: Path) -> int:
+        """The committed length of ``path`` whose rounds' origins are noted (-1: never read)."""
+        with self._lock:
+            return self._noted_bytes.get(str(path), -1)
 
     def _count(self, kind: str) -> None:
         with self._lock:
@@ -193,6 +258,41 @@ def rounds_page(rounds: list[Round], size: int, start: int) -> reader_pb2.ListRo
         next_page_token=_token(following) if following < len(rounds) else "",
         total=len(rounds),
     )
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _encoded_page(entry: _Entry, size: int, start: int) -> bytes:
+    """The serialized page :func:`rounds_page` makes, the settled rounds' bytes taken from (and
+    added to) ``entry.encoded``: a message's fields may be written in any order and a repeated
+    field's elements one by one, so the page is their concatenation (protobuf encoding)."""
+    rounds = entry.tracker.rounds()
+    done = len(entry.tracker.done)
+    page = rounds[start : start + size]
+    following = start + len(page)
+    parts: list[bytes] = []
+    for index, found in enumerate(page, start):
+        if index < done:
+            while len(entry.encoded) <= index:
+                encoded = round_to_proto(rounds[len(entry.encoded)]).SerializeToString()
+                entry.encoded.append(encoded)
+                entry.encoded_bytes += len(encoded)
+            raw = entry.encoded[index]
+        else:
+            raw = round_to_proto(found).SerializeToString()
+        parts += (_ROUNDS_TAG, _varint(len(raw)), raw)
+    tail = reader_pb2.ListRoundsResponse(
+        next_page_token=_token(following) if following < len(rounds) else "", total=len(rounds)
+    )
+    parts.append(tail.SerializeToString())
+    return b"".join(parts)
 
 
 def round_records(path: Path, found: Round, max_bytes: int) -> list[reader_pb2.WatchedRecord]:

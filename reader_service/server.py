@@ -17,6 +17,7 @@ import contextlib
 import contextvars
 import logging
 import sys
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -42,14 +43,15 @@ from reader_service.memory_view import (
     DEFAULT_MAX_TOOL_OUTPUT_CHARS,
     MemoryViewer,
 )
+from reader_service.pending_rounds import check_pending_request, last_append_at, pending_rounds
 from reader_service.replay import STREAM_CHUNK_BYTES, verify_findings, verify_session
 from reader_service.replay_cache import ReplayCache
+from reader_service.round_index import find_origin, holders
 from reader_service.rounds import (
     RoundCache,
     check_list_request,
     lineage_of,
     round_records,
-    rounds_page,
 )
 from reader_service.stop_facts import DEFAULT_TAIL_WINDOW, StopFactsResult, read_stop_facts
 from reader_service.watch import WatchHub
@@ -58,7 +60,7 @@ from shared.deletions import find_deletion
 from shared.errors import InvalidArgumentError, RoundNotFoundError, SessionNotFoundError
 from shared.layout import DataRoot, session_file_stat
 from shared.naming import is_session_id
-from shared.rounds import Round, round_at
+from shared.rounds import Lineage, Round, round_at
 from shared.serving import PLAINTEXT, RunningService, ServerSettings, ServiceServer
 from shared.status import rpc_statuses
 from shared.tenancy import caller_tenant, keyed_session_id
@@ -332,8 +334,8 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
         async for reply in self.watches.follow(request.session_id, path, request.from_seq):
             yield reply
 
-    def _rounds_of(self, session_id: str, path: Path) -> list[Round]:
-        """The rounds of a located session file, from the round cache (reader_service.rounds)."""
+    def _lineage(self, session_id: str, path: Path) -> Callable[[], Lineage]:
+        """How the round cache learns a located session's lineage (shared.rounds.lineage_of)."""
 
         def meta_of(source: str) -> dict[str, Any] | None:
             try:
@@ -341,18 +343,25 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
             except (SessionNotFoundError, InvalidArgumentError, OSError):
                 return _deleted_meta(self.root, source)
 
-        return self.round_cache.rounds(
-            path, lambda: lineage_of(session_id, self.index.meta(path.name), meta_of)
-        )
+        return lambda: lineage_of(session_id, self.index.meta(path.name), meta_of)
+
+    def _rounds_of(self, session_id: str, path: Path) -> list[Round]:
+        """The rounds of a located session file, from the round cache (reader_service.rounds)."""
+        return self.round_cache.rounds(path, self._lineage(session_id, path))
+
+    def _round_to_close(self, session_id: str, path: Path) -> Round | None:
+        """The round a located session file leaves pending (shared.rounds.round_to_close)."""
+        return self.round_cache.to_close(path, self._lineage(session_id, path))
 
     @rpc_statuses("ListRounds")
     async def ListRounds(
         self, request: reader_pb2.ListRoundsRequest, context: grpc.aio.ServicerContext
-    ) -> reader_pb2.ListRoundsResponse:
+    ) -> bytes:
         size, start = check_list_request(request)
         path, _ = await self._locate(request.session_id)
-        found = await self._heavy_run(self._rounds_of, request.session_id, path)
-        return rounds_page(found, size, start)
+        return await self._heavy_run(
+            self.round_cache.page, path, self._lineage(request.session_id, path), size, start
+        )
 
     @rpc_statuses("GetRound")
     async def GetRound(
@@ -362,13 +371,47 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
             raise InvalidArgumentError(
                 "round_id", f"{request.round_id[:64]!r} is not a round id (a lowercase UUID)"
             )
-        path, _ = await self._locate(request.session_id)
-        rounds = await self._heavy_run(self._rounds_of, request.session_id, path)
+        session_id = request.session_id
+        if not session_id:  # by id alone: the reader's index of rounds read (reader_service.round_index)
+            origin = await self._heavy_run(
+                find_origin, self.index, self.round_cache, request.round_id, self._lineage
+            )
+            held = await self._cheap_run(holders, self.index, *origin) if origin is not None else []
+            if not held:
+                raise RoundNotFoundError("", request.round_id)
+            session_id = held[0]
+        path, _ = await self._locate(session_id)
+        rounds = await self._heavy_run(self._rounds_of, session_id, path)
         found = round_at(rounds, request.round_id)
         if found is None:
             raise RoundNotFoundError(request.session_id, request.round_id)
+        if request.session_id:
+            origin = self.round_cache.origin(request.round_id)  # noted by the reading above
+            held = await self._cheap_run(holders, self.index, *origin) if origin is not None else [session_id]
         records = await self._heavy_run(round_records, path, found, self.config.max_reply_bytes)
-        return reader_pb2.GetRoundResponse(round=round_to_proto(found), records=records)
+        return reader_pb2.GetRoundResponse(
+            round=round_to_proto(found), records=records, held_by=len(held), session_id=session_id
+        )
+
+    @rpc_statuses("ListPendingRounds")
+    async def ListPendingRounds(
+        self, request: reader_pb2.ListPendingRoundsRequest, context: grpc.aio.ServicerContext
+    ) -> reader_pb2.ListPendingRoundsResponse:
+        query = check_pending_request(request, caller_tenant(request.tenant))
+        found, scanned = await self._heavy_run(
+            pending_rounds, self.index, self._round_to_close, query, time.time_ns()
+        )
+        return reader_pb2.ListPendingRoundsResponse(
+            rounds=[
+                reader_pb2.PendingRound(
+                    session_id=pending.session_id,
+                    round=round_to_proto(pending.round),
+                    last_append_at=last_append_at(pending),
+                )
+                for pending in found
+            ],
+            scanned=scanned,
+        )
 
     def close(self) -> None:
         self.index.close()

@@ -20,7 +20,7 @@ and every call first applies what was reported since the last one. A call then
 costs what changed, not the number of sessions, and a session created on this
 host before a call began is always known to that call.
 
-Notifications are a shortcut; correctness never rests on them (SPEC §7: a change
+Notifications are a shortcut; correctness never rests on them (docs/spec.md §7: a change
 made through another host is not reported). The folder itself stays the source:
 it is listed and its names compared with what is known
 

@@ -1,4 +1,4 @@
-"""Stop facts from a session file's tail (SPEC §5, seed rules 6 and 9).
+"""Stop facts from a session file's tail (docs/spec.md §5, seed rules 6 and 9).
 
 Only the end of the file is read: a window of ``tail_window`` bytes (64 KiB by
 default) that grows only when it does not yet hold the last complete records,

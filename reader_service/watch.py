@@ -1,4 +1,4 @@
-"""Following sessions live (WatchSession, SPEC §6): catch-up from a seq, then each new record.
+"""Following sessions live (WatchSession, docs/spec.md §6): catch-up from a seq, then each new record.
 
 A watcher asks for the records of one session from ``from_seq`` on. It first reads
 what is already written (catch-up, ~1 MiB of lines at a time, from the offset a

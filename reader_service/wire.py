@@ -4,7 +4,7 @@ Requests in: replay and memory-view limits, listing filters (INVALID_ARGUMENT on
 bad values). Replies out: messages, degraded entries, checkpoints, stop facts,
 replay summaries, verify reports, memory views, listings and delegations. The
 record payload -> ``ChatMessage`` direction is the reader half of the reasoning
-duality of SPEC §2.5 (the writer half, ``ChatMessage`` -> payloads, is
+duality of docs/spec.md §2.5 (the writer half, ``ChatMessage`` -> payloads, is
 :func:`shared.wire.append_payloads`): one reasoning block travels in
 ``reasoning``, several in ``reasoning_blocks`` (:func:`shared.wire.fill_message`,
 shared with the Python client).

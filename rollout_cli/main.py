@@ -3,7 +3,7 @@
 Commands: ``serve`` (both services, as two processes), ``serve-writer``,
 ``serve-reader`` (:mod:`rollout_cli.supervision`), ``import codex|claude``, ``ls``,
 ``replay``, ``tail``, ``stop-facts``, ``verify``, ``stop``, ``resume``, ``fork``, ``rm``,
-``loadtest``. Client commands reach the services at ``--writer`` / ``--reader`` (or
+``loadtest``, ``memory run|ls|show|forget`` (:mod:`rollout_cli.memory_commands`). Client commands reach the services at ``--writer`` / ``--reader`` (or
 the ``ROLLOUT_WRITER`` / ``ROLLOUT_READER`` environment variables) through
 :mod:`rollout_client`, as any agent would: addresses, ``--token`` and ``--tls-ca`` are resolved
 with the environment by :func:`rollout_client.client_settings`, as ``RolloutClient()`` resolves
@@ -16,6 +16,7 @@ exactly-once machinery and event loop would be part of what it measures).
 
 from __future__ import annotations
 
+import bisect
 import logging
 import shlex
 import ssl
@@ -30,6 +31,7 @@ import click
 
 from rollout_cli import session_view
 from rollout_cli.loadtest import LoadtestConfig
+from rollout_cli.memory_commands import memory
 from rollout_cli.reachability import cleartext_token_message, in_command_words, unreachable_message
 from rollout_cli.supervision import serve, serve_reader, serve_writer
 from rollout_client import (
@@ -118,6 +120,7 @@ def _settings(writer: str | None = None, reader: str | None = None) -> ClientSet
 cli.add_command(serve_writer)
 cli.add_command(serve_reader)
 cli.add_command(serve)
+cli.add_command(memory)
 
 
 # -- clients ------------------------------------------------------------------------
@@ -340,8 +343,20 @@ def _next_page_command(token: str) -> str:
     is_flag=True,
     help='JSON lines: each message as its canonical JSON (the digest\'s form), then {"summary": {...}}.',
 )
-def replay(session_id: str, reader: str | None, token_budget: int, width: int, as_json: bool) -> None:
+@click.option(
+    "--rounds",
+    "by_round",
+    is_flag=True,
+    help="Group the messages by round, each under a header with its status and metrics (read in one"
+    " reply: a session too large for it is refused; use the plain replay).",
+)
+def replay(
+    session_id: str, reader: str | None, token_budget: int, width: int, as_json: bool, by_round: bool
+) -> None:
     """Show the exact rebuilt message sequence of a session (streamed: any size)."""
+    if by_round:
+        _replay_by_round(session_id, reader, width, as_json)
+        return
     with _client("reader", reader) as client:
         stream = client.session(session_id).stream_replay(token_budget or None)
         for index, message in enumerate(stream):
@@ -355,6 +370,31 @@ def replay(session_id: str, reader: str | None, token_budget: int, width: int, a
         click.echo(session_view.replay_summary_json_line(stream.summary))
     else:
         session_view.print_replay_summary(stream.summary)
+
+
+def _replay_by_round(session_id: str, reader: str | None, width: int, as_json: bool) -> None:
+    """``rollout replay --rounds``: the rebuilt view with each message's origin (GetRecentMessages),
+    each message under the round whose seq range holds its origin (ListRounds; shared.rounds),
+    a header whenever the round changes (messages before the first round have none)."""
+    with _client("reader", reader) as client:
+        session = client.session(session_id)
+        found = session.rounds()
+        view = session.recent_messages(0)
+    starts = [one.start_seq for one in found]
+    shown = -1
+    for index, (message, origin) in enumerate(zip(view.messages, view.origins, strict=True)):
+        at = bisect.bisect_right(starts, origin.seq) - 1
+        if at != shown and at >= 0:
+            click.echo(
+                session_view.round_json_line(found[at]) if as_json else session_view.round_header(found[at])
+            )
+        shown = at
+        if as_json:
+            click.echo(session_view.replay_json_line(message))
+        else:
+            session_view.print_message(index, message, width)
+    if not as_json:
+        click.echo(f"-- {len(view.messages)} messages in {len(found)} rounds")
 
 
 @cli.command()

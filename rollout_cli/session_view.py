@@ -234,8 +234,35 @@ def print_message(index: int, message: Mapping[str, Any], width: int) -> None:
         click.echo(f"  call {call.get('id', '')}: {function.get('name', '')}({arguments})")
 
 
+def round_header(found: Round) -> str:
+    """The line ``rollout replay --rounds`` prints before a round's messages: number, status (and
+    why), start (UTC), duration, tokens (``~``: estimated), tool calls and failures, model and
+    effort when known."""
+    estimate = "~" if found.tokens_estimated else ""
+    parts = [
+        f"== round {found.number}: {found.status.value}"
+        + (f" ({found.status_reason})" if found.status_reason else ""),
+        f"started {found.started_at[:19].replace('T', ' ') or '-'}",
+        f"took {_duration_text(found.duration_s)}",
+        f"tokens {estimate}{found.input_tokens}/{estimate}{found.output_tokens}",
+        f"tools {found.tool_calls}/{found.tool_failures} failed",
+    ]
+    if found.model:
+        parts.append(f"model {found.model}" + (f" ({found.effort})" if found.effort else ""))
+    return ", ".join(parts)
+
+
+def round_json_line(found: Round) -> str:
+    """A round's line in ``rollout replay --rounds --json``: ``{"round": {...}}`` with the fields
+    of :class:`shared.rounds.Round` but the file offsets (a message line never has a ``round`` key)."""
+    fields = dataclasses.asdict(found)
+    fields.pop("start_offset")
+    fields.pop("end_offset")
+    return _compact({"round": fields})
+
+
 def replay_json_line(message: Mapping[str, Any]) -> str:
-    """One message of ``rollout replay --json``: its canonical JSON (SPEC §4, the form the digest
+    """One message of ``rollout replay --json``: its canonical JSON (docs/spec.md §4, the form the digest
     hashes: sorted keys, the digest's fields only)."""
     return canonical_message(message).decode()
 

@@ -196,6 +196,14 @@ async def serve_until_signal(start: Any, label: str) -> None:
     " an existing data root keeps its own.",
 )
 @retain_stopped_days_option
+@click.option(
+    "--static-shard-map",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    hidden=True,
+    help="Testing: own the shards this JSON map gives --address, beside other writers on the same"
+    " data root (writer_service.ownership.StaticOwnership).",
+)
 @service_options
 def serve_writer(
     data_dir: Path,
@@ -212,10 +220,11 @@ def serve_writer(
     repair_retry_seconds: float,
     shards: int,
     retain_stopped_days: float | None,
+    static_shard_map: Path | None,
     serving: ServeOptions,
 ) -> None:
     """Run the writer service alone (one per data root)."""
-    from writer_service.ownership import DataRootLockedError
+    from writer_service.ownership import DataRootLockedError, StaticShardMapError
     from writer_service.server import start_writer
     from writer_service.sessions import WriterConfig
 
@@ -240,12 +249,13 @@ def serve_writer(
         repair_retry_seconds=repair_retry_seconds,
         shards=shards,
         retain_stopped_days=retain_stopped_days,
+        static_shard_map=static_shard_map,
     )
     try:
         asyncio.run(
             serve_until_signal(reloading_tokens(start_writer(config, address, settings), settings), "writer")
         )
-    except (DataRootLockedError, ClusterFileError, BindError) as exc:
+    except (DataRootLockedError, ClusterFileError, BindError, StaticShardMapError) as exc:
         raise click.ClickException(str(exc)) from exc
 
 

@@ -18,7 +18,7 @@ reached only through methods; and (``rollout_client.agents``, with the
         child.stop("completed")
 
 :class:`RolloutClient` blocks; :class:`AsyncRolloutClient` has the same calls as
-coroutines. SPEC §6 (Interfaces) names this package; the README has a walkthrough.
+coroutines. docs/spec.md §6 (Interfaces) names this package; the README has a walkthrough.
 """
 
 from rollout_client._aio import AsyncRolloutClient
@@ -70,10 +70,12 @@ from rollout_client._results import (
     Delegation,
     DeleteResult,
     ForkOrigin,
+    PendingRound,
     RecentMessages,
     Replay,
     ReplaySummary,
     ResumeResult,
+    RoundRecords,
     SessionPage,
     SessionSummary,
     StopFacts,
@@ -117,6 +119,7 @@ __all__ = [
     "InvalidArgumentError",
     "MessageRef",
     "NotFoundError",
+    "PendingRound",
     "PermissionDeniedError",
     "PreconditionViolation",
     "RecentMessages",
@@ -131,6 +134,7 @@ __all__ = [
     "RolloutClient",
     "RolloutError",
     "RootNotDeclaredError",
+    "RoundRecords",
     "Session",
     "SessionPage",
     "SessionStoppedError",

@@ -8,6 +8,7 @@ channel per service on each loop's first call there (:mod:`rollout_client._conne
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from pathlib import Path
 from types import TracebackType
@@ -37,7 +38,8 @@ from rollout_client._errors import (
     error_from_rpc,
 )
 from rollout_client._records import Event, append_record
-from rollout_client._results import Delegation, DeleteResult, SessionPage
+from rollout_client._results import Delegation, DeleteResult, PendingRound, RoundRecords, SessionPage
+from rollout_client._routing import WriterRouting, not_owner_info, nothing_done
 from rollout_client._session import AsyncSession
 from rollout_client._settings import client_settings
 from shared.naming import new_session_id
@@ -47,10 +49,16 @@ _READ_RETRY = RETRYABLE
 _PROBE = append_record(Event("rollout_client.next_seq_probe"), 0)
 
 
-def _opener(credentials: dict[str, grpc.ChannelCredentials | None]) -> ChannelOpener:
-    """The client's own channel opener: :func:`open_channel` with each address's credentials."""
+def _opener(
+    credentials: dict[str, grpc.ChannelCredentials | None], token: str | None, tls_ca: Path | None
+) -> ChannelOpener:
+    """The client's own channel opener: :func:`open_channel` with each address's credentials (those
+    of a writer first learnt from the shard map made on first use: ValueError for a token to a
+    non-loopback address without ``tls_ca``)."""
 
     def opener(_service: str, address: str) -> grpc.aio.Channel:
+        if address not in credentials:
+            credentials[address] = channel_credentials(address, token, tls_ca)
         return open_channel(address, credentials[address])
 
     return opener
@@ -67,7 +75,7 @@ def _unsent_append(pending: PendingAppend, error: RolloutError) -> RolloutError:
 
 
 def _root_role(agent_name: str, root: bool | None) -> writer_pb2.SessionRole:
-    """The SessionRole of a session created outside any delegation (SPEC §5, seed rule 13)."""
+    """The SessionRole of a session created outside any delegation (docs/spec.md §5, seed rule 13)."""
     if root is True:
         return writer_pb2.SESSION_ROLE_ROOT
     if root is False:
@@ -82,7 +90,9 @@ def _root_role(agent_name: str, root: bool | None) -> writer_pb2.SessionRole:
 
 
 class AsyncRolloutClient:
-    """A client of one writer and one reader (``host:port`` each).
+    """A client of a writer and a reader (``host:port`` each; ``writer`` may be a comma list of the
+    writers of one cluster: each session's calls then go to its shard's owner, NOT_OWNER answers
+    followed within the call's deadline, see :mod:`rollout_client._routing`).
 
     ``token``: a bearer token sent on every call; ``tls_ca``: the CA file (PEM) of the
     services' TLS certificates (see :mod:`rollout_client._channels`). Each of these four not
@@ -120,16 +130,26 @@ class AsyncRolloutClient:
         self.retry = retry or RetryPolicy()
         if channels is not None and (token is not None or tls_ca is not None):
             raise ValueError("give channels= the token and TLS roots of its channels, not token= / tls_ca=")
-        writer, reader = settings.writer, settings.reader
+        reader = settings.reader
         opener = channels or _opener(
             {
                 address: channel_credentials(address, settings.token, settings.tls_ca)
-                for address in (writer, reader)
-            }
+                for address in (*settings.writers, reader)
+            },
+            settings.token,
+            settings.tls_ca,
         )
-        self.writer_connection: ServiceConnection[writer_pb2_grpc.RolloutWriterStub] = ServiceConnection(
-            "writer", writer, lambda: opener("writer", writer), writer_pb2_grpc.RolloutWriterStub
-        )
+
+        def writer_connection(address: str) -> ServiceConnection[writer_pb2_grpc.RolloutWriterStub]:
+            return ServiceConnection(
+                "writer", address, lambda: opener("writer", address), writer_pb2_grpc.RolloutWriterStub
+            )
+
+        #: The writers and the shard map (rollout_client._routing): each session's calls go to the
+        #: owner of its shard.
+        self.routing = WriterRouting(settings.writers, writer_connection)
+        #: The first writer given (the one calls go to while no shard map is known).
+        self.writer_connection = self.routing.default
         self.reader_connection: ServiceConnection[reader_pb2_grpc.RolloutReaderStub] = ServiceConnection(
             "reader", reader, lambda: opener("reader", reader), reader_pb2_grpc.RolloutReaderStub
         )
@@ -138,7 +158,7 @@ class AsyncRolloutClient:
 
     @property
     def writer_stub(self) -> writer_pb2_grpc.RolloutWriterStub:
-        """The writer's stub on the running event loop's channel (opened on first use there)."""
+        """The first writer's stub on the running event loop's channel (opened on first use there)."""
         return self.writer_connection.stub
 
     @property
@@ -148,7 +168,8 @@ class AsyncRolloutClient:
 
     def _connection_of(self, method: object) -> ServiceConnection[Any] | None:
         """The service whose stub ``method`` belongs to (None for a method not of a stub of ours)."""
-        for connection in (self.writer_connection, self.reader_connection):
+        connections: list[ServiceConnection[Any]] = [*self.routing.connections(), self.reader_connection]
+        for connection in connections:
             if connection.serves(method):
                 return connection
         return None
@@ -174,16 +195,52 @@ class AsyncRolloutClient:
                 if not is_retryable(error, retry_on) or not await attempts.wait():
                     raise error from exc
 
+    async def writer_call(
+        self,
+        session_id: str,
+        rpc: str,
+        request: Any,
+        retry_on: frozenset[grpc.StatusCode] = _READ_RETRY,
+    ) -> Any:
+        """One unary writer call ``rpc`` about ``session_id``, sent to the owner of its shard
+        (rollout_client._routing) and retried as :meth:`call` does; a NOT_OWNER naming another
+        owner is sent there at once (when ``retry_on`` has UNAVAILABLE, or the writer did nothing:
+        :func:`rollout_client._routing.nothing_done`), all within the policy's deadline."""
+        attempts = Attempts(self.retry)
+        way = self.routing.call(session_id)
+        while True:
+            connection = await way.connection(attempts.remaining())
+            stub = connection.stub
+            try:
+                return await attempts.send(functools.partial(getattr(stub, rpc), request), connection)
+            except UnreachedError as unreached:
+                raise unreached.error from None
+            except grpc.aio.AioRpcError as exc:
+                error = error_from_rpc(exc)
+            followed = error.code in retry_on or nothing_done(error)
+            if followed and way.redirected(error, connection, attempts.remaining()):
+                continue
+            if (is_retryable(error, retry_on) or (followed and not_owner_info(error) is not None)) and (
+                await attempts.wait()
+            ):
+                continue
+            raise error
+
     async def append(self, pending: PendingAppend) -> writer_pb2.AppendResponse:
         """Send one Append until it is settled exactly once (rules in :mod:`rollout_client._appends`):
-        the writer alone answers for the request id. Raises AppendOutcomeUnknownError when the
-        outcome cannot be known, UnavailableError ("was not written") when no attempt could be
-        sent, else the typed error of the last answer."""
+        the writer alone answers for the request id, the owner of the session's shard
+        (rollout_client._routing: a NOT_OWNER is followed to the owner it names, with the same
+        request id, which the new owner answers from the file if an attempt landed). Raises
+        AppendOutcomeUnknownError when the outcome cannot be known, UnavailableError ("was not
+        written") when no attempt could be sent, else the typed error of the last answer."""
         attempts = Attempts(self.retry)
+        way = self.routing.call(pending.session_id)
         while True:
+            connection = await way.connection(attempts.remaining())
+            stub = connection.stub
             try:
                 response: writer_pb2.AppendResponse = await attempts.send(
-                    lambda: self.writer_stub.Append(pending.request()), self.writer_connection
+                    functools.partial(stub.Append, pending.request()), connection
                 )
                 return response
             except UnreachedError as unreached:
@@ -192,6 +249,8 @@ class AsyncRolloutClient:
                 error = error_from_rpc(exc)
             if is_retryable(error) and error.code is not None:
                 pending.after_transport_failure(error.code)
+                if way.redirected(error, connection, attempts.remaining()):
+                    continue
                 if await attempts.wait():
                     continue
             if pending.unsettled(error):
@@ -205,7 +264,7 @@ class AsyncRolloutClient:
         Raises NotFoundError for an unknown session, SessionStoppedError."""
         probe = writer_pb2.AppendRequest(session_id=session_id, records=[_PROBE], expected_next_seq=0)
         try:
-            await self.call(self.writer_stub.Append, probe)
+            await self.writer_call(session_id, "Append", probe)
         except FailedPreconditionError as error:
             if error.next_seq is not None:
                 return error.next_seq
@@ -272,11 +331,12 @@ class AsyncRolloutClient:
             request.role = _root_role(request.agent_name, root)
         attempts = Attempts(self.retry)
         maybe_created = False
+        way = self.routing.call(request.session_id)
         while True:
+            connection = await way.connection(attempts.remaining())
+            stub = connection.stub
             try:
-                response = await attempts.send(
-                    lambda: self.writer_stub.CreateSession(request), self.writer_connection
-                )
+                response = await attempts.send(functools.partial(stub.CreateSession, request), connection)
                 return AsyncSession(self, response.session_id, next_seq=response.next_seq)
             except UnreachedError as unreached:
                 raise unreached.error from None
@@ -286,7 +346,11 @@ class AsyncRolloutClient:
                 # the lost answer's session
                 return AsyncSession(self, request.session_id or error.session_id or "")
             if is_retryable(error) and error.code is not None:
-                maybe_created = maybe_created or error.code not in REFUSED_UNWRITTEN
+                maybe_created = maybe_created or (
+                    error.code not in REFUSED_UNWRITTEN and not nothing_done(error)
+                )
+                if way.redirected(error, connection, attempts.remaining()):
+                    continue
                 if await attempts.wait():
                     continue
             raise error
@@ -301,6 +365,32 @@ class AsyncRolloutClient:
             reader_pb2.ResolveSessionRequest(session_key=session_key, tenant=tenant),
         )
         return reply.session_id, reply.found
+
+    async def pending_rounds(
+        self, *, tenant: str = "", since: str = "", limit: int = 0, idle_seconds: int = 0
+    ) -> list[PendingRound]:
+        """Rounds a crash left pending, newest first (reader.proto ListPendingRounds): sessions with
+        no stop record, nothing appended for ``idle_seconds`` (0: 300) and a last round without
+        a final answer; ``since`` (RFC 3339) bounds the last append, ``limit`` the rounds (0:
+        100). Close one with ``session(pending.session_id).resume()``, which records it
+        interrupted. Raises InvalidArgumentError, PermissionDeniedError (another tenant)."""
+        reply = await self.call(
+            self.reader_stub.ListPendingRounds,
+            reader_pb2.ListPendingRoundsRequest(
+                tenant=tenant, since=since, limit=limit, idle_seconds=idle_seconds
+            ),
+        )
+        return [PendingRound.from_proto(message) for message in reply.rounds]
+
+    async def round(self, round_id: str, *, session_id: str = "") -> RoundRecords:
+        """One round by its id (reader.proto GetRound): its summary, records and how many sessions
+        hold it; ``session_id`` reads it from that session (empty: the one that wrote its
+        trigger, or a fork holding it). Raises NotFoundError, InvalidArgumentError,
+        ResourceExhaustedError (its records do not fit one reply)."""
+        reply = await self.call(
+            self.reader_stub.GetRound, reader_pb2.GetRoundRequest(round_id=round_id, session_id=session_id)
+        )
+        return RoundRecords.from_proto(reply)
 
     def session(self, session_id: str) -> AsyncSession:
         """The existing session ``session_id`` (no call is made; a wrong id fails on first use)."""

@@ -1,4 +1,4 @@
-"""Exactly-once appends without the caller's help (SPEC §2.4, writer.proto ``AppendRequest``).
+"""Exactly-once appends without the caller's help (docs/spec.md §2.4, writer.proto ``AppendRequest``).
 
 Every Append request carries a fresh ``request_id`` and ``request_since_seq`` S, the
 session's next seq as this client last learnt it before the first attempt (a seq at

@@ -1,4 +1,4 @@
-"""Items of the OpenAI Agents SDK carried in a ledger message's content part (SPEC §11).
+"""Items of the OpenAI Agents SDK carried in a ledger message's content part (docs/spec.md §11).
 
 An item the ledger's chat shape cannot hold exactly (see :mod:`rollout_client.agents`) is
 stored as one content part::

@@ -1,4 +1,4 @@
-"""Delegation coordinates carried by context (seed rule 13, SPEC §5 delegation lookup).
+"""Delegation coordinates carried by context (seed rule 13, docs/spec.md §5 delegation lookup).
 
 A parent agent that hands work to a child wraps the hand-off in
 ``with delegation(parent=session, tool_call_id="call_..."):``. Every

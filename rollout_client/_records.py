@@ -1,6 +1,6 @@
 """Records in and out: plain dicts in the ledger's chat shape, never protobuf.
 
-A message is a dict in the OpenAI chat shape the ledger stores (SPEC §1; the
+A message is a dict in the OpenAI chat shape the ledger stores (docs/spec.md §1; the
 payload of a ``message`` record, documented in ``shared/records.py``)::
 
     {"role": "assistant", "content": "On it.",
@@ -69,7 +69,7 @@ class Event:
 
 @dataclass(frozen=True)
 class Compaction:
-    """A ``compacted`` record (SPEC §3): the model's view was replaced. Without
+    """A ``compacted`` record (docs/spec.md §3): the model's view was replaced. Without
     ``replacement_history`` replay resets to one user message holding ``summary``; with it
     (even empty) replay resets to exactly those messages (message dicts)."""
 
@@ -97,7 +97,7 @@ class MessageRef:
 
 @dataclass(frozen=True)
 class Retraction:
-    """A ``retraction`` record (SPEC §3 addition): the named messages leave the model's view
+    """A ``retraction`` record (docs/spec.md §3 addition): the named messages leave the model's view
     (an assistant message with its tool calls; a tool output leaves its call unanswered);
     nothing is rewritten. Send it with ``expected_next_seq`` (see :meth:`Session.append`) to
     apply it only to the view it was decided on."""
@@ -241,7 +241,7 @@ def message_json(message: Mapping[str, Any], index: int) -> bytes:
 
 def record_lines(record: Record) -> int:
     """How many lines (seqs) a record becomes, as the writer counts them: a message with N
-    reasoning blocks is N + 1 (SPEC §2.5), any other record 1."""
+    reasoning blocks is N + 1 (docs/spec.md §2.5), any other record 1."""
     if isinstance(record, Event | Compaction | TurnContext | Retraction):
         return 1
     reasoning = record.get("reasoning")

@@ -1,7 +1,7 @@
 """What the ledger answers, as plain frozen dataclasses (reader.proto / writer.proto responses).
 
 Digest statuses are the strings ``verified``, ``mismatch`` and ``no_checkpoint``
-(SPEC §5); stop kinds the raw strings the ledger stores (``paused``, ...).
+(docs/spec.md §5); stop kinds the raw strings the ledger stores (``paused``, ...).
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import orjson
 
 from rollout.v1 import reader_pb2, records_pb2, writer_pb2
 from rollout_client._records import MessageRef, message_to_dict
+from shared.rounds import Round
+from shared.wire import round_from_proto
 
 _DIGEST_STATUS: dict[int, str] = {
     reader_pb2.DIGEST_STATUS_VERIFIED: "verified",
@@ -113,7 +115,7 @@ class ReplaySummary:
 @dataclass(frozen=True)
 class Replay:
     """The exact rebuilt message sequence of a session (message dicts, reasoning attached)
-    and its :class:`ReplaySummary` (SPEC §5 Replay)."""
+    and its :class:`ReplaySummary` (docs/spec.md §5 Replay)."""
 
     session_id: str
     messages: list[dict[str, Any]]
@@ -223,20 +225,42 @@ class DeleteResult:
 @dataclass(frozen=True)
 class ResumeResult:
     """Tool call ids closed with a synthetic output, the stop kind the session had ("" when it
-    was open) and the next seq."""
+    was open), the next seq, and the round a crash had left pending that the Resume recorded
+    interrupted ("" when none: shared.rounds)."""
 
     closed_call_ids: tuple[str, ...]
     previous_stop_kind: str
     next_seq: int
+    interrupted_round_id: str = ""
 
     @classmethod
     def from_proto(cls, response: writer_pb2.ResumeResponse) -> ResumeResult:
-        return cls(tuple(response.closed_call_ids), response.previous_stop_kind, response.next_seq)
+        return cls(
+            tuple(response.closed_call_ids),
+            response.previous_stop_kind,
+            response.next_seq,
+            response.interrupted_round_id,
+        )
+
+
+@dataclass(frozen=True)
+class PendingRound:
+    """A round a crash left pending (reader.proto ListPendingRounds): its session, the round
+    (:class:`shared.rounds.Round`, file offsets 0) and when the session was last appended to
+    (RFC 3339 UTC)."""
+
+    session_id: str
+    round: Round
+    last_append_at: str
+
+    @classmethod
+    def from_proto(cls, message: reader_pb2.PendingRound) -> PendingRound:
+        return cls(message.session_id, round_from_proto(message.round), message.last_append_at)
 
 
 @dataclass(frozen=True)
 class StopFacts:
-    """Why and where a session stopped, from the file's tail (SPEC §5 Stop facts).
+    """Why and where a session stopped, from the file's tail (docs/spec.md §5 Stop facts).
     ``found=False`` means unknown (running, or killed before any Stop), never "cannot continue".
     ``replayable`` and ``resume_reason`` are the default-deny resume eligibility.
     ``tail_bytes_read``: what the reader read to answer; ``next_seq``: the seq after the last
@@ -284,7 +308,7 @@ class StopFacts:
 
 @dataclass(frozen=True)
 class VerifyReport:
-    """A full integrity check (SPEC §5 Verify): ``ok`` unless the file is damaged or the last
+    """A full integrity check (docs/spec.md §5 Verify): ``ok`` unless the file is damaged or the last
     checkpoint does not verify; findings are sentences a person can read."""
 
     session_id: str
@@ -426,3 +450,24 @@ class WatchedRecord:
             if isinstance(parsed, dict) and isinstance(parsed.get("payload"), dict):
                 payload = parsed["payload"]
         return cls(record.seq, record.type, record.ts, payload, record.line)
+
+
+@dataclass(frozen=True)
+class RoundRecords:
+    """One round as GetRound answers it (reader.proto): the round (:class:`shared.rounds.Round`,
+    file offsets 0), its records in seq order, how many sessions the caller sees hold it (the
+    one that wrote its trigger and each fork that copied it), and the session it was read from."""
+
+    round: Round
+    records: tuple[WatchedRecord, ...]
+    held_by: int
+    session_id: str
+
+    @classmethod
+    def from_proto(cls, reply: reader_pb2.GetRoundResponse) -> RoundRecords:
+        return cls(
+            round_from_proto(reply.round),
+            tuple(WatchedRecord.from_proto(record) for record in reply.records),
+            reply.held_by,
+            reply.session_id,
+        )

@@ -7,6 +7,7 @@ stop facts, verify) and :class:`AsyncReplayStream`. Obtained from
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 
@@ -45,6 +46,7 @@ from rollout_client._results import (
     VerifyReport,
     WatchedRecord,
 )
+from rollout_client._routing import WriterRouting, nothing_done
 from shared.errors import RecordValidationError
 from shared.rounds import Round
 from shared.wire import round_from_proto, stop_kind_to_proto
@@ -57,6 +59,7 @@ class SessionClient(Protocol):
     retry: RetryPolicy
     writer_connection: ServiceConnection[writer_pb2_grpc.RolloutWriterStub]
     reader_connection: ServiceConnection[reader_pb2_grpc.RolloutReaderStub]
+    routing: WriterRouting
 
     @property
     def writer_stub(self) -> writer_pb2_grpc.RolloutWriterStub: ...
@@ -67,6 +70,14 @@ class SessionClient(Protocol):
     async def call(
         self,
         method: Callable[..., Awaitable[Any]],
+        request: Any,
+        retry_on: frozenset[grpc.StatusCode] = ...,
+    ) -> Any: ...
+
+    async def writer_call(
+        self,
+        session_id: str,
+        rpc: str,
         request: Any,
         retry_on: frozenset[grpc.StatusCode] = ...,
     ) -> Any: ...
@@ -255,11 +266,12 @@ class AsyncSession:
             )
         attempts = Attempts(self.client.retry)
         maybe_stopped = False
+        way = self.client.routing.call(self.id)
         while True:
+            connection = await way.connection(attempts.remaining())
+            stub = connection.stub
             try:
-                response = await attempts.send(
-                    lambda: self.client.writer_stub.Stop(request), self.client.writer_connection
-                )
+                response = await attempts.send(functools.partial(stub.Stop, request), connection)
                 return StopResult.from_proto(response)
             except UnreachedError as unreached:
                 raise unreached.error from None
@@ -273,7 +285,11 @@ class AsyncSession:
                         checkpoint.seq, facts.stop_seq, checkpoint.digest, checkpoint.message_count
                     )
             if is_retryable(failure) and failure.code is not None:
-                maybe_stopped = maybe_stopped or failure.code not in REFUSED_UNWRITTEN
+                maybe_stopped = maybe_stopped or (
+                    failure.code not in REFUSED_UNWRITTEN and not nothing_done(failure)
+                )
+                if way.redirected(failure, connection, attempts.remaining()):
+                    continue
                 if await attempts.wait():
                     continue
             raise failure
@@ -283,8 +299,8 @@ class AsyncSession:
         one, then a ``resumed`` event. Only ``paused`` / ``cancelled`` (and legacy) stops resume
         without ``force`` (default-deny). Resuming twice adds nothing twice, so it is retried.
         Raises FailedPreconditionError (not replayable as-is; the message says why), NotFoundError."""
-        response = await self.client.call(
-            self.client.writer_stub.Resume, writer_pb2.ResumeRequest(session_id=self.id, force=force)
+        response = await self.client.writer_call(
+            self.id, "Resume", writer_pb2.ResumeRequest(session_id=self.id, force=force)
         )
         async with self._append_locks.get():
             self._next_seq = response.next_seq
@@ -307,7 +323,7 @@ class AsyncSession:
             request.at_seq = at_seq
         else:
             request.before_user_message = before_user_message or 0
-        response = await self.client.call(self.client.writer_stub.Fork, request, REFUSED_UNWRITTEN)
+        response = await self.client.writer_call(self.id, "Fork", request, REFUSED_UNWRITTEN)
         origin = ForkOrigin(self.id, response.forked_at_seq, response.digest)
         return AsyncSession(self.client, response.session_id, next_seq=response.next_seq, forked_from=origin)
 

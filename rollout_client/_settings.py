@@ -3,7 +3,7 @@
 :func:`client_settings` is the one place that reads them, for :class:`rollout_client.RolloutClient`,
 :class:`rollout_client.AsyncRolloutClient` and the ``rollout`` command's client commands alike,
 so a program and the command line pointed by the same environment reach the same services the
-same way (SPEC §6):
+same way (docs/spec.md §6):
 
 ==============  ==========  ==================  ==========================
 setting         argument    environment         otherwise
@@ -16,6 +16,11 @@ TLS CA file     ``tls_ca``  ``ROLLOUT_TLS_CA``  none (plaintext)
 
 An argument that is None or empty is not given; an empty variable is not set. Each setting is
 taken on its own: an address given as an argument still goes with ``ROLLOUT_TOKEN``.
+
+The writer address may be a comma-separated list of writers of one cluster
+(``10.0.0.1:50051,10.0.0.2:50051``): the client asks the first that answers for the shard map
+and sends each session's calls to its shard's owner (docs/cluster.md §4;
+:attr:`ClientSettings.writers`).
 """
 
 from __future__ import annotations
@@ -42,6 +47,13 @@ class ClientSettings:
     reader: str
     token: str | None
     tls_ca: Path | None
+
+    @property
+    def writers(self) -> tuple[str, ...]:
+        """The writer addresses of :attr:`writer`, a comma-separated list, in order (blanks dropped;
+        the default writer when it names none)."""
+        given = tuple(part.strip() for part in self.writer.split(",") if part.strip())
+        return given or (DEFAULT_WRITER,)
 
 
 def client_settings(

@@ -27,10 +27,12 @@ from rollout_client._results import (
     Delegation,
     DeleteResult,
     ForkOrigin,
+    PendingRound,
     RecentMessages,
     Replay,
     ReplaySummary,
     ResumeResult,
+    RoundRecords,
     SessionPage,
     StopFacts,
     StopResult,
@@ -110,7 +112,7 @@ class _EventLoopThread:
 
 
 class RolloutClient:
-    """A blocking client of one writer and one reader; see :class:`AsyncRolloutClient` for the
+    """A blocking client of a writer (or the writers of a cluster) and a reader; see :class:`AsyncRolloutClient` for the
     arguments, the errors and the meaning of each call (``channels`` is called on the client's
     own event loop). Use as a context manager or call :meth:`close`."""
 
@@ -206,6 +208,18 @@ class RolloutClient:
     def resolve_session(self, session_key: str, *, tenant: str = "") -> tuple[str, bool]:
         """See :meth:`AsyncRolloutClient.resolve_session`."""
         return self.run(self.core.resolve_session(session_key, tenant=tenant))
+
+    def pending_rounds(
+        self, *, tenant: str = "", since: str = "", limit: int = 0, idle_seconds: int = 0
+    ) -> list[PendingRound]:
+        """See :meth:`AsyncRolloutClient.pending_rounds`."""
+        return self.run(
+            self.core.pending_rounds(tenant=tenant, since=since, limit=limit, idle_seconds=idle_seconds)
+        )
+
+    def round(self, round_id: str, *, session_id: str = "") -> RoundRecords:
+        """See :meth:`AsyncRolloutClient.round`."""
+        return self.run(self.core.round(round_id, session_id=session_id))
 
     def session(self, session_id: str) -> Session:
         """The existing session ``session_id`` (no call is made)."""

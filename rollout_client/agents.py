@@ -4,7 +4,7 @@ rollout-ledger[agents]``).
 ``Runner.run(agent, "...", session=LedgerSession("chat-42", client=client))`` keeps the
 run's history in a ledger session instead of a local database: durable, shared by every
 process that opens the same id, replayable and forkable like any session. It behaves as
-the SDK's own ``SQLiteSession`` does on the SDK's own tests (SPEC §11):
+the SDK's own ``SQLiteSession`` does on the SDK's own tests (docs/spec.md §11):
 
 * **ids**: ``session_id`` is any string, as for ``SQLiteSession``: a key naming one ledger
   session of the caller's tenant (``client.create_session(session_key=...)``, created on the

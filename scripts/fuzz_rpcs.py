@@ -334,6 +334,8 @@ def valid_request(method: MethodDescriptor, pool: Pool) -> Message:
         return writer_pb2.ForkRequest(session_id=sid, at_seq=rng.randint(0, 12), session_key=key)
     if name == "DeleteSession":  # mostly ids of no session: the pool stays for the other RPCs
         return writer_pb2.DeleteSessionRequest(session_id=sid if rng.random() < 0.1 else str(uuid.uuid4()))
+    if name == "GetShardMap":
+        return writer_pb2.GetShardMapRequest()
     if name == "ImportSessions":
         return writer_pb2.ImportSessionsRequest(
             create=writer_pb2.CreateSessionRequest(
@@ -365,7 +367,14 @@ def valid_request(method: MethodDescriptor, pool: Pool) -> Message:
     if name == "GetRound":  # the first round of a seeded session, or a round that may not exist
         seeded = rng.choice(pool.sessions[:8]) if pool.sessions else sid
         return reader_pb2.GetRoundRequest(
-            session_id=seeded, round_id=round_id(seeded, rng.choice([1, 1, 1, 3]))
+            session_id=rng.choice([seeded, seeded, ""]), round_id=round_id(seeded, rng.choice([1, 1, 1, 3]))
+        )
+    if name == "ListPendingRounds":
+        return reader_pb2.ListPendingRoundsRequest(
+            tenant=rng.choice(["", "fuzz"]),
+            since=rng.choice(["", "2026-01-01T00:00:00Z"]),
+            limit=rng.choice([0, 1, 10]),
+            idle_seconds=rng.choice([0, 1]),
         )
     raise ValueError(f"no valid request for {name}")
 

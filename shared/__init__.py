@@ -9,7 +9,9 @@ the error hierarchy (:mod:`shared.errors`), its gRPC status mapping (:mod:`share
 and the words of status details clients read (:mod:`shared.reasons`); and how both
 are served (:mod:`shared.serving`: TLS, interceptors, health, reflection), who calls
 (:mod:`shared.auth`) and what a caller may see (:mod:`shared.tenancy`).
-Neither service re-implements any of it; ``shared`` imports neither service.
+Neither service re-implements any of it; ``shared`` imports neither service. The memory
+artifacts' format and provenance rules (:mod:`shared.memory`) are shared by the memory
+pipeline (rollout_memory) and the client's injection block, over the same records.
 """
 
 from shared.digest import DIGEST_FIELDS, canonical_message, digest

@@ -1,6 +1,6 @@
 """The complete lines of a session file, read in bounded chunks (every whole-file pass).
 
-A session file is a sequence of lines, each ended by ``\\n`` (SPEC §1); bytes after
+A session file is a sequence of lines, each ended by ``\\n`` (docs/spec.md §1); bytes after
 the last ``\\n`` are not committed yet (a write in progress, or a torn one).
 :class:`CommittedLines` reads a byte range of an open file descriptor with
 ``os.pread`` (the descriptor's own offset is neither used nor moved), at most

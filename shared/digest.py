@@ -1,4 +1,4 @@
-"""The checkpoint digest over a rebuilt message sequence (SPEC §4).
+"""The checkpoint digest over a rebuilt message sequence (docs/spec.md §4).
 
 ``digest(messages) -> "sha256:v1:<64 hex>"``. Per message the canonical form is
 the JSON object of exactly :data:`DIGEST_FIELDS` that are present, with sorted
@@ -20,7 +20,7 @@ Versions that attached only the last of several reasoning blocks wrote checkpoin
 over that reading; :func:`single_reasoning_digest` recomputes it so that a reader can
 recognize such a checkpoint instead of calling a sound file damaged.
 
-The lines digest (a checkpoint's ``lines_digest``, an addition to SPEC §1 beside the
+The lines digest (a checkpoint's ``lines_digest``, an addition to docs/spec.md §1 beside the
 digest above, which stays as it is) pins the lines a checkpoint covers:
 ``"sha256:lines:v1:<64 hex>"`` over::
 

@@ -5,7 +5,7 @@ The hierarchy::
     LedgerError                      base; never raised itself
     ├── RecordValidationError        INVALID_ARGUMENT  (names record index and field)
     ├── InvalidArgumentError         INVALID_ARGUMENT  (a request field, named)
-    │   └── FileNameError            INVALID_ARGUMENT  (a name that is not the SPEC §2.9 shape)
+    │   └── FileNameError            INVALID_ARGUMENT  (a name that is not the docs/spec.md §2.9 shape)
     ├── PermissionDeniedError        PERMISSION_DENIED (a request field the caller may not set, named)
     ├── SessionNotFoundError         NOT_FOUND         (also a session of another tenant)
     │   └── RoundNotFoundError       NOT_FOUND         (no such round in the session)
@@ -79,7 +79,7 @@ class InvalidArgumentError(LedgerError):
 
 
 class FileNameError(InvalidArgumentError):
-    """A session file name, session id or agent name is not of the SPEC §2.9 shape."""
+    """A session file name, session id or agent name is not of the docs/spec.md §2.9 shape."""
 
 
 class PermissionDeniedError(LedgerError):
@@ -106,7 +106,8 @@ class RoundNotFoundError(SessionNotFoundError):
     def __init__(self, session_id: str, round_id: str) -> None:
         super().__init__(session_id)
         self.round_id = round_id
-        self.args = (f"round {clip(round_id)!r} not found in session {clip(session_id)!r}",)
+        where = f"in session {clip(session_id)!r}" if session_id else "in any session the caller sees"
+        self.args = (f"round {clip(round_id)!r} not found {where}",)
 
 
 class SessionExistsError(LedgerError):
@@ -155,19 +156,24 @@ class SessionUnavailableError(LedgerError):
 
 
 class NotOwnerError(LedgerError):
-    """This writer may not write or acknowledge for the session's shard (SPEC §7): it does not own
+    """This writer may not write or acknowledge for the session's shard (docs/spec.md §7): it does not own
     the shard, or its ownership ended before a write it made was durable in time. Nothing of the
     request was acknowledged; the bytes of a write already made stay unacknowledged in the file (a
     retry with the same request id is answered from it). Retry.
 
-    ``shard`` is the shard; ``epoch`` the epoch this writer wrote under (None when it never owned it).
+    ``shard`` is the shard; ``epoch`` the epoch this writer wrote under (None when it never owned it);
+    ``owner`` the (address, epoch) of the shard's owner as this writer knows it (None: unknown), where
+    a client sends the request again (writer_service.ownership ``owner_of``).
     Sent as UNAVAILABLE with an ``ErrorInfo`` of reason ``NOT_OWNER`` (shared.reasons).
     """
 
-    def __init__(self, message: str, *, shard: int, epoch: int | None = None) -> None:
+    def __init__(
+        self, message: str, *, shard: int, epoch: int | None = None, owner: tuple[str, int] | None = None
+    ) -> None:
         super().__init__(message)
         self.shard = shard
         self.epoch = epoch
+        self.owner = owner
 
 
 class ResourceLimitError(LedgerError):

@@ -1,6 +1,6 @@
 """Where sessions live under a data root, and how an id finds its file.
 
-A data root created by this version is **sharded** (SPEC §7): a fixed number of
+A data root created by this version is **sharded** (docs/spec.md §7): a fixed number of
 virtual shards (shared.shards: the count is recorded in ``cluster.json`` when the
 root is created, 256 unless the creating writer is told otherwise), each a folder
 of its own holding its sessions, its delegation markers and its writer's saved
@@ -9,7 +9,7 @@ a delegation marker lives in its parent's shard::
 
     <data root>/
       cluster.json                 {"hash":"blake2b-64","shards":256}, written once (0600)
-      writer.lock                  held by the writer that owns every shard (SPEC §2.1)
+      writer.lock                  held by the writer that owns every shard (docs/spec.md §2.1)
       writer-state/                the storage probe's scratch files (writer_service.storage_probe)
       shards/<NNN>/                shard NNN: 000 .. 255 (zero-padded to the width of the
                                    largest shard number, at least three digits)
@@ -19,6 +19,10 @@ a delegation marker lives in its parent's shard::
         writer-state/<session id>.json        the writer's saved state (derived)
         deletions.jsonl            one deletion record per deleted session (writer_service.deletion)
         trash/<file name>.jsonl    a session file between its deletion's steps (gone at start-up)
+      memories/<tenant key>/       memory artifacts of one tenant (rollout_memory.store, docs/memory.md):
+        scopes/<scope key>.jsonl   append-only entries of one scope, fsynced; never read by replay
+        leases/<session id>.lease  a pipeline worker's lease on distilling a session
+        store.lock                 held while an entry is written or a scope file rewritten
 
 For example, with 256 shards, session ``01a22c15-89a6-7d3d-b5b7-165622bd350c``
 (shard 96) is ``shards/096/sessions/2026-11-30_101530_01a22c15-89a6-7d3d-b5b7-165622bd350c.jsonl``.
@@ -57,7 +61,7 @@ Session files are opened without following symbolic links (:func:`open_session_f
 ``O_NOFOLLOW``), by both services: a link planted in a sessions folder is reported
 (an OSError ``ELOOP`` saying so: UNAVAILABLE with ErrorInfo ``ELOOP``), never read.
 
-Clients only ever hold session ids (SPEC §6); this module is the one place that
+Clients only ever hold session ids (docs/spec.md §6); this module is the one place that
 turns an id into a path, so another storage can replace it without touching a
 client. An id is resolved through an in-process index of its shard's folder, which
 is refreshed from a scan of that folder on a miss, so readers stay stateless and see
@@ -83,6 +87,8 @@ from shared.naming import SessionFileName, session_file_name, validate_session_i
 from shared.shards import DEFAULT_SHARDS, create_cluster, read_cluster, shard_of
 
 SESSIONS_DIR = "sessions"
+#: The folder of memory artifacts (docs/memory.md), beside the shards, never read by replay.
+MEMORIES_DIR = "memories"
 DELEGATIONS_DIR = "delegations"
 LOCK_FILE = "writer.lock"
 #: The folder of a sharded root's shards (``shards/<NNN>``).
@@ -281,6 +287,12 @@ class DataRoot:
     def session_path(self, session_id: str, name: str) -> Path:
         """The path of session ``session_id``'s file ``name`` (in its shard's folder)."""
         return self.sessions_folder(self.shard_of(session_id)) / name
+
+    @property
+    def memories_folder(self) -> Path:
+        """The folder of memory artifacts (``<root>/memories``), in either layout; the memory
+        pipeline (rollout_memory) alone writes it, and no replay reads it."""
+        return self.root / MEMORIES_DIR
 
     @property
     def lock_path(self) -> Path:

@@ -1,4 +1,4 @@
-"""Session file names: the writer's builder and the reader's parser, a mirror pair (SPEC §2.9).
+"""Session file names: the writer's builder and the reader's parser, a mirror pair (docs/spec.md §2.9).
 
 Shape: ``<YYYY-MM-DD>_<HHMMSS>_<session_id>[_<agent_name>].jsonl``, e.g.::
 

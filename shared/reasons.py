@@ -11,7 +11,9 @@ of a message:
   :data:`SESSION_FILE_REPLACED` / :data:`SESSION_FILE_TRUNCATED` (ABORTED, a watch), and
   for a failed write or repair the errno's name (``ENOSPC``, ``EIO``, ...), or
   :data:`WRITE_FAILED` / :data:`REPAIR_FAILED` when the failure had no errno;
-  :data:`NOT_OWNER` (UNAVAILABLE; metadata ``shard`` and ``epoch``: retry);
+  :data:`NOT_OWNER` (UNAVAILABLE; metadata ``shard``, ``epoch``, and the owner's address and epoch
+  as the writer knows them, :data:`OWNER_ADDRESS` and :data:`OWNER_EPOCH`, empty when unknown:
+  retry there, or after refreshing the shard map);
 * ``PreconditionFailure`` violations (FAILED_PRECONDITION) of type :data:`SESSION_STATE`:
   the subject names what the precondition is about (:func:`session_subject`,
   :func:`request_subject`, :func:`seq_subject`); a stopped session's description is
@@ -43,8 +45,13 @@ WRITE_FAILED = "WRITE_FAILED"
 #: A session awaits a repair that failed without an errno (otherwise the errno's name).
 REPAIR_FAILED = "REPAIR_FAILED"
 #: UNAVAILABLE of a writer that does not own the session's shard, or whose ownership ended before
-#: the write was durable (nothing acknowledged; retry); metadata ``shard`` and ``epoch``.
+#: the write was durable (nothing acknowledged; retry); metadata ``shard``, ``epoch`` (the epoch this
+#: writer wrote under, empty when it never owned the shard), :data:`OWNER_ADDRESS` and :data:`OWNER_EPOCH`.
 NOT_OWNER = "NOT_OWNER"
+#: NOT_OWNER metadata: the ``host:port`` of the shard's owner as the writer knows it ("" when unknown).
+OWNER_ADDRESS = "owner_address"
+#: NOT_OWNER metadata: the epoch of that owner's ownership of the shard ("" when unknown).
+OWNER_EPOCH = "owner_epoch"
 
 #: ``PreconditionFailure.Violation.type`` of every FAILED_PRECONDITION the ledger sends.
 SESSION_STATE = "SESSION_STATE"

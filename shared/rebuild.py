@@ -1,6 +1,6 @@
-"""Rebuild the model-visible message sequence from a rollout file (SPEC §3).
+"""Rebuild the model-visible message sequence from a rollout file (docs/spec.md §3).
 
-One function, :func:`rebuild`, used by the writer's checkpoint (SPEC §2.6) and by
+One function, :func:`rebuild`, used by the writer's checkpoint (docs/spec.md §2.6) and by
 every reader path (replay, verify). It reads every line once:
 
 * ``message`` records append in order; the ``reasoning`` records before an
@@ -189,7 +189,7 @@ def read_checkpoint(
     sequence's. SINGLE_REASONING: sound, the same count, and its digest is the one
     versions that attached only the last of several reasoning blocks computed
     (:func:`shared.digest.single_reasoning_digest` over ``payloads()``, called only
-    then, once). MISMATCH otherwise. SPEC §4 and §5 Replay: the writer (an older
+    then, once). MISMATCH otherwise. docs/spec.md §4 and §5 Replay: the writer (an older
     checkpoint met at reopen) and the reader (a replay's digest status) both decide by
     this one rule, so a file one calls sound the other never calls damaged.
     """
@@ -424,7 +424,7 @@ class Rebuilder:
 
     def keep(self, payload: dict[str, Any], offset: int, index: int, reasoning: PendingReasoning) -> Any:
         """What the sequence holds for a message: the payload, its reasoning blocks attached in
-        order (the reader half of SPEC §2.5); a handle in index mode, rendered bytes in the replay cache.
+        order (the reader half of docs/spec.md §2.5); a handle in index mode, rendered bytes in the replay cache.
 
         ``index`` is -1 for a message line, or the position in a compaction's
         replacement history (``offset`` is then the compacted line's); ``reasoning``
@@ -795,7 +795,7 @@ def rebuild(data: bytes, *, max_messages: int = 0) -> Rebuild:
     ``data`` is the whole file as read once (bytes); ``max_messages`` caps the
     returned sequence (0: no cap). A last line without ``\\n`` is treated as not
     yet committed (ignored, reported). Never raises on bad content: every
-    problem becomes a :class:`DegradedEntry`. Source: SPEC §3, seed rules 8, 11, 12.
+    problem becomes a :class:`DegradedEntry`. Source: docs/spec.md §3, seed rules 8, 11, 12.
 
     Runs under :func:`collector_paused`; a caller that keeps the result for more
     than a moment holds that pause itself until the result is released (every

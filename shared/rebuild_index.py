@@ -1,4 +1,4 @@
-"""The rebuild of SPEC §3 in bounded memory, for sessions of any size.
+"""The rebuild of docs/spec.md §3 in bounded memory, for sessions of any size.
 
 :func:`index_rebuild` runs the very same rules as :func:`shared.rebuild.rebuild`
 (it subclasses the same rebuilder and overrides only what the sequence holds),

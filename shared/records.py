@@ -1,11 +1,11 @@
-"""The JSONL line format of a rollout file (SPEC §1) and record validation.
+"""The JSONL line format of a rollout file (docs/spec.md §1) and record validation.
 
 A session file holds one record per line: UTF-8, ``\\n``-terminated, compact JSON
 written by orjson, no BOM. Every line has these keys, in this order::
 
     {"v":1,"seq":17,"ts":"2026-11-30T10:15:30.123456Z","type":"message","payload":{...},"crc32c":2143289344}
 
-(``crc32c``, the line check, is an addition to SPEC §1; lines written before it have
+(``crc32c``, the line check, is an addition to docs/spec.md §1; lines written before it have
 the first five keys only, and stay readable: see "The line check" below. The first line
 of a request sent with a request id also carries ``request_id`` and ``request_fp`` before
 the check: see "Request marks" below.)
@@ -39,7 +39,7 @@ the check: see "Request marks" below.)
   retraction          messages [{seq, index?}], reason?, call_ids (see below)
   ==================  ==========================================================
 
-Documented additions to the SPEC §1 table (readers must accept them):
+Documented additions to the docs/spec.md §1 table (readers must accept them):
 
 * a tool call's ``type`` may be ``"custom"`` besides ``"function"``: a free-form
   tool input (e.g. a patch) kept verbatim in ``function.arguments``;
@@ -51,7 +51,9 @@ Documented additions to the SPEC §1 table (readers must accept them):
   ``child_without_coordinates`` (files without it keep the older reading);
 * a tool ``message`` may carry ``"is_error": true``: the tool reported a failure
   (an Anthropic ``tool_result`` with ``is_error``); not part of the digest;
-* an ``event`` of kind ``resumed`` / ``forked`` records a Resume / Fork;
+* an ``event`` of kind ``resumed`` / ``forked`` records a Resume / Fork, and one of kind
+  ``round_interrupted`` (body ``{"round_id"}``) the round a crash left pending, written by
+  the Resume that follows (shared.rounds);
 * several ``reasoning`` records before one assistant message all attach to it,
   in file order (Responses-API agents write more than one per turn, each with
   its own encrypted content). In a rebuilt message, and inline in a
@@ -64,7 +66,7 @@ Documented additions to the SPEC §1 table (readers must accept them):
 * optional fields are omitted when absent (never written as ``null``), and
   ``is_anchored`` / ``synthetic`` / ``is_error`` are written only when true.
 
-A ``retraction`` (an addition to SPEC §1 and §3) takes messages out of the model's view
+A ``retraction`` (an addition to docs/spec.md §1 and §3) takes messages out of the model's view
 by reference, without rewriting anything: each entry of ``messages`` names the line a
 message of the view came from, ``{"seq": s}`` for a ``message`` record (or a
 ``compacted`` record without replacement history: its summary message) and
@@ -81,7 +83,7 @@ pop the last item of a conversation at a cost that does not grow with the histor
 Unknown ``type`` values (a newer writer) are preserved by readers and reported as
 degraded, never dropped and never a crash.
 
-The line check (an addition to SPEC §1, as etcd's WAL and Kafka check every record):
+The line check (an addition to docs/spec.md §1, as etcd's WAL and Kafka check every record):
 every line the writer writes ends with a ``crc32c`` key, the last of the object::
 
     {"v":1,"seq":0,...,"payload":{...},"crc32c":<unsigned 32-bit integer>}
@@ -104,7 +106,7 @@ is computed over its whole bytes), see :mod:`shared.digest`. Readers compare it 
 they meet the checkpoint, so a line changed, removed or added anywhere before a
 checkpoint (a line without a check included, or a line whose check was recomputed)
 makes that checkpoint fail, in every later reading. Older checkpoints have no
-``lines_digest`` and are verified by their message digest alone (SPEC §4).
+``lines_digest`` and are verified by their message digest alone (docs/spec.md §4).
 
 LangGraph checkpoints (an addition, issue 25; written by ``rollout_client.langgraph``): a
 LangGraph thread is one session (its ``session_key`` is the thread id), and its checkpoints,
@@ -133,9 +135,9 @@ JSON text of LangGraph's version (``"1"``, ``"\"0000…0002.0.53\""``), so its t
   its base. The bytes stay in the file until the session is deleted.
 
 An ``event`` whose ``kind`` is in :data:`RESERVED_EVENT_KINDS` is the writer's own
-record (Resume, Fork); clients may not append one.
+record (Resume, Fork, a round's interruption); clients may not append one.
 
-Request marks (an addition to SPEC §1, for SPEC §2.4): the first line an Append request
+Request marks (an addition to docs/spec.md §1, for docs/spec.md §2.4): the first line an Append request
 writes, when the request carried a ``request_id``, also holds that id and a fingerprint
 of the request's records, between the payload and the line check::
 
@@ -192,7 +194,7 @@ INPUT_KINDS = frozenset(kind.value for kind in InputKind)
 
 
 class RecordType(enum.StrEnum):
-    """The ``type`` of a record line (SPEC §1)."""
+    """The ``type`` of a record line (docs/spec.md §1)."""
 
     SESSION_META = "session_meta"
     MESSAGE = "message"
@@ -209,9 +211,12 @@ class RecordType(enum.StrEnum):
 RESUMED_EVENT = "resumed"
 #: Event kind of the first record a Fork writes after the copied lines.
 FORKED_EVENT = "forked"
+#: Event kind of the writer's record that a crash left a round pending (shared.rounds): written by
+#: Resume of a session without a stop record, before its ``resumed`` event.
+ROUND_INTERRUPTED_EVENT = "round_interrupted"
 #: Event kinds the writer uses for its own records; an Append or an import that names one is
 #: refused (INVALID_ARGUMENT), so they cannot be forged.
-RESERVED_EVENT_KINDS = frozenset({RESUMED_EVENT, FORKED_EVENT})
+RESERVED_EVENT_KINDS = frozenset({RESUMED_EVENT, FORKED_EVENT, ROUND_INTERRUPTED_EVENT})
 
 #: Event kinds of LangGraph checkpoints, pending writes and removals (see the module doc).
 LANGGRAPH_CHECKPOINT_EVENT = "langgraph.checkpoint"
@@ -476,7 +481,7 @@ def validate_message(
     known_call_ids: Container[str],
     field_prefix: str = "message",
 ) -> None:
-    """Check a ``message`` payload before it is written (SPEC §2.3).
+    """Check a ``message`` payload before it is written (docs/spec.md §2.3).
 
     ``known_call_ids`` holds every tool call id already in the session or earlier
     in the same request. Raises :class:`RecordValidationError` naming ``index`` and

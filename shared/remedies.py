@@ -1,4 +1,4 @@
-"""What a refusal tells its caller to do next, in the client library's words (SPEC §6).
+"""What a refusal tells its caller to do next, in the client library's words (docs/spec.md §6).
 
 The services' messages reach Python programs through :mod:`rollout_client` first, and other
 gRPC clients and the ``rollout`` command too: they name the call of the Python client (whose

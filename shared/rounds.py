@@ -29,7 +29,9 @@ Boundaries (in this order):
 
 Status: ``pending`` (no final answer yet), ``complete`` (a final assistant message
 with no open tool call, or the turn's completion event), ``interrupted`` (aborted, cut
-off by the next trigger, recorded by the writer (:data:`ROUND_INTERRUPTED_EVENT`), or
+off by the next trigger, stopped by the user (a user message starting with
+:data:`USER_INTERRUPTION_MARK`, which belongs to the round it stops and starts none),
+recorded by the writer (:data:`ROUND_INTERRUPTED_EVENT`), or
 pending while its session is stopped: a Resume after a pause makes it pending again,
 and it stays one round). ``error`` is reserved and never written. :func:`is_settled`
 is the one "is this round over" rule.
@@ -43,8 +45,12 @@ duration in seconds, tool calls and tool failures (``is_error`` outputs), input 
 output tokens as per-round deltas of usage events: Codex ``token_count`` events carry
 cumulative counters (``info.total_token_usage``: deltas against the last counters seen
 in the session, a counter that goes down counts from 0), a ``usage`` event
-(``{"input_tokens", "output_tokens"}``) adds per call; a round with no usage event
-gets the bytes/4 estimate of its lines (``tokens_estimated``). Model and effort are
+(``{"input_tokens", "output_tokens"}``) adds per call, and Claude Code's per-message
+usage (``claude.record`` events: ``message.usage`` of each API message ``message.id``,
+repeated on every record of that message with its output growing: the last one seen
+counts, once per message; input is ``input_tokens`` plus both cache counters, what the
+model read); a round with none of these gets the bytes/4 estimate of its lines
+(``tokens_estimated``). Model and effort are
 those of the last ``turn_context`` in effect in the round.
 
 Round ids (:func:`round_id`) are UUIDv8 from BLAKE2b of the session that first wrote
@@ -57,14 +63,14 @@ from __future__ import annotations
 import enum
 import hashlib
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
 
 from shared.records import INPUT_KINDS as INPUT_KINDS
-from shared.records import RESUMED_EVENT, InputKind, RecordType, parse_timestamp
+from shared.records import RESUMED_EVENT, ROUND_INTERRUPTED_EVENT, InputKind, RecordType, parse_timestamp
 
 
 class RoundStatus(enum.StrEnum):
@@ -91,11 +97,22 @@ TURN_ABORTED_EVENTS = frozenset({"turn_aborted"})
 CUMULATIVE_USAGE_EVENT = "token_count"
 #: Per-call usage (``body.input_tokens``, ``body.output_tokens``), added up per round.
 USAGE_EVENT = "usage"
+#: Claude Code's fields without a mapping, kept by its importer before each record: an
+#: assistant record's ``body.message`` holds the API message's ``id`` and ``usage``.
+CLAUDE_RECORD_EVENT = "claude.record"
+#: Claude Code's text for a turn the user stopped (``[Request interrupted by user]``, and
+#: ``... for tool use]``): a user message that starts with it interrupts the current round.
+USER_INTERRUPTION_MARK = "[Request interrupted by user"
 #: The writer's record that a round was interrupted (Resume of a crashed session with a
-#: pending round); ``body.round_id`` names it.
-ROUND_INTERRUPTED_EVENT = "round_interrupted"
+#: pending round; shared.records reserves the kind); ``body.round_id`` and ``body.start_seq``
+#: name it. Re-exported here, where the rules that read it live.
+ROUND_INTERRUPTED_EVENT = ROUND_INTERRUPTED_EVENT
+#: Sources followed back from a fork for its round ids (:func:`lineage_of`).
+MAX_FORK_DEPTH = 32
 
 _ROUND_DOMAIN = b"rollout.round.v1"
+#: The input counters of a Claude API usage object, added up: what the model read.
+_CLAUDE_INPUT_COUNTERS = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
 
 
 def round_id(session_id: str, seq: int) -> str:
@@ -115,17 +132,22 @@ def round_id(session_id: str, seq: int) -> str:
 @dataclass(frozen=True, slots=True)
 class Lineage:
     """Who first wrote each seq of a session: ``forks`` lists (source session id, fork seq) from
-    the oldest ancestor to the direct source (a session that is no fork: empty). Seq ``s`` was
-    written by the oldest source whose fork seq is ``>= s``, else by ``session_id``."""
+    the oldest ancestor to the direct source (a session that is no fork: empty), each fork seq
+    being where the next session (or this one) was forked from that source. Seq ``s`` was
+    copied from the direct source when ``s <= `` its fork seq, and so on back: the last source
+    reached that way wrote it (a fork point may be below its source's own: a fork of a fork
+    taken before the first fork's point holds only its own records after it)."""
 
     session_id: str
     forks: tuple[tuple[str, int], ...] = ()
 
     def owner(self, seq: int) -> str:
-        for source, point in self.forks:
-            if seq <= point:
-                return source
-        return self.session_id
+        writer = self.session_id
+        for source, point in reversed(self.forks):
+            if seq > point:
+                break
+            writer = source
+        return writer
 
 
 def forked_from(session_meta: Mapping[str, Any] | None) -> tuple[str, int] | None:
@@ -138,6 +160,28 @@ def forked_from(session_meta: Mapping[str, Any] | None) -> tuple[str, int] | Non
     ):
         return origin["session_id"], origin["seq"]
     return None
+
+
+#: (session_meta payload of a session id, or None when it cannot be found): how a lineage is walked.
+MetaOf = Callable[[str], Mapping[str, Any] | None]
+
+
+def lineage_of(session_id: str, meta: Mapping[str, Any] | None, meta_of: MetaOf) -> Lineage:
+    """The lineage of a session whose session_meta is ``meta``: each fork source's id and fork seq,
+    oldest first, found by following ``forked_from`` through ``meta_of`` (a source that cannot be
+    found ends the walk: its rounds are named by the oldest source found; at most
+    :data:`MAX_FORK_DEPTH` sources). The reader's round ids and the writer's interruption
+    record both name rounds through it."""
+    forks: list[tuple[str, int]] = []
+    origin = forked_from(meta)
+    seen = {session_id}
+    while origin is not None and len(forks) < MAX_FORK_DEPTH and origin[0] not in seen:
+        source, point = origin
+        forks.insert(0, (source, point))
+        seen.add(source)
+        source_meta = meta_of(source)
+        origin = forked_from(source_meta) if source_meta else None
+    return Lineage(session_id, tuple(forks))
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,6 +295,7 @@ class _Open:
     input_tokens: int = 0
     output_tokens: int = 0
     usage_seen: bool = False
+    message_usage: dict[str, tuple[int, int]] = field(default_factory=dict)
     estimated_in: int = 0
     estimated_out: int = 0
     model: str = ""
@@ -305,11 +350,16 @@ class RoundTracker:
     and :meth:`add` may go on after it (the reader extends one tracker as a file grows).
 
     ``lineage`` names who first wrote each seq (round ids); when None, the session's own
-    ``session_meta`` record (its id and ``forked_from``) sets a one-level lineage.
+    ``session_meta`` record (its id and ``forked_from``) sets a one-level lineage. With
+    ``keep_done`` False the settled rounds are counted, not kept (memory that does not grow
+    with the session): :meth:`rounds` then holds the current round only, enough for
+    :func:`round_to_close`.
     """
 
-    def __init__(self, lineage: Lineage | None = None) -> None:
+    def __init__(self, lineage: Lineage | None = None, keep_done: bool = True) -> None:
         self.lineage = lineage
+        self.keep_done = keep_done
+        self.settled = 0
         self.done: list[Round] = []
         self.current: _Open | None = None
         self.stopped = False
@@ -325,7 +375,7 @@ class RoundTracker:
         lineage = self.lineage or Lineage("")
         opened = _Open(
             round_id(lineage.owner(seq), seq),
-            len(self.done) + 1,
+            self.settled + 1,
             seq,
             offset,
             ts,
@@ -345,7 +395,9 @@ class RoundTracker:
         status, why = self._status_of(current, stopped=False)
         if status is RoundStatus.PENDING:
             status, why = pending_becomes, reason
-        self.done.append(current.freeze(status, why))
+        self.settled += 1
+        if self.keep_done:
+            self.done.append(current.freeze(status, why))
         self.current = None
 
     @staticmethod
@@ -376,6 +428,11 @@ class RoundTracker:
     def _user(self, seq: int, ts: str, offset: int, payload: Mapping[str, Any]) -> None:
         kind = payload.get("input_kind")
         current = self.current
+        if current is not None and message_text(payload).lstrip().startswith(USER_INTERRUPTION_MARK):
+            if self._status_of(current, stopped=False)[0] is RoundStatus.PENDING:
+                current.status, current.status_reason = RoundStatus.INTERRUPTED, "stopped by the user"
+            current.turn_closed = True
+            return
         if kind == InputKind.TRIGGER or (kind in INPUT_KINDS and current is None):
             self._trigger(self._start(seq, ts, offset, "cut off by the next trigger"), seq, payload)
             return
@@ -435,8 +492,9 @@ class RoundTracker:
                 self.lineage = Lineage(payload["session_id"], (source,) if source else ())
             return
         if record_type in (_STOP, _CHECKPOINT):
-            if record_type == _STOP:
-                self.stopped = True
+            # A Stop writes its checkpoint, then its stop record: a trailing checkpoint is a
+            # stopped session too (shared.tail.stop_of_tail reads it so).
+            self.stopped = True
             return
         if record_type == _MESSAGE and payload.get("role") == "user":
             self.stopped = False
@@ -467,6 +525,8 @@ class RoundTracker:
                         self.current.input_tokens += delta_in
                         self.current.output_tokens += delta_out
                         self.current.usage_seen = True
+            elif kind == CLAUDE_RECORD_EVENT and self.current is not None:
+                self._message_usage(self.current, body)
             elif kind == USAGE_EVENT and self.current is not None and isinstance(body, dict):
                 used_in, used_out = body.get("input_tokens", 0), body.get("output_tokens", 0)
                 self.current.input_tokens += used_in if type(used_in) is int else 0
@@ -502,6 +562,26 @@ class RoundTracker:
         elif record_type == _REASONING:
             current.output = True
             current.estimated_out += size // 4
+
+    @staticmethod
+    def _message_usage(current: _Open, body: Any) -> None:
+        """Claude Code's usage of one API message (a ``claude.record`` body): the last one seen
+        for its id counts, once."""
+        message = body.get("message") if isinstance(body, dict) else None
+        usage = message.get("usage") if isinstance(message, dict) else None
+        if not isinstance(usage, dict):
+            return
+        message_id = message.get("id") if isinstance(message, dict) else None
+        counts = [usage.get(name, 0) for name in _CLAUDE_INPUT_COUNTERS]
+        used_out = usage.get("output_tokens", 0)
+        used_in = sum(count for count in counts if type(count) is int)
+        used_out = used_out if type(used_out) is int else 0
+        key = message_id if isinstance(message_id, str) else f"#{len(current.message_usage)}"
+        before_in, before_out = current.message_usage.get(key, (0, 0))
+        current.message_usage[key] = (used_in, used_out)
+        current.input_tokens += used_in - before_in
+        current.output_tokens += used_out - before_out
+        current.usage_seen = True
 
     @staticmethod
     def _assistant(current: _Open, seq: int, payload: Mapping[str, Any], size: int) -> None:
@@ -555,6 +635,19 @@ class RoundTracker:
             return list(self.done)
         status, reason = self._status_of(self.current, self.stopped)
         return [*self.done, self.current.freeze(status, reason)]
+
+
+def round_to_close(tracker: RoundTracker) -> Round | None:
+    """The round a session's tail leaves pending with no one to finish it, once its writer or host
+    crashed: the last round when it is pending, which it never is with a stop record after it
+    (:meth:`RoundTracker.rounds` reads a stopped session's pending round interrupted, and a
+    Resume after a Stop continues it as one round). The one rule for "a crash left this round open": the writer's
+    Resume records it interrupted (:data:`ROUND_INTERRUPTED_EVENT`), the reader's
+    ListPendingRounds lists it. None when there is nothing to close."""
+    found = tracker.rounds()
+    if not found or found[-1].status is not RoundStatus.PENDING:
+        return None
+    return found[-1]
 
 
 def rounds_of(

@@ -145,7 +145,7 @@ class RpcObserver(AsyncServerInterceptor):
     Raised on through gRPC, the error kept the handler's frames, with the request and what
     was built from it, alive until a full garbage collection: measured with a plain
     grpc.aio server, 8 concurrent 60 MB requests refused by ``abort`` left 1.2-4.0 GB
-    resident, growing each round, against none when the error stops in the handler (SPEC
+    resident, growing each round, against none when the error stops in the handler (docs/spec.md
     §2.10, bounded memory per request). For the same reason a client-streaming call's
     request iterator is closed when the call ends: left suspended, it holds the last
     request it received in a reference cycle.

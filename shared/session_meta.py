@@ -1,4 +1,4 @@
-"""What line 0 of a session file holds: the ``session_meta`` fields, in one place (SPEC §1).
+"""What line 0 of a session file holds: the ``session_meta`` fields, in one place (docs/spec.md §1).
 
 :class:`SessionSpec` is the one list of what a session is created with; the
 writer's CreateSession and ImportSessions, the protobuf conversion
@@ -11,7 +11,7 @@ writer's CreateSession and ImportSessions, the protobuf conversion
 
 Optional strings are omitted when empty. ``session_key`` (an addition) is a caller's own
 name for the session, from which its id was derived (shared.naming.session_id_for_key). ``role`` is a documented addition to
-SPEC §1 (files written before it have none and keep the older reading, see
+docs/spec.md §1 (files written before it have none and keep the older reading, see
 :func:`is_child`): whether the session is a root or a child is said at creation,
 never guessed from an agent name later (:func:`resolve_role`).
 """
@@ -70,7 +70,7 @@ DEFAULT_TENANT = "default"
 
 
 def resolve_role(spec: SessionSpec) -> SessionRole:
-    """The role a new session gets, or InvalidArgumentError saying what is missing (SPEC §5, seed rule 13).
+    """The role a new session gets, or InvalidArgumentError saying what is missing (docs/spec.md §5, seed rule 13).
 
     * ROOT: no delegation field may be set.
     * CHILD: both ``parent_session_id`` and ``delegation_id`` are required.

@@ -1,4 +1,4 @@
-"""Virtual shards: which shard holds a session, and how many shards a data root has (SPEC §7).
+"""Virtual shards: which shard holds a session, and how many shards a data root has (docs/spec.md §7).
 
 A data root created sharded holds a fixed number of virtual shards, chosen when the root
 is created and never changed (:data:`DEFAULT_SHARDS` unless the writer that creates it is
@@ -6,7 +6,7 @@ told otherwise). A session lives in one shard for its whole life::
 
     shard_of(session_id, shards) = int.from_bytes(BLAKE2b-64(session_id), "big") % shards
 
-* ``session_id`` is the id's canonical text, the lowercase hyphenated UUID of SPEC §2.9
+* ``session_id`` is the id's canonical text, the lowercase hyphenated UUID of docs/spec.md §2.9
   (``01a22c15-89a6-7d3d-b5b7-165622bd350c``), hashed as its ASCII bytes;
 * BLAKE2b-64 is BLAKE2b with an 8-byte digest (``hashlib.blake2b(data, digest_size=8)``:
   the digest length is a parameter of the hash, so this is not a cut BLAKE2b-512), no key,

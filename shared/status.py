@@ -63,6 +63,8 @@ from shared.errors import (
 from shared.reasons import (
     ERROR_DOMAIN,
     NOT_OWNER,
+    OWNER_ADDRESS,
+    OWNER_EPOCH,
     REPAIR_FAILED,
     REPLY_TOO_LARGE,
     SESSION_EXISTS,
@@ -154,6 +156,8 @@ def _status_of(error: AnyLedgerError, prefix: str) -> tuple[grpc.StatusCode, str
                 metadata={
                     "shard": str(error.shard),
                     "epoch": "" if error.epoch is None else str(error.epoch),
+                    OWNER_ADDRESS: "" if error.owner is None else error.owner[0],
+                    OWNER_EPOCH: "" if error.owner is None else str(error.owner[1]),
                 },
             )
             return grpc.StatusCode.UNAVAILABLE, message, [info]

@@ -1,4 +1,4 @@
-"""The stop-kind vocabulary and default-deny resume eligibility (SPEC §5, seed rule 10).
+"""The stop-kind vocabulary and default-deny resume eligibility (docs/spec.md §5, seed rule 10).
 
 Only ``paused`` and ``cancelled`` may be replayed as-is; a legacy stop record
 without a kind counts as ``cancelled``; every other declared kind is refused with

@@ -1,7 +1,7 @@
 """Reading the last records of a session file from its tail (bounded bytes, any file size).
 
-Both services read tails: the reader for stop facts and listings (SPEC §5), the
-writer for its session index at start-up (SPEC §2.10: the next seq and stop state
+Both services read tails: the reader for stop facts and listings (docs/spec.md §5), the
+writer for its session index at start-up (docs/spec.md §2.10: the next seq and stop state
 of every session, never a whole-file read). :func:`read_tail` reads a window of
 ``window`` bytes from the end (64 KiB by default) and doubles it only while it
 does not yet hold ``want`` complete records, so the bytes read depend on the size
@@ -73,7 +73,7 @@ def stop_of_tail(records: Sequence[dict[str, Any]]) -> TailStop | None:
     """The stop state of a session from its last records (newest first, as :func:`read_tail`
     gives them): a :class:`TailStop` when the last is a ``stop`` or an ``agent_checkpoint``
     (a trailing checkpoint means stopped), None when it is anything else or there is none
-    (open, or killed before any Stop). Source: SPEC §5 and §2.6; the writer's index and the
+    (open, or killed before any Stop). Source: docs/spec.md §5 and §2.6; the writer's index and the
     reader's stop facts both decide by it."""
     if not records:
         return None

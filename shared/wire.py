@@ -1,7 +1,7 @@
 """Conversions from the rollout.v1 protobuf messages to record payloads, and the stop-kind values.
 
 The writer's half of the wire: an AppendRecord becomes the payloads written to
-the file (:func:`append_payloads`). The reasoning duality of SPEC §2.5 is one
+the file (:func:`append_payloads`). The reasoning duality of docs/spec.md §2.5 is one
 half here (:func:`split_reasoning`: an assistant message carrying N reasoning
 blocks becomes N ``reasoning`` payloads then the ``message`` payload) and the
 other half in :func:`shared.rebuild.rebuild` (re-attach them all, in order, to
@@ -262,7 +262,7 @@ def append_payloads(record: writer_pb2.AppendRecord, index: int) -> list[tuple[R
     """The record payloads one AppendRecord becomes, in file order.
 
     A message with N reasoning blocks becomes N ``reasoning`` records then the
-    ``message`` (SPEC §2.5 and its §1 addition). Raises RecordValidationError
+    ``message`` (docs/spec.md §2.5 and its §1 addition). Raises RecordValidationError
     (naming ``index``) for an empty record, reasoning on a non-assistant message,
     both ``reasoning`` and ``reasoning_blocks`` set, an event without a kind or of
     a kind the writer reserves (shared.records.RESERVED_EVENT_KINDS), or a NaN / infinite number in an opaque object (content parts, turn context,
@@ -538,7 +538,7 @@ _DECLARED_PROTO_KINDS = ", ".join(
 
 
 def stop_kind_from_proto(value: int) -> StopKind:
-    """The stop kind a request names (SPEC §1 vocabulary).
+    """The stop kind a request names (docs/spec.md §1 vocabulary).
 
     Raises InvalidArgumentError (field ``stop_kind``) for UNSPECIFIED or an
     undeclared number, listing the declared values.

@@ -223,6 +223,62 @@ def test_importing_from_the_tools_own_folder_when_it_holds_nothing_says_so(tmp_p
             assert "import summary" not in result.stdout
 
 
+def test_replay_by_rounds_puts_each_message_under_its_rounds_header(writer, reader_process) -> None:
+    """`rollout replay --rounds`: a system message before the first round has no header; each
+    round's header gives its number, status and why, start, duration, tokens (~: estimated),
+    tools and failures; a supplement stays in its round. With --json, a {"round": ...} line
+    precedes its messages."""
+    session_id = writer.CreateSession(writer_pb2.CreateSessionRequest()).session_id
+    call = records_pb2.ToolCall(id="c1", type="function", function=records_pb2.FunctionCall(name="ls"))
+    messages = [
+        records_pb2.ChatMessage(role="system", text="be brief"),
+        records_pb2.ChatMessage(role="user", text="first"),
+        records_pb2.ChatMessage(role="assistant", text="one"),
+        records_pb2.ChatMessage(role="user", text="second"),
+        records_pb2.ChatMessage(role="assistant", tool_calls=[call]),
+        records_pb2.ChatMessage(role="user", text="also this"),
+        records_pb2.ChatMessage(role="tool", text="boom", tool_call_id="c1", is_error=True),
+    ]
+    writer.Append(
+        writer_pb2.AppendRequest(
+            session_id=session_id, records=[writer_pb2.AppendRecord(message=m) for m in messages]
+        )
+    )
+    at = ("--reader", reader_process.address)
+    lines = _run("replay", session_id, "--rounds", *at)
+    headers = [line for line in lines if line.startswith("==")]
+    assert lines[:2] == ["[0] system", "  be brief"]
+    assert lines[2].startswith(
+        "== round 1: complete (a final assistant message with no open tool call), started "
+    )
+    assert headers[1].startswith("== round 2: pending, started ")
+    assert ", tools 1/1 failed" in headers[1]
+    assert ", tokens ~" in headers[1]
+    assert lines.index(headers[1]) == lines.index("[3] user") - 1
+    assert lines[-1] == "-- 7 messages in 2 rounds"
+    assert [line for line in lines if line.startswith("[")] == [
+        "[0] system",
+        "[1] user",
+        "[2] assistant",
+        "[3] user",
+        "[4] assistant",
+        "[5] user",
+        "[6] tool (answers c1)",
+    ]
+    as_json = _run("replay", session_id, "--rounds", "--json", *at)
+    assert [line.startswith('{"round":') for line in as_json] == [
+        False,
+        True,
+        False,
+        False,
+        True,
+        False,
+        False,
+        False,
+        False,
+    ]
+
+
 def test_rm_asks_first_deletes_with_yes_and_names_an_unknown_id(writer, writer_process, data_dir) -> None:
     """``rollout rm ID`` asks before deleting (a "no", or no answer, deletes nothing); --yes
     deletes and says when; again says it was already deleted; an unknown id is a one-line

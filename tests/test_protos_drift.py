@@ -43,7 +43,7 @@ def test_checked_in_stubs_match_a_fresh_generation(tmp_path):
 
 
 def test_no_rpc_takes_or_returns_a_file_path():
-    """Clients hold session ids only (SPEC §6): no message field names a path, file or directory."""
+    """Clients hold session ids only (docs/spec.md §6): no message field names a path, file or directory."""
     from rollout.v1 import reader_pb2, records_pb2, writer_pb2
 
     def fields(descriptor):

@@ -1,8 +1,10 @@
-"""Resume and fork: continuing a session's identity, or branching a new one (SPEC §2.8).
+"""Resume and fork: continuing a session's identity, or branching a new one (docs/spec.md §2.8).
 
 Resume re-opens a session for appending to the same file: every tool call left
-without an output gets an appended synthetic output, then a ``resumed`` event;
-nothing written is rewritten. Eligibility is default-deny (shared.stop_kinds)
+without an output gets an appended synthetic output; a round a crash left pending (a
+session without a stop record: shared.rounds.round_to_close) gets a
+``round_interrupted`` event naming it; then a ``resumed`` event. Nothing written is
+rewritten. Eligibility is default-deny (shared.stop_kinds)
 unless forced, and a file that fails verification (a failed line check, a seq gap
 or repeat, a checkpoint that does not match) is refused (DATA_LOSS) unless forced:
 a forced Resume over damage records the damage in its ``resumed`` event, which
@@ -11,32 +13,37 @@ writer's Stop accepts that damage (shared.rebuild.Rebuild.unaccepted_damage).
 Fork copies the source's records up to a fork point, byte for byte, into a new session whose ``session_meta.forked_from`` names source, seq and digest;
 the source is drained first when open, and never written. Both read the whole
 file with the shared rebuild in bounded memory (writer_service.file_facts), after
-draining (SPEC §2.7); a fork's bytes are copied in the kernel (``copy_file_range``).
+draining (docs/spec.md §2.7); a fork's bytes are copied in the kernel (``copy_file_range``).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from shared.errors import SessionStateError
-from shared.naming import build_file_name, new_session_id, session_id_for_key
+from shared.committed_lines import CommittedLines
+from shared.errors import SessionNotFoundError, SessionStateError
+from shared.layout import DataRoot, open_session_file
+from shared.naming import build_file_name, session_id_for_key
 from shared.reasons import session_subject
-from shared.rebuild import DegradedEntry
+from shared.rebuild import DegradedEntry, collector_paused
 from shared.records import (
     FORKED_EVENT,
     RESUMED_EVENT,
+    ROUND_INTERRUPTED_EVENT,
     RecordType,
     encode_line,
     format_timestamp,
     now_timestamp,
 )
 from shared.remedies import FORCED_RESUME
-from shared.session_meta import recorded_tenant, tenant_of
+from shared.rounds import Round, RoundTracker, lineage_of, round_to_close
+from shared.session_meta import read_session_meta, recorded_tenant, tenant_of
 from shared.stop_kinds import classify_session
 from writer_service.file_facts import FORCE_HINT, RebuiltFacts, file_facts, refuse_damage
 from writer_service.forking import check_fork_keeps_pairs, find_fork_point
@@ -51,12 +58,17 @@ class SessionLedger(Protocol):
     is the one implementation): its small public API, so this module does not import it."""
 
     heap_trimmer: HeapTrimmer
+    root: DataRoot
 
     async def open_session(self, session_id: str) -> OpenSession: ...
 
     async def rebuild_exclusive(self, state: OpenSession, with_digest: bool) -> RebuiltFacts: ...
 
     async def drained_path(self, session_id: str) -> Path: ...
+
+    def owned_session_id(self) -> str: ...
+
+    def check_owner(self, session_id: str) -> None: ...
 
     def check_free(self, session_id: str) -> None: ...
 
@@ -86,15 +98,19 @@ log = logging.getLogger(__name__)
 SYNTHETIC_OUTPUT = "Error: interrupted before the tool returned"
 #: Damage entries a forced Resume records in its event (the first ones; their number too).
 RECORDED_DAMAGE_ENTRIES = 16
+#: Bytes read at a time when Resume looks for a round a crash left pending.
+ROUND_READ_BYTES = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
 class ResumeResult:
-    """What a Resume did: the calls it closed, the stop kind it lifted ("" if open), the next seq."""
+    """What a Resume did: the calls it closed, the stop kind it lifted ("" if open), the next seq,
+    and the id of the round it recorded interrupted ("" if none was left pending)."""
 
     closed_call_ids: list[str]
     previous_stop_kind: str
     next_seq: int
+    interrupted_round_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,10 +124,12 @@ class ForkResult:
 
 
 async def resume_session(ledger: SessionLedger, session_id: str, force: bool = False) -> ResumeResult:
-    """Re-open a session for appending, closing calls left without an output (SPEC §2.8).
+    """Re-open a session for appending, closing calls left without an output (docs/spec.md §2.8).
 
-    Appends one synthetic tool message per unanswered call, then a ``resumed``
-    event, in one batch. A stopped session whose stop kind is not replayable
+    Appends one synthetic tool message per unanswered call, a ``round_interrupted``
+    event when the session has no stop record and its last round is pending (a crash
+    cut it off: shared.rounds.round_to_close; issue 24), then a ``resumed`` event, in
+    one batch. A stopped session whose stop kind is not replayable
     as-is is refused unless ``force``, and so is a damaged file (see the module
     doc). Raises SessionNotFoundError, SessionStateError (not replayable),
     CorruptSessionError (damaged: DATA_LOSS naming line and byte offset),
@@ -129,6 +147,11 @@ async def resume_session(ledger: SessionLedger, session_id: str, force: bool = F
             refuse_damage(damage, state.path.name, "resume", FORCE_HINT)
         closed = found.unanswered_call_ids
         previous = state.stopped_kind or ""
+        cut_off = None
+        if state.stopped_kind is None:  # a stopped tail never leaves a round to close (round_to_close)
+            cut_off = await ledger.run_io(
+                round_left_pending, ledger.root, state.session_id, state.path, found.committed_bytes
+            )
         ts = now_timestamp()
         seq = state.next_seq
         lines = b""
@@ -140,6 +163,13 @@ async def resume_session(ledger: SessionLedger, session_id: str, force: bool = F
                 "synthetic": True,
             }
             lines += encode_line(seq, ts, RecordType.MESSAGE, output)
+            seq += 1
+        if cut_off is not None:
+            interrupted = {
+                "kind": ROUND_INTERRUPTED_EVENT,
+                "body": {"round_id": cut_off.round_id, "start_seq": cut_off.start_seq},
+            }
+            lines += encode_line(seq, ts, RecordType.EVENT, interrupted)
             seq += 1
         body: dict[str, Any] = {"previous_stop_kind": previous, "closed_call_ids": closed, "forced": force}
         if damage is not None:
@@ -154,7 +184,33 @@ async def resume_session(ledger: SessionLedger, session_id: str, force: bool = F
         state.busy = ""
     await durable
     log.info("resumed %s (was %s), closed %d dangling calls", session_id, previous or "open", len(closed))
-    return ResumeResult(closed, previous, seq)
+    return ResumeResult(closed, previous, seq, cut_off.round_id if cut_off is not None else "")
+
+
+def round_left_pending(root: DataRoot, session_id: str, path: Path, end: int) -> Round | None:
+    """The round the first ``end`` bytes of a session file leave pending with no stop record after
+    it (shared.rounds.round_to_close), named through the session's fork lineage; None when
+    there is none. Reads the file in chunks on an I/O thread, in memory that does not grow with
+    the session (the settled rounds are counted, not kept); raises OSError when it cannot be
+    read."""
+
+    def meta_of(source: str) -> dict[str, Any] | None:
+        try:
+            return read_session_meta(root.locate(source)[1])
+        except (SessionNotFoundError, OSError):
+            return None
+
+    fd = open_session_file(path)
+    try:
+        meta = read_session_meta(path)
+        tracker = RoundTracker(lineage_of(session_id, meta, meta_of), keep_done=False)
+        offset = 0
+        with collector_paused():
+            for lines in CommittedLines(fd, 0, end, ROUND_READ_BYTES):
+                offset = tracker.add_lines(lines, offset)
+    finally:
+        os.close(fd)
+    return round_to_close(tracker)
 
 
 def _recorded_damage(entries: list[DegradedEntry]) -> list[dict[str, Any]]:
@@ -183,26 +239,39 @@ async def fork_session(
     before_user_message: int | None,
     session_key: str = "",
 ) -> ForkResult:
-    """Create a new session holding the source's records up to the fork point (SPEC §2.8).
+    """Create a new session holding the source's records up to the fork point (docs/spec.md §2.8).
 
     Exactly one of ``at_seq`` (keep seq <= at_seq) and ``before_user_message``
     (keep everything before the Nth user message, 1-based) is given. The
     source is drained first when this writer has it open, and never written.
-    ``session_key`` (optional) names the fork in the source's tenant, as
-    CreateSession's key does (shared.naming.session_id_for_key; recorded in its
-    session_meta). Raises InvalidArgumentError (no or bad fork point), SessionStateError (the
+    ``session_key`` (optional) names the fork in the source's tenant, as CreateSession's key
+    does (shared.naming.session_id_for_key; recorded in its session_meta).
+    Raises InvalidArgumentError (no or bad fork point), SessionStateError (the
     point cuts a tool call from its output or a reasoning from its answer),
     CorruptSessionError (damage before the fork point), SessionNotFoundError,
-    SessionExistsError (the key is taken), FileNameError (a bad key), StorageWriteError.
-    A fork of a child session stays a child of the same
-    delegation (its marker is written), with ``forked_from`` telling them apart.
+    SessionExistsError (the key's id is taken or was deleted), FileNameError (a bad key),
+    StorageWriteError, NotOwnerError (the source's shard is another writer's: the redirect;
+    or, for a key, the shard of the id it names).
+    A fork of a child session stays a child of the same delegation (its marker is written),
+    with ``forked_from`` telling them apart.
+
+    With several writers (docs/cluster.md §4) the fork is made by the owner of the source's
+    shard (it drains the source's queue); the new session's id is drawn in a shard that same
+    writer owns (:meth:`SessionLedger.owned_session_id`), so it writes the new file itself, and
+    no writer writes a file of a shard it does not own. A keyed fork's id is fixed by its key:
+    a writer that does not own its shard refuses it (NotOwnerError).
     """
     path = await ledger.drained_path(source_id)
+    new_id = "" if session_key else ledger.owned_session_id()
     try:
-        plan = await ledger.run_io(_plan_fork, path, source_id, at_seq, before_user_message, session_key)
+        plan = await ledger.run_io(
+            _plan_fork, path, source_id, new_id, at_seq, before_user_message, session_key
+        )
     finally:
         ledger.heap_trimmer.after(_file_size(path))
-    ledger.check_free(plan.session_id)
+    if session_key:
+        ledger.check_owner(plan.session_id)
+        ledger.check_free(plan.session_id)
     ledger.reserve(plan.session_id)  # no await since the check: no other create can take it between
     try:
         await ledger.publish(
@@ -239,10 +308,15 @@ class _ForkPlan:
 
 
 def _plan_fork(
-    path: Path, source_id: str, at_seq: int | None, before_user_message: int | None, session_key: str
+    path: Path,
+    source_id: str,
+    session_id: str,
+    at_seq: int | None,
+    before_user_message: int | None,
+    session_key: str = "",
 ) -> _ForkPlan:
     """Read the source, find and check the fork point, rebuild the prefix and build the new file
-    (its id derived from ``session_key`` in the source's tenant when one is given).
+    (named ``session_id``, or the id ``session_key`` names in the source's tenant when given).
 
     Runs on an I/O thread: every step reads the source in chunks (bounded memory;
     about 1 s per 100 MB). Raises what :func:`fork_session` documents, and OSError
@@ -252,14 +326,12 @@ def _plan_fork(
     found = file_facts(path, True, end=cut.end_offset)
     refuse_damage(found.damage, path.name, "fork")
     check_fork_keeps_pairs(path, cut, found.unanswered_call_ids)
+    created = datetime.now(UTC)
     meta = dict(found.session_meta or {})
     meta.pop("session_key", None)  # the source's key names the source
     if session_key:
         session_id = session_id_for_key(recorded_tenant(tenant_of(meta)), session_key)
         meta["session_key"] = session_key
-    else:
-        session_id = new_session_id()
-    created = datetime.now(UTC)
     meta.update(
         session_id=session_id,
         created_at=format_timestamp(created),

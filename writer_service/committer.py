@@ -1,4 +1,4 @@
-"""Group commit across sessions: durability rounds (SPEC §2.2, §2.10).
+"""Group commit across sessions: durability rounds (docs/spec.md §2.2, §2.10).
 
 One :class:`GroupCommitter` per writer makes every session file durable. Each
 open session file has a :class:`SessionLog`: callers hand it encoded lines
@@ -378,7 +378,11 @@ class GroupCommitter:
         was refused under its current epoch."""
         epoch = self.ownership.owns(shard)
         if epoch is None:
-            raise NotOwnerError(f"this writer does not own shard {shard}; retry", shard=shard)
+            raise NotOwnerError(
+                f"this writer does not own shard {shard}; retry",
+                shard=shard,
+                owner=self.ownership.owner_of(shard),
+            )
         with self._lock:
             refusal = self._write_refusal(shard, epoch, epoch)
         if refusal is not None:
@@ -394,6 +398,7 @@ class GroupCommitter:
                 " was written; retry",
                 shard=shard,
                 epoch=epoch,
+                owner=self.ownership.owner_of(shard),
             )
         if (shard, epoch) in self._fenced:
             return NotOwnerError(
@@ -401,6 +406,7 @@ class GroupCommitter:
                 " written to it under that epoch; nothing of this request was written; retry",
                 shard=shard,
                 epoch=epoch,
+                owner=self.ownership.owner_of(shard),
             )
         return None
 
@@ -559,6 +565,7 @@ class GroupCommitter:
                 " request id (it is then answered once, never written twice)",
                 shard=key[0],
                 epoch=key[1],
+                owner=self.ownership.owner_of(key[0]),
             )
             self._loop.call_soon_threadsafe(self._fail, self._take_out([batch]), error)
         return kept

@@ -1,4 +1,4 @@
-"""What Stop, Resume and Fork learn from a whole-file rebuild, in bounded memory (SPEC §2.6-2.8).
+"""What Stop, Resume and Fork learn from a whole-file rebuild, in bounded memory (docs/spec.md §2.6-2.8).
 
 :func:`file_facts` rebuilds a session file with the shared rules in bounded
 memory (:func:`shared.rebuild_index.index_rebuild`: one small handle per message,
@@ -68,7 +68,7 @@ def file_facts(path: Path, with_digest: bool, end: int | None = None) -> Rebuilt
 
     CPU-bound (about 1 s per 100 MB, more with the digest): run it on an I/O thread,
     never on the event loop. Raises OSError when the file cannot be read; never
-    raises on bad content (see ``damage``). Source: SPEC §2.6 (the checkpoint
+    raises on bad content (see ``damage``). Source: docs/spec.md §2.6 (the checkpoint
     digest, from the whole file, with the reader's own rebuild), §2.8.
     """
     with collector_paused():

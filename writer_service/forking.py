@@ -3,7 +3,7 @@
 A fork keeps the source's records up to a fork point, byte for byte (original
 seqs and timestamps). The point is either a seq (keep ``seq <= at_seq``) or "before
 the Nth user message". A point that falls between an assistant tool call and its
-output is refused (SPEC §2.8): the fork would start with a call whose output
+output is refused (docs/spec.md §2.8): the fork would start with a call whose output
 exists but was cut away; so is a point right after a ``reasoning`` record, which
 would otherwise attach to whatever answer the fork writes next.
 """

@@ -1,4 +1,4 @@
-"""Giving memory freed after large work back to the OS (SPEC §2.10: bounded memory per request).
+"""Giving memory freed after large work back to the OS (docs/spec.md §2.10: bounded memory per request).
 
 glibc keeps what a thread frees in that thread's malloc arena, for reuse: after a
 60 MB request was received (gRPC's receive buffers are many slices, not one block),

@@ -1,4 +1,4 @@
-"""Exactly-once appends: the writer answers for a request id itself (SPEC §2.4).
+"""Exactly-once appends: the writer answers for a request id itself (docs/spec.md §2.4).
 
 A retry of an Append request carries the same ``request_id`` as its first attempt.
 The writer answers it, and writes nothing again, in one of two ways:

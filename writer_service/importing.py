@@ -4,10 +4,10 @@ A :class:`SessionImport` is one ImportSessions stream. Each session of the strea
 is checked as CreateSession checks it (:meth:`SessionLedger.prepare_session`; a
 child may name a parent staged earlier in the same stream), its records as Append
 checks them (:func:`writer_service.open_session.encode_records`: every validation
-of SPEC §2.3, source times allowed), and its lines are written to a hidden staging
+of docs/spec.md §2.3, source times allowed), and its lines are written to a hidden staging
 file beside the session files (``.<name>.tmp-<random>``, the shape start-up removes:
 :func:`writer_service.files.remove_stale_temporaries`). The stop closes a session
-as Stop does (SPEC §2.6): the staging file is rebuilt whole with the shared rules,
+as Stop does (docs/spec.md §2.6): the staging file is rebuilt whole with the shared rules,
 the checkpoint digests it, checkpoint and stop are appended, the file is fsynced.
 
 Only when the stream has ended cleanly are the sessions made visible, parents
@@ -273,6 +273,7 @@ class SessionImport:
                     " in the ledger are answered already_present)",
                     shard=shard,
                     epoch=epoch,
+                    owner=committer.ownership.owner_of(shard),
                 )
 
     def _publish(self, staged: list[StagedSession]) -> None:

@@ -9,7 +9,7 @@ whether a Stop or Resume is running. Its next seq and stop state live in its
 
 :func:`apply_record` is the one place a record type decides what it does to the
 call view: a closed ``match`` over :class:`shared.records.RecordType` ending in
-``assert_never``, used both to validate a request (SPEC §2.3) and to replay the
+``assert_never``, used both to validate a request (docs/spec.md §2.3) and to replay the
 lines after a saved state when a session is reopened.
 """
 
@@ -99,7 +99,7 @@ def apply_record(
     Raises RecordValidationError (naming ``index`` and the field) when ``validate``
     is set and the record may not be appended: a message that fails
     :func:`shared.records.validate_message`, a replacement history entry likewise,
-    or a type only CreateSession and Stop write. Source: SPEC §2.3, §3 (the view).
+    or a type only CreateSession and Stop write. Source: docs/spec.md §2.3, §3 (the view).
     """
     match record_type:
         case RecordType.MESSAGE:
@@ -179,10 +179,10 @@ class OpenSession:
 
     def check_appendable(self) -> None:
         """Refuse a stopped session (SessionStateError: FAILED_PRECONDITION, saying whether Resume
-        continues it or needs force, SPEC §5) or a busy one (SessionBusyError)."""
+        continues it or needs force, docs/spec.md §5) or a busy one (SessionBusyError)."""
         if self.entry.stopped_kind is not None:
             kind = self.entry.stopped_kind
-            eligibility = classify_session(kind, self.meta)  # as Resume decides (SPEC §5)
+            eligibility = classify_session(kind, self.meta)  # as Resume decides (docs/spec.md §5)
             advice = (
                 "call Resume to continue it"
                 if eligibility.replayable
@@ -233,7 +233,7 @@ def encode_records(
     if any. Tool outputs must answer a call of the current view or one earlier in
     the request. Raises RecordValidationError naming the record index and field:
     an invalid record, or a line over ``max_record_bytes`` (rejected, never
-    truncated). Source: SPEC §2.3, §2.4.
+    truncated). Source: docs/spec.md §2.3, §2.4.
     """
     now = now_timestamp()
     seq = next_seq

@@ -1,4 +1,4 @@
-"""Start-up repair of torn session tails (SPEC §2.10).
+"""Start-up repair of torn session tails (docs/spec.md §2.10).
 
 A crash mid-write can leave a session file ending in a partial line (no ``\\n``),
 a line that is not JSON, or a run of NUL bytes (space the file system allocated

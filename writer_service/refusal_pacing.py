@@ -1,4 +1,4 @@
-"""Pacing of a client that keeps naming sessions that do not exist (SPEC §2.10).
+"""Pacing of a client that keeps naming sessions that do not exist (docs/spec.md §2.10).
 
 An Append to an unknown id is refused from memory, yet every call still costs the
 writer a gRPC round of its own (~0.3 ms of CPU on this machine kind, most of it in

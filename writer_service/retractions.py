@@ -1,4 +1,4 @@
-"""The writer's half of a retraction (shared.records, ``retraction`` records; SPEC §3 addition).
+"""The writer's half of a retraction (shared.records, ``retraction`` records; docs/spec.md §3 addition).
 
 Before a retraction is written, each of its references must name a message already in
 the session: a ``message`` record, entry ``index`` of a ``compacted`` record's

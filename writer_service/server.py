@@ -5,7 +5,11 @@ out; errors become statuses in :func:`shared.status.rpc_statuses` (one decorator
 per RPC). Standard health checking and server reflection are served beside it.
 The writer owns every shard of its data root (writer_service.ownership:
 EmbeddedOwnership), the root's ``writer.lock`` held for the life of the process: a
-second writer on the same root fails fast (SPEC §2.1).
+second writer on the same root fails fast (docs/spec.md §2.1); or, given a static shard map
+(``WriterConfig.static_shard_map``, a testing option: StaticOwnership), the shards the map
+gives its address, beside other writers on the same root. Calls about a session of a
+shard it does not own are answered UNAVAILABLE, ErrorInfo NOT_OWNER naming the owner;
+GetShardMap tells clients every owner it knows (docs/cluster.md §4).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from shared.errors import InvalidArgumentError, RecordValidationError
 from shared.layout import DataRoot
 from shared.records import normalize_timestamp
 from shared.serving import PLAINTEXT, RunningService, ServerSettings, ServiceServer
+from shared.shards import HASH_NAME
 from shared.status import StreamRequestError, check_decoded, rpc_statuses
 from shared.stop_kinds import StopKind
 from shared.tenancy import check_importer, check_may_set_times
@@ -35,7 +40,7 @@ from writer_service.committer import durable_write_method
 from writer_service.heap_trim import HeapTrimmer, keep_large_blocks_mapped
 from writer_service.importing import SessionImport
 from writer_service.open_session import RecordTimes, RequestRecords
-from writer_service.ownership import EmbeddedOwnership
+from writer_service.ownership import EmbeddedOwnership, StaticOwnership, StaticShardMapError
 from writer_service.refusal_pacing import RefusalPacer
 from writer_service.retention import retain
 from writer_service.session_index import build_index
@@ -188,6 +193,8 @@ class RolloutWriterServicer(writer_pb2_grpc.RolloutWriterServicer):
     def __init__(self, ledger: SessionLedger) -> None:
         self.ledger = ledger
         self.pacer = RefusalPacer(ledger.config.unknown_id_rate)
+        #: Where clients reach this writer (set once bound).
+        self.address = ""
 
     @rpc_statuses("CreateSession")
     async def CreateSession(
@@ -216,7 +223,7 @@ class RolloutWriterServicer(writer_pb2_grpc.RolloutWriterServicer):
     ) -> writer_pb2.AppendResponse:
         unknown = self.ledger.unknown_id_message(request.session_id)
         if unknown is not None:
-            # The cheapest refusal (SPEC §2.10): no record decoded, no exception raised, no
+            # The cheapest refusal (docs/spec.md §2.10): no record decoded, no exception raised, no
             # status details built; gRPC discards the reply of a call whose code is not OK.
             # A peer that keeps doing it is answered at a paced rate (writer_service.refusal_pacing).
             delay = self.pacer.delay(context.peer())
@@ -298,6 +305,7 @@ class RolloutWriterServicer(writer_pb2_grpc.RolloutWriterServicer):
             closed_call_ids=result.closed_call_ids,
             previous_stop_kind=result.previous_stop_kind,
             next_seq=result.next_seq,
+            interrupted_round_id=result.interrupted_round_id,
         )
 
     @rpc_statuses("Fork")
@@ -325,6 +333,22 @@ class RolloutWriterServicer(writer_pb2_grpc.RolloutWriterServicer):
         result = await self.ledger.delete(request.session_id)
         return writer_pb2.DeleteSessionResponse(
             session_id=result.session_id, deleted_at=result.deleted_at, already_deleted=result.already_deleted
+        )
+
+    @rpc_statuses("GetShardMap")
+    async def GetShardMap(
+        self, request: writer_pb2.GetShardMapRequest, context: grpc.aio.ServicerContext
+    ) -> writer_pb2.GetShardMapResponse:
+        """Every shard's owner as this writer knows it (docs/cluster.md §4), from memory."""
+        ownership = self.ledger.ownership
+        shards = self.ledger.root.shards
+        owners = []
+        for shard in range(shards):
+            owner = ownership.owner_of(shard)
+            if owner is not None:
+                owners.append(writer_pb2.ShardOwner(shard=shard, address=owner[0], epoch=owner[1]))
+        return writer_pb2.GetShardMapResponse(
+            shard_count=shards, hash=HASH_NAME, owners=owners, address=self.address
         )
 
     @rpc_statuses("ImportSessions")
@@ -426,7 +450,7 @@ class RunningWriter(RunningService):
 
     service: ServiceServer
     ledger: SessionLedger
-    ownership: EmbeddedOwnership
+    ownership: EmbeddedOwnership | StaticOwnership
     repairs: asyncio.Task[None] | None = None
     storage_probe: StorageProbe | None = None
     #: The retention passes (writer_service.retention), when the writer has a retention.
@@ -446,12 +470,35 @@ class RunningWriter(RunningService):
         self.ownership.release()
 
 
-def acquire_data_root(config: WriterConfig) -> EmbeddedOwnership:
+#: Hosts a server binds to listen on every interface: no client can be sent there.
+WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", "[::]", ""})
+
+
+def reachable_address(bound: str) -> str:
+    """The address a writer bound to ``bound`` tells clients (GetShardMap, NOT_OWNER): ``bound``
+    itself, or "" (none: clients keep the address they were given) for a wildcard host."""
+    return "" if bound.rsplit(":", 1)[0] in WILDCARD_HOSTS else bound
+
+
+def acquire_data_root(config: WriterConfig, address: str) -> EmbeddedOwnership | StaticOwnership:
     """Create the data root if new (``config.shards`` shards: shared.layout) and own every shard
-    of it, its lock held, for this process; DataRootLockedError when another writer holds it."""
+    of it, its lock held, for this process; DataRootLockedError when another writer holds it.
+
+    With ``config.static_shard_map``: own the shards that map gives ``address`` (the address to
+    bind, its port given), holding no lock; StaticShardMapError for a map that cannot be used.
+    """
     root = DataRoot(config.data_dir)
     root.create(config.shards)
-    return EmbeddedOwnership.claim(root)
+    if config.static_shard_map is None:
+        return EmbeddedOwnership.claim(root)
+    if address.rsplit(":", 1)[-1] in ("", "0"):
+        raise StaticShardMapError(
+            f"a writer with a static shard map needs the address the map names, port included (not {address!r})"
+        )
+    ownership = StaticOwnership.load(config.static_shard_map, root.shards, address)
+    if not ownership.owned_shards():
+        log.warning("the static shard map %s gives %s no shard", config.static_shard_map, address)
+    return ownership
 
 
 async def start_writer(
@@ -463,10 +510,13 @@ async def start_writer(
     Raises DataRootLockedError when another writer holds the data root, BindError
     when the address cannot be bound and OSError when a TLS file cannot be read.
     """
-    ownership = acquire_data_root(config)
+    ownership = acquire_data_root(config, address)
     keep_large_blocks_mapped()
+    shards = ownership.owned_shards() if isinstance(ownership, StaticOwnership) else None
     try:
-        index = await asyncio.get_running_loop().run_in_executor(None, build_index, DataRoot(config.data_dir))
+        index = await asyncio.get_running_loop().run_in_executor(
+            None, build_index, DataRoot(config.data_dir), shards
+        )
         ledger = SessionLedger(config, index, ownership)
         service = ServiceServer(
             "writer",
@@ -481,9 +531,10 @@ async def start_writer(
         )
         large_import_parts = functools.partial(screen_import, trimmer=ledger.heap_trimmer)
         large_requests = functools.partial(screen_request, trimmer=ledger.heap_trimmer)
+        servicer = RolloutWriterServicer(ledger)
         service.add(
             SERVICE,
-            RolloutWriterServicer(ledger),
+            servicer,
             {
                 "Append": screen,
                 "AppendStream": screen,
@@ -492,6 +543,8 @@ async def start_writer(
             },
         )
         bound = service.bind(address)
+        servicer.address = address if isinstance(ownership, StaticOwnership) else reachable_address(bound)
+        ownership.advertise(servicer.address)
         await service.start()
         if ledger.index.repairs.pending:
             await service.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.NOT_SERVING)

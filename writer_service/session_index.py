@@ -1,4 +1,4 @@
-"""The writer's in-memory index of every session under its data root (SPEC §2.10).
+"""The writer's in-memory index of every session under its data root (docs/spec.md §2.10).
 
 One :class:`IndexEntry` per session file: its name, the next seq and the stop
 state. :func:`build_index` builds it once at start-up, shard by shard, from the file names and the

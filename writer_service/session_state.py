@@ -1,4 +1,4 @@
-"""Saved per-session state: reopening a session reads a bounded number of bytes (SPEC §2.10).
+"""Saved per-session state: reopening a session reads a bounded number of bytes (docs/spec.md §2.10).
 
 Validating a tool output needs the tool call ids of the session's current view,
 which only the whole file holds. So that reopening a session never re-reads its

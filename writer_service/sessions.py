@@ -1,4 +1,4 @@
-"""The writer's session ledger: create, append, stop; resume and fork through it (SPEC §2).
+"""The writer's session ledger: create, append, stop; resume and fork through it (docs/spec.md §2).
 
 :class:`SessionLedger` is the writer's one entry point below the gRPC layer. It
 holds the :class:`~writer_service.session_index.SessionIndex` of every session
@@ -13,7 +13,7 @@ state and the lines after it (writer_service.session_state), never the whole fil
 Validation, seq assignment and queueing happen in the event loop without an await
 between them, so requests to one session are strictly ordered and all or nothing.
 
-Stop follows SPEC §2.6 exactly: mark the session busy (later appends are refused
+Stop follows docs/spec.md §2.6 exactly: mark the session busy (later appends are refused
 with ABORTED until it ends), drain its queue, rebuild the whole file on an I/O
 thread with the same shared rules the reader uses (bounded memory,
 writer_service.file_facts), digest it, then append ``agent_checkpoint`` and
@@ -129,6 +129,10 @@ _RECORD_TYPES = {member.value: member for member in RecordType}
 
 #: Longest tenant, model, cwd, originator and client_version (characters).
 META_FIELD_MAX_CHARS = 4096
+#: New ids drawn per shard of the root before a writer owning none of theirs gives up
+#: (:meth:`SessionLedger.owned_session_id`): owning one shard of N, all draws miss with
+#: probability (1 - 1/N)^(16 N) < e^-16.
+ID_DRAWS_PER_SHARD = 16
 #: Longest stop reason and error message (characters): stop facts stay within one tail window.
 STOP_TEXT_MAX_CHARS = 16 * 1024
 
@@ -156,6 +160,9 @@ class WriterConfig:
     #: session; writer_service.retention), checked every ``retention_interval_seconds``.
     retain_stopped_days: float | None = None
     retention_interval_seconds: float = 3600.0
+    #: A static shard map (writer_service.ownership.StaticOwnership; a testing option): this writer
+    #: owns the shards it gives its address, beside other writers on the same root. None: every shard.
+    static_shard_map: Path | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,7 +273,7 @@ class SessionLedger:
         ``staged`` holds ids created earlier in the same import (a child may name one
         as its parent). Writes nothing.
         """
-        session_id = validate_session_id(spec.session_id) if spec.session_id else new_session_id()
+        session_id = validate_session_id(spec.session_id) if spec.session_id else ""
         validate_agent_name(spec.agent_name)
         role = resolve_role(spec)
         spec = replace(spec, tenant=caller_tenant(spec.tenant))
@@ -279,9 +286,13 @@ class SessionLedger:
                     " leave it empty",
                 )
             session_id = keyed
+        if session_id:
+            self.check_owner(session_id)
+        else:
+            session_id = self.owned_session_id()
         if spec.parent_session_id:
             validate_session_id(spec.parent_session_id, "parent_session_id")
-            if self.visible_entry(spec.parent_session_id) is None and spec.parent_session_id not in staged:
+            if not self._known_parent(spec.parent_session_id) and spec.parent_session_id not in staged:
                 raise InvalidArgumentError(
                     "parent_session_id", f"names no session in the ledger ({spec.parent_session_id})"
                 )  # the id is a validated UUID: quoted whole
@@ -304,6 +315,45 @@ class SessionLedger:
             raise SessionExistsError(session_id, deleted=session_id in self.index.tombstones)
         meta = session_meta_payload(spec, session_id, role, format_timestamp(created))
         return session_id, build_file_name(created, session_id, spec.agent_name), meta
+
+    def check_owner(self, session_id: str) -> None:
+        """Raise NotOwnerError (UNAVAILABLE, naming the owner this writer knows) when the shard of
+        ``session_id`` (a well-formed id) is not this writer's: the redirect of docs/cluster.md §4."""
+        shard = self.root.shard_of(session_id)
+        if self.ownership.owns(shard) is None:
+            owner = self.ownership.owner_of(shard)
+            where = f"its owner is {owner[0]} (epoch {owner[1]})" if owner else "its owner is not known here"
+            raise NotOwnerError(
+                f"session {session_id} is in shard {shard}, which this writer does not own; {where};"
+                " send the call there, or ask GetShardMap",
+                shard=shard,
+                owner=owner,
+            )
+
+    def owned_session_id(self) -> str:
+        """A new session id (UUIDv7) in a shard this writer owns: ids are drawn until one lands in
+        one (the embedded writer owns all: the first). Raises NotOwnerError, naming the last
+        draw's shard and owner, when :data:`ID_DRAWS_PER_SHARD` draws per shard find none."""
+        for _ in range(ID_DRAWS_PER_SHARD * max(self.root.shards, 1)):
+            session_id = new_session_id()
+            if self.ownership.owns(self.root.shard_of(session_id)) is not None:
+                return session_id
+        self.check_owner(session_id)
+        return session_id  # owned by now (an ownership taken meanwhile)
+
+    def _known_parent(self, parent_session_id: str) -> bool:
+        """Whether the caller may name ``parent_session_id`` as a parent: in this writer's index, or,
+        in a shard another writer owns, found in its shard's folder (and visible to the caller)."""
+        if self.visible_entry(parent_session_id) is not None:
+            return True
+        if self.ownership.owns(self.root.shard_of(parent_session_id)) is not None:
+            return False  # this writer's shard: its index is complete
+        try:
+            path = self.root.locate(parent_session_id, "parent_session_id")[1]
+        except (SessionNotFoundError, OSError):
+            return False
+        caller = current_caller()
+        return caller.tenant is None or caller.sees(self.tenants.of(parent_session_id, path.name))
 
     async def publish(
         self,
@@ -343,6 +393,7 @@ class SessionLedger:
                 f" {session_id} was durable; it was not acknowledged; retry",
                 shard=shard,
                 epoch=epoch,
+                owner=self.ownership.owner_of(shard),
             )
         state = OpenSession(
             session_id, entry, path, self._log(session_id, fd, size, shard, epoch), calls, meta
@@ -487,9 +538,11 @@ class SessionLedger:
 
     def check_known(self, session_id: str) -> None:
         """Raise SessionNotFoundError unless the index holds ``session_id`` (FileNameError for a
-        malformed id): the cheap refusal a servicer makes before decoding a request's records."""
+        malformed id; NotOwnerError when its shard is another writer's): the cheap refusal a
+        servicer makes before decoding a request's records."""
         if self.visible_entry(session_id) is None:
             validate_session_id(session_id)
+            self.check_owner(session_id)
             raise SessionNotFoundError(session_id)
 
     def visible_entry(self, session_id: str) -> IndexEntry | None:
@@ -518,14 +571,17 @@ class SessionLedger:
         None for a known id and for a malformed one (whose INVALID_ARGUMENT the
         normal path gives). A dict lookup and, for an absent id, a regex match:
         what a servicer checks first so that refusing an unknown id costs no
-        record decoding and no exception (SPEC §2.10: an unknown id is answered
-        from memory).
+        record decoding and no exception (docs/spec.md §2.10: an unknown id is answered
+        from memory). Raises NotOwnerError for an id of a shard another writer owns (the
+        redirect: a hash of the id, only for an id the index does not hold).
         """
         if session_id in self.index.entries:
             if current_caller().tenant is None or self.visible_entry(session_id) is not None:
                 return None
         elif not is_session_id(session_id):
             return None
+        else:
+            self.check_owner(session_id)  # another writer's shard: a redirect, not NOT_FOUND
         return str(SessionNotFoundError(session_id))
 
     async def open_session(self, session_id: str) -> OpenSession:
@@ -546,6 +602,7 @@ class SessionLedger:
         entry = self.visible_entry(session_id)
         if entry is None:
             validate_session_id(session_id)
+            self.check_owner(session_id)
             raise SessionNotFoundError(session_id)
         if session_id in self._deleting:
             raise SessionBusyError("a Delete of this session is in progress; retry when it ends")
@@ -758,7 +815,7 @@ class SessionLedger:
         error: dict[str, str] | None = None,
         ts: str = "",
     ) -> StopResult:
-        """Drain, rebuild the whole file, append checkpoint and stop, make durable (SPEC §2.6).
+        """Drain, rebuild the whole file, append checkpoint and stop, make durable (docs/spec.md §2.6).
 
         ``reason`` is at most 16 KiB characters, the error's message too; ``ts`` the
         time of both records in the ledger's form ("" for now). Raises
@@ -796,7 +853,7 @@ class SessionLedger:
         return StopResult(checkpoint_seq, checkpoint_seq + 1, message_digest, found.message_count)
 
     async def rebuild_exclusive(self, state: OpenSession, with_digest: bool) -> RebuiltFacts:
-        """Drain the session's queue, then rebuild its whole file on an I/O thread (SPEC §2.7).
+        """Drain the session's queue, then rebuild its whole file on an I/O thread (docs/spec.md §2.7).
 
         Call with ``state.busy`` set. Raises SessionStateError when a write failed
         while draining, OSError when the file cannot be read.
@@ -830,6 +887,7 @@ class SessionLedger:
         entry = self.visible_entry(session_id)
         if entry is None:
             validate_session_id(session_id)
+            self.check_owner(session_id)
             raise SessionNotFoundError(session_id)
         if session_id in self._deleting:
             raise SessionBusyError("a Delete of this session is in progress; retry when it ends")
@@ -946,13 +1004,13 @@ class SessionLedger:
         ]
 
     async def resume(self, session_id: str, force: bool = False) -> ResumeResult:
-        """Re-open a session for appending (SPEC §2.8); see :func:`writer_service.branching.resume_session`."""
+        """Re-open a session for appending (docs/spec.md §2.8); see :func:`writer_service.branching.resume_session`."""
         return await resume_session(self, session_id, force)
 
     async def fork(
         self, source_id: str, at_seq: int | None, before_user_message: int | None, session_key: str = ""
     ) -> ForkResult:
-        """A new session from the source's records up to a fork point (SPEC §2.8), named by
+        """A new session from the source's records up to a fork point (docs/spec.md §2.8), named by
         ``session_key`` in the source's tenant when given; see
         :func:`writer_service.branching.fork_session`."""
         return await fork_session(self, source_id, at_seq, before_user_message, session_key)
@@ -1018,7 +1076,7 @@ def stop_lines(
     reason: str,
     error: dict[str, str] | None,
 ) -> bytes:
-    """The ``agent_checkpoint`` and ``stop`` lines of a Stop (SPEC §2.6) over a rebuild of the
+    """The ``agent_checkpoint`` and ``stop`` lines of a Stop (docs/spec.md §2.6) over a rebuild of the
     whole file: the checkpoint carries the message digest and the lines digest of every line
     before it (shared.records), the stop names the checkpoint's seq."""
     checkpoint = {

@@ -1,4 +1,4 @@
-"""Probing storage that failed, so that health recovers by itself (SPEC §2.3: the writer keeps
+"""Probing storage that failed, so that health recovers by itself (docs/spec.md §2.3: the writer keeps
 serving once storage recovers, and says so).
 
 A failed durability round turns the writer's storage health unhealthy

@@ -471,6 +471,36 @@ class ListRoundsResponse(_message.Message):
     total: int
     def __init__(self, rounds: _Optional[_Iterable[_Union[Round, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., total: _Optional[int] = ...) -> None: ...
 
+class ListPendingRoundsRequest(_message.Message):
+    __slots__ = ("tenant", "since", "limit", "idle_seconds")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    IDLE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    since: str
+    limit: int
+    idle_seconds: int
+    def __init__(self, tenant: _Optional[str] = ..., since: _Optional[str] = ..., limit: _Optional[int] = ..., idle_seconds: _Optional[int] = ...) -> None: ...
+
+class PendingRound(_message.Message):
+    __slots__ = ("session_id", "round", "last_append_at")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    LAST_APPEND_AT_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    round: Round
+    last_append_at: str
+    def __init__(self, session_id: _Optional[str] = ..., round: _Optional[_Union[Round, _Mapping]] = ..., last_append_at: _Optional[str] = ...) -> None: ...
+
+class ListPendingRoundsResponse(_message.Message):
+    __slots__ = ("rounds", "scanned")
+    ROUNDS_FIELD_NUMBER: _ClassVar[int]
+    SCANNED_FIELD_NUMBER: _ClassVar[int]
+    rounds: _containers.RepeatedCompositeFieldContainer[PendingRound]
+    scanned: int
+    def __init__(self, rounds: _Optional[_Iterable[_Union[PendingRound, _Mapping]]] = ..., scanned: _Optional[int] = ...) -> None: ...
+
 class GetRoundRequest(_message.Message):
     __slots__ = ("session_id", "round_id")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
@@ -480,9 +510,13 @@ class GetRoundRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., round_id: _Optional[str] = ...) -> None: ...
 
 class GetRoundResponse(_message.Message):
-    __slots__ = ("round", "records")
+    __slots__ = ("round", "records", "held_by", "session_id")
     ROUND_FIELD_NUMBER: _ClassVar[int]
     RECORDS_FIELD_NUMBER: _ClassVar[int]
+    HELD_BY_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     round: Round
     records: _containers.RepeatedCompositeFieldContainer[WatchedRecord]
-    def __init__(self, round: _Optional[_Union[Round, _Mapping]] = ..., records: _Optional[_Iterable[_Union[WatchedRecord, _Mapping]]] = ...) -> None: ...
+    held_by: int
+    session_id: str
+    def __init__(self, round: _Optional[_Union[Round, _Mapping]] = ..., records: _Optional[_Iterable[_Union[WatchedRecord, _Mapping]]] = ..., held_by: _Optional[int] = ..., session_id: _Optional[str] = ...) -> None: ...

@@ -99,6 +99,11 @@ class RolloutReaderStub:
                 request_serializer=rollout_dot_v1_dot_reader__pb2.GetRoundRequest.SerializeToString,
                 response_deserializer=rollout_dot_v1_dot_reader__pb2.GetRoundResponse.FromString,
                 _registered_method=True)
+        self.ListPendingRounds = channel.unary_unary(
+                '/rollout.v1.RolloutReader/ListPendingRounds',
+                request_serializer=rollout_dot_v1_dot_reader__pb2.ListPendingRoundsRequest.SerializeToString,
+                response_deserializer=rollout_dot_v1_dot_reader__pb2.ListPendingRoundsResponse.FromString,
+                _registered_method=True)
 
 
 class RolloutReaderServicer:
@@ -243,7 +248,7 @@ class RolloutReaderServicer:
         raise NotImplementedError('Method not implemented!')
 
     def WatchSession(self, request, context):
-        """Follow a session live (SPEC §6): the records already written with seq >=
+        """Follow a session live (docs/spec.md §6): the records already written with seq >=
         from_seq (catch-up), then each new record as it lands, in file order, each
         once. A record is sent once its line is complete in the file (ends with
         "\n"): a line still being written is waited for. Lines reach the file
@@ -291,15 +296,44 @@ class RolloutReaderServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetRound(self, request, context):
-        """One round of a session with what a UI needs to draw it as it looked live:
-        its summary, interactive inputs, assistant segments, and its records in
-        seq order (messages, reasoning, tool calls and results, usage, turn
-        events), each as its stored JSONL line. Only the round's bytes of the
-        file are read once its rounds are known.
+        """One round with what a UI needs to draw it as it looked live: its summary,
+        interactive inputs, assistant segments, and its records in seq order
+        (messages, reasoning, tool calls and results, usage, turn events), each as
+        its stored JSONL line; and how many sessions hold it (the session that
+        wrote its trigger and the forks that copied it: the round store's
+        reference count). By round id alone, or with a session to read it from.
+        A round id alone is found in the reader's derived index of the rounds it
+        has read (a round id names the session and seq of its trigger, which
+        cannot be read back from it); one not read yet is looked for in the
+        caller's sessions that grew since the index last saw them, so the first
+        lookup after a restart reads them. Only the round's bytes of the file are
+        read once its rounds are known.
         INVALID_ARGUMENT: a malformed session or round id.
-        NOT_FOUND: unknown session (or another tenant's), or no round with that
-        id in the session. RESOURCE_EXHAUSTED: the round's lines exceed the
-        reader's unary reply limit. UNAVAILABLE: the file cannot be read.
+        NOT_FOUND: unknown session (or another tenant's), no round with that id
+        in the session given, or (no session given) in any session the caller
+        sees. RESOURCE_EXHAUSTED: the round's lines exceed the reader's unary
+        reply limit. UNAVAILABLE: the file cannot be read.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListPendingRounds(self, request, context):
+        """Rounds left pending by a crash, newest first (by the session's last
+        append), so that a host finds them after a restart and closes them (a
+        Resume records each interrupted). A session qualifies when it has no stop
+        record, nothing was appended to it for idle_seconds (its file unchanged),
+        and its last round has no final answer: shared.rounds.round_to_close, the
+        rule the writer's Resume applies. At most one round per session. Each
+        open, idle session in the window has its rounds read once per state of
+        its file (the answer is kept while the file does not change): bound the
+        work of a first call with `since`.
+        INVALID_ARGUMENT: a malformed `since`, limit out of range (0..1000) or a
+        negative idle_seconds. PERMISSION_DENIED: with authentication, tenant
+        names another tenant than the caller's (a listing only ever holds the
+        caller's tenant; empty means the caller's). UNAVAILABLE: the sessions
+        folder cannot be read. A session file that cannot be read is skipped
+        (logged), never fails the listing.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -372,6 +406,11 @@ def add_RolloutReaderServicer_to_server(servicer, server):
                     servicer.GetRound,
                     request_deserializer=rollout_dot_v1_dot_reader__pb2.GetRoundRequest.FromString,
                     response_serializer=rollout_dot_v1_dot_reader__pb2.GetRoundResponse.SerializeToString,
+            ),
+            'ListPendingRounds': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListPendingRounds,
+                    request_deserializer=rollout_dot_v1_dot_reader__pb2.ListPendingRoundsRequest.FromString,
+                    response_serializer=rollout_dot_v1_dot_reader__pb2.ListPendingRoundsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -725,6 +764,33 @@ class RolloutReader:
             '/rollout.v1.RolloutReader/GetRound',
             rollout_dot_v1_dot_reader__pb2.GetRoundRequest.SerializeToString,
             rollout_dot_v1_dot_reader__pb2.GetRoundResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListPendingRounds(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rollout.v1.RolloutReader/ListPendingRounds',
+            rollout_dot_v1_dot_reader__pb2.ListPendingRoundsRequest.SerializeToString,
+            rollout_dot_v1_dot_reader__pb2.ListPendingRoundsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -137,16 +137,18 @@ class ResumeRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., force: _Optional[bool] = ...) -> None: ...
 
 class ResumeResponse(_message.Message):
-    __slots__ = ("session_id", "closed_call_ids", "previous_stop_kind", "next_seq")
+    __slots__ = ("session_id", "closed_call_ids", "previous_stop_kind", "next_seq", "interrupted_round_id")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     CLOSED_CALL_IDS_FIELD_NUMBER: _ClassVar[int]
     PREVIOUS_STOP_KIND_FIELD_NUMBER: _ClassVar[int]
     NEXT_SEQ_FIELD_NUMBER: _ClassVar[int]
+    INTERRUPTED_ROUND_ID_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     closed_call_ids: _containers.RepeatedScalarFieldContainer[str]
     previous_stop_kind: str
     next_seq: int
-    def __init__(self, session_id: _Optional[str] = ..., closed_call_ids: _Optional[_Iterable[str]] = ..., previous_stop_kind: _Optional[str] = ..., next_seq: _Optional[int] = ...) -> None: ...
+    interrupted_round_id: str
+    def __init__(self, session_id: _Optional[str] = ..., closed_call_ids: _Optional[_Iterable[str]] = ..., previous_stop_kind: _Optional[str] = ..., next_seq: _Optional[int] = ..., interrupted_round_id: _Optional[str] = ...) -> None: ...
 
 class ForkRequest(_message.Message):
     __slots__ = ("session_id", "at_seq", "before_user_message", "session_key")
@@ -223,3 +225,29 @@ class DeleteSessionResponse(_message.Message):
     deleted_at: str
     already_deleted: bool
     def __init__(self, session_id: _Optional[str] = ..., deleted_at: _Optional[str] = ..., already_deleted: _Optional[bool] = ...) -> None: ...
+
+class GetShardMapRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetShardMapResponse(_message.Message):
+    __slots__ = ("shard_count", "hash", "owners", "address")
+    SHARD_COUNT_FIELD_NUMBER: _ClassVar[int]
+    HASH_FIELD_NUMBER: _ClassVar[int]
+    OWNERS_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    shard_count: int
+    hash: str
+    owners: _containers.RepeatedCompositeFieldContainer[ShardOwner]
+    address: str
+    def __init__(self, shard_count: _Optional[int] = ..., hash: _Optional[str] = ..., owners: _Optional[_Iterable[_Union[ShardOwner, _Mapping]]] = ..., address: _Optional[str] = ...) -> None: ...
+
+class ShardOwner(_message.Message):
+    __slots__ = ("shard", "address", "epoch")
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    shard: int
+    address: str
+    epoch: int
+    def __init__(self, shard: _Optional[int] = ..., address: _Optional[str] = ..., epoch: _Optional[int] = ...) -> None: ...

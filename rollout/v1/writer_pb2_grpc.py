@@ -74,6 +74,11 @@ class RolloutWriterStub:
                 request_serializer=rollout_dot_v1_dot_writer__pb2.DeleteSessionRequest.SerializeToString,
                 response_deserializer=rollout_dot_v1_dot_writer__pb2.DeleteSessionResponse.FromString,
                 _registered_method=True)
+        self.GetShardMap = channel.unary_unary(
+                '/rollout.v1.RolloutWriter/GetShardMap',
+                request_serializer=rollout_dot_v1_dot_writer__pb2.GetShardMapRequest.SerializeToString,
+                response_deserializer=rollout_dot_v1_dot_writer__pb2.GetShardMapResponse.FromString,
+                _registered_method=True)
 
 
 class RolloutWriterServicer:
@@ -92,7 +97,9 @@ class RolloutWriterServicer:
         is taken in the caller's tenant; ErrorInfo reason SESSION_EXISTS, with
         metadata session_id.
         PERMISSION_DENIED: tenant names another tenant than the caller's.
-        UNAVAILABLE: the write or fsync failed; nothing was kept.
+        UNAVAILABLE: the write or fsync failed; nothing was kept. Or NOT_OWNER: the
+        given id (or the key's) is in a shard another writer owns (see above);
+        without an id, the writer picks one in a shard it owns.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -164,7 +171,10 @@ class RolloutWriterServicer:
         call left without an output is closed by appending a synthetic tool
         message ("Error: interrupted before the tool returned", synthetic=true); a
         real output appended later supersedes it (last wins in place). Then a
-        `resumed` event is appended. Nothing already written is rewritten.
+        `resumed` event is appended. A session with no stop record whose last
+        round has no final answer (a crash cut it off: shared.rounds) gets a
+        `round_interrupted` event naming that round first, so it is never read as
+        pending or complete again. Nothing already written is rewritten.
         Resuming an open session is allowed (a client taking over after a crash)
         and closes only calls still unanswered; resuming twice adds nothing twice.
         Eligibility is default-deny, as in GetStopFacts: only paused, cancelled and
@@ -196,6 +206,9 @@ class RolloutWriterServicer:
         output (the message says where the pair ends), or right after a
         reasoning record (it would attach to the fork's next answer).
         NOT_FOUND: unknown session. DATA_LOSS: the source is damaged before the fork point.
+        UNAVAILABLE NOT_OWNER: the source is in a shard another writer owns. The
+        fork is made by the source's owner, and its new id is in one of that
+        writer's shards (docs/cluster.md §4).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -257,6 +270,21 @@ class RolloutWriterServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetShardMap(self, request, context):
+        """Which writer owns each shard, as this writer knows it now: what a client
+        needs to send each session's calls to its owner (docs/cluster.md §4). A
+        session's shard is BLAKE2b with an 8-byte digest of the session id's ASCII
+        bytes, read as a big-endian unsigned integer, modulo shard_count (hash
+        "blake2b-64"; shared/shards.py). Cheap: answered from memory, no file read.
+        A writer's answer may lag an owner change: a call sent to a writer that no
+        longer owns the shard is answered UNAVAILABLE with ErrorInfo NOT_OWNER
+        naming the owner it knows; keep, per shard, the entry of the larger epoch.
+        Statuses: OK; UNAUTHENTICATED without credentials when authentication is on.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RolloutWriterServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -299,6 +327,11 @@ def add_RolloutWriterServicer_to_server(servicer, server):
                     servicer.DeleteSession,
                     request_deserializer=rollout_dot_v1_dot_writer__pb2.DeleteSessionRequest.FromString,
                     response_serializer=rollout_dot_v1_dot_writer__pb2.DeleteSessionResponse.SerializeToString,
+            ),
+            'GetShardMap': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetShardMap,
+                    request_deserializer=rollout_dot_v1_dot_writer__pb2.GetShardMapRequest.FromString,
+                    response_serializer=rollout_dot_v1_dot_writer__pb2.GetShardMapResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -517,6 +550,33 @@ class RolloutWriter:
             '/rollout.v1.RolloutWriter/DeleteSession',
             rollout_dot_v1_dot_writer__pb2.DeleteSessionRequest.SerializeToString,
             rollout_dot_v1_dot_writer__pb2.DeleteSessionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetShardMap(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rollout.v1.RolloutWriter/GetShardMap',
+            rollout_dot_v1_dot_writer__pb2.GetShardMapRequest.SerializeToString,
+            rollout_dot_v1_dot_writer__pb2.GetShardMapResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -86,7 +86,9 @@ def _is_prompt(record: dict[str, Any]) -> bool:
 
 
 def expected_claude_rounds(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """(status, tool calls, tool failures) of each prompt of one Claude Code conversation."""
+    """(status, tool calls, tool failures, (input, output) tokens) of each prompt of one Claude Code
+    conversation: tokens from each API message's last usage (input with both cache counters),
+    None without any."""
     starts = [i for i, record in enumerate(records) if _is_prompt(record)]
     rounds = []
     for number, start in enumerate(starts):
@@ -107,8 +109,21 @@ def expected_claude_rounds(records: list[dict[str, Any]]) -> list[dict[str, Any]
             for record in last_message
             for block in (record["message"].get("content") or [])
         )
+        usage: dict[str, tuple[int, int]] = {}  # the last usage of each API message, once
+        for record in assistants:
+            message = record.get("message") or {}
+            if isinstance(message.get("usage"), dict):
+                used = message["usage"]
+                read = sum(
+                    used.get(name, 0)
+                    for name in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+                )
+                usage[message.get("id") or str(len(usage))] = (read, used.get("output_tokens", 0))
         rounds.append(
             {
+                "tokens": (sum(i for i, _ in usage.values()), sum(o for _, o in usage.values()))
+                if usage
+                else None,
                 "status": "complete" if assistants and not asks_tool else "interrupted",
                 "tool_calls": len(
                     {b["id"] for kind, b in blocks if kind == "assistant" and b.get("type") == "tool_use"}
@@ -228,7 +243,12 @@ def test_claude_rounds_are_its_prompts(imported, path: Path) -> None:
         assert [(r.status, r.tool_calls, r.tool_failures) for r in rounds] == [
             (e["status"], e["tool_calls"], e["tool_failures"]) for e in expected
         ]
-        assert all(r.tokens_estimated for r in rounds)
+        for found, wanted in zip(rounds, expected, strict=True):
+            if wanted["tokens"] is None:
+                assert found.tokens_estimated
+            else:  # Claude Code's own per-message usage, not the bytes/4 estimate
+                assert not found.tokens_estimated
+                assert (found.input_tokens, found.output_tokens) == wanted["tokens"]
 
 
 def test_claude_prompt_counts_are_the_files_own() -> None:

@@ -1,5 +1,5 @@
 """A sharded data root as both services use it: each session in the folder its shard names, found
-there by the reader, listed over every shard (SPEC §7; shared.shards, shared.layout)."""
+there by the reader, listed over every shard (docs/spec.md §7; shared.shards, shared.layout)."""
 
 from __future__ import annotations
 

@@ -7,6 +7,7 @@ fails these tests until it is given a request here (and so is checked)."""
 from __future__ import annotations
 
 import hashlib
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -82,8 +83,9 @@ SESSION_REQUESTS: dict[str, Callable[[str], tuple[Any, str]]] = {
     # The round of the user message at seq 1 (the session's first round).
     "GetRound": lambda sid: (reader_pb2.GetRoundRequest(session_id=sid, round_id=round_id(sid, 1)), B),
 }
-#: RPCs on no session: checked by their own tests below.
-NOT_ON_A_SESSION = {"ListSessions", "ResolveSession"}
+#: RPCs on no session: checked by their own tests below (GetShardMap holds only shard owners'
+#: addresses, no session data: tests/e2e/test_routing.py).
+NOT_ON_A_SESSION = {"ListSessions", "ResolveSession", "ListPendingRounds", "GetShardMap"}
 
 
 @pytest.fixture(scope="module")
@@ -174,6 +176,44 @@ def test_listings_show_only_the_callers_tenant(channels) -> None:
     denied = refusal(reader, listing, reader_pb2.ListSessionsRequest(tenant="a"), B)
     assert denied.code() == grpc.StatusCode.PERMISSION_DENIED
     assert listed(A)[target] == "a"
+
+
+def test_pending_rounds_show_only_the_callers_tenant(channels) -> None:
+    """ListPendingRounds: once tenant a's open session has gone a second without an append, a
+    sees its pending round; b never does, and naming tenant a is PERMISSION_DENIED for b."""
+    target = _session_of_a(channels)
+    reader = channels[READER.full_name]
+    method = READER.methods_by_name["ListPendingRounds"]
+
+    def listed(token: str) -> set[str]:
+        (reply,) = call(reader, method, reader_pb2.ListPendingRoundsRequest(idle_seconds=1), token)
+        return {pending.session_id for pending in reply.rounds}
+
+    woken = threading.Event()
+    for _ in range(2400):  # waits on the condition: a's session idle for a second (about 2 min at most)
+        if target in listed(A):
+            break
+        woken.wait(0.05)
+    assert target in listed(A)
+    assert target not in listed(B)
+    denied = refusal(reader, method, reader_pb2.ListPendingRoundsRequest(tenant="a"), B)
+    assert denied.code() == grpc.StatusCode.PERMISSION_DENIED
+
+
+def test_a_round_id_alone_finds_only_the_callers_rounds(channels) -> None:
+    """GetRound by round id alone: tenant a reads its round (held by 1 session); for b the same id
+    is NOT_FOUND with exactly the answer of a round id that no session holds."""
+    target = _session_of_a(channels)
+    reader = channels[READER.full_name]
+    method = READER.methods_by_name["GetRound"]
+    first = round_id(target, 1)
+    (own,) = call(reader, method, reader_pb2.GetRoundRequest(round_id=first), A)
+    assert (own.held_by, own.session_id) == (1, target)
+    seen = refusal(reader, method, reader_pb2.GetRoundRequest(round_id=first), B)
+    absent = round_id(str(uuid.uuid4()), 1)
+    unknown = refusal(reader, method, reader_pb2.GetRoundRequest(round_id=absent), B)
+    assert seen.code() == grpc.StatusCode.NOT_FOUND
+    assert _same_answer(seen, unknown, (first, absent)), (seen.details(), unknown.details())
 
 
 def test_a_key_names_a_session_of_the_callers_tenant_only(channels) -> None:

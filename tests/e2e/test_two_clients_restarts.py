@@ -1,5 +1,5 @@
 """Two SDK clients on one session while the writer and the reader go down and come back: no
-acknowledgement is ever inferred from counts, and no acknowledged record is missing (SPEC §2.4)."""
+acknowledgement is ever inferred from counts, and no acknowledged record is missing (docs/spec.md §2.4)."""
 
 from __future__ import annotations
 

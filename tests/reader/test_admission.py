@@ -1,4 +1,4 @@
-"""Heavy reads within a memory budget; unary reads that cannot fit refused before any read (SPEC §5)."""
+"""Heavy reads within a memory budget; unary reads that cannot fit refused before any read (docs/spec.md §5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Session listing: newest first, stable cursor, filters, scan cap (SPEC §5 Listing)."""
+"""Session listing: newest first, stable cursor, filters, scan cap (docs/spec.md §5 Listing)."""
 
 from __future__ import annotations
 

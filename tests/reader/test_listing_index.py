@@ -1,4 +1,4 @@
-"""The listing index (SPEC §5 derived state): current summaries, never hiding a session."""
+"""The listing index (docs/spec.md §5 derived state): current summaries, never hiding a session."""
 
 from __future__ import annotations
 

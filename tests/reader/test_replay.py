@@ -1,4 +1,4 @@
-"""Exact replay, budgets, streaming, the memory view and verification (SPEC §3-§5)."""
+"""Exact replay, budgets, streaming, the memory view and verification (docs/spec.md §3-§5)."""
 
 from __future__ import annotations
 
@@ -435,7 +435,7 @@ def test_rollout_verify_command_exits_non_zero_on_problems(writer, reader_proces
 def test_the_last_checkpoint_is_verified_against_the_sequence_as_it_stood_then(writer, reader) -> None:
     """Paused, resumed, then extended (and an output superseded after the checkpoint), or capped by
     max_messages: the returned sequence differs from the one the checkpoint covers, and the checkpoint
-    still verifies, in GetReplay and in StreamReplay (SPEC §5: the digest of the last checkpoint)."""
+    still verifies, in GetReplay and in StreamReplay (docs/spec.md §5: the digest of the last checkpoint)."""
     sid = writer.CreateSession(writer_pb2.CreateSessionRequest()).session_id
 
     def append(*messages: records_pb2.ChatMessage) -> None:

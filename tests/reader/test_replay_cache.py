@@ -1,4 +1,4 @@
-"""The replay cache (SPEC §5 derived state): the same bytes as a fresh rebuild, never a replaced file."""
+"""The replay cache (docs/spec.md §5 derived state): the same bytes as a fresh rebuild, never a replaced file."""
 
 from __future__ import annotations
 

@@ -62,7 +62,7 @@ def sessions(draw: st.DrawFn) -> list[tuple[Any, ...]]:
 
 
 def reference(ops: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
-    """The model-visible sequence by the rules of SPEC §3, written out plainly."""
+    """The model-visible sequence by the rules of docs/spec.md §3, written out plainly."""
     messages: list[dict[str, Any]] = []
     output_at: dict[str, int | None] = {}
     pending: list[dict[str, Any]] = []  # reasoning records waiting for the next assistant message

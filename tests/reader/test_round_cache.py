@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from reader_service.rounds import RoundCache, lineage_of
+from reader_service.rounds import RoundCache, lineage_of, rounds_page
+from rollout.v1 import reader_pb2
 from shared.rounds import Lineage, RoundStatus
 from tests.shared.test_rounds import SESSION, Session
 
@@ -56,3 +57,56 @@ def test_a_fork_of_a_fork_names_rounds_by_the_oldest_source() -> None:
     meta = {"session_id": "c", "forked_from": {"session_id": "b", "seq": 7}}
     assert lineage_of("c", meta, metas.get) == Lineage("c", (("a", 3), ("b", 7)))
     assert lineage_of("c", meta, lambda _: None) == Lineage("c", (("b", 7),))
+
+
+def test_a_page_made_from_kept_round_bytes_is_the_page_a_fresh_reading_serializes(tmp_path: Path) -> None:
+    """ListRounds pages are made from the settled rounds' kept bytes (bench/rounds.py): each page,
+    before and after the file grew (the pending round settles, new ones come) and after the kept
+    bytes were dropped over the budget, is byte for byte what rounds_page serializes."""
+    session = Session()
+    for number in range(5):
+        session.user(f"question {number}", kind="trigger", at=10 * number)
+        session.say(f"answer {number}", at=10 * number + 1)
+    session.user("open question", kind="trigger", at=60)
+    path = tmp_path / "s.jsonl"
+    written = session.lines()
+    path.write_bytes(written)
+    cache = RoundCache(encoded_budget=1 << 20)
+
+    def pages() -> list[bytes]:
+        return [cache.page(path, lambda: Lineage(SESSION), 2, start) for start in (0, 2, 4, 6)]
+
+    def expected() -> list[bytes]:
+        found = fresh(path)
+        return [rounds_page(found, 2, start).SerializeToString() for start in (0, 2, 4, 6)]
+
+    assert pages() == expected()
+    session.say("open answer", at=70)
+    session.user("last question", kind="trigger", at=80)
+    with path.open("ab") as grown:
+        grown.write(session.lines()[len(written) :])
+    assert pages() == expected()
+    assert reader_pb2.ListRoundsResponse.FromString(pages()[3]).total == 7
+    cache.encoded_budget = 0
+    assert pages() == expected()
+
+
+def test_the_round_to_close_of_an_unchanged_file_is_not_read_again(tmp_path: Path) -> None:
+    """ListPendingRounds' question (shared.rounds.round_to_close) is answered once per file state:
+    an idle session is not read again even once its rounds left the cache; a grown one is."""
+    session = Session()
+    session.user("first", kind="trigger", at=0)
+    path = tmp_path / "s.jsonl"
+    written = session.lines()
+    path.write_bytes(written)
+    cache = RoundCache(max_entries=0)  # nothing stays in the cache itself
+    pending = cache.to_close(path, lambda: Lineage(SESSION))
+    assert pending is not None
+    assert pending.status is RoundStatus.PENDING
+    assert cache.to_close(path, lambda: Lineage(SESSION)) == pending
+    assert cache.counts["rebuilt"] == 1
+    session.say("answered", at=5)
+    with path.open("ab") as grown:
+        grown.write(session.lines()[len(written) :])
+    assert cache.to_close(path, lambda: Lineage(SESSION)) is None
+    assert cache.counts["rebuilt"] == 2

@@ -1,5 +1,5 @@
 """The sessions folder as the reader knows it (reader_service.session_folder): current at every
-call from inotify's reports, never resting on them (SPEC §5, §7)."""
+call from inotify's reports, never resting on them (docs/spec.md §5, §7)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Stop facts from the tail and resume eligibility (SPEC §5, seed rules 6, 9, 10)."""
+"""Stop facts from the tail and resume eligibility (docs/spec.md §5, seed rules 6, 9, 10)."""
 
 from __future__ import annotations
 

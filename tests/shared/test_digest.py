@@ -1,4 +1,4 @@
-"""The checkpoint digest (SPEC §4): what it covers, what it leaves out, its framing."""
+"""The checkpoint digest (docs/spec.md §4): what it covers, what it leaves out, its framing."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from shared.digest import digest, single_reasoning_digest
 
 _DIGEST_SHAPE = re.compile(r"sha256:v1:[0-9a-f]{64}")
-#: The fields SPEC §4 puts in the canonical form, spelled out here on purpose
+#: The fields docs/spec.md §4 puts in the canonical form, spelled out here on purpose
 #: (not imported) so that a change to the product's list fails a test.
 _SPEC_FIELDS = ("role", "content", "name", "tool_calls", "tool_call_id", "reasoning")
 
@@ -58,7 +58,7 @@ def _reversed_keys(value):
 
 
 def _spec_projection(messages):
-    """The part of each message SPEC §4 says the digest covers."""
+    """The part of each message docs/spec.md §4 says the digest covers."""
     return [{key: message[key] for key in _SPEC_FIELDS if key in message} for message in messages]
 
 

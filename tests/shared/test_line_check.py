@@ -1,4 +1,4 @@
-"""Every line checkable on its own, checkpoints pinning the lines they cover (SPEC §1 additions)."""
+"""Every line checkable on its own, checkpoints pinning the lines they cover (docs/spec.md §1 additions)."""
 
 from __future__ import annotations
 
@@ -102,7 +102,7 @@ def test_a_line_without_a_check_is_unchecked_and_a_nested_key_of_that_name_is_no
 
 
 def test_a_payload_key_named_crc32c_inside_a_checked_line_is_not_taken_for_its_check(tmp_path: Path) -> None:
-    """The check is the line's last ``,"crc32c":`` (SPEC section 1 addition): a payload key of that
+    """The check is the line's last ``,"crc32c":`` (docs/spec.md §1 addition): a payload key of that
     name written earlier in the same line never makes a sound line look damaged."""
     lines = lines_of(user("a"), event("x", {"a": 1, "crc32c": 5}), user("b"))
     assert lines[2].count(LINE_CHECK_MARK) == 2

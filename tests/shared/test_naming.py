@@ -1,4 +1,4 @@
-"""Session file names: the builder and the parser are mirrors (SPEC §2.9)."""
+"""Session file names: the builder and the parser are mirrors (docs/spec.md §2.9)."""
 
 from __future__ import annotations
 

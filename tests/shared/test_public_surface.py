@@ -11,7 +11,7 @@ import pytest
 import shared
 
 REPO = Path(__file__).resolve().parents[2]
-CONSUMERS = ("writer_service", "reader_service", "rollout_cli", "rollout_client")
+CONSUMERS = ("writer_service", "reader_service", "rollout_cli", "rollout_client", "rollout_memory")
 
 
 def _imports_from_shared():

@@ -1,4 +1,4 @@
-"""Rebuilding the message sequence from the bytes of a session file (SPEC §3)."""
+"""Rebuilding the message sequence from the bytes of a session file (docs/spec.md §3)."""
 
 from __future__ import annotations
 

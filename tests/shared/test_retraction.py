@@ -1,4 +1,4 @@
-"""Retractions take messages out of the rebuilt view by reference (shared.records, SPEC §3 addition)."""
+"""Retractions take messages out of the rebuilt view by reference (shared.records, docs/spec.md §3 addition)."""
 
 from __future__ import annotations
 

@@ -270,6 +270,9 @@ def test_round_ids_are_stable_and_a_fork_keeps_its_source_s_ids_before_its_point
     # A fork of a fork: the oldest source that held the seq names the round.
     lineage = Lineage("c", (("a", 2), ("b", 5)))
     assert [lineage.owner(seq) for seq in (1, 2, 3, 5, 6)] == ["a", "a", "b", "b", "c"]
+    # c forked from b at 2, below b's own fork point from a (5): c wrote seqs 3 on itself.
+    below = Lineage("c", (("a", 5), ("b", 2)))
+    assert [below.owner(seq) for seq in (1, 2, 3, 5, 6)] == ["a", "a", "c", "c", "c"]
 
 
 @pytest.mark.parametrize(
@@ -290,3 +293,55 @@ def test_lines_that_hold_no_record_are_skipped() -> None:
     session.user("a", kind="trigger")
     data = session.lines() + b"{broken\n" + orjson.dumps([1]) + b"\n"
     assert len(rounds_of_lines(data)) == 1
+
+
+def _claude_record(
+    message_id: str, input_tokens: int, output_tokens: int, cache_read: int = 0
+) -> dict[str, Any]:
+    usage = {
+        "input_tokens": input_tokens,
+        "cache_creation_input_tokens": 10,
+        "cache_read_input_tokens": cache_read,
+        "output_tokens": output_tokens,
+    }
+    return {"requestId": "req_" + message_id, "message": {"id": message_id, "usage": usage}}
+
+
+def test_claude_code_usage_counts_each_api_message_once_at_its_last_figures() -> None:
+    """Claude Code repeats an API message's usage on each record of it, output growing: the last
+    one counts, once per message; input adds both cache counters. No estimate then."""
+    session = Session()
+    session.user("fix it", kind="trigger")
+    session.event("claude.record", _claude_record("msg_a", 4, 3))
+    session.say("looking")
+    session.event("claude.record", _claude_record("msg_a", 4, 263))
+    session.call("c1")
+    session.output("c1")
+    session.event("claude.record", _claude_record("msg_b", 7, 25, cache_read=100))
+    session.say("fixed")
+    second = session.user("and the docs", kind="trigger")
+    first, then = session.rounds()
+    assert (first.input_tokens, first.output_tokens, first.tokens_estimated) == (14 + 117, 263 + 25, False)
+    assert then.start_seq == second
+    assert then.tokens_estimated
+
+
+def test_a_claude_code_interruption_mark_interrupts_its_round_and_starts_none() -> None:
+    """ "[Request interrupted by user]" (as the importer writes it: a user message, kind trigger)
+    stops the round it comes in, which reads interrupted, not complete; the next prompt starts
+    a new round."""
+    session = Session()
+    session.user("refactor", kind="trigger")
+    session.call("c1")
+    session.output("c1")
+    mark = session.user("[Request interrupted by user for tool use]", kind="trigger")
+    session.say("ok, stopping")  # a late answer: the round stays interrupted
+    prompt = session.user("do something else", kind="trigger")
+    first, second = session.rounds()
+    assert (first.status, first.status_reason, first.end_seq) == (
+        RoundStatus.INTERRUPTED,
+        "stopped by the user",
+        mark + 1,
+    )
+    assert first.trigger_seqs == (1,)
+    assert second.start_seq == prompt

@@ -1,5 +1,5 @@
 """The per-call observer lets go of what a refused call built: its request and payloads are freed
-when the call ends, although gRPC keeps the call's abort error (SPEC §2.10, bounded memory).
+when the call ends, although gRPC keeps the call's abort error (docs/spec.md §2.10, bounded memory).
 An aborted call ends in the observer (gRPC sends the status the abort set); other errors go on."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The stop-kind vocabulary and default-deny resume eligibility (SPEC §5)."""
+"""The stop-kind vocabulary and default-deny resume eligibility (docs/spec.md §5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The reasoning duality (SPEC §2.5): what the writer splits, rebuild re-attaches, exactly."""
+"""The reasoning duality (docs/spec.md §2.5): what the writer splits, rebuild re-attaches, exactly."""
 
 from __future__ import annotations
 
@@ -213,7 +213,7 @@ def test_clients_cannot_mark_their_own_outputs_synthetic():
 
 @pytest.mark.parametrize("kind", list(StopKind), ids=str)
 def test_every_stop_kind_round_trips_through_its_proto_value(kind: StopKind) -> None:
-    """The SPEC §1 stop-kind vocabulary and rollout.v1.StopKind name the same kinds, both ways."""
+    """The docs/spec.md §1 stop-kind vocabulary and rollout.v1.StopKind name the same kinds, both ways."""
     value = stop_kind_to_proto(kind)
     assert records_pb2.StopKind.Name(value) == f"STOP_KIND_{kind.value.upper()}"
     assert stop_kind_from_proto(value) is kind

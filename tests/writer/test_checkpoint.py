@@ -1,4 +1,4 @@
-"""Checkpoints: only on Stop, over the whole file, after draining the queue (SPEC §2.6, §2.7)."""
+"""Checkpoints: only on Stop, over the whole file, after draining the queue (docs/spec.md §2.6, §2.7)."""
 
 from __future__ import annotations
 
@@ -316,7 +316,7 @@ def test_a_stop_after_a_cancelled_append_still_waits_for_that_append_to_be_writt
 
 
 def test_a_refused_resume_reads_no_file(data_dir, monkeypatch) -> None:
-    """Resume decides eligibility (default-deny, SPEC §2.8) from the session's stop kind before any
+    """Resume decides eligibility (default-deny, docs/spec.md §2.8) from the session's stop kind before any
     whole-file rebuild: a refusal costs no read of the file and writes nothing."""
     rebuilds: list[Path] = []
     real_rebuild = writer_service.file_facts.index_rebuild

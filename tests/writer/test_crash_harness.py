@@ -1,4 +1,4 @@
-"""The crash harness at CI size: 30 kill -9 points, no acknowledged record lost (SPEC §2.10)."""
+"""The crash harness at CI size: 30 kill -9 points, no acknowledged record lost (docs/spec.md §2.10)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Idempotent retries, optimistic concurrency, concurrent clients, undecodable input (SPEC §2.3, §2.4)."""
+"""Idempotent retries, optimistic concurrency, concurrent clients, undecodable input (docs/spec.md §2.3, §2.4)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Many sessions at once (SPEC §2.10): the session index, bounded reopens, shared durability rounds,
+"""Many sessions at once (docs/spec.md §2.10): the session index, bounded reopens, shared durability rounds,
 the request-id bound and the record-type dispatch."""
 
 from __future__ import annotations

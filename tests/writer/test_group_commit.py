@@ -1,4 +1,4 @@
-"""Group commit batch formation (SPEC §2.2), counted at the write/fsync boundary, never timed."""
+"""Group commit batch formation (docs/spec.md §2.2), counted at the write/fsync boundary, never timed."""
 
 from __future__ import annotations
 
@@ -269,7 +269,7 @@ def test_the_start_up_log_names_how_batches_are_made_durable(monkeypatch) -> Non
 
 def test_the_single_call_really_asks_the_kernel_for_a_data_sync(data_dir, monkeypatch) -> None:
     """Unfaked, each batch is one os.pwritev at the file's position with RWF_DSYNC set: without the
-    flag an acknowledged record would sit in the page cache (SPEC §2.2: fsynced before the ack)."""
+    flag an acknowledged record would sit in the page cache (docs/spec.md §2.2: fsynced before the ack)."""
     if not committer._dsync_writes:
         pytest.skip("this kernel or file system refuses pwritev2(RWF_DSYNC)")
     calls: list[tuple[int, int]] = []
@@ -296,7 +296,7 @@ def test_the_single_call_really_asks_the_kernel_for_a_data_sync(data_dir, monkey
 
 def test_a_linger_never_exceeds_the_batch_max_wait(data_dir, monkeypatch) -> None:
     """With --linger-ms 1000 and --batch-max-wait-ms 20, a partly filled batch waits for company
-    at most 20 ms (SPEC §2.2: no record waits more than the configured window)."""
+    at most 20 ms (docs/spec.md §2.2: no record waits more than the configured window)."""
     disk = CountingDisk()
     waits: list[float] = []
 

@@ -179,7 +179,7 @@ def test_stop_facts_report_a_changed_stop_record_and_deny_resume(writer, reader,
     assert "damaged" in facts.resume.reason
 
 
-@pytest.mark.parametrize("kind", ["resumed", "forked"])
+@pytest.mark.parametrize("kind", ["resumed", "forked", "round_interrupted"])
 def test_clients_cannot_forge_the_writers_own_events(writer, data_dir, kind) -> None:
     """Hole 5: an Append or an import naming an event kind the writer reserves is INVALID_ARGUMENT
     (field records[i].event.kind); importers' own kinds (codex.*, claude.*) stay allowed."""

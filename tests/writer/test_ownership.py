@@ -1,4 +1,4 @@
-"""Shard ownership as the writer asks it (writer_service.ownership, SPEC §7): before writing a batch,
+"""Shard ownership as the writer asks it (writer_service.ownership, docs/spec.md §7): before writing a batch,
 after its durability, and the single-process default that owns every shard."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from google.rpc import error_details_pb2
 
 from rollout.v1 import records_pb2, writer_pb2
 from shared.errors import NotOwnerError
-from shared.reasons import NOT_OWNER
+from shared.reasons import NOT_OWNER, OWNER_ADDRESS, OWNER_EPOCH
 from shared.session_meta import SessionSpec
 from shared.shards import shard_of
 from shared.status import _status_of
@@ -64,6 +64,14 @@ class ScriptedOwnership:
         with self._lock:
             self.asked.append(("may_acknowledge", shard, durable_at))
         return shard not in self.refused
+
+    def owner_of(self, shard: int) -> tuple[str, int] | None:
+        return (OTHER_WRITER, self.epoch + 1) if shard in self.lost else (OWN_ADDRESS, self.epoch)
+
+
+#: The address ScriptedOwnership gives for itself, and for the owner of the shards it lost.
+OWN_ADDRESS = "127.0.0.1:7001"
+OTHER_WRITER = "10.0.0.9:7002"
 
 
 def config(data_dir: Path) -> WriterConfig:
@@ -173,9 +181,11 @@ def test_a_shard_that_is_not_owned_is_refused_before_anything_is_written(data_di
             with pytest.raises(NotOwnerError) as caught:
                 await ledger.append(lost, [user("x")])
             assert (caught.value.shard, caught.value.epoch) == (0, ownership.epoch)
+            assert caught.value.owner == (OTHER_WRITER, ownership.epoch + 1)  # where to go instead
             with pytest.raises(NotOwnerError) as refused:
                 await ledger.create_session(SessionSpec(session_id=id_in_shard(0)))
             assert (refused.value.shard, refused.value.epoch) == (0, None)
+            assert refused.value.owner == (OTHER_WRITER, ownership.epoch + 1)
             await ledger.create_session(SessionSpec(session_id=kept))
             assert path.stat().st_size == size
             return len(list(path.parent.glob("*.jsonl")))
@@ -186,7 +196,8 @@ def test_a_shard_that_is_not_owned_is_refused_before_anything_is_written(data_di
 
 
 def test_not_owner_is_unavailable_with_the_shard_and_epoch() -> None:
-    """NotOwnerError maps to UNAVAILABLE (retryable) with ErrorInfo NOT_OWNER naming shard and epoch."""
+    """NotOwnerError maps to UNAVAILABLE (retryable) with ErrorInfo NOT_OWNER naming shard and epoch,
+    and the owner's address and epoch, empty when unknown."""
     code, message, details = _status_of(NotOwnerError("shard 5 is not ours; retry", shard=5, epoch=9), "")
     assert code == grpc.StatusCode.UNAVAILABLE
     assert "retry" in message
@@ -195,8 +206,12 @@ def test_not_owner_is_unavailable_with_the_shard_and_epoch() -> None:
     assert (info.reason, info.domain, dict(info.metadata)) == (
         NOT_OWNER,
         "rollout-ledger",
-        {"shard": "5", "epoch": "9"},
+        {"shard": "5", "epoch": "9", OWNER_ADDRESS: "", OWNER_EPOCH: ""},
     )
+    redirect = NotOwnerError("shard 5 is not ours; retry", shard=5, owner=(OTHER_WRITER, 12))
+    (info,) = _status_of(redirect, "")[2]
+    assert isinstance(info, error_details_pb2.ErrorInfo)
+    assert dict(info.metadata) == {"shard": "5", "epoch": "", OWNER_ADDRESS: OTHER_WRITER, OWNER_EPOCH: "12"}
 
 
 @pytest.mark.parametrize("module", ["committer", "sessions", "server", "ownership", "importing"])

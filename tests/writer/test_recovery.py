@@ -1,4 +1,4 @@
-"""Start-up repair of torn tails (SPEC §2.10): damage moved aside, never lost; appends resume cleanly."""
+"""Start-up repair of torn tails (docs/spec.md §2.10): damage moved aside, never lost; appends resume cleanly."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A peer that keeps naming unknown sessions is answered at a paced rate; others never notice (SPEC §2.10)."""
+"""A peer that keeps naming unknown sessions is answered at a paced rate; others never notice (docs/spec.md §2.10)."""
 
 from __future__ import annotations
 

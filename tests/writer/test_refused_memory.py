@@ -1,4 +1,4 @@
-"""Refused large requests give their memory back (SPEC §2.10, bounded memory per request): the
+"""Refused large requests give their memory back (docs/spec.md §2.10, bounded memory per request): the
 writer's resident memory returns near idle after 20 MB fields refused by their limits in
 CreateSession, Stop and Append (a real writer process, its RSS read from /proc)."""
 

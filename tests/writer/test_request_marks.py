@@ -1,4 +1,4 @@
-"""The writer answers for a request id itself (SPEC §2.4, writer_service.idempotency): from memory,
+"""The writer answers for a request id itself (docs/spec.md §2.4, writer_service.idempotency): from memory,
 and from the request mark a request's first line carries when memory cannot tell."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Resume and fork: same identity vs new identity, nothing rewritten (SPEC §2.8)."""
+"""Resume and fork: same identity vs new identity, nothing rewritten (docs/spec.md §2.8)."""
 
 from __future__ import annotations
 
@@ -212,3 +212,55 @@ def test_fork_point_outside_the_session_is_invalid(writer) -> None:
         writer.Fork(writer_pb2.ForkRequest(session_id=sid, at_seq=9))
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "0..1" in caught.value.details()
+
+
+def _rounds(reader, session_id: str) -> list[reader_pb2.Round]:
+    return list(reader.ListRounds(reader_pb2.ListRoundsRequest(session_id=session_id)).rounds)
+
+
+def test_resume_of_a_crashed_session_records_its_pending_round_interrupted(writer, reader, data_dir) -> None:
+    """Issue 24: a session with no stop record whose last round has no final answer (a crash cut
+    it off) gets a round_interrupted event naming that round, before the resumed event; the
+    round reads interrupted from then on, a second Resume records nothing, and the next user
+    message starts a new round."""
+    sid = writer.CreateSession(writer_pb2.CreateSessionRequest()).session_id
+    append(writer, sid, msg("user", "one"), msg("assistant", "done"), msg("user", "two"), call("call_a"))
+    (first, pending) = _rounds(reader, sid)
+    assert (first.status, pending.status) == ("complete", "pending")
+    resumed = writer.Resume(writer_pb2.ResumeRequest(session_id=sid))
+    assert resumed.interrupted_round_id == pending.round_id
+    kinds = [(r["type"], r["payload"].get("kind")) for r in lines_of(data_dir, sid)[-3:]]
+    assert kinds == [("message", None), ("event", "round_interrupted"), ("event", "resumed")]
+    assert lines_of(data_dir, sid)[-2]["payload"]["body"] == {
+        "round_id": pending.round_id,
+        "start_seq": pending.start_seq,
+    }
+    assert [r.status for r in _rounds(reader, sid)] == ["complete", "interrupted"]
+    assert writer.Resume(writer_pb2.ResumeRequest(session_id=sid)).interrupted_round_id == ""
+    append(writer, sid, msg("user", "three"))
+    assert [r.status for r in _rounds(reader, sid)] == ["complete", "interrupted", "pending"]
+
+
+def test_resume_after_a_pause_records_no_interruption(writer, reader, data_dir) -> None:
+    """A round pending when its session was paused is continued by the Resume (one round, issue
+    24): no round_interrupted event, and the round reads pending again."""
+    sid = writer.CreateSession(writer_pb2.CreateSessionRequest()).session_id
+    append(writer, sid, msg("user", "long task"), msg("assistant", "working on it"), call("call_a"))
+    writer.Stop(writer_pb2.StopRequest(session_id=sid, stop_kind=PAUSED, reason="pause"))
+    assert [r.status for r in _rounds(reader, sid)] == ["interrupted"]
+    assert writer.Resume(writer_pb2.ResumeRequest(session_id=sid)).interrupted_round_id == ""
+    assert "round_interrupted" not in file_of(data_dir, sid).read_text()
+    assert [r.status for r in _rounds(reader, sid)] == ["pending"]
+
+
+def test_the_interrupted_round_of_a_fork_of_a_fork_is_named_as_the_reader_names_it(writer, reader) -> None:
+    """The round id in the interruption record follows the whole fork lineage (the round was first
+    written by the oldest source), as ListRounds names it."""
+    sid = writer.CreateSession(writer_pb2.CreateSessionRequest()).session_id
+    append(writer, sid, msg("user", "a"), msg("assistant", "b"), msg("user", "c"))
+    child = writer.Fork(writer_pb2.ForkRequest(session_id=sid, at_seq=3)).session_id
+    grandchild = writer.Fork(writer_pb2.ForkRequest(session_id=child, at_seq=3)).session_id
+    (_, source_round) = _rounds(reader, sid)
+    resumed = writer.Resume(writer_pb2.ResumeRequest(session_id=grandchild))
+    assert resumed.interrupted_round_id == source_round.round_id
+    assert [r.round_id for r in _rounds(reader, grandchild)][-1] == source_round.round_id

@@ -1,4 +1,4 @@
-"""Write errors are never silent: callers fail, no partial line, the writer recovers (SPEC §2.3)."""
+"""Write errors are never silent: callers fail, no partial line, the writer recovers (docs/spec.md §2.3)."""
 
 from __future__ import annotations
 

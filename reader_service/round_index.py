@@ -1,0 +1,96 @@
+"""GetRound by round id alone, and how many sessions hold a round (issue 24: the round store's
+reference count).
+
+A round id is derived from the session that first wrote the trigger and its seq
+(shared.rounds.round_id), so it cannot be read back: the reader keeps a derived index
+from each round id it has read to that (session, seq) pair (the round cache's origins,
+reader_service.rounds). A round id it has not read yet is looked for by reading the
+rounds of the caller's sessions whose files grew since they were last noted, newest
+first, until it is found.
+
+The sessions holding a round are the session that wrote its trigger and every fork that
+copied that seq, transitively: a fork of a session holds its seqs up to its fork point
+(``forked_from`` of its session_meta, from the listing index's heads). They are found
+from the heads alone (no session is read), within the caller's tenant.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from reader_service.listing import SessionFilters, walk_sessions
+from reader_service.listing_index import ListingIndex
+from reader_service.rounds import RoundCache
+from shared.errors import SessionNotFoundError
+from shared.rounds import Lineage, forked_from
+from shared.tenancy import caller_tenant, check_visible
+
+#: (session id, path of its file) -> how the round cache learns the session's lineage.
+LineageFor = Callable[[str, Path], Callable[[], Lineage]]
+
+
+def _visible(session_id: str, meta: Mapping[str, Any]) -> bool:
+    """Whether the caller sees the session whose session_meta is ``meta`` (shared.tenancy)."""
+    try:
+        check_visible(session_id, lambda: meta)
+    except SessionNotFoundError:
+        return False
+    return True
+
+
+def holders(index: ListingIndex, owner: str, seq: int) -> list[str]:
+    """Ids of the sessions the caller sees that hold the round whose trigger ``owner`` wrote at
+    ``seq``: ``owner`` first when it is still there, then its forks that copied ``seq`` (fork
+    point >= seq), theirs, and so on, oldest first at each step."""
+    index.sync()  # forks made since the last call are listed
+    index.ensure_heads()
+    found: list[str] = []
+    try:
+        index.locate(owner)
+        found.append(owner)
+    except SessionNotFoundError:
+        pass  # deleted (or another tenant's): its forks may still hold the round
+    frontier, seen = [owner], {owner}
+    while frontier:
+        source = frontier.pop(0)
+        for name, meta in index.forks_of(source):
+            origin = forked_from(meta)
+            parsed = index.parsed_name(name)
+            if origin is None or parsed is None or origin[1] < seq or parsed.session_id in seen:
+                continue
+            seen.add(parsed.session_id)
+            frontier.append(parsed.session_id)
+            if _visible(parsed.session_id, meta):
+                found.append(parsed.session_id)
+    return found
+
+
+def find_origin(
+    index: ListingIndex, cache: RoundCache, round_id: str, lineage_for: LineageFor
+) -> tuple[str, int] | None:
+    """(session that wrote the trigger, its seq) of round ``round_id``: from the round cache's
+    index, else by reading the rounds of the caller's sessions not noted at their current size,
+    newest first, until it is there; None when no session the caller sees holds it. A file
+    that cannot be read is passed over."""
+    known = cache.origin(round_id)
+    if known is not None:
+        return known
+    for _, name in walk_sessions(index, SessionFilters(tenant=caller_tenant("")), None):
+        parsed = index.parsed_name(name)
+        if parsed is None:
+            continue
+        path = index.path_of(name)
+        try:
+            if cache.noted_bytes(path) == path.stat().st_size:
+                continue
+            if not _visible(parsed.session_id, index.meta(name)):
+                continue
+            cache.rounds(path, lineage_for(parsed.session_id, path))
+        except (OSError, SessionNotFoundError):
+            continue
+        known = cache.origin(round_id)
+        if known is not None:
+            return known
+    return None
