@@ -307,16 +307,18 @@ class AsyncSession:
         return ResumeResult.from_proto(response)
 
     async def fork(
-        self, *, at_seq: int | None = None, before_user_message: int | None = None
+        self, *, at_seq: int | None = None, before_user_message: int | None = None, session_key: str = ""
     ) -> AsyncSession:
         """A new session holding this one's records up to ``at_seq`` (inclusive), or everything
         before the Nth user message (1-based); its ``forked_from`` names this session, the seq
         of the last record kept and the digest up to there. Not retried after a lost answer (it would fork
-        twice). Raises ValueError unless exactly one point is given; FailedPreconditionError for
+        twice). ``session_key`` names the fork in this session's tenant (its id is the one
+        ``create_session(session_key=...)`` would give; AlreadyExistsError when taken).
+        Raises ValueError unless exactly one point is given; FailedPreconditionError for
         a point between a tool call and its output; InvalidArgumentError, NotFoundError, DataLossError."""
         if (at_seq is None) == (before_user_message is None):
             raise ValueError("fork() needs exactly one of at_seq= or before_user_message=")
-        request = writer_pb2.ForkRequest(session_id=self.id)
+        request = writer_pb2.ForkRequest(session_id=self.id, session_key=session_key)
         if at_seq is not None:
             request.at_seq = at_seq
         else:

@@ -357,11 +357,17 @@ class Session:
         """See :meth:`AsyncSession.resume`."""
         return self.client.run(self.core.resume(force))
 
-    def fork(self, *, at_seq: int | None = None, before_user_message: int | None = None) -> Session:
+    def fork(
+        self, *, at_seq: int | None = None, before_user_message: int | None = None, session_key: str = ""
+    ) -> Session:
         """See :meth:`AsyncSession.fork`."""
         return Session(
             self.client,
-            self.client.run(self.core.fork(at_seq=at_seq, before_user_message=before_user_message)),
+            self.client.run(
+                self.core.fork(
+                    at_seq=at_seq, before_user_message=before_user_message, session_key=session_key
+                )
+            ),
         )
 
     def stop_facts(self) -> StopFacts:

@@ -330,7 +330,8 @@ def valid_request(method: MethodDescriptor, pool: Pool) -> Message:
     if name == "Resume":
         return writer_pb2.ResumeRequest(session_id=sid, force=rng.random() < 0.3)
     if name == "Fork":
-        return writer_pb2.ForkRequest(session_id=sid, at_seq=rng.randint(0, 12))
+        key = rng.choice(["", "", "", f"fork-{uuid.uuid4()}", "fork-taken"])  # the last collides after once
+        return writer_pb2.ForkRequest(session_id=sid, at_seq=rng.randint(0, 12), session_key=key)
     if name == "DeleteSession":  # mostly ids of no session: the pool stays for the other RPCs
         return writer_pb2.DeleteSessionRequest(session_id=sid if rng.random() < 0.1 else str(uuid.uuid4()))
     if name == "GetShardMap":

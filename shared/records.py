@@ -108,6 +108,32 @@ checkpoint (a line without a check included, or a line whose check was recompute
 makes that checkpoint fail, in every later reading. Older checkpoints have no
 ``lines_digest`` and are verified by their message digest alone (docs/spec.md §4).
 
+LangGraph checkpoints (an addition, issue 25; written by ``rollout_client.langgraph``): a
+LangGraph thread is one session (its ``session_key`` is the thread id), and its checkpoints,
+pending writes and removals are ``event`` records of these kinds. Every serialized value is
+what the serializer LangGraph hands the saver returned, ``{"type": t, "data": base64}``
+(:func:`typed_value` / :func:`value_of_typed`: bytes kept exactly); a channel version is the
+JSON text of LangGraph's version (``"1"``, ``"\"0000…0002.0.53\""``), so its type survives.
+
+* ``langgraph.checkpoint``: ``{"ns", "id", "parent"?, "checkpoint": typed (the checkpoint
+  without its channel values), "metadata": typed, "versions": {channel: version},
+  "blobs": [blob]}``; each ``blob`` is a channel value new at this checkpoint, stored once
+  per (ns, channel, version): ``{"channel", "version", "type", "data"}`` (the whole value),
+  ``{"channel", "version", "empty": true}`` (the channel has no value), or a delta
+  ``{"channel", "version", "base": version, "keep": n, "items": [typed]}``: the first ``n``
+  items of the list stored at ``base`` (same ns and channel), then ``items``, each item
+  serialized alone. A blob may carry ``"view": true``: its new messages were also written
+  as ``message`` records (or, when the list is not an extension of the one shown, as a
+  ``compacted`` record with the whole list as replacement history), so that replay shows
+  the thread's conversation.
+* ``langgraph.writes``: ``{"ns", "checkpoint_id", "task_id", "task_path", "writes":
+  [{"idx", "channel", "type", "data"}]}``: pending writes of one task. A write whose
+  ``(task_id, idx)`` the checkpoint already holds is ignored when ``idx >= 0``, replaces it
+  when ``idx < 0`` (LangGraph's special channels: error, interrupt, ...).
+* ``langgraph.removed``: ``{"checkpoints": [[ns, id]]}``: checkpoints (and their pending
+  writes) taken out of the thread's listing (``prune``, ``delete_for_runs``); their blobs stay, so no delta loses
+  its base. The bytes stay in the file until the session is deleted.
+
 An ``event`` whose ``kind`` is in :data:`RESERVED_EVENT_KINDS` is the writer's own
 record (Resume, Fork, a round's interruption); clients may not append one.
 
@@ -127,6 +153,7 @@ every line written by CreateSession, Stop, Resume, Fork or an import.
 
 from __future__ import annotations
 
+import base64
 import enum
 import re
 from collections.abc import Container, Mapping
@@ -190,6 +217,26 @@ ROUND_INTERRUPTED_EVENT = "round_interrupted"
 #: Event kinds the writer uses for its own records; an Append or an import that names one is
 #: refused (INVALID_ARGUMENT), so they cannot be forged.
 RESERVED_EVENT_KINDS = frozenset({RESUMED_EVENT, FORKED_EVENT, ROUND_INTERRUPTED_EVENT})
+
+#: Event kinds of LangGraph checkpoints, pending writes and removals (see the module doc).
+LANGGRAPH_CHECKPOINT_EVENT = "langgraph.checkpoint"
+LANGGRAPH_WRITES_EVENT = "langgraph.writes"
+LANGGRAPH_REMOVED_EVENT = "langgraph.removed"
+LANGGRAPH_EVENT_KINDS = frozenset(
+    {LANGGRAPH_CHECKPOINT_EVENT, LANGGRAPH_WRITES_EVENT, LANGGRAPH_REMOVED_EVENT}
+)
+
+
+def typed_value(kind: str, data: bytes) -> dict[str, str]:
+    """A serializer's ``(type, bytes)`` as a record keeps it: ``{"type", "data": base64}``."""
+    return {"type": kind, "data": base64.b64encode(data).decode("ascii")}
+
+
+def value_of_typed(stored: Mapping[str, Any]) -> tuple[str, bytes]:
+    """The ``(type, bytes)`` a :func:`typed_value` object holds, bytes exactly as serialized.
+    Raises ValueError (binascii.Error) for data that is not base64, KeyError for a missing key."""
+    return str(stored["type"]), base64.b64decode(stored["data"], validate=True)
+
 
 #: (request id, fingerprint of the request's records as hex): the mark on a request's first line.
 RequestMark = tuple[str, str]

@@ -29,7 +29,7 @@ from typing import Any, Protocol, TypeVar
 from shared.committed_lines import CommittedLines
 from shared.errors import SessionNotFoundError, SessionStateError
 from shared.layout import DataRoot, open_session_file
-from shared.naming import build_file_name
+from shared.naming import build_file_name, session_id_for_key
 from shared.reasons import session_subject
 from shared.rebuild import DegradedEntry, collector_paused
 from shared.records import (
@@ -43,7 +43,7 @@ from shared.records import (
 )
 from shared.remedies import FORCED_RESUME
 from shared.rounds import Round, RoundTracker, lineage_of, round_to_close
-from shared.session_meta import read_session_meta
+from shared.session_meta import read_session_meta, recorded_tenant, tenant_of
 from shared.stop_kinds import classify_session
 from writer_service.file_facts import FORCE_HINT, RebuiltFacts, file_facts, refuse_damage
 from writer_service.forking import check_fork_keeps_pairs, find_fork_point
@@ -67,6 +67,14 @@ class SessionLedger(Protocol):
     async def drained_path(self, session_id: str) -> Path: ...
 
     def owned_session_id(self) -> str: ...
+
+    def check_owner(self, session_id: str) -> None: ...
+
+    def check_free(self, session_id: str) -> None: ...
+
+    def reserve(self, session_id: str) -> None: ...
+
+    def release(self, session_id: str) -> None: ...
 
     async def run_io(self, function: Callable[..., _T], *args: Any) -> _T: ...
 
@@ -225,41 +233,59 @@ def _check_resumable(state: OpenSession) -> None:
 
 
 async def fork_session(
-    ledger: SessionLedger, source_id: str, at_seq: int | None, before_user_message: int | None
+    ledger: SessionLedger,
+    source_id: str,
+    at_seq: int | None,
+    before_user_message: int | None,
+    session_key: str = "",
 ) -> ForkResult:
     """Create a new session holding the source's records up to the fork point (docs/spec.md §2.8).
 
     Exactly one of ``at_seq`` (keep seq <= at_seq) and ``before_user_message``
     (keep everything before the Nth user message, 1-based) is given. The
     source is drained first when this writer has it open, and never written.
+    ``session_key`` (optional) names the fork in the source's tenant, as CreateSession's key
+    does (shared.naming.session_id_for_key; recorded in its session_meta).
     Raises InvalidArgumentError (no or bad fork point), SessionStateError (the
     point cuts a tool call from its output or a reasoning from its answer),
     CorruptSessionError (damage before the fork point), SessionNotFoundError,
-    StorageWriteError, NotOwnerError (the source's shard is another writer's: the redirect).
+    SessionExistsError (the key's id is taken or was deleted), FileNameError (a bad key),
+    StorageWriteError, NotOwnerError (the source's shard is another writer's: the redirect;
+    or, for a key, the shard of the id it names).
     A fork of a child session stays a child of the same delegation (its marker is written),
     with ``forked_from`` telling them apart.
 
     With several writers (docs/cluster.md §4) the fork is made by the owner of the source's
     shard (it drains the source's queue); the new session's id is drawn in a shard that same
     writer owns (:meth:`SessionLedger.owned_session_id`), so it writes the new file itself, and
-    no writer writes a file of a shard it does not own.
+    no writer writes a file of a shard it does not own. A keyed fork's id is fixed by its key:
+    a writer that does not own its shard refuses it (NotOwnerError).
     """
     path = await ledger.drained_path(source_id)
-    new_id = ledger.owned_session_id()
+    new_id = "" if session_key else ledger.owned_session_id()
     try:
-        plan = await ledger.run_io(_plan_fork, path, source_id, new_id, at_seq, before_user_message)
+        plan = await ledger.run_io(
+            _plan_fork, path, source_id, new_id, at_seq, before_user_message, session_key
+        )
     finally:
         ledger.heap_trimmer.after(_file_size(path))
-    await ledger.publish(
-        plan.session_id,
-        plan.name,
-        plan.head,
-        plan.meta,
-        next_seq=plan.seq + 2,
-        calls=plan.call_ids,
-        copy=(path, plan.copy_start, plan.copy_end),
-        trailer=plan.trailer,
-    )
+    if session_key:
+        ledger.check_owner(plan.session_id)
+        ledger.check_free(plan.session_id)
+    ledger.reserve(plan.session_id)  # no await since the check: no other create can take it between
+    try:
+        await ledger.publish(
+            plan.session_id,
+            plan.name,
+            plan.head,
+            plan.meta,
+            next_seq=plan.seq + 2,
+            calls=plan.call_ids,
+            copy=(path, plan.copy_start, plan.copy_end),
+            trailer=plan.trailer,
+        )
+    finally:
+        ledger.release(plan.session_id)
     log.info("forked %s at seq %d into %s", source_id, plan.seq, plan.session_id)
     return ForkResult(plan.session_id, plan.seq, plan.digest, plan.seq + 2)
 
@@ -282,9 +308,15 @@ class _ForkPlan:
 
 
 def _plan_fork(
-    path: Path, source_id: str, session_id: str, at_seq: int | None, before_user_message: int | None
+    path: Path,
+    source_id: str,
+    session_id: str,
+    at_seq: int | None,
+    before_user_message: int | None,
+    session_key: str = "",
 ) -> _ForkPlan:
-    """Read the source, find and check the fork point, rebuild the prefix and build the new file.
+    """Read the source, find and check the fork point, rebuild the prefix and build the new file
+    (named ``session_id``, or the id ``session_key`` names in the source's tenant when given).
 
     Runs on an I/O thread: every step reads the source in chunks (bounded memory;
     about 1 s per 100 MB). Raises what :func:`fork_session` documents, and OSError
@@ -296,6 +328,10 @@ def _plan_fork(
     check_fork_keeps_pairs(path, cut, found.unanswered_call_ids)
     created = datetime.now(UTC)
     meta = dict(found.session_meta or {})
+    meta.pop("session_key", None)  # the source's key names the source
+    if session_key:
+        session_id = session_id_for_key(recorded_tenant(tenant_of(meta)), session_key)
+        meta["session_key"] = session_key
     meta.update(
         session_id=session_id,
         created_at=format_timestamp(created),

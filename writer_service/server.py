@@ -319,6 +319,7 @@ class RolloutWriterServicer(writer_pb2_grpc.RolloutWriterServicer):
             request.session_id,
             request.at_seq if point == "at_seq" else None,
             request.before_user_message if point == "before_user_message" else None,
+            request.session_key,
         )
         return writer_pb2.ForkResponse(
             session_id=result.session_id,

@@ -549,6 +549,11 @@ class SessionLedger:
             or session_id in self.index.tombstones
         )
 
+    def check_free(self, session_id: str) -> None:
+        """Raise SessionExistsError (``deleted`` for a tombstone) when ``session_id`` is :meth:`taken`."""
+        if self.taken(session_id):
+            raise SessionExistsError(session_id, deleted=session_id in self.index.tombstones)
+
     def reserve(self, session_id: str) -> None:
         """Hold ``session_id`` for a session being created elsewhere (an import): creating it is refused."""
         self._creating.add(session_id)
@@ -1037,10 +1042,13 @@ class SessionLedger:
         """Re-open a session for appending (docs/spec.md §2.8); see :func:`writer_service.branching.resume_session`."""
         return await resume_session(self, session_id, force)
 
-    async def fork(self, source_id: str, at_seq: int | None, before_user_message: int | None) -> ForkResult:
-        """A new session from the source's records up to a fork point (docs/spec.md §2.8); see
+    async def fork(
+        self, source_id: str, at_seq: int | None, before_user_message: int | None, session_key: str = ""
+    ) -> ForkResult:
+        """A new session from the source's records up to a fork point (docs/spec.md §2.8), named by
+        ``session_key`` in the source's tenant when given; see
         :func:`writer_service.branching.fork_session`."""
-        return await fork_session(self, source_id, at_seq, before_user_message)
+        return await fork_session(self, source_id, at_seq, before_user_message, session_key)
 
     async def retry_repairs(self) -> int:
         """Try again every repair that failed (opening each such session); returns how many still fail."""

@@ -151,14 +151,16 @@ class ResumeResponse(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., closed_call_ids: _Optional[_Iterable[str]] = ..., previous_stop_kind: _Optional[str] = ..., next_seq: _Optional[int] = ..., interrupted_round_id: _Optional[str] = ...) -> None: ...
 
 class ForkRequest(_message.Message):
-    __slots__ = ("session_id", "at_seq", "before_user_message")
+    __slots__ = ("session_id", "at_seq", "before_user_message", "session_key")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     AT_SEQ_FIELD_NUMBER: _ClassVar[int]
     BEFORE_USER_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    SESSION_KEY_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     at_seq: int
     before_user_message: int
-    def __init__(self, session_id: _Optional[str] = ..., at_seq: _Optional[int] = ..., before_user_message: _Optional[int] = ...) -> None: ...
+    session_key: str
+    def __init__(self, session_id: _Optional[str] = ..., at_seq: _Optional[int] = ..., before_user_message: _Optional[int] = ..., session_key: _Optional[str] = ...) -> None: ...
 
 class ForkResponse(_message.Message):
     __slots__ = ("session_id", "forked_at_seq", "digest", "next_seq")

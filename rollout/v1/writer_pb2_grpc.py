@@ -196,7 +196,12 @@ class RolloutWriterServicer:
         point (original seqs and timestamps kept; line 0 is the fork's own
         session_meta with forked_from = {source, seq, digest}), then a `forked`
         event. The source file is never written. Later writes go to the fork only.
-        INVALID_ARGUMENT: no fork point, or a fork point outside the session.
+        With a session_key, the fork's id is the one the key names in the source's
+        tenant (as CreateSession's), and its session_meta records the key.
+        INVALID_ARGUMENT: no fork point, or a fork point outside the session; a
+        session_key over 512 characters.
+        ALREADY_EXISTS: the session_key names a session already in the ledger (or
+        deleted from it: ids are never used again); ErrorInfo SESSION_EXISTS.
         FAILED_PRECONDITION: the fork point falls between a tool call and its
         output (the message says where the pair ends), or right after a
         reasoning record (it would attach to the fork's next answer).

@@ -147,6 +147,27 @@ def test_a_fork_lands_in_a_shard_of_the_writer_that_owns_the_source(cluster: Sta
             assert len(list(folder.glob(f"*_{fork.session_id}.jsonl"))) == 1
 
 
+def test_a_keyed_fork_is_made_only_by_the_owner_of_its_keys_shard(cluster: StaticCluster) -> None:
+    """A keyed fork's id is fixed by its key: the source's owner makes it when it also owns that
+    id's shard, and refuses it (NOT_OWNER, naming the owner) when another writer does."""
+    _, second = cluster.addresses
+    source = id_in_shard(1, SHARDS)
+    keys = {key: session_id_for_key("default", key) for key in (f"thread-{n}" for n in range(64))}
+    mine = next(key for key, made in keys.items() if cluster.owner(made) == second)
+    theirs = next(key for key, made in keys.items() if cluster.owner(made) != second)
+    with grpc.insecure_channel(second) as channel:
+        stub = stub_of(channel)
+        stub.CreateSession(writer_pb2.CreateSessionRequest(session_id=source), timeout=30)
+        stub.Append(writer_pb2.AppendRequest(session_id=source, records=[user_record("one")]), timeout=30)
+        made = stub.Fork(writer_pb2.ForkRequest(session_id=source, at_seq=1, session_key=mine), timeout=30)
+        assert made.session_id == keys[mine]
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.Fork(writer_pb2.ForkRequest(session_id=source, at_seq=1, session_key=theirs), timeout=30)
+        assert not_owner_of(refused.value)
+        folder = cluster.data_dir / "shards" / f"{shard_of(keys[theirs], SHARDS):03d}" / "sessions"
+        assert list(folder.glob(f"*_{keys[theirs]}.jsonl")) == []
+
+
 # -- the SDK ------------------------------------------------------------------------------------
 
 
