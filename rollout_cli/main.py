@@ -550,7 +550,8 @@ def _replay_by_round(session_id: str, reader: str | None, width: int, as_json: b
         else:
             session_view.print_message(index, message, width)
     if not as_json:
-        click.echo(f"-- {len(view.messages)} messages in {len(found)} rounds")
+        rounds_word = "round" if len(found) == 1 else "rounds"
+        click.echo(f"-- {len(view.messages)} messages in {len(found)} {rounds_word}")
 
 
 @cli.command()
