@@ -29,4 +29,4 @@ def test_a_removed_file_leaves_the_replay_and_round_caches(data_dir: Path) -> No
         assert str(kept) in reader.replays._entries
         assert str(kept) in reader.round_cache._entries
     finally:
-        reader.index.close()
+        reader.close()  # the listing index and the content index (its lock file, its folder)
