@@ -46,6 +46,18 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def _scrape_until(port: int, line: str, attempts: int = 600) -> str:
+    """The metrics page once it holds ``line``, or the last page read after ``attempts`` scrapes
+    50 ms apart (the caller's assertion then shows what was there)."""
+    text = ""
+    for _ in range(attempts):
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+        if line in text:
+            break
+        time.sleep(0.05)
+    return text
+
+
 def test_metrics_endpoint_counts_appended_records(data_dir) -> None:
     """serve-writer --metrics-port exports Prometheus metrics that count appended records and batches."""
     port = _free_port()
@@ -56,7 +68,9 @@ def test_metrics_endpoint_counts_appended_records(data_dir) -> None:
             sid = stub.CreateSession(writer_pb2.CreateSessionRequest()).session_id
             record = writer_pb2.AppendRecord(message=records_pb2.ChatMessage(role="user", text="x"))
             stub.Append(writer_pb2.AppendRequest(session_id=sid, records=[record] * 3))
-        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+        # A round's metrics are recorded just after its acknowledgement is handed over (they are
+        # kept off the way to it), so the scrape waits for them rather than racing the writer.
+        text = _scrape_until(port, "rollout_appended_records_total 3.0")
     finally:
         writer.stop()
     assert "rollout_appended_records_total 3.0" in text
