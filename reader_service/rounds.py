@@ -48,6 +48,9 @@ MAX_PAGE_SIZE = 1000
 DEFAULT_MAX_ENTRIES = 256
 #: Bytes of serialized settled rounds the cache keeps over all its sessions.
 DEFAULT_ENCODED_BUDGET = 64 * 1024 * 1024
+#: Round ids the origin index holds (~150 bytes each) before it starts over: past it the index
+#: is emptied and refilled by the lookups that need it (GetRound by id alone reads again).
+DEFAULT_MAX_ORIGINS = 200_000
 #: The tag of ListRoundsResponse.rounds (field 1, length-delimited) on the wire.
 _ROUNDS_TAG = b"\x0a"
 
@@ -68,8 +71,10 @@ class _Entry:
         #: grows), made by the ListRounds pages that needed them; their total size in bytes.
         self.encoded: list[bytes] = []
         self.encoded_bytes = 0
-        #: Settled rounds whose origin the cache has noted (:meth:`RoundCache.origin`).
+        #: Settled rounds whose origin the cache has noted (:meth:`RoundCache.origin`), in the
+        #: origin index's generation ``noted_generation``.
         self.noted = 0
+        self.noted_generation = 0
 
     def matches(self, fd: int, stat: os.stat_result) -> bool:
         if (stat.st_dev, stat.st_ino) != (self.device, self.inode) or stat.st_size < self.committed:
@@ -96,18 +101,25 @@ class RoundCache:
     """Rounds of recently read session files (thread-safe); ``counts`` says how answers were made."""
 
     def __init__(
-        self, max_entries: int = DEFAULT_MAX_ENTRIES, encoded_budget: int = DEFAULT_ENCODED_BUDGET
+        self,
+        max_entries: int = DEFAULT_MAX_ENTRIES,
+        encoded_budget: int = DEFAULT_ENCODED_BUDGET,
+        max_origins: int = DEFAULT_MAX_ORIGINS,
     ) -> None:
         self.max_entries = max_entries
         self.encoded_budget = encoded_budget
+        self.max_origins = max_origins
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         self._lock = threading.Lock()
         self.counts = {"unchanged": 0, "extended": 0, "rebuilt": 0}
         #: Round id -> (session that wrote its trigger, the trigger's seq), for every round read
         #: so far (ids are derived from both: they never change), and per session file read the
-        #: committed length noted: the derived index GetRound by id alone looks in.
+        #: committed length noted: the derived index GetRound by id alone looks in. Bounded by
+        #: :attr:`max_origins`: when full it is emptied and its generation moves on, so that
+        #: every entry notes its rounds again and every file counts as not noted.
         self._origins: dict[str, tuple[str, int]] = {}
         self._noted_bytes: dict[str, int] = {}
+        self._generation = 0
         self._closing: dict[str, tuple[tuple[int, int, int], Round | None]] = {}
 
     def rounds(self, path: Path, lineage: Callable[[], Lineage]) -> list[Round]:
@@ -193,10 +205,16 @@ class RoundCache:
         """Note the origins of the rounds of ``entry`` not noted yet (call under its lock)."""
         tracker = entry.tracker
         lineage = tracker.lineage or Lineage("")
-        fresh = [(found.round_id, found.start_seq) for found in tracker.done[entry.noted :]]
-        if tracker.current is not None:
-            fresh.append((tracker.current.round_id, tracker.current.start_seq))
         with self._lock:
+            if len(self._origins) + len(tracker.done) - entry.noted + 1 > self.max_origins:
+                self._origins.clear()
+                self._noted_bytes.clear()
+                self._generation += 1
+            if entry.noted_generation != self._generation:
+                entry.noted, entry.noted_generation = 0, self._generation
+            fresh = [(found.round_id, found.start_seq) for found in tracker.done[entry.noted :]]
+            if tracker.current is not None:
+                fresh.append((tracker.current.round_id, tracker.current.start_seq))
             for round_id, seq in fresh:
                 self._origins[round_id] = (lineage.owner(seq), seq)
             self._noted_bytes[key] = entry.committed
@@ -217,9 +235,14 @@ class RoundCache:
             self.counts[kind] += 1
 
     def forget(self, path: Path) -> None:
-        """Drop the entry of a session file that went (deleted: nothing of it is kept)."""
+        """Drop what is kept of a session file that went (deleted: none of its content is kept).
+        Its rounds' origins stay: a round whose trigger it wrote may be held by its forks
+        (reader_service.round_index.holders), and an origin holds no content."""
+        key = str(path)
         with self._lock:
-            self._entries.pop(str(path), None)
+            self._entries.pop(key, None)
+            self._noted_bytes.pop(key, None)
+            self._closing.pop(key, None)
 
 
 def check_list_request(request: reader_pb2.ListRoundsRequest) -> tuple[int, int]:

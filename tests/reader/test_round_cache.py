@@ -110,3 +110,33 @@ def test_the_round_to_close_of_an_unchanged_file_is_not_read_again(tmp_path: Pat
         grown.write(session.lines()[len(written) :])
     assert cache.to_close(path, lambda: Lineage(SESSION)) is None
     assert cache.counts["rebuilt"] == 2
+
+
+def test_the_origin_index_is_bounded_and_a_file_read_again_notes_its_rounds_again(tmp_path: Path) -> None:
+    """With room for 3 round ids, reading a second file of 2 rounds empties the index (its
+    generation moves on): the first file counts as never noted, so GetRound by id reads it
+    again, and reading it again notes its rounds again even though its entry is still cached."""
+    paths = []
+    for name in ("a", "b"):
+        session = Session()
+        session.user("first", kind="trigger", at=0)
+        session.say("one", at=1)
+        session.user("second", kind="trigger", at=2)
+        path = tmp_path / f"{name}.jsonl"
+        path.write_bytes(session.lines())
+        paths.append(path)
+    cache = RoundCache(max_origins=3)
+    first = cache.rounds(paths[0], lambda: Lineage("a"))
+    assert [cache.origin(r.round_id) for r in first] == [("a", 1), ("a", 3)]
+    second = cache.rounds(paths[1], lambda: Lineage("b"))
+    assert [cache.origin(r.round_id) for r in second] == [("b", 1), ("b", 3)]
+    assert [cache.origin(r.round_id) for r in first] == [None, None]
+    assert cache.noted_bytes(paths[0]) == -1
+    assert cache.noted_bytes(paths[1]) == paths[1].stat().st_size
+    cache.rounds(paths[0], lambda: Lineage("a"))
+    assert cache.counts["unchanged"] == 1  # from the cached entry, not read from its start
+    assert [cache.origin(r.round_id) for r in first] == [("a", 1), ("a", 3)]
+    assert cache.noted_bytes(paths[0]) == paths[0].stat().st_size
+    cache.forget(paths[1])  # deleted: nothing of the file is kept, its origins stay for its forks
+    assert cache.noted_bytes(paths[1]) == -1
+    assert [cache.origin(r.round_id) for r in second] == [("b", 1), ("b", 3)]
