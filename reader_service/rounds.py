@@ -131,14 +131,15 @@ class RoundCache:
         """The round the session file at ``path`` leaves pending as it is now
         (shared.rounds.round_to_close); raises as :meth:`rounds` does. The answer is kept per
         file (inode, size, modification time): an idle session is not read again, even once its
-        rounds have left the cache."""
+        rounds have left the cache. A file not in the cache is read without entering it, so a
+        sweep over every session (ListPendingRounds) does not evict the sessions being read."""
         seen = os.stat(path, follow_symlinks=False)
         identity = (seen.st_ino, seen.st_size, seen.st_mtime_ns)
         with self._lock:
             known = self._closing.get(str(path))
         if known is not None and known[0] == identity:
             return known[1]
-        answer = self.read(path, lineage, lambda entry: round_to_close(entry.tracker))
+        answer = self.read(path, lineage, lambda entry: round_to_close(entry.tracker), keep=False)
         with self._lock:
             self._closing[str(path)] = (identity, answer)
         return answer
@@ -163,11 +164,14 @@ class RoundCache:
                 total -= entry.encoded_bytes
                 entry.encoded, entry.encoded_bytes = [], 0
 
-    def read(self, path: Path, lineage: Callable[[], Lineage], answer: Callable[[_Entry], T]) -> T:
-        """``answer`` of the session's entry (under its lock), brought up to date with the file."""
+    def read(
+        self, path: Path, lineage: Callable[[], Lineage], answer: Callable[[_Entry], T], keep: bool = True
+    ) -> T:
+        """``answer`` of the session's entry (under its lock), brought up to date with the file;
+        with ``keep`` false, an entry read from the file's start is not kept."""
         fd = open_session_file(path)
         try:
-            return self._read(str(path), fd, lineage, answer)
+            return self._read(str(path), fd, lineage, answer, keep)
         except OSError as exc:
             if exc.filename is None:
                 raise OSError(exc.errno, exc.strerror, os.fspath(path)) from exc
@@ -175,7 +179,9 @@ class RoundCache:
         finally:
             os.close(fd)
 
-    def _read(self, key: str, fd: int, lineage: Callable[[], Lineage], answer: Callable[[_Entry], T]) -> T:
+    def _read(
+        self, key: str, fd: int, lineage: Callable[[], Lineage], answer: Callable[[_Entry], T], keep: bool
+    ) -> T:
         stat = os.fstat(fd)
         with self._lock:
             entry = self._entries.get(key)
@@ -194,6 +200,8 @@ class RoundCache:
             entry.extend(fd, stat)
             self._count("rebuilt")
             self._note(key, entry)
+            if not keep:
+                return answer(entry)
             with self._lock:
                 self._entries[key] = entry
                 self._entries.move_to_end(key)

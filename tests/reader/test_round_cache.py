@@ -112,6 +112,24 @@ def test_the_round_to_close_of_an_unchanged_file_is_not_read_again(tmp_path: Pat
     assert cache.counts["rebuilt"] == 2
 
 
+def test_a_sweep_for_rounds_to_close_does_not_evict_the_sessions_being_read(tmp_path: Path) -> None:
+    """ListPendingRounds asks every session its round to close: files not in the cache are read
+    without entering it, so the one session a reader keeps (max_entries=1) stays there."""
+    paths = []
+    for name in ("kept", "swept-1", "swept-2"):
+        session = Session()
+        session.user(name, kind="trigger", at=0)
+        path = tmp_path / f"{name}.jsonl"
+        path.write_bytes(session.lines())
+        paths.append(path)
+    cache = RoundCache(max_entries=1)
+    cache.rounds(paths[0], lambda: Lineage("kept"))
+    for path in paths[1:]:
+        assert cache.to_close(path, lambda: Lineage("swept")) is not None
+    cache.rounds(paths[0], lambda: Lineage("kept"))
+    assert cache.counts == {"unchanged": 1, "extended": 0, "rebuilt": 3}
+
+
 def test_the_origin_index_is_bounded_and_a_file_read_again_notes_its_rounds_again(tmp_path: Path) -> None:
     """With room for 3 round ids, reading a second file of 2 rounds empties the index (its
     generation moves on): the first file counts as never noted, so GetRound by id reads it
