@@ -56,7 +56,7 @@ from reader_service.rounds import (
 )
 from reader_service.search_index import SearchFilters, SearchIndex, SearchPage
 from reader_service.stop_facts import DEFAULT_TAIL_WINDOW, StopFactsResult, read_stop_facts
-from reader_service.watch import WatchHub
+from reader_service.watch import DEFAULT_POLL_SECONDS, WatchHub
 from rollout.v1 import reader_pb2, reader_pb2_grpc
 from serving.server import PLAINTEXT, RunningService, ServerSettings, ServiceServer
 from serving.status import rpc_statuses
@@ -92,7 +92,9 @@ class ReaderConfig:
     ``read_budget_bytes``: what heavy reads in flight may hold together;
     ``io_threads`` serve cheap reads, ``heavy_threads`` heavy ones;
     ``search``: keep the content index (reader_service.search_index) in
-    ``search_index_dir`` (None: a temporary folder).
+    ``search_index_dir`` (None: a temporary folder);
+    ``follow_poll_seconds``: how often WatchSession looks at every followed file besides
+    inotify (writes made on another host: reader_service.watch; 0: inotify alone).
     """
 
     data_dir: Path
@@ -104,6 +106,7 @@ class ReaderConfig:
     read_budget_bytes: int = DEFAULT_READ_BUDGET_BYTES
     search: bool = True
     search_index_dir: Path | None = None
+    follow_poll_seconds: float = DEFAULT_POLL_SECONDS
 
 
 def _located(index: ListingIndex, session_id: str) -> tuple[Path, int]:
@@ -174,7 +177,7 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
         metrics.watch(self.replays, self.index)
         self._cheap = ThreadPoolExecutor(config.io_threads, thread_name_prefix="rollout-read")
         self._heavy = ThreadPoolExecutor(config.heavy_threads, thread_name_prefix="rollout-heavy-read")
-        self.watches = WatchHub(self._cheap_run, wire.watch_reply)
+        self.watches = WatchHub(self._cheap_run, wire.watch_reply, config.follow_poll_seconds)
         self.round_cache = RoundCache()
         self.search_index = SearchIndex(self.root, config.search_index_dir) if config.search else None
         # A session file that goes (deleted) takes its cached replay and rounds with it.

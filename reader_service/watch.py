@@ -4,10 +4,15 @@ A watcher asks for the records of one session from ``from_seq`` on. It first rea
 what is already written (catch-up, ~1 MiB of lines at a time, from the offset a
 bisection over the line prefixes finds), then takes the new lines as they land.
 
-New lines are found without polling: the reader holds one inotify instance, and
+New lines are found as they land: the reader holds one inotify instance, and
 each watched session file has one :class:`SessionTail` shared by all of its
 watchers: one inotify watch, one open descriptor, one reader of the bytes after
-its last offset. On each write it reads only the new complete lines (a last line
+its last offset. inotify reports only what this host's kernel wrote: a writer on
+another host appending through its own mount of a shared volume raises no event
+(issue 23 item 5), so every :data:`DEFAULT_POLL_SECONDS` the hub also looks at all
+watched files at once (one fstat and one stat of the path each, on one I/O-thread
+job) and reads those that grew or were replaced: a record written elsewhere
+arrives within about that bound. On each write it reads only the new complete lines (a last line
 without ``\\n`` is not committed: it is read again once whole), parses each once,
 encodes them once, and hands the same batch to every watcher (fan-out). A watcher
 that falls more than :data:`WATCHER_QUEUE_BYTES` behind drops its queue and reads
@@ -52,6 +57,8 @@ log = logging.getLogger(__name__)
 CHUNK_BYTES = 1024 * 1024
 #: Live bytes a watcher may have queued before it drops them and reads the file itself.
 WATCHER_QUEUE_BYTES = 8 * 1024 * 1024
+#: Seconds between two looks at every watched file (0: inotify alone, one host only).
+DEFAULT_POLL_SECONDS = 1.0
 #: Below this many bytes left, bisection stops and lines are read in order.
 _SCAN_BYTES = 64 * 1024
 _WATCH_MASK = flags.MODIFY | flags.ATTRIB | flags.MOVE_SELF | flags.DELETE_SELF
@@ -270,17 +277,36 @@ class SessionTail:
         return None
 
 
+def _grown_or_replaced(tails: list[tuple[SessionTail, int]]) -> list[tuple[SessionTail, bool]]:
+    """Of ``(tail, offset)`` pairs, the tails whose file holds bytes past the offset or whose
+    path now names another file (or none), the latter flagged True (one I/O-thread job)."""
+    found: list[tuple[SessionTail, bool]] = []
+    for tail, offset in tails:
+        if tail.changed() is not None:
+            found.append((tail, True))
+            continue
+        try:
+            if os.fstat(tail.fd).st_size != offset:
+                found.append((tail, False))
+        except OSError:
+            found.append((tail, True))
+    return found
+
+
 class WatchHub:
     """Every live watch of one reader: one inotify instance, one :class:`SessionTail` per
-    watched session. Belongs to the event loop of its first watch.
+    watched session, and a look at every watched file each ``poll_seconds`` (0: never).
+    Belongs to the event loop of its first watch.
 
     ``run`` runs blocking reads on an I/O thread; ``encode`` turns lines into a serialized
     WatchSessionResponse.
     """
 
-    def __init__(self, run: Runner, encode: Encoder) -> None:
+    def __init__(self, run: Runner, encode: Encoder, poll_seconds: float = DEFAULT_POLL_SECONDS) -> None:
         self._run = run
         self._encode = encode
+        self._poll_seconds = poll_seconds
+        self._poller: asyncio.Task[None] | None = None
         self._inotify: INotify | None = None
         self._tails: dict[str, SessionTail] = {}
         self._by_wd: dict[int, SessionTail] = {}
@@ -353,7 +379,31 @@ class WatchHub:
         self._tails[session_id] = tail
         self._by_wd[tail.wd] = tail
         asyncio.get_running_loop().create_task(self._start(tail))
+        if self._poll_seconds > 0 and self._poller is None:
+            self._poller = asyncio.get_running_loop().create_task(self._poll())
         return tail
+
+    async def _poll(self) -> None:
+        """Each ``poll_seconds``, read the watched files that grew or were replaced without an
+        inotify report (writes made through another host's mount)."""
+        while not self._closed:
+            await asyncio.sleep(self._poll_seconds)
+            # A tail released while the job runs may have its descriptor closed under it: the
+            # job only stats, and what it says of a released tail is ignored below.
+            looked = [(tail, tail.offset) for tail in self._tails.values() if tail.ready.is_set()]
+            if not looked:
+                continue
+            try:
+                found = await self._run(_grown_or_replaced, looked)
+            except Exception:  # the pool is shutting down: the hub is closing too
+                log.exception("looking at the watched session files failed")
+                continue
+            for tail, replaced in found:
+                if tail.released:
+                    continue
+                if replaced:
+                    tail.check_identity = True
+                self._read_soon(tail)
 
     async def _start(self, tail: SessionTail) -> None:
         try:
@@ -387,7 +437,7 @@ class WatchHub:
 
     def _read_soon(self, tail: SessionTail) -> None:
         """Read the tail's new lines on an I/O thread, one read at a time per tail."""
-        if not tail.ready.is_set() or tail.failure is not None:
+        if not tail.ready.is_set() or tail.failure is not None or tail.released:
             return
         if tail.reading:
             tail.read_again = True
@@ -456,6 +506,9 @@ class WatchHub:
     def close(self) -> None:
         """End every watch (WatchClosedError) and refuse new ones; call on the hub's loop."""
         self._closed = True
+        if self._poller is not None:
+            self._poller.cancel()
+            self._poller = None
         for tail in list(self._tails.values()):
             tail.fail(WatchClosedError("the reader is shutting down"))
         if self._inotify is not None:

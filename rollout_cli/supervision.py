@@ -373,6 +373,14 @@ def _cluster_ownership(
     show_default=True,
     help="Keep a content index for SearchSessions (off: SearchSessions is UNAVAILABLE).",
 )
+@click.option(
+    "--follow-poll-ms",
+    type=click.IntRange(0, 60_000),
+    default=1000,
+    show_default=True,
+    help="WatchSession looks at every followed file this often besides inotify, which does not see"
+    " writes made on another host of a shared volume (0: inotify alone; one host only).",
+)
 @service_options
 def serve_reader(
     data_dir: Path,
@@ -382,6 +390,7 @@ def serve_reader(
     read_budget_mb: int,
     search_index_dir: Path | None,
     search: bool,
+    follow_poll_ms: int,
     serving: ServeOptions,
 ) -> None:
     """Run a reader service (any number may serve one data root; it never writes to it)."""
@@ -395,6 +404,7 @@ def serve_reader(
         read_budget_bytes=read_budget_mb * MiB,
         search=search,
         search_index_dir=search_index_dir,
+        follow_poll_seconds=follow_poll_ms / 1000,
     )
     try:
         asyncio.run(

@@ -365,3 +365,40 @@ def test_a_watcher_far_behind_reads_the_file_itself_and_misses_nothing(tmp_path,
     assert asyncio.run(scenario()) == list(range(101))
     assert any(dropped)
     assert not all(dropped)
+
+
+def test_writes_no_inotify_report_reaches_arrive_through_the_poll(tmp_path, monkeypatch) -> None:
+    """A writer on another host appends through its own mount: this host's inotify reports
+    nothing (simulated: every report ignored). The hub's look at every followed file each
+    poll_seconds still sends each record once, in order, and the stream ends after the stop."""
+    monkeypatch.setattr(watch.WatchHub, "_on_events", lambda self: self._inotify.read(timeout=0))
+    session_id, path = _session_file(tmp_path, 2)
+    later = [_message_line(2, "written elsewhere"), _message_line(3, "and more")]
+    stop = encode_line(4, now_timestamp(), RecordType.STOP, {"stop_kind": "paused", "reason": "x"})
+
+    async def scenario() -> list[int]:
+        with ThreadPoolExecutor(2) as pool:
+
+            async def run(function: Any, *args: Any) -> Any:
+                return await asyncio.get_running_loop().run_in_executor(pool, function, *args)
+
+            hub = watch.WatchHub(run, wire.watch_reply, poll_seconds=0.02)
+            seqs: list[int] = []
+            async for reply in hub.follow(session_id, path, 0):
+                seqs += [record.seq for record in reader_pb2.WatchSessionResponse.FromString(reply).records]
+                if seqs == [0, 1]:
+                    _write(path, b"".join(later))
+                elif seqs == [0, 1, 2, 3]:
+                    _write(path, stop)
+            hub.close()
+        return seqs
+
+    assert asyncio.run(scenario()) == [0, 1, 2, 3, 4]
+
+
+def test_the_cli_default_follow_poll_is_the_hubs() -> None:
+    """serve-reader --follow-poll-ms defaults to reader_service.watch.DEFAULT_POLL_SECONDS."""
+    from rollout_cli.supervision import serve_reader
+
+    (option,) = [param for param in serve_reader.params if param.name == "follow_poll_ms"]
+    assert option.default == round(watch.DEFAULT_POLL_SECONDS * 1000)
