@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
@@ -67,6 +68,8 @@ class SessionLedger(Protocol):
     async def rebuild_exclusive(self, state: OpenSession, with_digest: bool) -> RebuiltFacts: ...
 
     async def drained_path(self, session_id: str) -> Path: ...
+
+    def holding(self, session_id: str) -> AbstractContextManager[None]: ...
 
     def owned_session_id(self) -> str: ...
 
@@ -264,29 +267,32 @@ async def fork_session(
     """
     path = await ledger.drained_path(source_id)
     new_id = "" if session_key else ledger.owned_session_id()
-    try:
-        plan = await ledger.run_io(
-            _plan_fork, path, source_id, new_id, at_seq, before_user_message, session_key
-        )
-    finally:
-        ledger.heap_trimmer.after(_file_size(path))
-    if session_key:
-        ledger.check_owner(plan.session_id)
-        ledger.check_free(plan.session_id)
-    ledger.reserve(plan.session_id)  # no await since the check: no other create can take it between
-    try:
-        await ledger.publish(
-            plan.session_id,
-            plan.name,
-            plan.head,
-            plan.meta,
-            next_seq=plan.seq + 2,
-            calls=plan.call_ids,
-            copy=(path, plan.copy_start, plan.copy_end),
-            trailer=plan.trailer,
-        )
-    finally:
-        ledger.release(plan.session_id)
+    # The source is held against a Delete until its bytes are copied: a Delete begun meanwhile
+    # waits (docs/deletion.md §1.4), and one that ended while the queue drained is NOT_FOUND.
+    with ledger.holding(source_id), _source_gone_is_not_found(source_id, path):
+        try:
+            plan = await ledger.run_io(
+                _plan_fork, path, source_id, new_id, at_seq, before_user_message, session_key
+            )
+        finally:
+            ledger.heap_trimmer.after(_file_size(path))
+        if session_key:
+            ledger.check_owner(plan.session_id)
+            ledger.check_free(plan.session_id)
+        ledger.reserve(plan.session_id)  # no await since the check: no other create can take it between
+        try:
+            await ledger.publish(
+                plan.session_id,
+                plan.name,
+                plan.head,
+                plan.meta,
+                next_seq=plan.seq + 2,
+                calls=plan.call_ids,
+                copy=(path, plan.copy_start, plan.copy_end),
+                trailer=plan.trailer,
+            )
+        finally:
+            ledger.release(plan.session_id)
     log.info("forked %s at seq %d into %s", source_id, plan.seq, plan.session_id)
     return ForkResult(plan.session_id, plan.seq, plan.digest, plan.seq + 2)
 
@@ -358,6 +364,21 @@ def _plan_fork(
         found.digest,
         found.call_ids,
     )
+
+
+@contextmanager
+def _source_gone_is_not_found(source_id: str, path: Path) -> Iterator[None]:
+    """Answer a source file that vanished under a Fork (it went with its session: deleted by
+    other means than this writer's Delete, which waits for the fork) as SessionNotFoundError,
+    never as a storage failure."""
+    try:
+        yield
+    except FileNotFoundError as exc:
+        if exc.filename not in (str(path), os.fspath(path)):
+            raise
+        gone = SessionNotFoundError(source_id)
+        gone.args = (f"session {source_id!r} not found: its file went while the fork read it (deleted)",)
+        raise gone from exc
 
 
 def _file_size(path: Path) -> int:
