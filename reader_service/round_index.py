@@ -27,6 +27,8 @@ from serving.tenancy import caller_tenant, check_visible
 from shared.errors import InvalidArgumentError, SessionNotFoundError
 from shared.lineage import Lineage, TombstoneOf, fork_source
 
+#: Deleted sources followed back from the listed forks for one holders lookup.
+MAX_DELETED_SOURCES = 4096
 #: (session id, path of its file) -> how the round cache learns the session's lineage.
 LineageFor = Callable[[str, Path], Callable[[], Lineage]]
 
@@ -58,11 +60,7 @@ def holders(index: ListingIndex, owner: str, seq: int, tombstone_of: TombstoneOf
     frontier, seen = [owner], {owner}
     while frontier:
         source = frontier.pop(0)
-        children: list[tuple[str, dict[str, Any] | None]] = []
-        for name, head in index.forks_of(source):
-            parsed = index.parsed_name(name)
-            if parsed is not None:
-                children.append((parsed.session_id, head))
+        children: list[tuple[str, dict[str, Any] | None]] = list(_forks(index, source))
         children += [(child, None) for child in deleted.get(source, [])]
         for child, meta in children:
             heads = {child: meta} if meta is not None else {}
@@ -77,20 +75,47 @@ def holders(index: ListingIndex, owner: str, seq: int, tombstone_of: TombstoneOf
 
 
 def _deleted_forks(index: ListingIndex, tombstone_of: TombstoneOf) -> dict[str, list[str]]:
-    """Source id -> the deleted sessions forked from it that listed sessions were forked from
-    (found by their deletion records); a deletion record is read only for a fork source the
-    caller cannot locate."""
+    """Source id -> the deleted sessions forked from it, found from the listed forks the caller
+    sees whose source the caller cannot locate, by their deletion records, and on back through
+    deleted sources of deleted sources. A deletion record is read only for such a source."""
     deleted: dict[str, list[str]] = {}
-    for source in index.fork_sources():
-        try:
-            index.locate(source)
-            continue  # live: its forks are listed under it
-        except (SessionNotFoundError, InvalidArgumentError, OSError):
-            pass
+    waiting = [
+        source
+        for source in index.fork_sources()
+        if any(_visible(name_id, meta) for name_id, meta in _forks(index, source))
+        and not _located(index, source)
+    ]
+    looked = set(waiting)
+    while waiting:
+        source = waiting.pop()
         deletion = tombstone_of(source)
-        if deletion is not None and deletion.forked_from is not None:
-            deleted.setdefault(deletion.forked_from[0], []).append(source)
+        if deletion is None or deletion.forked_from is None:
+            continue
+        parent = deletion.forked_from[0]
+        deleted.setdefault(parent, []).append(source)
+        if parent not in looked and len(looked) < MAX_DELETED_SOURCES and not _located(index, parent):
+            looked.add(parent)
+            waiting.append(parent)
     return deleted
+
+
+def _forks(index: ListingIndex, source: str) -> list[tuple[str, dict[str, Any]]]:
+    """(session id, session_meta) of each listed session forked directly from ``source``."""
+    found = []
+    for name, meta in index.forks_of(source):
+        parsed = index.parsed_name(name)
+        if parsed is not None:
+            found.append((parsed.session_id, meta))
+    return found
+
+
+def _located(index: ListingIndex, session_id: str) -> bool:
+    """Whether the caller can locate ``session_id`` (listed and visible)."""
+    try:
+        index.locate(session_id)
+    except (SessionNotFoundError, InvalidArgumentError, OSError):
+        return False
+    return True
 
 
 def find_origin(
