@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -133,3 +134,32 @@ def test_each_service_reads_a_deleted_source_from_its_deletion_record(data_dir: 
         records.write(_deleted(middle, (oldest, 1)).line())
     assert writer_round_id(data_dir, session_id, path) == round_id(oldest, 1)
     assert reader_round_id(data_dir, session_id, path) == round_id(oldest, 1)
+
+
+def test_the_reader_asks_the_deletion_record_of_a_source_whose_head_it_cannot_read(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A source still listed whose file went (deleted before the listing learnt it) has no head
+    to read: the reader's lineage goes on through its deletion record, not ending there (which
+    would name the round by the deleted source, and keep that name in its round cache)."""
+    middle, oldest = new_session_id(), new_session_id()
+    session_id, path = _fork_file(data_dir, middle)
+    root = DataRoot(data_dir)
+    shard_dir = root.shard_dir(root.shard_of(middle))
+    shard_dir.mkdir(parents=True, exist_ok=True)
+    with open(shard_dir / DELETIONS_FILE, "ab") as records:
+        records.write(_deleted(middle, (oldest, 1)).line())
+    reader = RolloutReaderServicer(ReaderConfig(data_dir, search=False))
+    gone = path.with_name("gone.jsonl")
+    try:
+        located, head = reader.index.locate, reader.index.meta
+
+        def still_listed(session: str, field: str = "session_id") -> tuple[Any, Path]:
+            return (None, gone) if session == middle else located(session, field)
+
+        monkeypatch.setattr(reader.index, "locate", still_listed)
+        monkeypatch.setattr(reader.index, "meta", lambda name: {} if name == gone.name else head(name))
+        (found,) = reader._rounds_of(session_id, path)
+        assert found.round_id == round_id(oldest, 1)
+    finally:
+        reader.close()
