@@ -338,11 +338,11 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
             yield reply
 
     def _live_meta(self, session_id: str) -> dict[str, Any] | None:
-        """The session_meta of a session whose file is listed (None when none is, or its head
-        cannot be read: a file deleted before the listing learnt it went, whose deletion record
-        then answers): the live lookup of a lineage walk (shared.lineage)."""
+        """The session_meta of a session whose file is listed (None when none is; {} when its head
+        cannot be read, as for a file deleted before the listing learnt it went): the live lookup
+        of a lineage walk (shared.lineage)."""
         try:
-            return self.index.meta(self.index.locate(session_id)[1].name) or None
+            return self.index.meta(self.index.locate(session_id)[1].name)
         except (SessionNotFoundError, InvalidArgumentError, OSError):
             return None
 

@@ -20,7 +20,7 @@ from shared.deletions import Deletion
 #: Sources followed back from a fork (:func:`lineage_of`).
 MAX_FORK_DEPTH = 32
 
-#: The ``session_meta`` payload of a live session (one whose file is there), None when none is.
+#: The ``session_meta`` payload of a live session (one whose file is there), None (or {}) when none is.
 MetaOf = Callable[[str], Mapping[str, Any] | None]
 #: The deletion record of a deleted session, None when it was not deleted (or cannot be read).
 TombstoneOf = Callable[[str], Deletion | None]
@@ -62,9 +62,11 @@ def forked_from(session_meta: Mapping[str, Any] | None) -> tuple[str, int] | Non
 
 def fork_source(session_id: str, meta_of: MetaOf, tombstone_of: TombstoneOf) -> tuple[str, int] | None:
     """(source id, fork seq) ``session_id`` was forked from: its ``session_meta`` when it is live,
-    else its deletion record's ``forked_from``; None when it is no fork, or neither is found."""
+    else its deletion record's ``forked_from``; None when it is no fork, or neither is found. An
+    empty ``session_meta`` (a head that cannot be read: a file going as it is deleted) counts as
+    none, so the deletion record answers."""
     meta = meta_of(session_id)
-    if meta is not None:
+    if meta:
         return forked_from(meta)
     deletion = tombstone_of(session_id)
     return deletion.forked_from if deletion is not None else None

@@ -163,3 +163,9 @@ def test_the_reader_asks_the_deletion_record_of_a_source_whose_head_it_cannot_re
         assert found.round_id == round_id(oldest, 1)
     finally:
         reader.close()
+
+
+def test_an_empty_head_is_answered_by_the_deletion_record() -> None:
+    tombstones = {"b": _deleted("b", ("a", 3))}
+    assert fork_source("b", {"b": {}}.get, tombstones.get) == ("a", 3)
+    assert fork_source("b", {"b": {}}.get, _no_tombstone) is None
