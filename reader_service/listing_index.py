@@ -51,9 +51,9 @@ from reader_service.stop_facts import DEFAULT_TAIL_WINDOW, StopFactsResult, read
 from serving.tenancy import check_visible
 from shared.errors import SessionNotFoundError
 from shared.layout import DataRoot, read_session_file, session_file_stat
+from shared.lineage import forked_from
 from shared.naming import SessionFileName, parse_file_name, validate_session_id
 from shared.records import record_of_line
-from shared.rounds import forked_from
 from shared.session_meta import branch_of, read_session_meta
 from shared.titles import TITLE_EVENT, next_title
 
@@ -360,6 +360,16 @@ class ListingIndex:
             posting = self._postings.get(("fork_source", source_id))
             names = [self._by_key.get(key) for key in posting.keys] if posting is not None else []
             return [(name, self._heads[name]) for name in names if name is not None and name in self._heads]
+
+    def fork_sources(self) -> list[str]:
+        """Ids of the sessions some listed session was forked from directly (live or not; of every
+        tenant). Complete only after :meth:`ensure_heads`."""
+        with self._lock:
+            return [
+                value
+                for (kind, value), posting in self._postings.items()
+                if kind == "fork_source" and posting.keys
+            ]
 
     @property
     def heads_held(self) -> int:

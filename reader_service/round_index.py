@@ -24,9 +24,11 @@ from reader_service.listing import SessionFilters, walk_sessions
 from reader_service.listing_index import ListingIndex
 from reader_service.rounds import RoundCache
 from serving.tenancy import caller_tenant, check_visible
-from shared.errors import SessionNotFoundError
-from shared.rounds import Lineage, forked_from
+from shared.errors import InvalidArgumentError, SessionNotFoundError
+from shared.lineage import Lineage, TombstoneOf, fork_source
 
+#: Deleted sources followed back from the listed forks for one holders lookup.
+MAX_DELETED_SOURCES = 4096
 #: (session id, path of its file) -> how the round cache learns the session's lineage.
 LineageFor = Callable[[str, Path], Callable[[], Lineage]]
 
@@ -40,10 +42,12 @@ def _visible(session_id: str, meta: Mapping[str, Any]) -> bool:
     return True
 
 
-def holders(index: ListingIndex, owner: str, seq: int) -> list[str]:
+def holders(index: ListingIndex, owner: str, seq: int, tombstone_of: TombstoneOf) -> list[str]:
     """Ids of the sessions the caller sees that hold the round whose trigger ``owner`` wrote at
     ``seq``: ``owner`` first when it is still there, then its forks that copied ``seq`` (fork
-    point >= seq), theirs, and so on, oldest first at each step."""
+    point >= seq), theirs, and so on, oldest first at each step. A deleted fork in between is
+    followed through its deletion record (``tombstone_of``: shared.lineage.fork_source, the step
+    of the walk that names the round), so its forks still count."""
     index.sync()  # forks made since the last call are listed
     index.ensure_heads()
     found: list[str] = []
@@ -52,19 +56,66 @@ def holders(index: ListingIndex, owner: str, seq: int) -> list[str]:
         found.append(owner)
     except SessionNotFoundError:
         pass  # deleted (or another tenant's): its forks may still hold the round
+    deleted = _deleted_forks(index, tombstone_of)
     frontier, seen = [owner], {owner}
     while frontier:
         source = frontier.pop(0)
-        for name, meta in index.forks_of(source):
-            origin = forked_from(meta)
-            parsed = index.parsed_name(name)
-            if origin is None or parsed is None or origin[1] < seq or parsed.session_id in seen:
+        children: list[tuple[str, dict[str, Any] | None]] = list(_forks(index, source))
+        children += [(child, None) for child in deleted.get(source, [])]
+        for child, meta in children:
+            heads = {child: meta} if meta is not None else {}
+            origin = fork_source(child, heads.get, tombstone_of)
+            if origin is None or origin[0] != source or origin[1] < seq or child in seen:
                 continue
-            seen.add(parsed.session_id)
-            frontier.append(parsed.session_id)
-            if _visible(parsed.session_id, meta):
-                found.append(parsed.session_id)
+            seen.add(child)
+            frontier.append(child)
+            if meta is not None and _visible(child, meta):
+                found.append(child)
     return found
+
+
+def _deleted_forks(index: ListingIndex, tombstone_of: TombstoneOf) -> dict[str, list[str]]:
+    """Source id -> the deleted sessions forked from it, found from the listed forks the caller
+    sees whose source the caller cannot locate, by their deletion records, and on back through
+    deleted sources of deleted sources. A deletion record is read only for such a source."""
+    deleted: dict[str, list[str]] = {}
+    waiting = [
+        source
+        for source in index.fork_sources()
+        if any(_visible(name_id, meta) for name_id, meta in _forks(index, source))
+        and not _located(index, source)
+    ]
+    looked = set(waiting)
+    while waiting:
+        source = waiting.pop()
+        deletion = tombstone_of(source)
+        if deletion is None or deletion.forked_from is None:
+            continue
+        parent = deletion.forked_from[0]
+        deleted.setdefault(parent, []).append(source)
+        if parent not in looked and len(looked) < MAX_DELETED_SOURCES and not _located(index, parent):
+            looked.add(parent)
+            waiting.append(parent)
+    return deleted
+
+
+def _forks(index: ListingIndex, source: str) -> list[tuple[str, dict[str, Any]]]:
+    """(session id, session_meta) of each listed session forked directly from ``source``."""
+    found = []
+    for name, meta in index.forks_of(source):
+        parsed = index.parsed_name(name)
+        if parsed is not None:
+            found.append((parsed.session_id, meta))
+    return found
+
+
+def _located(index: ListingIndex, session_id: str) -> bool:
+    """Whether the caller can locate ``session_id`` (listed and visible)."""
+    try:
+        index.locate(session_id)
+    except (SessionNotFoundError, InvalidArgumentError, OSError):
+        return False
+    return True
 
 
 def find_origin(

@@ -10,9 +10,8 @@ truncated or rewritten in place is read again from its first byte. Entries beyon
 ``max_entries`` are dropped least recently used first.
 
 GetRound reads only its round's bytes of the file (the tracker knows their offsets).
-A fork's round ids follow its lineage: ``forked_from`` of its session_meta, and of
-its source's, up to :data:`MAX_FORK_DEPTH` sources (a source no longer there ends the
-walk: its rounds are named by the oldest source found).
+A fork's round ids follow its lineage (shared.lineage.lineage_of: ``forked_from`` of its
+session_meta, and of its source's, live or deleted), which the caller hands in.
 """
 
 from __future__ import annotations
@@ -33,10 +32,7 @@ from shared.committed_lines import CommittedLines
 from shared.errors import InvalidArgumentError, ReplyTooLargeError, clip
 from shared.layout import open_session_file
 from shared.naming import is_session_id
-from shared.rebuild import collector_paused
-from shared.rounds import MAX_FORK_DEPTH as MAX_FORK_DEPTH
-from shared.rounds import Lineage, Round, RoundTracker, round_to_close
-from shared.rounds import lineage_of as lineage_of
+from shared.rounds import Lineage, Round, RoundTracker, round_to_close, track_file
 from shared.wire import round_to_proto
 
 T = TypeVar("T")
@@ -87,13 +83,11 @@ class _Entry:
         return end == b"\n" and os.pread(fd, len(self.last_line), self.last_line_start) == self.last_line
 
     def extend(self, fd: int, stat: os.stat_result) -> None:
-        reader = CommittedLines(fd, self.committed, stat.st_size, READ_BYTES)
-        with collector_paused():
-            for lines in reader:
-                self.committed = self.tracker.add_lines(lines, self.committed)
-                last = lines[-1]
-                self.last_line_start = self.committed - len(last) - 1
-                self.last_line = (last + b"\n")[:LINE_CHECK_BYTES]
+        lines = track_file(self.tracker, fd, self.committed, stat.st_size, READ_BYTES)
+        for committed, last in lines:
+            self.committed = committed  # in step with the tracker, should a later chunk fail
+            self.last_line_start = committed - len(last) - 1
+            self.last_line = (last + b"\n")[:LINE_CHECK_BYTES]
         self.seen_size, self.seen_mtime_ns = stat.st_size, stat.st_mtime_ns
 
 

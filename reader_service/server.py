@@ -48,12 +48,7 @@ from reader_service.pending_rounds import check_pending_request, last_append_at,
 from reader_service.replay import STREAM_CHUNK_BYTES, verify_findings, verify_session
 from reader_service.replay_cache import ReplayCache
 from reader_service.round_index import find_origin, holders
-from reader_service.rounds import (
-    RoundCache,
-    check_list_request,
-    lineage_of,
-    round_records,
-)
+from reader_service.rounds import RoundCache, check_list_request, round_records
 from reader_service.search_index import SearchFilters, SearchIndex, SearchPage
 from reader_service.stop_facts import DEFAULT_TAIL_WINDOW, StopFactsResult, read_stop_facts
 from reader_service.watch import DEFAULT_POLL_SECONDS, WatchHub
@@ -61,7 +56,7 @@ from rollout.v1 import reader_pb2, reader_pb2_grpc
 from serving.server import PLAINTEXT, RunningService, ServerSettings, ServiceServer
 from serving.status import rpc_statuses
 from serving.tenancy import caller_tenant, current_caller, keyed_session_id
-from shared.deletions import find_deletion
+from shared.deletions import Deletion, deletion_in
 from shared.errors import (
     InvalidArgumentError,
     RoundNotFoundError,
@@ -69,6 +64,7 @@ from shared.errors import (
     SessionNotFoundError,
 )
 from shared.layout import DataRoot, session_file_stat
+from shared.lineage import lineage_of
 from shared.naming import is_session_id
 from shared.rounds import Lineage, Round, round_at
 from shared.wire import round_to_proto
@@ -135,22 +131,6 @@ def _resolved(index: ListingIndex, session_key: str, tenant: str) -> tuple[str, 
 
 def _stop_facts_and_meta(index: ListingIndex, path: Path) -> tuple[StopFactsResult, dict[str, Any]]:
     return read_stop_facts(path, index.tail_window), index.meta(path.name)
-
-
-def _deleted_meta(root: DataRoot, session_id: str) -> dict[str, Any] | None:
-    """What a deleted fork source's deletion record keeps of its session_meta (its own
-    ``forked_from``, so that a fork's lineage goes on through it: docs/deletion.md), or None when
-    the session was not deleted (or is no lookup's business: a malformed id)."""
-    try:
-        deletion = find_deletion(root.shard_dir(root.shard_of(session_id)), session_id)
-    except OSError:
-        return None
-    if deletion is None:
-        return None
-    if deletion.forked_from is None:
-        return {}
-    source, seq = deletion.forked_from
-    return {"forked_from": {"session_id": source, "seq": seq}}
 
 
 def _searched(index: SearchIndex, query: str, filters: SearchFilters, size: int, offset: int) -> SearchPage:
@@ -360,16 +340,23 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
         async for reply in self.watches.follow(request.session_id, path, request.from_seq):
             yield reply
 
+    def _live_meta(self, session_id: str) -> dict[str, Any] | None:
+        """The session_meta of a session whose file is listed (None when none is; {} when its head
+        cannot be read, as for a file deleted before the listing learnt it went): the live lookup
+        of a lineage walk (shared.lineage)."""
+        try:
+            return self.index.meta(self.index.locate(session_id)[1].name)
+        except (SessionNotFoundError, InvalidArgumentError, OSError):
+            return None
+
+    def _tombstone(self, session_id: str) -> Deletion | None:
+        """The deletion record of a deleted session (shared.deletions.deletion_in)."""
+        return deletion_in(self.root, session_id)
+
     def _lineage(self, session_id: str, path: Path) -> Callable[[], Lineage]:
-        """How the round cache learns a located session's lineage (shared.rounds.lineage_of)."""
-
-        def meta_of(source: str) -> dict[str, Any] | None:
-            try:
-                return self.index.meta(self.index.locate(source)[1].name)
-            except (SessionNotFoundError, InvalidArgumentError, OSError):
-                return _deleted_meta(self.root, source)
-
-        return lambda: lineage_of(session_id, self.index.meta(path.name), meta_of)
+        """How the round cache learns a located session's lineage (shared.lineage.lineage_of,
+        through live and deleted sources: the walk the writer's Resume makes too)."""
+        return lambda: lineage_of(session_id, self.index.meta(path.name), self._live_meta, self._tombstone)
 
     def _rounds_of(self, session_id: str, path: Path) -> list[Round]:
         """The rounds of a located session file, from the round cache (reader_service.rounds)."""
@@ -402,7 +389,11 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
             origin = await self._heavy_run(
                 find_origin, self.index, self.round_cache, request.round_id, self._lineage
             )
-            held = await self._cheap_run(holders, self.index, *origin) if origin is not None else []
+            held = (
+                await self._cheap_run(holders, self.index, *origin, self._tombstone)
+                if origin is not None
+                else []
+            )
             if not held:
                 raise RoundNotFoundError("", request.round_id)
             session_id = held[0]
@@ -413,7 +404,11 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
             raise RoundNotFoundError(request.session_id, request.round_id)
         if request.session_id:
             origin = self.round_cache.origin(request.round_id)  # noted by the reading above
-            held = await self._cheap_run(holders, self.index, *origin) if origin is not None else [session_id]
+            held = (
+                await self._cheap_run(holders, self.index, *origin, self._tombstone)
+                if origin is not None
+                else [session_id]
+            )
         records = await self._heavy_run(round_records, path, found, self.config.max_reply_bytes)
         return reader_pb2.GetRoundResponse(
             round=round_to_proto(found), records=records, held_by=len(held), session_id=session_id

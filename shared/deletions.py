@@ -1,8 +1,8 @@
 """Deletion records: the line format of a shard's ``deletions.jsonl`` (docs/deletion.md §2).
 
-The writer appends one per deleted session (writer_service.deletion); the reader looks a
-deleted fork source's lineage up in them (reader_service.server, rounds), so both read and
-write them here.
+The writer appends one per deleted session (writer_service.deletion); both services look a
+deleted fork source's own source up in them (:func:`deletion_in`, the tombstone lookup the
+fork lineage walk of shared.lineage is given), so both read and write them here.
 """
 
 from __future__ import annotations
@@ -13,6 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+
+from shared.errors import InvalidArgumentError
+from shared.layout import DataRoot
 
 #: A shard's deletion records, one JSON object per line.
 DELETIONS_FILE = "deletions.jsonl"
@@ -84,3 +87,13 @@ def find_deletion(shard_dir: Path, session_id: str) -> Deletion | None:
     except FileNotFoundError:
         return None
     return None
+
+
+def deletion_in(root: DataRoot, session_id: str) -> Deletion | None:
+    """The deletion record of ``session_id`` in its shard of ``root`` (:func:`find_deletion`); None
+    when it was not deleted, when its shard's records cannot be read, or for an id that names no
+    session (a malformed ``forked_from``): a lineage walk ends there (shared.lineage)."""
+    try:
+        return find_deletion(root.shard_dir(root.shard_of(session_id)), session_id)
+    except (OSError, ValueError, InvalidArgumentError):
+        return None

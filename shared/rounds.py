@@ -55,7 +55,12 @@ those of the last ``turn_context`` in effect in the round.
 
 Round ids (:func:`round_id`) are UUIDv8 from BLAKE2b of the session that first wrote
 the trigger and its seq: global, stable, and a fork (``session_meta.forked_from``)
-keeps its source's ids for the rounds whose trigger is at or before its point.
+keeps its source's ids for the rounds whose trigger is at or before its point, through
+sources live or deleted (shared.lineage: the one walk of a fork's lineage).
+
+Reading a file: :func:`track_file` feeds a tracker a session file's committed lines in
+chunks (the reader's round cache and the writer's Resume both read through it), and
+:func:`pending_round_of` is the writer's whole read for :func:`round_to_close`.
 """
 
 from __future__ import annotations
@@ -63,12 +68,16 @@ from __future__ import annotations
 import enum
 import hashlib
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
 
+from shared.committed_lines import CommittedLines
+from shared.lineage import Lineage as Lineage
+from shared.lineage import forked_from
+from shared.rebuild import collector_paused
 from shared.records import INPUT_KINDS as INPUT_KINDS
 from shared.records import RESUMED_EVENT, ROUND_INTERRUPTED_EVENT, InputKind, RecordType, parse_timestamp
 
@@ -107,9 +116,6 @@ USER_INTERRUPTION_MARK = "[Request interrupted by user"
 #: pending round; shared.records reserves the kind); ``body.round_id`` and ``body.start_seq``
 #: name it. Re-exported here, where the rules that read it live.
 ROUND_INTERRUPTED_EVENT = ROUND_INTERRUPTED_EVENT
-#: Sources followed back from a fork for its round ids (:func:`lineage_of`).
-MAX_FORK_DEPTH = 32
-
 _ROUND_DOMAIN = b"rollout.round.v1"
 #: The input counters of a Claude API usage object, added up: what the model read.
 _CLAUDE_INPUT_COUNTERS = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
@@ -127,61 +133,6 @@ def round_id(session_id: str, seq: int) -> str:
     raw[6] = (raw[6] & 0x0F) | 0x80  # version 8
     raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 9562 variant
     return str(uuid.UUID(bytes=bytes(raw)))
-
-
-@dataclass(frozen=True, slots=True)
-class Lineage:
-    """Who first wrote each seq of a session: ``forks`` lists (source session id, fork seq) from
-    the oldest ancestor to the direct source (a session that is no fork: empty), each fork seq
-    being where the next session (or this one) was forked from that source. Seq ``s`` was
-    copied from the direct source when ``s <= `` its fork seq, and so on back: the last source
-    reached that way wrote it (a fork point may be below its source's own: a fork of a fork
-    taken before the first fork's point holds only its own records after it)."""
-
-    session_id: str
-    forks: tuple[tuple[str, int], ...] = ()
-
-    def owner(self, seq: int) -> str:
-        writer = self.session_id
-        for source, point in reversed(self.forks):
-            if seq > point:
-                break
-            writer = source
-        return writer
-
-
-def forked_from(session_meta: Mapping[str, Any] | None) -> tuple[str, int] | None:
-    """(source session id, fork seq) a ``session_meta`` payload records, or None (no fork)."""
-    origin = (session_meta or {}).get("forked_from")
-    if (
-        isinstance(origin, dict)
-        and isinstance(origin.get("session_id"), str)
-        and type(origin.get("seq")) is int
-    ):
-        return origin["session_id"], origin["seq"]
-    return None
-
-
-#: (session_meta payload of a session id, or None when it cannot be found): how a lineage is walked.
-MetaOf = Callable[[str], Mapping[str, Any] | None]
-
-
-def lineage_of(session_id: str, meta: Mapping[str, Any] | None, meta_of: MetaOf) -> Lineage:
-    """The lineage of a session whose session_meta is ``meta``: each fork source's id and fork seq,
-    oldest first, found by following ``forked_from`` through ``meta_of`` (a source that cannot be
-    found ends the walk: its rounds are named by the oldest source found; at most
-    :data:`MAX_FORK_DEPTH` sources). The reader's round ids and the writer's interruption
-    record both name rounds through it."""
-    forks: list[tuple[str, int]] = []
-    origin = forked_from(meta)
-    seen = {session_id}
-    while origin is not None and len(forks) < MAX_FORK_DEPTH and origin[0] not in seen:
-        source, point = origin
-        forks.insert(0, (source, point))
-        seen.add(source)
-        source_meta = meta_of(source)
-        origin = forked_from(source_meta) if source_meta else None
-    return Lineage(session_id, tuple(forks))
 
 
 @dataclass(frozen=True, slots=True)
@@ -648,6 +599,36 @@ def round_to_close(tracker: RoundTracker) -> Round | None:
     if not found or found[-1].status is not RoundStatus.PENDING:
         return None
     return found[-1]
+
+
+#: Bytes read at a time when a session file is read for its rounds.
+READ_BYTES = 1 << 20
+
+
+def track_file(
+    tracker: RoundTracker, fd: int, start: int, end: int, read_bytes: int = READ_BYTES
+) -> Iterator[tuple[int, bytes]]:
+    """Feed ``tracker`` the complete lines of the session file open at ``fd`` from byte ``start``
+    (a line start) up to ``end``, a chunk of about ``read_bytes`` at a time (the cyclic garbage
+    collector paused); after each chunk, yields the offset after it and its last line (without
+    its ``\\n``), so that a caller that keeps the tracker keeps its own offset in step with it.
+    Raises OSError when the file cannot be read."""
+    offset = start
+    with collector_paused():
+        for lines in CommittedLines(fd, start, end, read_bytes):
+            offset = tracker.add_lines(lines, offset)
+            yield offset, lines[-1]
+
+
+def pending_round_of(fd: int, end: int, lineage: Lineage, read_bytes: int = READ_BYTES) -> Round | None:
+    """The round the first ``end`` bytes of the session file open at ``fd`` leave pending
+    (:func:`round_to_close`), its id named through ``lineage``; None when there is none. Reads
+    in chunks, in memory that does not grow with the session (settled rounds are counted, not
+    kept). Raises OSError when the file cannot be read."""
+    tracker = RoundTracker(lineage, keep_done=False)
+    for _ in track_file(tracker, fd, 0, end, read_bytes):
+        pass
+    return round_to_close(tracker)
 
 
 def rounds_of(

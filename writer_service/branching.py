@@ -20,18 +20,21 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from shared.committed_lines import CommittedLines
-from shared.errors import SessionNotFoundError, SessionStateError
+from shared.deletions import deletion_in
+from shared.errors import InvalidArgumentError, SessionNotFoundError, SessionStateError
 from shared.layout import DataRoot, open_session_file
+from shared.lineage import lineage_of
 from shared.naming import build_file_name, session_id_for_key
 from shared.reasons import session_subject
-from shared.rebuild import DegradedEntry, collector_paused
+from shared.rebuild import DegradedEntry
 from shared.records import (
     FORKED_EVENT,
     RESUMED_EVENT,
@@ -42,7 +45,7 @@ from shared.records import (
     now_timestamp,
 )
 from shared.remedies import FORCED_RESUME
-from shared.rounds import Round, RoundTracker, lineage_of, round_to_close
+from shared.rounds import Round, pending_round_of
 from shared.session_meta import read_session_meta, recorded_tenant, tenant_of
 from shared.stop_kinds import classify_session
 from writer_service.file_facts import FORCE_HINT, RebuiltFacts, file_facts, refuse_damage
@@ -65,6 +68,8 @@ class SessionLedger(Protocol):
     async def rebuild_exclusive(self, state: OpenSession, with_digest: bool) -> RebuiltFacts: ...
 
     async def drained_path(self, session_id: str) -> Path: ...
+
+    def holding(self, session_id: str) -> AbstractContextManager[None]: ...
 
     def owned_session_id(self) -> str: ...
 
@@ -189,28 +194,27 @@ async def resume_session(ledger: SessionLedger, session_id: str, force: bool = F
 
 def round_left_pending(root: DataRoot, session_id: str, path: Path, end: int) -> Round | None:
     """The round the first ``end`` bytes of a session file leave pending with no stop record after
-    it (shared.rounds.round_to_close), named through the session's fork lineage; None when
-    there is none. Reads the file in chunks on an I/O thread, in memory that does not grow with
-    the session (the settled rounds are counted, not kept); raises OSError when it cannot be
-    read."""
-
-    def meta_of(source: str) -> dict[str, Any] | None:
-        try:
-            return read_session_meta(root.locate(source)[1])
-        except (SessionNotFoundError, OSError):
-            return None
-
+    it (shared.rounds.pending_round_of), named through the session's fork lineage, live or
+    deleted sources alike (shared.lineage.lineage_of: as the reader names it); None when there is
+    none. Reads on an I/O thread in memory that does not grow with the session; raises OSError
+    when the file cannot be read."""
     fd = open_session_file(path)
     try:
-        meta = read_session_meta(path)
-        tracker = RoundTracker(lineage_of(session_id, meta, meta_of), keep_done=False)
-        offset = 0
-        with collector_paused():
-            for lines in CommittedLines(fd, 0, end, ROUND_READ_BYTES):
-                offset = tracker.add_lines(lines, offset)
+        lineage = lineage_of(
+            session_id, read_session_meta(path), partial(live_meta, root), partial(deletion_in, root)
+        )
+        return pending_round_of(fd, end, lineage, ROUND_READ_BYTES)
     finally:
         os.close(fd)
-    return round_to_close(tracker)
+
+
+def live_meta(root: DataRoot, session_id: str) -> dict[str, Any] | None:
+    """The ``session_meta`` of a session whose file is in ``root`` (None when none is, or it
+    cannot be read): the live lookup of a lineage walk (shared.lineage)."""
+    try:
+        return read_session_meta(root.locate(session_id)[1])
+    except (SessionNotFoundError, InvalidArgumentError, OSError):
+        return None
 
 
 def _recorded_damage(entries: list[DegradedEntry]) -> list[dict[str, Any]]:
@@ -263,29 +267,32 @@ async def fork_session(
     """
     path = await ledger.drained_path(source_id)
     new_id = "" if session_key else ledger.owned_session_id()
-    try:
-        plan = await ledger.run_io(
-            _plan_fork, path, source_id, new_id, at_seq, before_user_message, session_key
-        )
-    finally:
-        ledger.heap_trimmer.after(_file_size(path))
-    if session_key:
-        ledger.check_owner(plan.session_id)
-        ledger.check_free(plan.session_id)
-    ledger.reserve(plan.session_id)  # no await since the check: no other create can take it between
-    try:
-        await ledger.publish(
-            plan.session_id,
-            plan.name,
-            plan.head,
-            plan.meta,
-            next_seq=plan.seq + 2,
-            calls=plan.call_ids,
-            copy=(path, plan.copy_start, plan.copy_end),
-            trailer=plan.trailer,
-        )
-    finally:
-        ledger.release(plan.session_id)
+    # The source is held against a Delete until its bytes are copied: a Delete begun meanwhile
+    # waits (docs/deletion.md §1.4), and one that ended while the queue drained is NOT_FOUND.
+    with ledger.holding(source_id), _source_gone_is_not_found(source_id, path):
+        try:
+            plan = await ledger.run_io(
+                _plan_fork, path, source_id, new_id, at_seq, before_user_message, session_key
+            )
+        finally:
+            ledger.heap_trimmer.after(_file_size(path))
+        if session_key:
+            ledger.check_owner(plan.session_id)
+            ledger.check_free(plan.session_id)
+        ledger.reserve(plan.session_id)  # no await since the check: no other create can take it between
+        try:
+            await ledger.publish(
+                plan.session_id,
+                plan.name,
+                plan.head,
+                plan.meta,
+                next_seq=plan.seq + 2,
+                calls=plan.call_ids,
+                copy=(path, plan.copy_start, plan.copy_end),
+                trailer=plan.trailer,
+            )
+        finally:
+            ledger.release(plan.session_id)
     log.info("forked %s at seq %d into %s", source_id, plan.seq, plan.session_id)
     return ForkResult(plan.session_id, plan.seq, plan.digest, plan.seq + 2)
 
@@ -357,6 +364,21 @@ def _plan_fork(
         found.digest,
         found.call_ids,
     )
+
+
+@contextmanager
+def _source_gone_is_not_found(source_id: str, path: Path) -> Iterator[None]:
+    """Answer a source file that vanished under a Fork (it went with its session: deleted by
+    other means than this writer's Delete, which waits for the fork) as SessionNotFoundError,
+    never as a storage failure."""
+    try:
+        yield
+    except FileNotFoundError as exc:
+        if exc.filename not in (str(path), os.fspath(path)):
+            raise
+        gone = SessionNotFoundError(source_id)
+        gone.args = (f"session {source_id!r} not found: its file went while the fork read it (deleted)",)
+        raise gone from exc
 
 
 def _file_size(path: Path) -> int:

@@ -42,8 +42,8 @@ from pathlib import Path
 
 from shared.deletions import DELETIONS_FILE, Deletion
 from shared.layout import PRIVATE_FILE_MODE, DataRoot
+from shared.lineage import forked_from
 from shared.naming import session_file_name
-from shared.rounds import forked_from
 from shared.session_meta import read_session_meta
 from writer_service.files import fsync_dir, make_durable_dirs, write_all
 from writer_service.session_state import state_path

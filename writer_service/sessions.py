@@ -32,7 +32,7 @@ import logging
 import os
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -220,6 +220,10 @@ class SessionLedger:
         self._saves: dict[str, set[concurrent.futures.Future[None]]] = {}
         #: Sessions being deleted: opening one is refused (SessionBusyError) until it is gone.
         self._deleting: set[str] = set()
+        #: Sessions whose file a Fork is reading, with how many are (see :meth:`holding`); a
+        #: delete waits for them before its file goes.
+        self._holds: dict[str, int] = {}
+        self._unheld: dict[str, asyncio.Event] = {}
         self.storage_health = StorageHealth()
         self._group: GroupCommitter | None = None
         self._kept: OrderedDict[str, IndexEntry] = OrderedDict()
@@ -758,7 +762,10 @@ class SessionLedger:
             # wait for what is queued, so every line it can name is in the file's durable bytes.
             await state.log.drain()
             state = await self.open_session(session_id)
-            await self.run_io(resolve_retractions, state.path, state.log.size, state.next_seq, retractions)
+            with self.holding(session_id):  # a Delete begun meanwhile waits for the read
+                await self.run_io(
+                    resolve_retractions, state.path, state.log.size, state.next_seq, retractions
+                )
             state = await self.open_session(session_id)  # the lines were read: look again
             if request_id:
                 remembered = self._requests.recall(session_id, request_id, print_)
@@ -803,7 +810,8 @@ class SessionLedger:
         if since_seq >= floor[0]:
             return False
         try:
-            found = await self.run_io(find_request, state.path, request_id, since_seq, floor[1])
+            with self.holding(state.session_id):  # a Delete begun meanwhile waits for the read
+                found = await self.run_io(find_request, state.path, request_id, since_seq, floor[1])
         except OSError as exc:
             raise storage_error(
                 exc, "read", f"looking up request {request_id!r} in {state.path.name}"
@@ -924,6 +932,34 @@ class SessionLedger:
             raise SessionBusyError("a Delete of this session is in progress; retry when it ends")
         return self.root.session_path(session_id, entry.name)
 
+    @contextlib.contextmanager
+    def holding(self, session_id: str) -> Iterator[None]:
+        """Hold a session's file against deletion while a Fork, or an Append's look-back (a
+        retraction's references, a request id's mark), reads it outside the session's queue: a
+        Delete of the session begun meanwhile waits until the hold is released before its file
+        goes (docs/deletion.md §1.4). Take it with no await since the session was found. Raises
+        SessionBusyError (a Delete of the session is in progress), SessionNotFoundError (it is
+        gone: deleted)."""
+        if session_id in self._deleting:
+            raise SessionBusyError("a Delete of this session is in progress; retry when it ends")
+        if self.index.get(session_id) is None:
+            raise SessionNotFoundError(session_id)
+        self._holds[session_id] = self._holds.get(session_id, 0) + 1
+        try:
+            yield
+        finally:
+            self._holds[session_id] -= 1
+            if not self._holds[session_id]:
+                del self._holds[session_id]
+                waiter = self._unheld.pop(session_id, None)
+                if waiter is not None:
+                    waiter.set()
+
+    async def _released(self, session_id: str) -> None:
+        """Wait until no Fork holds the session's file (:meth:`holding`)."""
+        while session_id in self._holds:
+            await self._unheld.setdefault(session_id, asyncio.Event()).wait()
+
     async def delete(self, session_id: str, cause: str = "request", deleted_by: str = "") -> DeleteResult:
         """Delete a session for good (writer_service.deletion): its queued records are drained
         (their appends acknowledged), its deletion record made durable, its file and what derives
@@ -976,6 +1012,7 @@ class SessionLedger:
                 marked, state.busy = state, "Delete"
                 await state.log.drain()  # appends in flight are written and acknowledged first
             await self._saved(session_id)  # no state file is written after the delete removed it
+            await self._released(session_id)  # a Fork reading the file finishes first
             try:
                 await self.run_io(remove_session, self.root, self.index.tombstones, deletion, entry.name)
             except OSError as exc:

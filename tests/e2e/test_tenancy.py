@@ -244,6 +244,33 @@ def test_a_round_id_alone_finds_only_the_callers_rounds(channels) -> None:
     assert _same_answer(seen, unknown, (first, absent)), (seen.details(), unknown.details())
 
 
+def test_a_round_held_through_a_deleted_fork_stays_the_callers_alone(channels) -> None:
+    """Tenant a's round is copied by a fork of a fork whose middle is then deleted: for a it is held
+    by the source and the last fork (the walk goes through the deletion record); for b the id is
+    NOT_FOUND, by id alone and named in b's own session, exactly as an id no session holds."""
+    target = _session_of_a(channels)
+    writer, reader = channels[WRITER.full_name], channels[READER.full_name]
+    fork = WRITER.methods_by_name["Fork"]
+    (middle,) = call(writer, fork, writer_pb2.ForkRequest(session_id=target, at_seq=1), A)
+    (last,) = call(writer, fork, writer_pb2.ForkRequest(session_id=middle.session_id, at_seq=1), A)
+    delete = WRITER.methods_by_name["DeleteSession"]
+    call(writer, delete, writer_pb2.DeleteSessionRequest(session_id=middle.session_id), A)
+    method = READER.methods_by_name["GetRound"]
+    first = round_id(target, 1)
+    (own,) = call(reader, method, reader_pb2.GetRoundRequest(round_id=first, session_id=last.session_id), A)
+    assert (own.held_by, own.session_id) == (2, last.session_id)
+    create = WRITER.methods_by_name["CreateSession"]
+    (theirs,) = call(writer, create, writer_pb2.CreateSessionRequest(role=writer_pb2.SESSION_ROLE_ROOT), B)
+    absent = round_id(str(uuid.uuid4()), 1)
+    for session_id in ("", theirs.session_id):
+        seen = refusal(reader, method, reader_pb2.GetRoundRequest(round_id=first, session_id=session_id), B)
+        unknown = refusal(
+            reader, method, reader_pb2.GetRoundRequest(round_id=absent, session_id=session_id), B
+        )
+        assert seen.code() == grpc.StatusCode.NOT_FOUND
+        assert _same_answer(seen, unknown, (first, absent)), (seen.details(), unknown.details())
+
+
 def test_a_key_names_a_session_of_the_callers_tenant_only(channels) -> None:
     """The same session key names two sessions for tenants a and b; b resolving a's session id, or a's
     key, finds nothing of a's (ResolveSession answers found=false, as for an absent session)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from reader_service.rounds import RoundCache, lineage_of, rounds_page
+from reader_service.rounds import RoundCache, rounds_page
 from rollout.v1 import reader_pb2
 from shared.rounds import Lineage, RoundStatus
 from tests.shared.test_rounds import SESSION, Session
@@ -47,16 +47,6 @@ def test_a_grown_file_extends_its_rounds_and_a_replaced_one_is_read_again(tmp_pa
     os.replace(replaced, path)
     assert cache.rounds(path, lambda: Lineage(SESSION)) == first
     assert cache.counts["rebuilt"] == 2
-
-
-def test_a_fork_of_a_fork_names_rounds_by_the_oldest_source() -> None:
-    metas = {
-        "b": {"session_id": "b", "forked_from": {"session_id": "a", "seq": 3}},
-        "a": {"session_id": "a"},
-    }
-    meta = {"session_id": "c", "forked_from": {"session_id": "b", "seq": 7}}
-    assert lineage_of("c", meta, metas.get) == Lineage("c", (("a", 3), ("b", 7)))
-    assert lineage_of("c", meta, lambda _: None) == Lineage("c", (("b", 7),))
 
 
 def test_a_page_made_from_kept_round_bytes_is_the_page_a_fresh_reading_serializes(tmp_path: Path) -> None:

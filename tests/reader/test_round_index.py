@@ -67,3 +67,32 @@ def test_a_round_id_no_session_holds_is_not_found(writer, reader) -> None:
     with pytest.raises(grpc.RpcError) as caught:
         _get(reader, round_id(sid, 2), session_id=sid)
     assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_a_round_stays_held_by_the_forks_of_deleted_forks(writer, reader) -> None:
+    """Source, two forks in a chain and a last fork, all copying round 1. With both middle forks
+    deleted, the round is held by the source and the last fork (the deletion records carry the
+    chain); with the source deleted too, it is found by id alone in the last fork alone. A round
+    a deleted middle fork wrote is held by the last fork alone."""
+    source = writer.CreateSession(writer_pb2.CreateSessionRequest()).session_id
+    writer.Append(
+        writer_pb2.AppendRequest(session_id=source, records=[_msg("user", "one"), _msg("assistant", "1")])
+    )
+    first = writer.Fork(writer_pb2.ForkRequest(session_id=source, at_seq=2)).session_id
+    writer.Append(
+        writer_pb2.AppendRequest(session_id=first, records=[_msg("user", "mid"), _msg("assistant", "m")])
+    )
+    second = writer.Fork(writer_pb2.ForkRequest(session_id=first, at_seq=5)).session_id
+    last = writer.Fork(writer_pb2.ForkRequest(session_id=second, at_seq=5)).session_id
+    rid = round_id(source, 1)
+    assert _get(reader, rid).held_by == 4
+    for session_id in (first, second):
+        writer.DeleteSession(writer_pb2.DeleteSessionRequest(session_id=session_id))
+    found = _get(reader, rid)
+    assert (found.held_by, found.session_id) == (2, source)
+    assert _get(reader, rid, session_id=last).held_by == 2
+    mid = _get(reader, round_id(first, 4), session_id=last)
+    assert (mid.held_by, mid.round.question) == (1, "mid")
+    writer.DeleteSession(writer_pb2.DeleteSessionRequest(session_id=source))
+    alone = _get(reader, rid)
+    assert (alone.held_by, alone.session_id, alone.round.question) == (1, last, "one")

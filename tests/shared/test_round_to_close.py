@@ -4,7 +4,7 @@ lists it) agree on every tail, and each side goes through the rule."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +77,8 @@ def test_writer_and_reader_find_the_same_round_to_close(data_dir: Path, case: st
 
 @pytest.mark.parametrize(
     ("module", "read"),
-    [(writer_service.branching, writer_side), (reader_service.rounds, reader_side)],
+    # The writer reads through shared.rounds.pending_round_of, which calls the rule in its module.
+    [(shared.rounds, writer_side), (reader_service.rounds, reader_side)],
     ids=["writer", "reader"],
 )
 def test_each_side_decides_with_the_shared_rule(
@@ -94,3 +95,27 @@ def test_each_side_decides_with_the_shared_rule(
     monkeypatch.setattr(module, "round_to_close", nothing)
     assert read(data_dir, path) is None
     assert calls
+
+
+@pytest.mark.parametrize(
+    ("module", "read"),
+    # The writer reads through shared.rounds.pending_round_of, which calls the loop in its module.
+    [(shared.rounds, writer_side), (reader_service.rounds, reader_side)],
+    ids=["writer", "reader"],
+)
+def test_each_side_reads_a_file_with_the_shared_loop(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch, module: Any, read: Callable[[Path, Path], Any]
+) -> None:
+    """A loop that fed the tracker nothing makes each side find nothing to close in a pending
+    round: neither reads a session file for its rounds its own way."""
+    path = write_session(data_dir, TAILS["a pending round"][0])
+    assert module.track_file is shared.rounds.track_file
+    fed: list[int] = []
+
+    def nothing(tracker: RoundTracker, fd: int, start: int, end: int, read_bytes: int = 0) -> Iterator[Any]:
+        fed.append(end)
+        return iter(())
+
+    monkeypatch.setattr(module, "track_file", nothing)
+    assert read(data_dir, path) is None
+    assert fed

@@ -8,6 +8,7 @@ import asyncio
 import os
 import signal
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -17,14 +18,14 @@ from prometheus_client import REGISTRY
 
 from rollout.v1 import reader_pb2, reader_pb2_grpc, records_pb2, writer_pb2, writer_pb2_grpc
 from shared.deletions import DELETIONS_FILE
-from shared.errors import SessionExistsError
+from shared.errors import SessionBusyError, SessionExistsError, SessionNotFoundError
 from shared.layout import DataRoot
 from shared.naming import session_file_name
 from shared.rounds import round_id
 from shared.session_meta import SessionRole, SessionSpec
 from tests.conftest import start_service
 from tests.data_roots import session_file
-from writer_service import session_state
+from writer_service import branching, session_state, sessions
 from writer_service.deletion import KILL_AT_ENV, KILL_POINTS, TRASH_DIR
 from writer_service.server import append_payloads
 from writer_service.session_state import SAVE_EVERY_BYTES
@@ -391,3 +392,163 @@ def test_a_fork_of_a_fork_keeps_its_round_ids_when_the_middle_session_is_deleted
     assert _round_ids(data_dir, last) == before
     writer.DeleteSession(writer_pb2.DeleteSessionRequest(session_id=source))
     assert _round_ids(data_dir, last) == before
+
+
+# -- calls racing a delete: each ends as if it came wholly before or after it (docs/deletion.md §1.4)
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    """Wait for ``condition`` (generous bound: a loaded machine is slow, never this slow)."""
+    for _ in range(6000):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the condition never held")
+
+
+def _held(
+    monkeypatch: pytest.MonkeyPatch, module: object, name: str
+) -> tuple[threading.Event, threading.Event]:
+    """Hold ``module.name`` (a function run on an I/O thread) until the second event is set; the
+    first is set when a call is held."""
+    entered, go = threading.Event(), threading.Event()
+    real = getattr(module, name)
+
+    def held(*args: object) -> object:
+        entered.set()
+        go.wait(60)
+        return real(*args)
+
+    monkeypatch.setattr(module, name, held)
+    return entered, go
+
+
+def _lines(data_dir: Path, session_id: str) -> list[dict]:
+    return [orjson.loads(line) for line in session_file(data_dir, session_id).read_bytes().splitlines()]
+
+
+def _payloads(*texts: str) -> list:
+    return [append_payloads(_user(text), 0) for text in texts]
+
+
+def test_a_fork_reading_its_source_when_a_delete_begins_is_made_first(data_dir, monkeypatch) -> None:
+    """The fork reads its source on an I/O thread when the source's delete begins: the delete waits
+    for the fork to finish (its file is held), then deletes; the fork has the source's records.
+    Without the hold the file went from under the fork (an UNAVAILABLE 'No such file')."""
+    entered, go = _held(monkeypatch, branching, "_plan_fork")
+
+    async def scenario() -> None:
+        ledger = SessionLedger(WriterConfig(data_dir=data_dir))
+        try:
+            source, _ = await ledger.create_session(SessionSpec(role=SessionRole.ROOT))
+            await ledger.append(source, _payloads("a", "b"))
+            fork = asyncio.create_task(ledger.fork(source, 2, None))
+            await _until(entered.is_set)
+            delete = asyncio.create_task(ledger.delete(source))
+            await _until(lambda: delete.done() or source in ledger._unheld)
+            go.set()
+            forked = await fork
+            await delete
+            assert [line["payload"].get("content") for line in _lines(data_dir, forked.session_id)][1:3] == [
+                "a",
+                "b",
+            ]
+            assert _leftovers(data_dir, source) == []
+        finally:
+            go.set()
+            await ledger.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_fork_of_a_source_deleted_while_its_queue_drained_is_not_found(data_dir, monkeypatch) -> None:
+    """The delete ends between the fork's drain of the source and its read: NOT_FOUND."""
+
+    async def scenario() -> None:
+        ledger = SessionLedger(WriterConfig(data_dir=data_dir))
+        try:
+            source, _ = await ledger.create_session(SessionSpec(role=SessionRole.ROOT))
+            await ledger.append(source, _payloads("a"))
+            drained = ledger.drained_path
+
+            async def drained_then_deleted(session_id: str) -> Path:
+                path = await drained(session_id)
+                await ledger.delete(session_id)
+                return path
+
+            monkeypatch.setattr(ledger, "drained_path", drained_then_deleted)
+            with pytest.raises(SessionNotFoundError):
+                await ledger.fork(source, 1, None)
+        finally:
+            await ledger.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_source_file_gone_under_a_fork_is_not_found(data_dir, monkeypatch) -> None:
+    """A source file that vanishes while a fork reads it (removed by other means than this
+    writer's Delete) is NOT_FOUND naming the source, never a storage failure."""
+    entered, go = _held(monkeypatch, branching, "_plan_fork")
+
+    async def scenario() -> None:
+        ledger = SessionLedger(WriterConfig(data_dir=data_dir))
+        try:
+            source, _ = await ledger.create_session(SessionSpec(role=SessionRole.ROOT))
+            await ledger.append(source, _payloads("a"))
+            fork = asyncio.create_task(ledger.fork(source, 1, None))
+            await _until(entered.is_set)
+            session_file(data_dir, source).unlink()
+            go.set()
+            with pytest.raises(SessionNotFoundError, match="went while the fork read it"):
+                await fork
+        finally:
+            go.set()
+            await ledger.close()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("look_back", ["resolve_retractions", "find_request"])
+def test_an_append_reading_back_when_a_delete_begins_is_aborted_then_not_found(
+    data_dir, monkeypatch, look_back: str
+) -> None:
+    """An Append that reads the session file back (a retraction's references; a request id looked
+    up from request_since_seq after a restart) when the session's delete begins: the delete
+    waits for the read, the Append is ABORTED (a Delete in progress), the next one NOT_FOUND.
+    Without the hold the read failed on a missing file (UNAVAILABLE, or an internal error)."""
+    entered, go = _held(monkeypatch, sessions, look_back)
+
+    async def scenario() -> None:
+        ledger = SessionLedger(WriterConfig(data_dir=data_dir))
+        session_id, _ = await ledger.create_session(SessionSpec(role=SessionRole.ROOT))
+        await ledger.append(session_id, _payloads("a"))
+        if look_back == "find_request":
+            _, _, durable = await ledger.enqueue(session_id, _payloads("b"), request_id="r1")
+            await durable
+            await ledger.close()
+            ledger = SessionLedger(WriterConfig(data_dir=data_dir))
+        try:
+            if look_back == "resolve_retractions":
+                refs = [records_pb2.MessageRef(seq=1)]
+                retraction = writer_pb2.AppendRecord(
+                    retraction=records_pb2.Retraction(messages=refs, reason="r")
+                )
+                append = asyncio.create_task(ledger.append(session_id, [append_payloads(retraction, 0)]))
+            else:
+                append = asyncio.create_task(
+                    ledger.enqueue(session_id, _payloads("c"), request_id="r2", request_since_seq=1)
+                )
+            await _until(entered.is_set)
+            delete = asyncio.create_task(ledger.delete(session_id))
+            await _until(lambda: delete.done() or session_id in ledger._unheld)
+            go.set()
+            with pytest.raises(SessionBusyError):
+                await append
+            await delete
+            with pytest.raises(SessionNotFoundError):
+                await ledger.append(session_id, _payloads("d"))
+        finally:
+            go.set()
+            await ledger.close()
+
+    asyncio.run(scenario())

@@ -9,6 +9,7 @@ import orjson
 import pytest
 
 from rollout.v1 import reader_pb2, records_pb2, writer_pb2
+from shared.rounds import round_id
 from tests.data_roots import session_file
 
 PAUSED = records_pb2.STOP_KIND_PAUSED
@@ -264,3 +265,34 @@ def test_the_interrupted_round_of_a_fork_of_a_fork_is_named_as_the_reader_names_
     resumed = writer.Resume(writer_pb2.ResumeRequest(session_id=grandchild))
     assert resumed.interrupted_round_id == source_round.round_id
     assert [r.round_id for r in _rounds(reader, grandchild)][-1] == source_round.round_id
+
+
+@pytest.mark.parametrize("deleted", [("child",), ("child", "source")], ids=["middle", "middle-and-source"])
+def test_the_interrupted_round_of_a_fork_of_a_deleted_fork_is_named_as_the_reader_names_it(
+    writer, reader, deleted: tuple[str, ...]
+) -> None:
+    """The middle session of a lineage (and then its source too) is deleted before the last fork
+    is resumed: the writer walks through the deletion records (docs/deletion.md §1.2) as the
+    reader does, so the interruption record names the round by the session that first wrote its
+    trigger, and GetRound finds it by that id, held by the sessions still holding it."""
+    sid = writer.CreateSession(writer_pb2.CreateSessionRequest()).session_id
+    append(writer, sid, msg("user", "a"), msg("assistant", "b"), msg("user", "c"))
+    child = writer.Fork(writer_pb2.ForkRequest(session_id=sid, at_seq=3)).session_id
+    grandchild = writer.Fork(writer_pb2.ForkRequest(session_id=child, at_seq=3)).session_id
+    (_, source_round) = _rounds(reader, sid)
+    assert source_round.round_id == round_id(sid, 3)
+    names = {"child": child, "source": sid}
+    for name in deleted:
+        writer.DeleteSession(writer_pb2.DeleteSessionRequest(session_id=names[name]))
+    resumed = writer.Resume(writer_pb2.ResumeRequest(session_id=grandchild))
+    assert resumed.interrupted_round_id == source_round.round_id
+    (_, last) = _rounds(reader, grandchild)
+    assert (last.round_id, last.status) == (source_round.round_id, "interrupted")
+    found = reader.GetRound(reader_pb2.GetRoundRequest(round_id=source_round.round_id))
+    holding = 1 if "source" in deleted else 2
+    assert (found.round.round_id, found.held_by) == (source_round.round_id, holding)
+    assert found.session_id == (grandchild if "source" in deleted else sid)
+    by_session = reader.GetRound(
+        reader_pb2.GetRoundRequest(round_id=source_round.round_id, session_id=grandchild)
+    )
+    assert (by_session.round.status, by_session.held_by) == ("interrupted", holding)
