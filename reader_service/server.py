@@ -153,8 +153,13 @@ def _deleted_meta(root: DataRoot, session_id: str) -> dict[str, Any] | None:
     return {"forked_from": {"session_id": source, "seq": seq}}
 
 
-def _searched(index: SearchIndex, query: str, filters: SearchFilters, size: int, offset: int) -> SearchPage:
-    """:meth:`SearchIndex.search`; an index that cannot be read is SearchUnavailableError."""
+def _searched(
+    listing: ListingIndex, index: SearchIndex, query: str, filters: SearchFilters, size: int, offset: int
+) -> SearchPage:
+    """:meth:`SearchIndex.search`, after the listing index learnt of every session file gone
+    (deleted sessions leave the content index through its removal listeners); an index that
+    cannot be read is SearchUnavailableError."""
+    listing.sync()
     try:
         return index.search(query, filters, size, offset)
     except sqlite3.Error as exc:
@@ -177,11 +182,22 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
         metrics.watch(self.replays, self.index)
         self._cheap = ThreadPoolExecutor(config.io_threads, thread_name_prefix="rollout-read")
         self._heavy = ThreadPoolExecutor(config.heavy_threads, thread_name_prefix="rollout-heavy-read")
-        self.watches = WatchHub(self._cheap_run, wire.watch_reply, config.follow_poll_seconds)
+        self.watches = WatchHub(
+            self._cheap_run, wire.watch_reply, config.follow_poll_seconds, deleted=self._was_deleted
+        )
         self.round_cache = RoundCache()
         self.search_index = SearchIndex(self.root, config.search_index_dir) if config.search else None
-        # A session file that goes (deleted) takes its cached replay and rounds with it.
+        # A session file that goes (deleted) takes its cached replay, rounds and indexed text with it.
         self.index.removal_listeners += [self.replays.forget, self.round_cache.forget]
+        if self.search_index is not None:
+            self.index.removal_listeners.append(self.search_index.forget)
+
+    def _was_deleted(self, session_id: str) -> bool:
+        """Whether a deletion record names ``session_id`` (False when it cannot be read)."""
+        try:
+            return find_deletion(self.root.shard_dir(self.root.shard_of(session_id)), session_id) is not None
+        except OSError:
+            return False
 
     async def _cheap_run(self, function: Callable[..., T], *args: Any) -> T:
         """Run ``function`` on a cheap-read thread, as the caller of this RPC (serving.tenancy)."""
@@ -451,7 +467,9 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
             raise SearchUnavailableError(
                 "this reader runs without a content index (serve-reader --no-search)"
             )
-        page = await self._cheap_run(_searched, self.search_index, request.query, filters, size, offset)
+        page = await self._cheap_run(
+            _searched, self.index, self.search_index, request.query, filters, size, offset
+        )
         return wire.search_page(page)
 
     def close(self) -> None:

@@ -269,7 +269,8 @@ class RolloutReaderServicer:
         record is a checkpoint without its stop record does not end the stream.
 
         INVALID_ARGUMENT: a negative from_seq or a malformed session id.
-        NOT_FOUND: unknown session (looked up as every other reader RPC does).
+        NOT_FOUND: unknown session (looked up as every other reader RPC does), or
+        the session was deleted while watched (docs/deletion.md).
         ABORTED: the session file was replaced (another file at its name, or
         none), or cut below what this stream already sent (the writer rolls back
         a batch whose write failed): records already received may no longer be
