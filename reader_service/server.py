@@ -61,7 +61,7 @@ from rollout.v1 import reader_pb2, reader_pb2_grpc
 from serving.server import PLAINTEXT, RunningService, ServerSettings, ServiceServer
 from serving.status import rpc_statuses
 from serving.tenancy import caller_tenant, current_caller, keyed_session_id
-from shared.deletions import find_deletion
+from shared.deletions import Deletion, find_deletion
 from shared.errors import (
     InvalidArgumentError,
     RoundNotFoundError,
@@ -119,22 +119,37 @@ def _next_chunk(chunks: Iterator[bytes]) -> bytes | None:
 
 
 def _resolved(index: ListingIndex, session_key: str, tenant: str) -> tuple[str, bool]:
-    """(session id, found) of a caller's session key (serving.tenancy.keyed_session_id), or of a
-    session id the caller sees given as the key."""
+    """(session id, found) of a caller's session key (serving.tenancy.keyed_session_id: after a
+    deletion of its session the key names its next id), or of a session id the caller sees
+    given as the key."""
     if is_session_id(session_key):
         with contextlib.suppress(SessionNotFoundError):
             index.locate(session_key)
             return session_key, True
-    session_id = keyed_session_id(tenant, session_key)
-    try:
-        index.locate(session_id)
-    except SessionNotFoundError:
-        return session_id, False
-    return session_id, True
+    found: set[str] = set()
+
+    def deleted(session_id: str) -> bool:  # a listed session is not deleted: no record is read
+        try:
+            index.locate(session_id)
+        except SessionNotFoundError:
+            return _deletion_of(index.root, session_id) is not None
+        found.add(session_id)
+        return False
+
+    session_id = keyed_session_id(tenant, session_key, shard_of=index.root.shard_of, deleted=deleted)
+    return session_id, session_id in found
 
 
 def _stop_facts_and_meta(index: ListingIndex, path: Path) -> tuple[StopFactsResult, dict[str, Any]]:
     return read_stop_facts(path, index.tail_window), index.meta(path.name)
+
+
+def _deletion_of(root: DataRoot, session_id: str) -> Deletion | None:
+    """The deletion record of ``session_id`` in its shard (None: none, or it cannot be read)."""
+    try:
+        return find_deletion(root.shard_dir(root.shard_of(session_id)), session_id)
+    except OSError:
+        return None
 
 
 def _deleted_meta(root: DataRoot, session_id: str) -> dict[str, Any] | None:
@@ -194,10 +209,7 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
 
     def _was_deleted(self, session_id: str) -> bool:
         """Whether a deletion record names ``session_id`` (False when it cannot be read)."""
-        try:
-            return find_deletion(self.root.shard_dir(self.root.shard_of(session_id)), session_id) is not None
-        except OSError:
-            return False
+        return _deletion_of(self.root, session_id) is not None
 
     async def _cheap_run(self, function: Callable[..., T], *args: Any) -> T:
         """Run ``function`` on a cheap-read thread, as the caller of this RPC (serving.tenancy)."""

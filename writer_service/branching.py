@@ -29,7 +29,7 @@ from typing import Any, Protocol, TypeVar
 from shared.committed_lines import CommittedLines
 from shared.errors import SessionNotFoundError, SessionStateError
 from shared.layout import DataRoot, open_session_file
-from shared.naming import build_file_name, session_id_for_key
+from shared.naming import build_file_name, current_keyed_session_id
 from shared.reasons import session_subject
 from shared.rebuild import DegradedEntry, collector_paused
 from shared.records import (
@@ -67,6 +67,8 @@ class SessionLedger(Protocol):
     async def drained_path(self, session_id: str) -> Path: ...
 
     def owned_session_id(self) -> str: ...
+
+    def was_deleted(self, session_id: str) -> bool: ...
 
     def check_owner(self, session_id: str) -> None: ...
 
@@ -245,7 +247,7 @@ async def fork_session(
     (keep everything before the Nth user message, 1-based) is given. The
     source is drained first when this writer has it open, and never written.
     ``session_key`` (optional) names the fork in the source's tenant, as CreateSession's key
-    does (shared.naming.session_id_for_key; recorded in its session_meta).
+    does (shared.naming.current_keyed_session_id; recorded in its session_meta).
     Raises InvalidArgumentError (no or bad fork point), SessionStateError (the
     point cuts a tool call from its output or a reasoning from its answer),
     CorruptSessionError (damage before the fork point), SessionNotFoundError,
@@ -265,7 +267,15 @@ async def fork_session(
     new_id = "" if session_key else ledger.owned_session_id()
     try:
         plan = await ledger.run_io(
-            _plan_fork, path, source_id, new_id, at_seq, before_user_message, session_key
+            _plan_fork,
+            path,
+            source_id,
+            new_id,
+            at_seq,
+            before_user_message,
+            session_key,
+            ledger.root.shard_of,
+            ledger.was_deleted,
         )
     finally:
         ledger.heap_trimmer.after(_file_size(path))
@@ -313,10 +323,14 @@ def _plan_fork(
     session_id: str,
     at_seq: int | None,
     before_user_message: int | None,
-    session_key: str = "",
+    session_key: str,
+    shard_of: Callable[[str], int],
+    deleted: Callable[[str], bool],
 ) -> _ForkPlan:
     """Read the source, find and check the fork point, rebuild the prefix and build the new file
-    (named ``session_id``, or the id ``session_key`` names in the source's tenant when given).
+    (named ``session_id``, or the id ``session_key`` names now in the source's tenant when given:
+    shared.naming.current_keyed_session_id, with the data root's ``shard_of`` and the writer's
+    tombstones as ``deleted``).
 
     Runs on an I/O thread: every step reads the source in chunks (bounded memory;
     about 1 s per 100 MB). Raises what :func:`fork_session` documents, and OSError
@@ -330,7 +344,8 @@ def _plan_fork(
     meta = dict(found.session_meta or {})
     meta.pop("session_key", None)  # the source's key names the source
     if session_key:
-        session_id = session_id_for_key(recorded_tenant(tenant_of(meta)), session_key)
+        tenant = recorded_tenant(tenant_of(meta))
+        session_id = current_keyed_session_id(tenant, session_key, shard_of=shard_of, deleted=deleted)
         meta["session_key"] = session_key
     meta.update(
         session_id=session_id,

@@ -278,7 +278,9 @@ class SessionLedger:
         role = resolve_role(spec)
         spec = replace(spec, tenant=caller_tenant(spec.tenant))
         if spec.session_key:
-            keyed = keyed_session_id(spec.tenant, spec.session_key)
+            keyed = keyed_session_id(
+                spec.tenant, spec.session_key, shard_of=self.root.shard_of, deleted=self.was_deleted
+            )
             if spec.session_id and spec.session_id != keyed:
                 raise InvalidArgumentError(
                     "session_id",
@@ -329,6 +331,10 @@ class SessionLedger:
                 shard=shard,
                 owner=owner,
             )
+
+    def was_deleted(self, session_id: str) -> bool:
+        """Whether ``session_id`` is a tombstone of a shard this writer loaded (docs/deletion.md §2.2)."""
+        return session_id in self.index.tombstones
 
     def owned_session_id(self) -> str:
         """A new session id (UUIDv7) in a shard this writer owns: ids are drawn until one lands in

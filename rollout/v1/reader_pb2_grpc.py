@@ -241,7 +241,9 @@ class RolloutReaderServicer:
     def ResolveSession(self, request, context):
         """The session a caller's own key names in its tenant (CreateSession's
         session_key; the id is derived from tenant and key, so this reads no
-        index): its id, and whether it exists (found=false: not created yet, or
+        index; after a deletion of the key's session, the key's next id: the
+        shard's deletion records are read then, docs/deletion.md §2.2): its id,
+        and whether it exists (found=false: not created yet, or
         not visible to the caller; the id is still the one CreateSession would
         give it). A session_key that is itself the id of a session the caller sees
         names that session.
