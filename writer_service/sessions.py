@@ -282,6 +282,8 @@ class SessionLedger:
                 spec.tenant, spec.session_key, shard_of=self.root.shard_of, deleted=self.was_deleted
             )
             if spec.session_id and spec.session_id != keyed:
+                if self.was_deleted(spec.session_id):  # an earlier id of the key (docs/deletion.md §2.2)
+                    raise SessionExistsError(spec.session_id, deleted=True)
                 raise InvalidArgumentError(
                     "session_id",
                     f"is not the id session_key {clip(spec.session_key)!r} names in this tenant ({keyed});"

@@ -86,6 +86,8 @@ def test_a_key_whose_session_was_deleted_names_a_new_session(client, data_dir) -
     assert [message["content"] for message in second.replay().messages] == ["after"]
     with pytest.raises(AlreadyExistsError, match="never used again"):
         client.create_session(session_id=first.id)
+    with pytest.raises(AlreadyExistsError, match="never used again"):  # given with its key
+        client.create_session(session_id=first.id, session_key="thread-7")
     client.delete_session(second_id)
     source = client.create_session()
     source.append(user("copied"))
