@@ -30,7 +30,10 @@ appends of that time are indexed together: a search may miss what was written in
 CPU is short the index lags rather than the writer or the reader's RPCs; it lists every folder and compares sizes every
 :data:`SWEEP_SECONDS` and whenever reports were lost (changes made through another host are
 never reported: docs/spec.md §7). Searches read through connections of their own (WAL mode: a search
-never waits for the indexing). The writer's path is not touched at all.
+never waits for the indexing). The writer's path is not touched at all. A deleted session is
+also forgotten at once (:meth:`SearchIndex.forget`, a removal listener of the reader's listing
+index, which a search brings up to date first): its rows are deleted, or left out of searches
+until the indexing step writing at that moment has deleted them (docs/deletion.md §1.1).
 """
 
 from __future__ import annotations
@@ -282,6 +285,11 @@ class SearchIndex:
         self._readers: list[sqlite3.Connection] = []
         #: Session file names to (re)index, and whether every folder must be listed.
         self._dirty: set[str] = set()
+        #: Session file names gone (:meth:`forget`) whose rows are not deleted yet: searches
+        #: leave them out until then. Guarded by ``_lock``.
+        self._forgotten: set[str] = set()
+        #: Held by whoever writes the index (one transaction at a time).
+        self._writing = threading.Lock()
         self._sweep_due = True
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
@@ -354,10 +362,29 @@ class SearchIndex:
             readers, self._readers = self._readers, []
         for connection in readers:
             connection.close()
-        self._connection.close()
+        with self._writing:
+            self._connection.close()
         self._lock_file.close()
         if self._owned:
             shutil.rmtree(self.folder, ignore_errors=True)
+
+    def forget(self, path: Path) -> None:
+        """Forget the session file at ``path`` (deleted: docs/deletion.md §1.1): its rows leave
+        every search from now on, and are deleted from the index's tables at once when no
+        indexing step is writing, else by the step under way as it commits (or the next). A
+        removal listener of the listing index (reader_service.server): called under the sessions
+        folder's lock, so it never waits for the indexing."""
+        with self._lock:
+            self._forgotten.add(path.name)
+        if self._closed.is_set() or not self._writing.acquire(blocking=False):
+            return
+        try:
+            with self._written():
+                pass  # a transaction deletes what is forgotten
+        except sqlite3.Error as exc:  # left for the indexing thread; searches leave it out meanwhile
+            log.warning("search index: forgetting %s: %s", path.name, exc)
+        finally:
+            self._writing.release()
 
     def catch_up(self) -> None:
         """List every folder and index all there is, on the calling thread (only while the
@@ -385,6 +412,9 @@ class SearchIndex:
         while not self._closed.is_set():
             try:
                 began = time.monotonic()
+                if self._forgotten:  # left by a forget that met a step writing
+                    with self._transaction():
+                        pass
                 if inotify is not None and began - last_watch >= WATCH_SECONDS:
                     last_watch = began
                     if len(watched) < self.root.shards:
@@ -489,13 +519,28 @@ class SearchIndex:
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[None]:
+        """One write transaction of the index (waits for the one under way, if any)."""
+        with self._writing, self._written():
+            yield
+
+    @contextlib.contextmanager
+    def _written(self) -> Iterator[None]:
+        """A write transaction, ``_writing`` held by the caller: it also deletes the rows of the
+        session files forgotten (:meth:`forget`), which searches leave out until it commits."""
+        with self._lock:
+            forgotten = set(self._forgotten)
         self._connection.execute("BEGIN")
         try:
+            for name in forgotten:
+                self._drop(name)
             yield
         except BaseException:
             self._connection.execute("ROLLBACK")
             raise
         self._connection.execute("COMMIT")
+        if forgotten:
+            with self._lock:
+                self._forgotten -= forgotten
 
     def _index_step(self, name: str) -> tuple[bool, int]:
         """Index up to :data:`STEP_BYTES` more of session file ``name`` (in the caller's
@@ -630,10 +675,13 @@ class SearchIndex:
             "WITH m AS MATERIALIZED (SELECT rowid >> ? AS sid, bm25(records) AS rank, kind FROM records"
             " WHERE records MATCH ? AND rowid >= ?)"
             " SELECT s.id, s.session_id, s.tenant, s.agent, s.cwd, s.branch, s.created_at, s.updated_at,"
-            " s.title, min(m.rank), count(*), max(m.kind = 'title') FROM m JOIN sessions s ON s.id = m.sid"
-            f" WHERE {' AND '.join(where)} GROUP BY s.id",
+            " s.title, min(m.rank), count(*), max(m.kind = 'title'), s.name FROM m JOIN sessions s"
+            f" ON s.id = m.sid WHERE {' AND '.join(where)} GROUP BY s.id",
             [_SEQ_BITS + _PART_BITS, expression, floor, *arguments[1:]],
         ).fetchall()
+        with self._lock:
+            if self._forgotten:  # deleted, rows not deleted yet
+                found = [row for row in found if row[12] not in self._forgotten]
         now = datetime.now(UTC)
         ranked = sorted(
             (

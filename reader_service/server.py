@@ -115,26 +115,38 @@ def _next_chunk(chunks: Iterator[bytes]) -> bytes | None:
 
 
 def _resolved(index: ListingIndex, session_key: str, tenant: str) -> tuple[str, bool]:
-    """(session id, found) of a caller's session key (serving.tenancy.keyed_session_id), or of a
-    session id the caller sees given as the key."""
+    """(session id, found) of a caller's session key (serving.tenancy.keyed_session_id: after a
+    deletion of its session the key names its next id), or of a session id the caller sees
+    given as the key."""
     if is_session_id(session_key):
         with contextlib.suppress(SessionNotFoundError):
             index.locate(session_key)
             return session_key, True
-    session_id = keyed_session_id(tenant, session_key)
-    try:
-        index.locate(session_id)
-    except SessionNotFoundError:
-        return session_id, False
-    return session_id, True
+    found: set[str] = set()
+
+    def deleted(session_id: str) -> bool:  # a listed session is not deleted: no record is read
+        try:
+            index.locate(session_id)
+        except SessionNotFoundError:
+            return deletion_in(index.root, session_id) is not None
+        found.add(session_id)
+        return False
+
+    session_id = keyed_session_id(tenant, session_key, shard_of=index.root.shard_of, deleted=deleted)
+    return session_id, session_id in found
 
 
 def _stop_facts_and_meta(index: ListingIndex, path: Path) -> tuple[StopFactsResult, dict[str, Any]]:
     return read_stop_facts(path, index.tail_window), index.meta(path.name)
 
 
-def _searched(index: SearchIndex, query: str, filters: SearchFilters, size: int, offset: int) -> SearchPage:
-    """:meth:`SearchIndex.search`; an index that cannot be read is SearchUnavailableError."""
+def _searched(
+    listing: ListingIndex, index: SearchIndex, query: str, filters: SearchFilters, size: int, offset: int
+) -> SearchPage:
+    """:meth:`SearchIndex.search`, after the listing index learnt of every session file gone
+    (deleted sessions leave the content index through its removal listeners); an index that
+    cannot be read is SearchUnavailableError."""
+    listing.sync()
     try:
         return index.search(query, filters, size, offset)
     except sqlite3.Error as exc:
@@ -157,11 +169,19 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
         metrics.watch(self.replays, self.index)
         self._cheap = ThreadPoolExecutor(config.io_threads, thread_name_prefix="rollout-read")
         self._heavy = ThreadPoolExecutor(config.heavy_threads, thread_name_prefix="rollout-heavy-read")
-        self.watches = WatchHub(self._cheap_run, wire.watch_reply, config.follow_poll_seconds)
+        self.watches = WatchHub(
+            self._cheap_run, wire.watch_reply, config.follow_poll_seconds, deleted=self._was_deleted
+        )
         self.round_cache = RoundCache()
         self.search_index = SearchIndex(self.root, config.search_index_dir) if config.search else None
-        # A session file that goes (deleted) takes its cached replay and rounds with it.
+        # A session file that goes (deleted) takes its cached replay, rounds and indexed text with it.
         self.index.removal_listeners += [self.replays.forget, self.round_cache.forget]
+        if self.search_index is not None:
+            self.index.removal_listeners.append(self.search_index.forget)
+
+    def _was_deleted(self, session_id: str) -> bool:
+        """Whether a deletion record names ``session_id`` (False when it cannot be read)."""
+        return deletion_in(self.root, session_id) is not None
 
     async def _cheap_run(self, function: Callable[..., T], *args: Any) -> T:
         """Run ``function`` on a cheap-read thread, as the caller of this RPC (serving.tenancy)."""
@@ -446,7 +466,9 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
             raise SearchUnavailableError(
                 "this reader runs without a content index (serve-reader --no-search)"
             )
-        page = await self._cheap_run(_searched, self.search_index, request.query, filters, size, offset)
+        page = await self._cheap_run(
+            _searched, self.index, self.search_index, request.query, filters, size, offset
+        )
         return wire.search_page(page)
 
     def close(self) -> None:

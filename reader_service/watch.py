@@ -27,7 +27,9 @@ The file under a watch may change in two ways the stream cannot follow, both
 ending it with :class:`~shared.errors.SessionFileChangedError` (ABORTED): it is replaced (another file at
 its name, or none: inotify reports the move or the dropped link), or it is cut
 below what the tail already read (the writer rolls back a batch whose write
-failed; seen as a smaller size, or a seq that does not follow the last one).
+failed; seen as a smaller size, or a seq that does not follow the last one). A file that
+goes because its session was deleted (a deletion record names it: docs/deletion.md) ends
+the stream with :class:`~shared.errors.SessionNotFoundError` (NOT_FOUND) instead.
 :meth:`WatchHub.close` ends every stream with :class:`~shared.errors.WatchClosedError`
 (UNAVAILABLE).
 """
@@ -46,7 +48,7 @@ from typing import Any, NamedTuple
 
 from inotify_simple import INotify, flags
 
-from shared.errors import SessionFileChangedError, WatchClosedError
+from shared.errors import SessionFileChangedError, SessionNotFoundError, WatchClosedError
 from shared.layout import open_session_file, session_file_stat
 from shared.reasons import SESSION_FILE_REPLACED, SESSION_FILE_TRUNCATED
 from shared.records import RecordType, line_seq, record_of_line
@@ -262,11 +264,19 @@ class SessionTail:
         for watcher in self.watchers:
             watcher.offer(batch)
 
-    def changed(self) -> SessionFileChangedError | None:
-        """Whether the file at the session's path is still the one open here (stat calls)."""
+    def changed(
+        self, deleted: Callable[[str], bool] = lambda _: False
+    ) -> SessionFileChangedError | SessionNotFoundError | None:
+        """Whether the file at the session's path is still the one open here (stat calls): None
+        when it is, SessionNotFoundError when it is gone and ``deleted`` says the session was
+        deleted (docs/deletion.md §1.3), SessionFileChangedError otherwise."""
         try:
             current = session_file_stat(self.path)  # a link put in its place counts as replaced
-        except OSError:  # gone (ENOENT) or a symbolic link now (ELOOP)
+        except FileNotFoundError:
+            if deleted(self.session_id):
+                return SessionNotFoundError(self.session_id, deleted=True)
+            current = None
+        except OSError:  # a symbolic link now (ELOOP)
             current = None
         if current is None or (current.st_dev, current.st_ino) != self.identity:
             return SessionFileChangedError(
@@ -299,14 +309,22 @@ class WatchHub:
     Belongs to the event loop of its first watch.
 
     ``run`` runs blocking reads on an I/O thread; ``encode`` turns lines into a serialized
-    WatchSessionResponse.
+    WatchSessionResponse; ``deleted`` says whether a session whose file went was deleted (its
+    watches then end NOT_FOUND rather than ABORTED; called on an I/O thread).
     """
 
-    def __init__(self, run: Runner, encode: Encoder, poll_seconds: float = DEFAULT_POLL_SECONDS) -> None:
+    def __init__(
+        self,
+        run: Runner,
+        encode: Encoder,
+        poll_seconds: float = DEFAULT_POLL_SECONDS,
+        deleted: Callable[[str], bool] = lambda _: False,
+    ) -> None:
         self._run = run
         self._encode = encode
         self._poll_seconds = poll_seconds
         self._poller: asyncio.Task[None] | None = None
+        self._deleted = deleted
         self._inotify: INotify | None = None
         self._tails: dict[str, SessionTail] = {}
         self._by_wd: dict[int, SessionTail] = {}
@@ -451,7 +469,7 @@ class WatchHub:
                 tail.read_again = False
                 if tail.check_identity:
                     tail.check_identity = False
-                    replaced = await self._run(tail.changed)
+                    replaced = await self._run(tail.changed, self._deleted)
                     if replaced is not None:
                         tail.fail(replaced)
                         return

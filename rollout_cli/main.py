@@ -8,7 +8,7 @@ status|drain`` (:mod:`rollout_cli.cluster_commands`). Client commands reach the 
 ``--writer`` / ``--reader`` (or the ``ROLLOUT_WRITER`` / ``ROLLOUT_READER`` environment variables) through
 :mod:`rollout_client`, as any agent would: addresses, ``--token`` and ``--tls-ca`` are resolved
 with the environment by :func:`rollout_client.client_settings`, as ``RolloutClient()`` resolves
-them; :mod:`rollout_cli.session_view` shows
+them (:mod:`rollout_cli.service_calls`, shared with the memory commands); :mod:`rollout_cli.session_view` shows
 the answers. Two commands keep their own gRPC stubs: ``import`` streams whole files
 through ``ImportSessions`` (all or nothing, with source times: not an agent's call),
 and ``loadtest`` times each raw ``Append`` from many threads (the client's
@@ -23,11 +23,8 @@ import logging
 import os
 import re
 import shlex
-import ssl
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -37,26 +34,21 @@ from rollout_cli import session_view
 from rollout_cli.cluster_commands import cluster_group
 from rollout_cli.loadtest import LoadtestConfig
 from rollout_cli.memory_commands import memory
-from rollout_cli.reachability import cleartext_token_message, in_command_words, unreachable_message
+from rollout_cli.service_calls import (
+    Credentials,
+    command_settings,
+    reader_option,
+    service_client,
+    writer_option,
+)
 from rollout_cli.supervision import serve, serve_reader, serve_writer
 from rollout_client import (
-    DEFAULT_READER,
-    DEFAULT_WRITER,
-    ClientSettings,
-    RetryPolicy,
-    RolloutClient,
-    RolloutError,
     SessionPage,
     SessionSummary,
-    client_settings,
 )
 from shared.naming import is_session_id
 from shared.records import DEFAULT_MAX_RECORD_BYTES, format_timestamp, normalize_timestamp
 from shared.stop_kinds import StopKind
-
-#: People wait for answers, not for retries against a service that is not there: a few quick
-#: attempts on a retryable status, and no deadline on a long call (a verify of a big session).
-CLI_RETRY = RetryPolicy(deadline=24 * 3600, attempt_timeout=24 * 3600, initial_backoff=0.1, max_attempts=4)
 
 
 def _setup_logging(verbose: bool) -> None:
@@ -65,15 +57,6 @@ def _setup_logging(verbose: bool) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-
-
-@dataclass(frozen=True, slots=True)
-class Credentials:
-    """The --token and --tls-ca given on the command line (None: not given; the environment
-    then decides, through :func:`rollout_client.client_settings`)."""
-
-    token: str | None = None
-    tls_ca: Path | None = None
 
 
 @click.group()
@@ -96,33 +79,6 @@ def cli(context: click.Context, verbose: bool, token: str | None, tls_ca: Path |
     """The rollout ledger: the durable, append-only record of agent sessions."""
     _setup_logging(verbose)
     context.obj = Credentials(token, tls_ca)
-
-
-def _check_ca_file(path: Path) -> None:
-    """Raise click.BadParameter (exit 2) unless ``path`` holds PEM certificates a TLS client can
-    trust (gRPC itself would only say, later, that the handshake failed)."""
-    try:
-        ssl.create_default_context(cafile=str(path))
-    except (ssl.SSLError, OSError, ValueError) as exc:
-        raise click.BadParameter(
-            f"{path} holds no usable PEM certificate ({exc})", param_hint="'--tls-ca' / ROLLOUT_TLS_CA"
-        ) from exc
-
-
-def _settings(writer: str | None = None, reader: str | None = None) -> ClientSettings:
-    """The addresses and credentials of a client command: its --writer / --reader and the group's
-    --token / --tls-ca, each else its environment variable (:func:`rollout_client.client_settings`,
-    the resolution every RolloutClient makes).
-
-    Only client commands ask, so a bad ROLLOUT_TLS_CA does not stop ``serve`` or ``--help``;
-    click.BadParameter when the CA file holds no usable certificate.
-    """
-    obj = click.get_current_context().find_root().obj
-    given = obj if isinstance(obj, Credentials) else Credentials()
-    settings = client_settings(writer, reader, token=given.token, tls_ca=given.tls_ca)
-    if settings.tls_ca is not None:
-        _check_ca_file(settings.tls_ca)
-    return settings
 
 
 cli.add_command(serve_writer)
@@ -157,7 +113,7 @@ def _session_of(reference: str, reader: str | None) -> str:
         return reference.lower()
     prefix, folded = reference.lower(), reference.casefold()
     found: list[SessionSummary] = []
-    with _client("reader", reader) as client:
+    with service_client("reader", reader) as client:
         for page in client.list_sessions(page_size=1000):
             found += [
                 summary
@@ -180,55 +136,6 @@ def _session_of(reference: str, reader: str | None) -> str:
     raise click.ClickException(
         f"{reference!r} names {len(found)} sessions; give more of the id, or the whole id:\n{shown}{more}"
     )
-
-
-writer_option = click.option(
-    "--writer",
-    default=None,
-    help=f"Writer address (env ROLLOUT_WRITER, else {DEFAULT_WRITER}).",
-)
-reader_option = click.option(
-    "--reader",
-    default=None,
-    help=f"Reader address (env ROLLOUT_READER, else {DEFAULT_READER}).",
-)
-
-
-@contextmanager
-def _client(service: str, address: str | None) -> Iterator[RolloutClient]:
-    """A client of the ``service`` ("writer" or "reader") at ``address`` (None: from the
-    environment); a failed call inside becomes a one-line ClickException (exit status 1)."""
-    settings = _settings(*((address, None) if service == "writer" else (None, address)))
-    try:
-        client = RolloutClient(
-            settings.writer, settings.reader, retry=CLI_RETRY, token=settings.token, tls_ca=settings.tls_ca
-        )
-    except ValueError as exc:  # a token in clear text to a remote address
-        raise click.ClickException(cleartext_token_message(exc)) from exc
-    address = settings.writer if service == "writer" else settings.reader
-    with client:
-        try:
-            yield client
-        except RolloutError as error:
-            raise _fail(error, service, address, settings) from error
-
-
-def _fail(error: RolloutError, service: str, address: str, settings: ClientSettings) -> click.ClickException:
-    """A one-line error for a failed call: the status, or what to do when the service is not there."""
-    code, message = error.code, in_command_words(error.message)
-    if code is None:
-        return click.ClickException(message)
-    if code.name == "UNAVAILABLE" and "connect" in error.message:
-        return click.ClickException(
-            unreachable_message(service, address, error.message, tls_ca_given=settings.tls_ca is not None)
-        )
-    if code.name == "UNAUTHENTICATED" and settings.token is None:
-        return click.ClickException(f"{code.name}: {message}; pass --token / ROLLOUT_TOKEN")
-    if code.name == "UNIMPLEMENTED":
-        return click.ClickException(
-            f"{address} does not serve the rollout {service} (is it the other service?)"
-        )
-    return click.ClickException(f"{code.name}: {message}")
 
 
 @cli.group("import")
@@ -271,7 +178,7 @@ def import_codex(
     """Import Codex CLI rollouts (files, or folders such as ~/.codex/sessions), one session each."""
     from rollout_cli.importers.command import run_import
 
-    settings = _settings(writer=writer)
+    settings = command_settings(writer=writer)
     raise SystemExit(
         run_import(
             "codex", paths, settings.writer, tenant, as_json, settings.token, settings.tls_ca, max_line_bytes
@@ -291,7 +198,7 @@ def import_claude(
     """
     from rollout_cli.importers.command import run_import
 
-    settings = _settings(writer=writer)
+    settings = command_settings(writer=writer)
     raise SystemExit(
         run_import(
             "claude", paths, settings.writer, tenant, as_json, settings.token, settings.tls_ca, max_line_bytes
@@ -347,7 +254,7 @@ def list_command(
         raise click.UsageError("give --cwd DIR or --all, not both")
     # The current folder by default on a first page; a next page names its --cwd (below).
     cwd = "" if every or (folder is None and page_token) else os.path.abspath(folder or ".")
-    with _client("reader", reader) as client:
+    with service_client("reader", reader) as client:
 
         def first_page(cwd: str) -> SessionPage:
             pages = client.list_sessions(
@@ -437,7 +344,7 @@ def search_command(
     titles), best and most recent first, each with its matching records' seq and words around
     them. QUERY is literal text: every word must appear; "quoted words" are a phrase; word* a prefix."""
     folder = os.path.abspath(cwd) if cwd else ""
-    with _client("reader", reader) as client:
+    with service_client("reader", reader) as client:
         pages = client.search(
             query,
             cwd=folder,
@@ -513,7 +420,7 @@ def replay(
     if by_round:
         _replay_by_round(session_id, reader, width, as_json)
         return
-    with _client("reader", reader) as client:
+    with service_client("reader", reader) as client:
         stream = client.session(session_id).stream_replay(token_budget or None)
         for index, message in enumerate(stream):
             if as_json:
@@ -532,7 +439,7 @@ def _replay_by_round(session_id: str, reader: str | None, width: int, as_json: b
     """``rollout replay --rounds``: the rebuilt view with each message's origin (GetRecentMessages),
     each message under the round whose seq range holds its origin (ListRounds; shared.rounds),
     a header whenever the round changes (messages before the first round have none)."""
-    with _client("reader", reader) as client:
+    with service_client("reader", reader) as client:
         session = client.session(session_id)
         found = session.rounds()
         view = session.recent_messages(0)
@@ -572,7 +479,7 @@ def _replay_by_round(session_id: str, reader: str | None, width: int, as_json: b
 def tail(session_id: str, reader: str | None, follow: bool, count: int) -> None:
     """Show a session's last records, one line each; with -f, follow it live (Ctrl-C ends)."""
     width = session_view.terminal_width()
-    with _client("reader", reader) as client:
+    with service_client("reader", reader) as client:
         session = client.session(session_id)
         written = session.stop_facts().next_seq
         records = session.watch(max(0, written - count))
@@ -595,7 +502,7 @@ def tail(session_id: str, reader: str | None, follow: bool, count: int) -> None:
 def rounds(session_id: str, reader: str) -> None:
     """A session as question-and-answer rounds: #, status, started, duration, tokens, tool calls
     and failures, and the first line of each question (shared.rounds decides them)."""
-    with _client("reader", reader) as client:
+    with service_client("reader", reader) as client:
         found = client.session(session_id).rounds()
     if found:
         session_view.print_rounds(found)
@@ -610,7 +517,7 @@ def stop_facts(session_id: str, reader: str) -> None:
     """Why and where a session stopped, and whether it may be continued. SESSION_ID may be a
     unique beginning of an id, or a session's title."""
     session_id = _session_of(session_id, reader)
-    with _client("reader", reader) as client:
+    with service_client("reader", reader) as client:
         facts = client.session(session_id).stop_facts()
     session_view.print_stop_facts(session_id, facts)
 
@@ -620,7 +527,7 @@ def stop_facts(session_id: str, reader: str) -> None:
 @reader_option
 def verify(session_id: str, reader: str) -> None:
     """Check one session in full: every line, seq continuity, the last checkpoint's digest."""
-    with _client("reader", reader) as client:
+    with service_client("reader", reader) as client:
         report = client.session(session_id).verify()
     click.echo(f"{session_id}: {'OK' if report.ok else 'PROBLEMS FOUND'}")
     for finding in report.findings:
@@ -642,7 +549,7 @@ def verify(session_id: str, reader: str) -> None:
 @click.option("--reason", default="stopped from the command line", show_default=True)
 def stop_command(session_id: str, writer: str | None, kind: str, reason: str) -> None:
     """Stop a session: checkpoint over the whole file, then the stop record."""
-    with _client("writer", writer) as client:
+    with service_client("writer", writer) as client:
         result = client.session(session_id).stop(kind, reason)
     click.echo(
         f"{session_id}: stopped ({kind}) at seq {result.stop_seq}; checkpoint of {result.message_count}"
@@ -664,7 +571,7 @@ def resume(session_id: str, writer: str | None, reader: str | None, force: bool)
     """Re-open a paused or cancelled session for appending (closes calls left without an output).
     SESSION_ID may be a unique beginning of an id, or a session's title (looked up in the reader)."""
     session_id = _session_of(session_id, reader)
-    with _client("writer", writer) as client:
+    with service_client("writer", writer) as client:
         result = client.session(session_id).resume(force)
     was = result.previous_stop_kind or "open"
     closed = ", ".join(result.closed_call_ids) or "none"
@@ -688,7 +595,7 @@ def fork(session_id: str, writer: str | None, at_seq: int | None, before_user: i
     """Start a new session from a session's history up to a fork point."""
     if (at_seq is None) == (before_user is None):
         raise click.UsageError("give exactly one of --at-seq and --before-user")
-    with _client("writer", writer) as client:
+    with service_client("writer", writer) as client:
         forked = client.session(session_id).fork(at_seq=at_seq, before_user_message=before_user)
     origin = forked.forked_from
     assert origin is not None  # set on every session fork() returns
@@ -704,7 +611,7 @@ def remove_command(session_id: str, writer: str | None, yes: bool) -> None:
     again. Its forks and children stay. A deletion record says who deleted it and when."""
     if not yes:
         click.confirm(f"delete session {session_id} for good? It cannot be undone", abort=True)
-    with _client("writer", writer) as client:
+    with service_client("writer", writer) as client:
         result = client.delete_session(session_id)
     if result.already_deleted:
         click.echo(f"{session_id}: already deleted (at {result.deleted_at})")
@@ -761,7 +668,7 @@ def loadtest(
     """
     from rollout_cli.loadtest_view import show_loadtest
 
-    settings = _settings(writer=writer)
+    settings = command_settings(writer=writer)
     config = LoadtestConfig(
         settings.writer,
         sessions,

@@ -20,6 +20,7 @@ from pathlib import Path
 import click
 import orjson
 
+from rollout_cli.service_calls import service_client
 from rollout_cli.supervision import data_dir_option
 from rollout_memory import (
     ChatCompletionsExtractor,
@@ -94,8 +95,6 @@ def run_command(
 ) -> None:
     """Distill the stops not distilled yet (phase 1 per session, phase 2 per scope), mark stale
     artifacts, and print what was done as one JSON object."""
-    from rollout_cli.main import _client
-
     extractor: Extractor
     if extractor_command is not None and extractor_url is None:
         extractor = CommandExtractor(shlex.split(extractor_command))
@@ -113,7 +112,7 @@ def run_command(
         attempts=attempts,
         backoff_seconds=backoff_seconds,
     )
-    with _client("reader", reader) as client:
+    with service_client("reader", reader) as client:
         report = MemoryPipeline(client, _store(data_dir), extractor, tenant=tenant, config=config).run()
     click.echo(orjson.dumps(report.__dict__).decode())
 
@@ -194,9 +193,7 @@ def show_command(artifact_id: str, data_dir: Path, tenant: str, resolve: bool, r
     if by is not None:
         shown["superseded_by"] = {"artifact_id": by[0], **by[1].to_json()}
     if resolve:
-        from rollout_cli.main import _client
-
-        with _client("reader", reader) as client:
+        with service_client("reader", reader) as client:
             resolved = resolve_provenance(client, tenant=tenant, artifact=artifact)
         shown["messages"] = [
             {"session_id": m.session_id, "seq": m.seq, "kind": m.kind.value, "message": m.payload}

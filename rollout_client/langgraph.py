@@ -9,7 +9,7 @@ the sync methods from other threads while that loop runs, as LangGraph's async s
 
 * **threads**: a thread is the session its id names as a session key in the saver's tenant
   (``create_session(session_key=thread_id)``; the id is derived from tenant and key, so the
-  lookup needs no table and is unique per tenant). The first write creates it; two savers
+  lookup needs no table and is unique per tenant; after a deletion, the key's next id). The first write creates it; two savers
   racing on a new thread both end up on the one session (the loser's ALREADY_EXISTS names
   it). Reads of a thread never written find nothing and create nothing.
 * **records** (``shared.records``, "LangGraph checkpoints"): ``put`` appends one
@@ -46,9 +46,11 @@ the sync methods from other threads while that loop runs, as LangGraph's async s
   (``ForkRequest.session_key``); ``prune`` and ``delete_for_runs`` append
   ``langgraph.removed`` records (the latter in every thread of the tenant: the ``langgraph``
   sessions the reader lists);
-  ``delete_thread`` deletes the thread's session (DeleteSession); the ledger never reuses a
-  session id, so a deleted thread's id cannot name a new thread (AlreadyExistsError; another
-  process's saver waits out its retry deadline first, then NotFoundError).
+  ``delete_thread`` deletes the thread's session (DeleteSession). As with LangGraph's own
+  savers, a thread written again after it starts over: the deletion releases the thread id
+  as a session key, which then names a new session (docs/deletion.md §2.2; the deleted
+  session's id is never used again). A saver of another process that had the thread
+  attached finds it gone at its next read, and its next write goes to the new session.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import random
-from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
@@ -322,7 +324,6 @@ class LedgerSaver(BaseCheckpointSaver[str]):
         self._threads: dict[str, _Thread] = {}
         self._home: asyncio.AbstractEventLoop | None = None
         self._attaching: asyncio.Lock | None = None  # made on the loop the state lives on
-        self._deleted: set[str] = set()  # threads this saver deleted
         if self._blocking is None:
             try:
                 self._home = asyncio.get_running_loop()
@@ -389,8 +390,6 @@ class LedgerSaver(BaseCheckpointSaver[str]):
                         THREAD_AGENT, root=True, session_key=thread_id, tenant=self._tenant
                     )
                 except AlreadyExistsError as taken:  # another process created it meanwhile
-                    if thread_id in self._deleted:  # or this saver deleted it: ids are never reused
-                        raise
                     session_id = taken.session_id or session_id
                     await self._writer_knows(session_id)
                 else:  # new: nothing to read but its session_meta (seq 0)
@@ -498,7 +497,30 @@ class LedgerSaver(BaseCheckpointSaver[str]):
             return list(shown)
         return [Compaction("LangGraph state replaced", replacement_history=shown)]
 
+    async def _anew(self, thread_id: str, write: Callable[[], Awaitable[T]]) -> T:
+        """Run ``write`` (a write to thread ``thread_id``); when the session it went to is gone
+        (deleted by another saver since this one attached it: NotFoundError), forget that
+        session and run it once more, to the session the thread id names now (a new one)."""
+        attached = self._threads.get(thread_id)
+        try:
+            return await write()
+        except NotFoundError:
+            if attached is None or self._threads.get(thread_id) is not attached:
+                raise
+            del self._threads[thread_id]
+        return await write()
+
     async def _put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        thread_id = str(config["configurable"]["thread_id"])
+        return await self._anew(thread_id, lambda: self._put_once(config, checkpoint, metadata, new_versions))
+
+    async def _put_once(
         self,
         config: RunnableConfig,
         checkpoint: Checkpoint,
@@ -550,6 +572,12 @@ class LedgerSaver(BaseCheckpointSaver[str]):
         }
 
     async def _put_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str
+    ) -> None:
+        thread_id = str(config["configurable"]["thread_id"])
+        await self._anew(thread_id, lambda: self._put_writes_once(config, writes, task_id, task_path))
+
+    async def _put_writes_once(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str
     ) -> None:
         configurable = config["configurable"]
@@ -710,7 +738,7 @@ class LedgerSaver(BaseCheckpointSaver[str]):
         session_id, found = await self._core.resolve_session(thread_id, tenant=self._tenant)
         if found:
             await self._core.delete_session(session_id)
-            self._deleted.add(thread_id)
+        self._threads.pop(thread_id, None)  # attached meanwhile (a read of another task)
 
     async def _remove(self, thread: _Thread, removed: list[list[str]]) -> None:
         """Append a ``langgraph.removed`` record taking ``removed`` ([ns, id] pairs) out."""
@@ -845,8 +873,8 @@ class LedgerSaver(BaseCheckpointSaver[str]):
     def delete_thread(self, thread_id: str) -> None:
         """Delete the thread's session (DeleteSession): its checkpoints, writes and messages are
         gone from the ledger, and an audit record says who deleted it and when. Nothing for a
-        thread never written. Its id names that deleted session for good: writing the thread
-        again raises AlreadyExistsError (use a new thread id). Copies (copy_thread) stay."""
+        thread never written. Writing the thread again starts it over, in a new session (the
+        deleted session's id is never used again). Copies (copy_thread) stay."""
         self._sync(self._delete_thread(thread_id))
 
     async def adelete_thread(self, thread_id: str) -> None:

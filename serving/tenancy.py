@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shared.errors import PermissionDeniedError, SessionNotFoundError
-from shared.naming import session_id_for_key
+from shared.naming import current_keyed_session_id
 from shared.session_meta import recorded_tenant, tenant_of
 
 
@@ -82,13 +82,21 @@ def caller_tenant(requested: str) -> str:
     return caller.tenant
 
 
-def keyed_session_id(requested_tenant: str, session_key: str) -> str:
-    """The id a session key names for the current caller: in the tenant the request acts in
+def keyed_session_id(
+    requested_tenant: str,
+    session_key: str,
+    *,
+    shard_of: Callable[[str], int],
+    deleted: Callable[[str], bool],
+) -> str:
+    """The id a session key names for the current caller now: in the tenant the request acts in
     (:func:`caller_tenant`, recorded as ``default`` when empty), by
-    :func:`shared.naming.session_id_for_key`. The writer's CreateSession and the reader's
-    ResolveSession both derive it here. Raises FileNameError (``session_key``),
-    PermissionDeniedError (``tenant``)."""
-    return session_id_for_key(recorded_tenant(caller_tenant(requested_tenant)), session_key)
+    :func:`shared.naming.current_keyed_session_id` (the key's first id, or after deletions of
+    its sessions the next: ``shard_of`` and ``deleted`` as that function takes them). The
+    writer's CreateSession and the reader's ResolveSession both derive it here. Raises
+    FileNameError (``session_key``), PermissionDeniedError (``tenant``)."""
+    tenant = recorded_tenant(caller_tenant(requested_tenant))
+    return current_keyed_session_id(tenant, session_key, shard_of=shard_of, deleted=deleted)
 
 
 #: How a caller becomes an importer, for refusals.

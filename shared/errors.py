@@ -95,10 +95,14 @@ class PermissionDeniedError(LedgerError):
 
 
 class SessionNotFoundError(LedgerError):
-    """No session with this id exists under the data root."""
+    """No session with this id exists under the data root (``deleted``: it was deleted while a
+    call followed it: docs/deletion.md §1.3)."""
 
-    def __init__(self, session_id: str) -> None:
-        super().__init__(f"session {clip(session_id)!r} not found")
+    def __init__(self, session_id: str, deleted: bool = False) -> None:
+        if deleted:
+            super().__init__(f"session {clip(session_id)!r} was deleted")
+        else:
+            super().__init__(f"session {clip(session_id)!r} not found")
         self.session_id = session_id
 
 

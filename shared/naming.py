@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import re
 import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -76,15 +77,70 @@ def session_id_for_key(tenant: str, key: str) -> str:
     """
     if not key or len(key) > SESSION_KEY_MAX_CHARS:
         raise FileNameError("session_key", f"must be 1 to {SESSION_KEY_MAX_CHARS} characters, got {len(key)}")
+    return _keyed_uuid(_KEY_DOMAIN, tenant, key, b"")
+
+
+def _keyed_uuid(domain: bytes, tenant: str, key: str, tail: bytes) -> str:
+    """A version 8 UUID from BLAKE2b-128 (personalization ``domain``) of the tenant, a zero
+    byte, the key, and ``tail``."""
     digest = hashlib.blake2b(
-        tenant.encode("utf-8", "surrogatepass") + b"\x00" + key.encode("utf-8", "surrogatepass"),
+        tenant.encode("utf-8", "surrogatepass") + b"\x00" + key.encode("utf-8", "surrogatepass") + tail,
         digest_size=16,
-        person=_KEY_DOMAIN[:16],
+        person=domain[:16],
     ).digest()
     raw = bytearray(digest)
     raw[6] = (raw[6] & 0x0F) | 0x80  # version 8
     raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 9562 variant
     return str(uuid.UUID(bytes=bytes(raw)))
+
+
+#: The personalization of the hash of a session key's later ids (after its sessions were deleted).
+_KEY_AGAIN_DOMAIN = b"rollout-key-next"
+#: Most draws for a later id of a key in its first id's shard (then the first draw is taken).
+KEY_SHARD_DRAWS = 1 << 20
+
+
+def keyed_session_ids(tenant: str, key: str, shard_of: Callable[[str], int]) -> Iterator[str]:
+    """The ids session key ``key`` names in ``tenant``, in turn (docs/deletion.md §2.2): first
+    :func:`session_id_for_key`; once the session of one is deleted, the key names the next.
+    Generation ``g`` (1, 2, ...) is the first of the version 8 UUIDs from BLAKE2b-128
+    (personalization ``rollout-key-next``) of tenant, zero byte, key, zero byte, ``g`` and
+    ``:`` and the draw number (decimal ASCII) whose shard (``shard_of``: the data root's
+    :meth:`shared.layout.DataRoot.shard_of`) is the first id's, so that one writer (the
+    shard's owner) decides every id of a key. Endless: stop when one is not deleted.
+    Raises FileNameError (``session_key``) as :func:`session_id_for_key`."""
+    first = session_id_for_key(tenant, key)
+    yield first
+    shard = shard_of(first)
+    generation = 1
+    while True:
+        draws = (
+            _keyed_uuid(_KEY_AGAIN_DOMAIN, tenant, key, f"\x00{generation}:{draw}".encode())
+            for draw in range(KEY_SHARD_DRAWS)
+        )
+        fallback = None
+        for candidate in draws:
+            fallback = fallback or candidate
+            if shard_of(candidate) == shard:
+                yield candidate
+                break
+        else:
+            assert fallback is not None
+            yield fallback
+        generation += 1
+
+
+def current_keyed_session_id(
+    tenant: str, key: str, *, shard_of: Callable[[str], int], deleted: Callable[[str], bool]
+) -> str:
+    """The id session key ``key`` names in ``tenant`` now: the first of :func:`keyed_session_ids`
+    that ``deleted`` does not say was deleted (the writer asks its tombstones, the reader the
+    shard's deletion records). The one rule CreateSession, Fork and ResolveSession share for a
+    key. Raises FileNameError (``session_key``)."""
+    for candidate in keyed_session_ids(tenant, key, shard_of):
+        if not deleted(candidate):
+            return candidate
+    raise AssertionError("keyed_session_ids is endless")  # pragma: no cover
 
 
 def is_session_id(session_id: str) -> bool:

@@ -32,7 +32,7 @@ from shared.deletions import deletion_in
 from shared.errors import InvalidArgumentError, SessionNotFoundError, SessionStateError
 from shared.layout import DataRoot, open_session_file
 from shared.lineage import lineage_of
-from shared.naming import build_file_name, session_id_for_key
+from shared.naming import build_file_name, current_keyed_session_id
 from shared.reasons import session_subject
 from shared.rebuild import DegradedEntry
 from shared.records import (
@@ -72,6 +72,8 @@ class SessionLedger(Protocol):
     def holding(self, session_id: str) -> AbstractContextManager[None]: ...
 
     def owned_session_id(self) -> str: ...
+
+    def was_deleted(self, session_id: str) -> bool: ...
 
     def check_owner(self, session_id: str) -> None: ...
 
@@ -249,7 +251,7 @@ async def fork_session(
     (keep everything before the Nth user message, 1-based) is given. The
     source is drained first when this writer has it open, and never written.
     ``session_key`` (optional) names the fork in the source's tenant, as CreateSession's key
-    does (shared.naming.session_id_for_key; recorded in its session_meta).
+    does (shared.naming.current_keyed_session_id; recorded in its session_meta).
     Raises InvalidArgumentError (no or bad fork point), SessionStateError (the
     point cuts a tool call from its output or a reasoning from its answer),
     CorruptSessionError (damage before the fork point), SessionNotFoundError,
@@ -272,7 +274,15 @@ async def fork_session(
     with ledger.holding(source_id), _source_gone_is_not_found(source_id, path):
         try:
             plan = await ledger.run_io(
-                _plan_fork, path, source_id, new_id, at_seq, before_user_message, session_key
+                _plan_fork,
+                path,
+                source_id,
+                new_id,
+                at_seq,
+                before_user_message,
+                session_key,
+                ledger.root.shard_of,
+                ledger.was_deleted,
             )
         finally:
             ledger.heap_trimmer.after(_file_size(path))
@@ -320,10 +330,14 @@ def _plan_fork(
     session_id: str,
     at_seq: int | None,
     before_user_message: int | None,
-    session_key: str = "",
+    session_key: str,
+    shard_of: Callable[[str], int],
+    deleted: Callable[[str], bool],
 ) -> _ForkPlan:
     """Read the source, find and check the fork point, rebuild the prefix and build the new file
-    (named ``session_id``, or the id ``session_key`` names in the source's tenant when given).
+    (named ``session_id``, or the id ``session_key`` names now in the source's tenant when given:
+    shared.naming.current_keyed_session_id, with the data root's ``shard_of`` and the writer's
+    tombstones as ``deleted``).
 
     Runs on an I/O thread: every step reads the source in chunks (bounded memory;
     about 1 s per 100 MB). Raises what :func:`fork_session` documents, and OSError
@@ -337,7 +351,8 @@ def _plan_fork(
     meta = dict(found.session_meta or {})
     meta.pop("session_key", None)  # the source's key names the source
     if session_key:
-        session_id = session_id_for_key(recorded_tenant(tenant_of(meta)), session_key)
+        tenant = recorded_tenant(tenant_of(meta))
+        session_id = current_keyed_session_id(tenant, session_key, shard_of=shard_of, deleted=deleted)
         meta["session_key"] = session_key
     meta.update(
         session_id=session_id,

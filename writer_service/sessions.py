@@ -282,8 +282,12 @@ class SessionLedger:
         role = resolve_role(spec)
         spec = replace(spec, tenant=caller_tenant(spec.tenant))
         if spec.session_key:
-            keyed = keyed_session_id(spec.tenant, spec.session_key)
+            keyed = keyed_session_id(
+                spec.tenant, spec.session_key, shard_of=self.root.shard_of, deleted=self.was_deleted
+            )
             if spec.session_id and spec.session_id != keyed:
+                if self.was_deleted(spec.session_id):  # an earlier id of the key (docs/deletion.md §2.2)
+                    raise SessionExistsError(spec.session_id, deleted=True)
                 raise InvalidArgumentError(
                     "session_id",
                     f"is not the id session_key {clip(spec.session_key)!r} names in this tenant ({keyed});"
@@ -333,6 +337,10 @@ class SessionLedger:
                 shard=shard,
                 owner=owner,
             )
+
+    def was_deleted(self, session_id: str) -> bool:
+        """Whether ``session_id`` is a tombstone of a shard this writer loaded (docs/deletion.md §2.2)."""
+        return session_id in self.index.tombstones
 
     def owned_session_id(self) -> str:
         """A new session id (UUIDv7) in a shard this writer owns: ids are drawn until one lands in

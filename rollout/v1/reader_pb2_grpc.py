@@ -241,7 +241,9 @@ class RolloutReaderServicer:
     def ResolveSession(self, request, context):
         """The session a caller's own key names in its tenant (CreateSession's
         session_key; the id is derived from tenant and key, so this reads no
-        index): its id, and whether it exists (found=false: not created yet, or
+        index; after a deletion of the key's session, the key's next id: the
+        shard's deletion records are read then, docs/deletion.md §2.2): its id,
+        and whether it exists (found=false: not created yet, or
         not visible to the caller; the id is still the one CreateSession would
         give it). A session_key that is itself the id of a session the caller sees
         names that session.
@@ -269,7 +271,8 @@ class RolloutReaderServicer:
         record is a checkpoint without its stop record does not end the stream.
 
         INVALID_ARGUMENT: a negative from_seq or a malformed session id.
-        NOT_FOUND: unknown session (looked up as every other reader RPC does).
+        NOT_FOUND: unknown session (looked up as every other reader RPC does), or
+        the session was deleted while watched (docs/deletion.md).
         ABORTED: the session file was replaced (another file at its name, or
         none), or cut below what this stream already sent (the writer rolls back
         a batch whose write failed): records already received may no longer be

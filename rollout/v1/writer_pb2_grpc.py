@@ -200,8 +200,9 @@ class RolloutWriterServicer:
         tenant (as CreateSession's), and its session_meta records the key.
         INVALID_ARGUMENT: no fork point, or a fork point outside the session; a
         session_key over 512 characters.
-        ALREADY_EXISTS: the session_key names a session already in the ledger (or
-        deleted from it: ids are never used again); ErrorInfo SESSION_EXISTS.
+        ALREADY_EXISTS: the session_key names a session already in the ledger;
+        ErrorInfo SESSION_EXISTS. (A key whose session was deleted names its
+        next id: docs/deletion.md §2.2.)
         FAILED_PRECONDITION: the fork point falls between a tool call and its
         output (the message says where the pair ends), or right after a
         reasoning record (it would attach to the fork's next answer).
@@ -248,7 +249,9 @@ class RolloutWriterServicer:
         reader's caches and indexes drop it as its file goes) are removed, and its
         id is never used again: CreateSession refuses it (ALREADY_EXISTS, ErrorInfo
         SESSION_EXISTS, "was deleted") and ImportSessions skips it (already_present;
-        with authentication ALREADY_EXISTS, as another tenant's id).
+        with authentication ALREADY_EXISTS, as another tenant's id). A session key
+        that named it is released: it names a new id from then on (docs/deletion.md
+        §2.2), so the key can name a new session.
         A deletion record (the tombstone: who, which session, when; no content)
         is made durable first, in the shard's deletions.jsonl (docs/deletion.md); a crash
         in the middle leaves the session whole or, once the writer starts again,

@@ -33,10 +33,15 @@ def test_a_taken_key_is_refused_and_nothing_is_made(client) -> None:
     assert taken.replay().messages == []
 
 
-def test_a_key_whose_session_was_deleted_is_refused(client) -> None:
+def test_a_key_whose_session_was_deleted_names_the_forks_new_id(client) -> None:
+    """A deletion releases the key (docs/deletion.md §2.2.1): a keyed fork takes its next id."""
     source = client.create_session("agent", root=True, session_key="thread-e")
     source.append(user("hello"))
     gone = client.create_session("other", root=True, session_key="thread-f")
     client.delete_session(gone.id)
-    with pytest.raises(AlreadyExistsError, match="was deleted"):
-        source.fork(at_seq=1, session_key="thread-f")
+    next_id, found = client.resolve_session("thread-f")
+    assert not found
+    assert next_id != gone.id
+    fork = source.fork(at_seq=1, session_key="thread-f")
+    assert fork.id == next_id
+    assert client.resolve_session("thread-f") == (next_id, True)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import orjson
 from langchain_core.messages import HumanMessage
+from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 
 from rollout_client.langgraph import LedgerSaver
@@ -252,10 +253,9 @@ def test_the_view_leaves_out_what_the_ledger_would_refuse() -> None:
 
 def test_delete_thread_deletes_its_session_for_every_saver(client, writer_process, reader_process) -> None:
     """delete_thread deletes the thread's session: this saver and another that had read it find
-    nothing, the session is gone from the ledger, its copy stays, and the id is not reused."""
-    import pytest
-
-    from rollout_client import AlreadyExistsError, RolloutClient
+    nothing, the session is gone from the ledger, its copy stays; writing the thread again starts
+    it over in a new session (never the deleted id), from this saver and from the other one."""
+    from rollout_client import RolloutClient
     from tests.client.conftest import TEST_RETRY
 
     saver = LedgerSaver(client)
@@ -269,13 +269,27 @@ def test_delete_thread_deletes_its_session_for_every_saver(client, writer_proces
         saver.delete_thread("doomed")
         assert other.get_tuple({"configurable": {"thread_id": "doomed"}}) is None
         assert list(other.list({"configurable": {"thread_id": "doomed"}})) == []
-    assert saver.get_tuple({"configurable": {"thread_id": "doomed"}}) is None
-    assert client.resolve_session("doomed") == (session_id, False)
-    assert graph.get_state({"configurable": {"thread_id": "doomed-copy"}}).values["messages"][-1].content == (
-        "the sum is 2"
-    )
-    with pytest.raises(AlreadyExistsError):
-        turn(graph, "doomed", "2+2")
+        assert saver.get_tuple({"configurable": {"thread_id": "doomed"}}) is None
+        fresh_id, found = client.resolve_session("doomed")
+        assert not found
+        assert fresh_id != session_id
+        assert graph.get_state({"configurable": {"thread_id": "doomed-copy"}}).values["messages"][
+            -1
+        ].content == ("the sum is 2")
+        messages = turn(graph, "doomed", "2+2")  # starts over, as LangGraph's own savers do
+        assert [message.content for message in messages][::3] == ["2+2", "the sum is 4"]
+        assert client.resolve_session("doomed") == (fresh_id, True)
+        # The other saver has the second session attached; deleted by this saver, a put of the
+        # other one (no read first) goes to the thread's third session.
+        assert other.get_tuple({"configurable": {"thread_id": "doomed"}}) is not None
+        saver.delete_thread("doomed")
+        written = other.put(
+            {"configurable": {"thread_id": "doomed", "checkpoint_ns": ""}}, empty_checkpoint(), {}, {}
+        )
+        third_id, found = client.resolve_session("doomed")
+        assert found
+        assert third_id not in (session_id, fresh_id)
+        assert other.get_tuple(written) is not None
     saver.delete_thread("never-written")  # nothing to delete: no error
 
 
@@ -337,3 +351,32 @@ def test_delete_for_runs_reaches_threads_another_saver_wrote(client, writer_proc
     with RolloutClient(writer_process.address, reader_process.address, retry=TEST_RETRY) as other_client:
         LedgerSaver(other_client).delete_for_runs(["r1"])
     assert [found.metadata["run_id"] for found in writer.list(generate_config("runs"))] == ["r2"]
+
+
+def test_an_async_saver_starts_a_deleted_thread_over(writer_process, reader_process) -> None:
+    """The async methods over an AsyncRolloutClient: after adelete_thread the thread reads as
+    empty, and the next turn starts it over in a new session."""
+    import asyncio
+
+    from rollout_client import AsyncRolloutClient
+    from tests.client.conftest import TEST_RETRY
+
+    async def run() -> None:
+        async with AsyncRolloutClient(
+            writer_process.address, reader_process.address, retry=TEST_RETRY
+        ) as client:
+            saver = LedgerSaver(client)
+            graph = build(saver)
+            config = {"configurable": {"thread_id": "async-doomed"}}
+            await graph.ainvoke({"messages": [HumanMessage("1+1")]}, config)
+            first, found = await client.resolve_session("async-doomed")
+            assert found
+            await saver.adelete_thread("async-doomed")
+            assert await saver.aget_tuple(config) is None
+            after = await graph.ainvoke({"messages": [HumanMessage("2+2")]}, config)
+            assert [message.content for message in after["messages"]][::3] == ["2+2", "the sum is 4"]
+            second, found = await client.resolve_session("async-doomed")
+            assert found
+            assert second != first
+
+    asyncio.run(run())

@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 import rollout_cli.main
+import rollout_cli.service_calls
 from rollout_client import AsyncRolloutClient, RolloutClient, assistant, client_settings, user
 from tests.conftest import CORPUS
 from tests.e2e.secured import A_IMPORT, A, SecuredPair, local, start_secured_pair
@@ -74,7 +75,7 @@ def test_the_commands_resolve_addresses_and_credentials_through_client_settings(
         calls.append((args, kwargs))
         return client_settings(*args, **kwargs, environ=environment(pair, A_IMPORT))
 
-    monkeypatch.setattr(rollout_cli.main, "client_settings", resolving_from_the_pair)
+    monkeypatch.setattr(rollout_cli.service_calls, "client_settings", resolving_from_the_pair)
     for name in VARIABLES:
         monkeypatch.delenv(name, raising=False)
     runner = CliRunner()
