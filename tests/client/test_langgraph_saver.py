@@ -380,3 +380,33 @@ def test_an_async_saver_starts_a_deleted_thread_over(writer_process, reader_proc
             assert second != first
 
     asyncio.run(run())
+
+
+def test_a_list_is_a_delta_only_of_the_same_items(client) -> None:
+    """A messages list that keeps the stored items (the same objects) is stored as its new items;
+    one whose earlier item was replaced by another object (add_messages replacing by id) is
+    stored whole, and each reads back as it was put."""
+    from langchain_core.messages import AIMessage
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    saver = LedgerSaver(client)
+    config = {"configurable": {"thread_id": "replaced", "checkpoint_ns": ""}}
+    first = [HumanMessage("2+2", id="m1"), AIMessage("5", id="m2")]
+    lists = [first, [*first, HumanMessage("sure?", id="m3")]]
+    lists.append([lists[1][0], AIMessage("4", id="m2"), lists[1][2]])  # m2 replaced, same id
+    lists.append([*lists[2], AIMessage("yes", id="m4")])
+    version = None
+    for messages in lists:
+        version = saver.get_next_version(version, None)
+        checkpoint = empty_checkpoint()
+        checkpoint["channel_values"] = {"messages": messages}
+        checkpoint["channel_versions"] = {"messages": version}
+        config = saver.put(config, checkpoint, {"source": "loop", "step": 0}, {"messages": version})
+        stored = saver.get_tuple(config)
+        assert stored is not None
+        assert stored.checkpoint["channel_values"]["messages"] == messages
+    blobs = [body["blobs"][0] for body in _checkpoint_bodies(client, "replaced")]
+    assert ["base" in blob for blob in blobs] == [False, True, False, True]
+    fresh = LedgerSaver(client).get_tuple(config)  # rebuilt from the records alone
+    assert fresh is not None
+    assert fresh.checkpoint["channel_values"]["messages"] == lists[-1]
