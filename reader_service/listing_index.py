@@ -260,6 +260,10 @@ class ListingIndex:
         self.tail_window = tail_window
         self._lock = threading.Lock()
         self._names: dict[str, SessionFileName] = {}
+        #: The id index: each session id's file name, and its path once looked up (a path is
+        #: built once: pathlib is slow). Kept by the folders' reports, so a lookup never scans.
+        self._ids: dict[str, str] = {}
+        self._paths: dict[str, Path] = {}
         self._by_key: dict[SortKey, str] = {}
         self._all = _Postings()
         self._heads: dict[str, dict[str, Any]] = {}
@@ -293,6 +297,7 @@ class ListingIndex:
         key = parsed.sort_key
         with self._lock:
             self._names[name] = parsed
+            self._ids[parsed.session_id] = name
             self._headless.add(name)
             self._by_key[key] = name
             self._all.add(key)
@@ -303,6 +308,9 @@ class ListingIndex:
         with self._lock:
             if self._names.pop(name, None) is None:
                 return
+            if self._ids.get(parsed.session_id) == name:
+                del self._ids[parsed.session_id]
+                self._paths.pop(parsed.session_id, None)
             key = parsed.sort_key
             self._headless.discard(name)
             if self._by_key.get(key) == name:
@@ -378,15 +386,32 @@ class ListingIndex:
         """
         shard = self.root.shard_of(validate_session_id(session_id, field))
         self.folder.current(shard=shard)  # its shard's names are current: no scan here
-        for miss in (False, True):
-            try:
-                parsed, path = self.root.locate(session_id, field, rescan=False)
-                break
-            except SessionNotFoundError:
-                if miss:
-                    raise
-                self.folder.current(miss=True, shard=shard)  # lists it if it changed since its last listing
+        found = self._known(session_id)
+        if found is None:
+            self.folder.current(miss=True, shard=shard)  # lists it if it changed since its last listing
+            found = self._known(session_id)
+            if found is None:
+                raise SessionNotFoundError(session_id)
+        parsed, path = found
         check_visible(session_id, lambda: self.meta(path.name))
+        return parsed, path
+
+    def _known(self, session_id: str) -> tuple[SessionFileName, Path] | None:
+        """The parsed name and path of a session the id index holds and whose file is there; None
+        otherwise. Raises OSError ``ELOOP`` when the file is a symbolic link."""
+        with self._lock:
+            name = self._ids.get(session_id)
+            parsed = self._names.get(name) if name is not None else None
+            path = self._paths.get(session_id)
+        if name is None or parsed is None:
+            return None
+        if path is None or path.name != name:
+            path = self.root.session_path(session_id, name)
+            with self._lock:
+                self._paths[session_id] = path
+        if not os.path.lexists(path):
+            return None
+        session_file_stat(path)
         return parsed, path
 
     # -- heads ----------------------------------------------------------------------------------
