@@ -50,7 +50,7 @@ from reader_service.session_folder import SessionFolders
 from reader_service.stop_facts import DEFAULT_TAIL_WINDOW, StopFactsResult, read_stop_facts
 from serving.tenancy import check_visible
 from shared.errors import SessionNotFoundError
-from shared.layout import DataRoot, read_session_file, session_file_stat
+from shared.layout import DataRoot, open_session_file, session_file_stat
 from shared.naming import SessionFileName, parse_file_name, validate_session_id
 from shared.records import record_of_line
 from shared.rounds import forked_from
@@ -174,19 +174,23 @@ class CompleteLines:
         self.done = False
 
     def __iter__(self) -> Iterator[tuple[int, bytes]]:
-        limit = self.limit
-        with read_session_file(self.path) as handle:
-            handle.seek(self.end)
-            pending = b""
-            while True:
-                if limit is not None and limit <= 0:
-                    return
-                chunk = handle.read(COUNT_READ_BYTES if limit is None else min(COUNT_READ_BYTES, limit))
+        fd = open_session_file(self.path)
+        try:
+            # Read up to the size seen now, in reads of the bytes there are (a read of the
+            # largest block would allocate it whole for the few bytes an append adds); what is
+            # written meanwhile is read by the next pass.
+            size = os.fstat(fd).st_size
+            stop = size if self.limit is None else min(size, self.end + self.limit)
+            offset, pending, ended = self.end, b"", False
+            while offset < stop:
+                try:
+                    chunk = os.pread(fd, min(COUNT_READ_BYTES, stop - offset), offset)
+                except OSError as exc:  # e.g. a directory in its place: name the file
+                    raise OSError(exc.errno, exc.strerror, os.fspath(self.path)) from exc
                 if not chunk:
-                    self.done = True
-                    return
-                if limit is not None:
-                    limit -= len(chunk)
+                    ended = True  # cut meanwhile: its end is here
+                    break
+                offset += len(chunk)
                 data = pending + chunk if pending else chunk
                 cut = data.rfind(b"\n") + 1
                 if not cut:
@@ -195,6 +199,9 @@ class CompleteLines:
                 start, self.end = self.end, self.end + cut
                 pending = data[cut:]
                 yield start, data[:cut]
+            self.done = ended or stop == size
+        finally:
+            os.close(fd)
 
 
 def count_messages(path: Path, start: Count, limit: int | None = None) -> Count:

@@ -57,7 +57,7 @@ from inotify_simple import INotify, flags
 
 from reader_service.listing_index import CompleteLines
 from shared.errors import InvalidArgumentError
-from shared.layout import DataRoot, session_file_stat
+from shared.layout import SHARDS_DIR, DataRoot, session_file_stat
 from shared.naming import session_file_name
 from shared.records import parse_timestamp, record_of_line
 from shared.session_meta import branch_of, in_folder, tenant_of
@@ -123,6 +123,18 @@ def row_id(session_row: int, seq: int, part: int) -> int:
 def session_rows(session_row: int) -> tuple[int, int]:
     """The first and last FTS row id of a session row (inclusive)."""
     return row_id(session_row, 0, 0), row_id(session_row + 1, 0, 0) - 1
+
+
+#: A ``sessions`` row as the indexing thread keeps it: (id, inode, indexed_bytes, updated_at,
+#: branch, title, text_bytes).
+_Row = tuple[int, int, int, str, str, str, int]
+#: Most file names whose parse the indexing thread keeps.
+_FILES_KEPT = 200_000
+
+
+def _agent_of(name: str) -> str:
+    parsed = session_file_name(name)
+    return parsed.agent_name if parsed is not None and parsed.agent_name else ""
 
 
 def _seq_of(rowid: int) -> int:
@@ -282,6 +294,13 @@ class SearchIndex:
         self._readers: list[sqlite3.Connection] = []
         #: Session file names to (re)index, and whether every folder must be listed.
         self._dirty: set[str] = set()
+        #: The indexing thread's copy of each indexed file's ``sessions`` row, as read or last
+        #: written (:data:`_Row`): a step over a file reads no row. Emptied when a transaction
+        #: fails (the rows are then read again).
+        self._rows: dict[str, _Row] = {}
+        #: Each session file name's parsed name and path (one parse and path per name: pathlib and
+        #: the name's regular expression are slow); None for a name of another shape.
+        self._files: dict[str, tuple[str, Path] | None] = {}
         self._sweep_due = True
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
@@ -407,10 +426,18 @@ class SearchIndex:
             inotify.close()
 
     def _watch(self, inotify: INotify, watched: set[int]) -> set[int]:
-        """Watch every shard's sessions folder not watched yet (a folder comes with its first session)."""
-        self.root.resolve()
+        """Watch every shard's sessions folder not watched yet (a folder comes with its first
+        session: one listing of the shards' folder finds the shards made since the last look)."""
+        if not self.root.resolve():
+            return watched
+        made: set[str] | None = None
+        if self.root.sharded:
+            try:
+                made = set(os.listdir(self.root.root / SHARDS_DIR))
+            except FileNotFoundError:
+                return watched
         for shard in range(self.root.shards):
-            if shard in watched:
+            if shard in watched or (made is not None and self.root.shard_dir(shard).name not in made):
                 continue
             try:
                 inotify.add_watch(self.root.sessions_folder(shard), _FOLDER_EVENTS | flags.ONLYDIR)
@@ -421,11 +448,14 @@ class SearchIndex:
         return watched
 
     def _take_reports(self, inotify: INotify, timeout_ms: int) -> None:
+        """Note the names reported (each append to a file is one report: a name is checked for
+        the session shape once per step, by :meth:`_index_step`, not once per report)."""
+        dirty = self._dirty
         for event in inotify.read(timeout=timeout_ms):
             if event.mask & flags.Q_OVERFLOW:
                 self._sweep_due = True
-            elif event.name and session_file_name(event.name) is not None:
-                self._dirty.add(event.name)
+            elif event.name:
+                dirty.add(event.name)
 
     def _sweep(self) -> None:
         """List every sessions folder: names gone are dropped, names new, grown, cut or replaced are dirty."""
@@ -481,6 +511,8 @@ class SearchIndex:
 
     def _drop(self, name: str) -> None:
         """Forget session file ``name`` and its rows (in the caller's transaction)."""
+        self._rows.pop(name, None)
+        self._files.pop(name, None)
         row = self._connection.execute("SELECT id FROM sessions WHERE name = ?", (name,)).fetchone()
         if row is None:
             return
@@ -493,6 +525,7 @@ class SearchIndex:
         try:
             yield
         except BaseException:
+            self._rows.clear()  # rows written in it are undone: read them again
             self._connection.execute("ROLLBACK")
             raise
         self._connection.execute("COMMIT")
@@ -500,19 +533,22 @@ class SearchIndex:
     def _index_step(self, name: str) -> tuple[bool, int]:
         """Index up to :data:`STEP_BYTES` more of session file ``name`` (in the caller's
         transaction); (whether it is read to its last complete line or gone, bytes read)."""
-        parsed = session_file_name(name)
-        if parsed is None:
+        file = self._file(name)
+        if file is None:
             return True, 0
-        path = self.root.session_path(parsed.session_id, name)
+        session_id, path = file
         try:
             stat = session_file_stat(path)
         except FileNotFoundError:
             self._drop(name)
             return True, 0
-        row = self._connection.execute(
-            "SELECT id, inode, indexed_bytes, updated_at, branch, title, text_bytes FROM sessions WHERE name = ?",
-            (name,),
-        ).fetchone()
+        row = self._rows.get(name)
+        if row is None:
+            row = self._connection.execute(
+                "SELECT id, inode, indexed_bytes, updated_at, branch, title, text_bytes FROM sessions"
+                " WHERE name = ?",
+                (name,),
+            ).fetchone()
         if row is not None and (row[1] != stat.st_ino or row[2] > stat.st_size):
             self._drop(name)  # replaced or cut: read again from its start
             row = None
@@ -548,10 +584,10 @@ class SearchIndex:
                 "INSERT INTO sessions (name, session_id, tenant, cwd, agent, created_at) VALUES (?, ?, ?, ?, ?, ?)",
                 (
                     name,
-                    parsed.session_id,
+                    session_id,
                     tenant_of(meta),
                     str(meta.get("cwd") or ""),
-                    str(meta.get("agent_name") or parsed.agent_name or ""),
+                    str(meta.get("agent_name") or _agent_of(name) or ""),
                     str(meta.get("created_at") or ""),
                 ),
             ).lastrowid
@@ -566,7 +602,22 @@ class SearchIndex:
             " text_bytes = ? WHERE id = ?",
             (stat.st_ino, lines.end, updated_at, branch, title, text_bytes, session_row),
         )
+        self._rows[name] = (session_row, stat.st_ino, lines.end, updated_at, branch, title, text_bytes)
         return lines.done, lines.end - start
+
+    def _file(self, name: str) -> tuple[str, Path] | None:
+        """The session id and path of session file ``name``; None when the name is not of the
+        session shape (a temporary, a sidecar)."""
+        if name in self._files:
+            return self._files[name]
+        parsed = session_file_name(name)
+        file = (
+            None if parsed is None else (parsed.session_id, self.root.session_path(parsed.session_id, name))
+        )
+        if len(self._files) >= _FILES_KEPT:
+            self._files.clear()  # names gone without a report (strays): bounded
+        self._files[name] = file
+        return file
 
     # -- figures ------------------------------------------------------------------------------
 
