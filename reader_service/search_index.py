@@ -26,11 +26,17 @@ folders with inotify (names created, moved, removed, and files written: ``IN_MOD
 indexes what changed, a bounded number of bytes per file per step so one large file does not
 hold back the others, at most one step every :data:`BATCH_SECONDS` once caught up (the
 appends of that time are indexed together: a search may miss what was written in the last
-~0.25 s); the thread runs at a lower priority (:data:`INDEXING_NICENESS`), so that when the
-CPU is short the index lags rather than the writer or the reader's RPCs; it lists every folder and compares sizes every
-:data:`SWEEP_SECONDS` and whenever reports were lost (changes made through another host are
-never reported: docs/spec.md §7). Searches read through connections of their own (WAL mode: a search
-never waits for the indexing). The writer's path is not touched at all.
+~0.25 s), or every :data:`BATCH_FACTOR` times the last step's duration when steps grow long,
+up to :data:`MAX_BATCH_SECONDS` (much to index, or a CPU too busy to serve this thread: larger
+steps cost less per record, and the lag stays bounded). The thread runs at a lower priority
+(:data:`INDEXING_NICENESS`), so that when the CPU is short the index lags rather than the
+writer or the reader's RPCs. Each step costs, per changed file, a stat, one read of the bytes
+appended and two statements (the file's ``sessions`` row is kept in memory between steps);
+every report of a write is one name noted, checked once per step. It lists every folder and
+compares sizes every :data:`SWEEP_SECONDS` and whenever reports were lost (changes made
+through another host are never reported: docs/spec.md §7). Searches read through connections
+of their own (WAL mode: a search never waits for the indexing). The writer's path is not
+touched at all.
 """
 
 from __future__ import annotations
@@ -75,6 +81,13 @@ STEP_BYTES = 4 * 1024 * 1024
 #: Least seconds between two indexing steps once caught up (changes gather in between: one
 #: step for many appends to a file costs about what one step for one append does).
 BATCH_SECONDS = 0.25
+#: Once caught up, the next step waits this many times the last step's duration, when that is
+#: longer than :data:`BATCH_SECONDS` (a step is long when there was much to index or the CPU is
+#: short, the indexing thread being served last: it then gathers more per step, each costing
+#: less per record) ...
+BATCH_FACTOR = 4.0
+#: ... and never more than this: the index lags the files by at most about this plus a step.
+MAX_BATCH_SECONDS = 1.0
 #: Niceness of the indexing thread: when the CPU is short, serving (and the writer on the same
 #: host) comes first, and the index lags.
 INDEXING_NICENESS = 10
@@ -416,14 +429,22 @@ class SearchIndex:
                     last_sweep = time.monotonic()
                     self._sweep()
                 if self._dirty:
+                    stepped = time.monotonic()
                     self._index_dirty()
                     if not self._dirty:  # all caught up: let the next changes gather
-                        self._closed.wait(max(0.0, BATCH_SECONDS - (time.monotonic() - began)))
+                        self._closed.wait(self._batch_wait(began, time.monotonic() - stepped))
             except (OSError, sqlite3.Error, ValueError) as exc:
                 log.warning("search index: %s", exc)
                 self._closed.wait(1.0)
         if inotify is not None:
             inotify.close()
+
+    @staticmethod
+    def _batch_wait(began: float, step_seconds: float) -> float:
+        """Seconds to wait before the next step, after a step of ``step_seconds`` that caught up
+        in a round begun at ``began`` (see :data:`BATCH_FACTOR`)."""
+        window = min(MAX_BATCH_SECONDS, max(BATCH_SECONDS, BATCH_FACTOR * step_seconds))
+        return max(0.0, window - (time.monotonic() - began))
 
     def _watch(self, inotify: INotify, watched: set[int]) -> set[int]:
         """Watch every shard's sessions folder not watched yet (a folder comes with its first

@@ -254,3 +254,16 @@ def test_a_step_whose_transaction_fails_is_done_again_whole(data_dir, index) -> 
     index.catch_up()
     assert found(index, "sockets") == ["1"]
     assert found(index, "flaky") == ["2"]
+
+
+def test_the_wait_between_steps_grows_with_a_long_step_and_is_bounded(monkeypatch) -> None:
+    """After a quick step the next waits BATCH_SECONDS (from the round's start); after a long one
+    (much to index, or a CPU too busy to serve the indexing thread) BATCH_FACTOR times it, never
+    more than MAX_BATCH_SECONDS: the index's lag stays bounded."""
+    monkeypatch.setattr(search_index.time, "monotonic", lambda: 100.0)
+    wait = SearchIndex._batch_wait
+    assert wait(100.0, 0.01) == search_index.BATCH_SECONDS
+    assert wait(99.9, 0.01) == pytest.approx(search_index.BATCH_SECONDS - 0.1)
+    assert wait(100.0, 0.1) == pytest.approx(search_index.BATCH_FACTOR * 0.1)
+    assert wait(100.0, 5.0) == search_index.MAX_BATCH_SECONDS
+    assert wait(90.0, 5.0) == 0.0
