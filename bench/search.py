@@ -17,11 +17,17 @@ Every figure is a ratio against a baseline measured in the same run:
   of append-acknowledged to found.
 * ``fleet``: the same 64-agent records/s with the reader indexing (``serve-reader``) against
   the reader without an index (``serve-reader --no-search``), rounds alternating. Target >= 0.9.
+* ``indexing``: the indexing thread's own CPU time per 1,000 records, while 64 session files
+  get ~1 KB records at ``--indexing-rate`` records/s in all (a child process appends the lines
+  itself: no writer, no RPC, so the figure moves little with the host's load), for this
+  checkout against ``--baseline-repo`` (another checkout: the code before a change), rounds
+  alternating. Lower is better; the ratio is this checkout's over the baseline's.
 
 Usage:
 
     .venv/bin/python bench/search.py [--sessions 20000] [--session-kb 100] [--rounds 3]
-                                     [--seconds 4] [--only scale,fleet]
+                                     [--seconds 4] [--only scale,fleet,indexing]
+                                     [--baseline-repo PATH] [--indexing-rate 1000]
 
 ``--sessions`` scales the first part down (say so with the figures when you do).
 """
@@ -33,6 +39,7 @@ import os
 import shlex
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -254,6 +261,85 @@ def bench_fleet(tmp: Path, args: argparse.Namespace) -> list[str]:
     ]
 
 
+def indexing_child(seconds: float, rate: float) -> None:
+    """In a process of its own (``--indexing-child``): index 64 files appended at ``rate``
+    records/s for ``seconds``, then print the indexing thread's CPU seconds per 1,000 records."""
+    data = Path(tempfile.mkdtemp(prefix="rollout-indexing-"))
+    try:
+        DataRoot(data).create()
+        created = datetime.now(UTC)
+        paths = []
+        for _ in range(AGENTS):
+            session_id = new_session_id()
+            meta = {"session_id": session_id, "tenant": "T1", "created_at": format_timestamp(created)}
+            path = DataRoot(data).session_path(session_id, build_file_name(created, session_id))
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(encode_line(0, format_timestamp(created), RecordType.SESSION_META, meta))
+            paths.append(path)
+        index = SearchIndex(DataRoot(data), data.parent / (data.name + "-index"))
+        index.catch_up()
+        index.start()
+        assert index._thread is not None
+        stat = Path(f"/proc/self/task/{index._thread.native_id}/stat")
+
+        def cpu() -> float:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+        text = ("The agent read the file, ran the tests and wrote a short plan. " * 16)[:950]
+        handles = [path.open("ab", buffering=0) for path in paths]
+        seqs = [1] * AGENTS
+        before, started, written = cpu(), time.monotonic(), 0
+        while time.monotonic() - started < seconds:
+            delay = started + written / rate - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            agent = written % AGENTS
+            payload = {"role": "user", "content": f"{text} w{written}"}
+            stamp = format_timestamp(datetime.now(UTC))
+            handles[agent].write(encode_line(seqs[agent], stamp, RecordType.MESSAGE, payload))
+            seqs[agent] += 1
+            written += 1
+        for path in paths:  # caught up: every byte indexed
+            assert index.wait_indexed(path.name, path.stat().st_size, 120), path
+        print((cpu() - before) / written * 1000)
+        for handle in handles:
+            handle.close()
+        index.close()
+    finally:
+        shutil.rmtree(data, ignore_errors=True)
+        shutil.rmtree(data.parent / (data.name + "-index"), ignore_errors=True)
+
+
+def bench_indexing(args: argparse.Namespace) -> list[str]:
+    """This checkout's indexing CPU per 1,000 records against ``--baseline-repo``'s (see the module doc)."""
+    repos = {"this": REPO} | ({"baseline": args.baseline_repo.resolve()} if args.baseline_repo else {})
+    cpu: dict[str, list[float]] = {name: [] for name in repos}
+    for number in range(args.rounds):
+        for name in list(repos) if number % 2 == 0 else list(reversed(repos)):
+            # The child runs this script against the checkout's code (PYTHONPATH): an older
+            # checkout need not have this part.
+            child = [sys.executable, str(Path(__file__).resolve()), "--indexing-child"]
+            child += ["--seconds", str(args.seconds * 2), "--indexing-rate", str(args.indexing_rate)]
+            env = {**os.environ, "PYTHONPATH": str(repos[name])}
+            done = subprocess.run(child, cwd=repos[name], env=env, capture_output=True, text=True, check=True)
+            cpu[name].append(float(done.stdout.split()[-1]))
+        print(f"indexing round {number + 1}: " + "  ".join(f"{n} {cpu[n][-1] * 1e3:.1f} ms" for n in repos))
+    this = statistics.median(cpu["this"])
+    lines = [
+        f"indexing: the indexing thread's CPU per 1,000 records, {AGENTS} files appended at"
+        f" {args.indexing_rate:,.0f} records/s in all",
+        f"  this checkout {this * 1e3:.1f} ms [{min(cpu['this']) * 1e3:.1f}-{max(cpu['this']) * 1e3:.1f}]",
+    ]
+    if "baseline" in cpu:
+        base = statistics.median(cpu["baseline"])
+        lines.append(
+            f"  {args.baseline_repo}: {base * 1e3:.1f} ms"
+            f" [{min(cpu['baseline']) * 1e3:.1f}-{max(cpu['baseline']) * 1e3:.1f}]; ratio {this / base:.2f}"
+        )
+    return lines
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--sessions", type=int, default=20_000, help="Sessions of the large corpus.")
@@ -262,12 +348,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=3, help="Fleet rounds (each: on and off).")
     parser.add_argument("--seconds", type=float, default=4.0, help="Seconds of each fleet run.")
     parser.add_argument("--probe-ms", type=float, default=50.0, help="Pause between two lag probes (ms).")
-    parser.add_argument("--only", default="scale,fleet", help="Parts to run: scale, fleet.")
+    parser.add_argument("--only", default="scale,fleet", help="Parts to run: scale, fleet, indexing.")
+    parser.add_argument("--baseline-repo", type=Path, help="indexing: another checkout to compare with.")
+    parser.add_argument("--indexing-rate", type=float, default=1000.0, help="indexing: records/s in all.")
+    parser.add_argument("--indexing-child", action="store_true", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.indexing_child:
+        indexing_child(args.seconds, args.indexing_rate)
+        return 0
     only = set(args.only.split(","))
     print("command:", shlex.join(sys.orig_argv))
     tmp = Path(tempfile.mkdtemp(prefix="rollout-search-bench-", dir=os.environ.get("TMPDIR")))
@@ -277,6 +369,8 @@ def main(argv: list[str] | None = None) -> int:
             report += bench_scale(tmp, args)
         if "fleet" in only:
             report += bench_fleet(tmp, args)
+        if "indexing" in only:
+            report += bench_indexing(args)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print()

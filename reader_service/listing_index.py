@@ -50,7 +50,7 @@ from reader_service.session_folder import SessionFolders
 from reader_service.stop_facts import DEFAULT_TAIL_WINDOW, StopFactsResult, read_stop_facts
 from serving.tenancy import check_visible
 from shared.errors import SessionNotFoundError
-from shared.layout import DataRoot, read_session_file, session_file_stat
+from shared.layout import DataRoot, open_session_file, session_file_stat
 from shared.lineage import forked_from
 from shared.naming import SessionFileName, parse_file_name, validate_session_id
 from shared.records import record_of_line
@@ -174,19 +174,23 @@ class CompleteLines:
         self.done = False
 
     def __iter__(self) -> Iterator[tuple[int, bytes]]:
-        limit = self.limit
-        with read_session_file(self.path) as handle:
-            handle.seek(self.end)
-            pending = b""
-            while True:
-                if limit is not None and limit <= 0:
-                    return
-                chunk = handle.read(COUNT_READ_BYTES if limit is None else min(COUNT_READ_BYTES, limit))
+        fd = open_session_file(self.path)
+        try:
+            # Read up to the size seen now, in reads of the bytes there are (a read of the
+            # largest block would allocate it whole for the few bytes an append adds); what is
+            # written meanwhile is read by the next pass.
+            size = os.fstat(fd).st_size
+            stop = size if self.limit is None else min(size, self.end + self.limit)
+            offset, pending, ended = self.end, b"", False
+            while offset < stop:
+                try:
+                    chunk = os.pread(fd, min(COUNT_READ_BYTES, stop - offset), offset)
+                except OSError as exc:  # e.g. a directory in its place: name the file
+                    raise OSError(exc.errno, exc.strerror, os.fspath(self.path)) from exc
                 if not chunk:
-                    self.done = True
-                    return
-                if limit is not None:
-                    limit -= len(chunk)
+                    ended = True  # cut meanwhile: its end is here
+                    break
+                offset += len(chunk)
                 data = pending + chunk if pending else chunk
                 cut = data.rfind(b"\n") + 1
                 if not cut:
@@ -195,6 +199,9 @@ class CompleteLines:
                 start, self.end = self.end, self.end + cut
                 pending = data[cut:]
                 yield start, data[:cut]
+            self.done = ended or stop == size
+        finally:
+            os.close(fd)
 
 
 def count_messages(path: Path, start: Count, limit: int | None = None) -> Count:
@@ -260,6 +267,10 @@ class ListingIndex:
         self.tail_window = tail_window
         self._lock = threading.Lock()
         self._names: dict[str, SessionFileName] = {}
+        #: The id index: each session id's file name, and its path once looked up (a path is
+        #: built once: pathlib is slow). Kept by the folders' reports, so a lookup never scans.
+        self._ids: dict[str, str] = {}
+        self._paths: dict[str, Path] = {}
         self._by_key: dict[SortKey, str] = {}
         self._all = _Postings()
         self._heads: dict[str, dict[str, Any]] = {}
@@ -293,6 +304,7 @@ class ListingIndex:
         key = parsed.sort_key
         with self._lock:
             self._names[name] = parsed
+            self._ids[parsed.session_id] = name
             self._headless.add(name)
             self._by_key[key] = name
             self._all.add(key)
@@ -303,6 +315,9 @@ class ListingIndex:
         with self._lock:
             if self._names.pop(name, None) is None:
                 return
+            if self._ids.get(parsed.session_id) == name:
+                del self._ids[parsed.session_id]
+                self._paths.pop(parsed.session_id, None)
             key = parsed.sort_key
             self._headless.discard(name)
             if self._by_key.get(key) == name:
@@ -388,15 +403,32 @@ class ListingIndex:
         """
         shard = self.root.shard_of(validate_session_id(session_id, field))
         self.folder.current(shard=shard)  # its shard's names are current: no scan here
-        for miss in (False, True):
-            try:
-                parsed, path = self.root.locate(session_id, field, rescan=False)
-                break
-            except SessionNotFoundError:
-                if miss:
-                    raise
-                self.folder.current(miss=True, shard=shard)  # lists it if it changed since its last listing
+        found = self._known(session_id)
+        if found is None:
+            self.folder.current(miss=True, shard=shard)  # lists it if it changed since its last listing
+            found = self._known(session_id)
+            if found is None:
+                raise SessionNotFoundError(session_id)
+        parsed, path = found
         check_visible(session_id, lambda: self.meta(path.name))
+        return parsed, path
+
+    def _known(self, session_id: str) -> tuple[SessionFileName, Path] | None:
+        """The parsed name and path of a session the id index holds and whose file is there; None
+        otherwise. Raises OSError ``ELOOP`` when the file is a symbolic link."""
+        with self._lock:
+            name = self._ids.get(session_id)
+            parsed = self._names.get(name) if name is not None else None
+            path = self._paths.get(session_id)
+        if name is None or parsed is None:
+            return None
+        if path is None or path.name != name:
+            path = self.root.session_path(session_id, name)
+            with self._lock:
+                self._paths[session_id] = path
+        if not os.path.lexists(path):
+            return None
+        session_file_stat(path)
         return parsed, path
 
     # -- heads ----------------------------------------------------------------------------------

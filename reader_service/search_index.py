@@ -26,14 +26,20 @@ folders with inotify (names created, moved, removed, and files written: ``IN_MOD
 indexes what changed, a bounded number of bytes per file per step so one large file does not
 hold back the others, at most one step every :data:`BATCH_SECONDS` once caught up (the
 appends of that time are indexed together: a search may miss what was written in the last
-~0.25 s); the thread runs at a lower priority (:data:`INDEXING_NICENESS`), so that when the
-CPU is short the index lags rather than the writer or the reader's RPCs; it lists every folder and compares sizes every
-:data:`SWEEP_SECONDS` and whenever reports were lost (changes made through another host are
-never reported: docs/spec.md §7). Searches read through connections of their own (WAL mode: a search
-never waits for the indexing). The writer's path is not touched at all. A deleted session is
-also forgotten at once (:meth:`SearchIndex.forget`, a removal listener of the reader's listing
-index, which a search brings up to date first): its rows are deleted, or left out of searches
-until the indexing step writing at that moment has deleted them (docs/deletion.md §1.1).
+~0.25 s), or every :data:`BATCH_FACTOR` times the last step's duration when steps grow long,
+up to :data:`MAX_BATCH_SECONDS` (much to index, or a CPU too busy to serve this thread: larger
+steps cost less per record, and the lag stays bounded). The thread runs at a lower priority
+(:data:`INDEXING_NICENESS`), so that when the CPU is short the index lags rather than the
+writer or the reader's RPCs. Each step costs, per changed file, a stat, one read of the bytes
+appended and two statements (the file's ``sessions`` row is kept in memory between steps);
+every report of a write is one name noted, checked once per step. It lists every folder and
+compares sizes every :data:`SWEEP_SECONDS` and whenever reports were lost (changes made
+through another host are never reported: docs/spec.md §7). Searches read through connections
+of their own (WAL mode: a search never waits for the indexing). The writer's path is not
+touched at all. A deleted session is also forgotten at once (:meth:`SearchIndex.forget`, a
+removal listener of the reader's listing index, which a search brings up to date first): its
+rows are deleted, or left out of searches until the indexing step writing at that moment has
+deleted them (docs/deletion.md §1.1).
 """
 
 from __future__ import annotations
@@ -60,7 +66,7 @@ from inotify_simple import INotify, flags
 
 from reader_service.listing_index import CompleteLines
 from shared.errors import InvalidArgumentError
-from shared.layout import DataRoot, session_file_stat
+from shared.layout import SHARDS_DIR, DataRoot, session_file_stat
 from shared.naming import session_file_name
 from shared.records import parse_timestamp, record_of_line
 from shared.session_meta import branch_of, in_folder, tenant_of
@@ -78,6 +84,13 @@ STEP_BYTES = 4 * 1024 * 1024
 #: Least seconds between two indexing steps once caught up (changes gather in between: one
 #: step for many appends to a file costs about what one step for one append does).
 BATCH_SECONDS = 0.25
+#: Once caught up, the next step waits this many times the last step's duration, when that is
+#: longer than :data:`BATCH_SECONDS` (a step is long when there was much to index or the CPU is
+#: short, the indexing thread being served last: it then gathers more per step, each costing
+#: less per record) ...
+BATCH_FACTOR = 4.0
+#: ... and never more than this: the index lags the files by at most about this plus a step.
+MAX_BATCH_SECONDS = 1.0
 #: Niceness of the indexing thread: when the CPU is short, serving (and the writer on the same
 #: host) comes first, and the index lags.
 INDEXING_NICENESS = 10
@@ -126,6 +139,18 @@ def row_id(session_row: int, seq: int, part: int) -> int:
 def session_rows(session_row: int) -> tuple[int, int]:
     """The first and last FTS row id of a session row (inclusive)."""
     return row_id(session_row, 0, 0), row_id(session_row + 1, 0, 0) - 1
+
+
+#: A ``sessions`` row as the indexing thread keeps it: (id, inode, indexed_bytes, updated_at,
+#: branch, title, text_bytes).
+_Row = tuple[int, int, int, str, str, str, int]
+#: Most file names whose parse the indexing thread keeps.
+_FILES_KEPT = 200_000
+
+
+def _agent_of(name: str) -> str:
+    parsed = session_file_name(name)
+    return parsed.agent_name if parsed is not None and parsed.agent_name else ""
 
 
 def _seq_of(rowid: int) -> int:
@@ -290,6 +315,13 @@ class SearchIndex:
         self._forgotten: set[str] = set()
         #: Held by whoever writes the index (one transaction at a time).
         self._writing = threading.Lock()
+        #: The indexing thread's copy of each indexed file's ``sessions`` row, as read or last
+        #: written (:data:`_Row`): a step over a file reads no row. Emptied when a transaction
+        #: fails (the rows are then read again).
+        self._rows: dict[str, _Row] = {}
+        #: Each session file name's parsed name and path (one parse and path per name: pathlib and
+        #: the name's regular expression are slow); None for a name of another shape.
+        self._files: dict[str, tuple[str, Path] | None] = {}
         self._sweep_due = True
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
@@ -427,20 +459,36 @@ class SearchIndex:
                     last_sweep = time.monotonic()
                     self._sweep()
                 if self._dirty:
+                    stepped = time.monotonic()
                     self._index_dirty()
                     if not self._dirty:  # all caught up: let the next changes gather
-                        self._closed.wait(max(0.0, BATCH_SECONDS - (time.monotonic() - began)))
+                        self._closed.wait(self._batch_wait(began, time.monotonic() - stepped))
             except (OSError, sqlite3.Error, ValueError) as exc:
                 log.warning("search index: %s", exc)
                 self._closed.wait(1.0)
         if inotify is not None:
             inotify.close()
 
+    @staticmethod
+    def _batch_wait(began: float, step_seconds: float) -> float:
+        """Seconds to wait before the next step, after a step of ``step_seconds`` that caught up
+        in a round begun at ``began`` (see :data:`BATCH_FACTOR`)."""
+        window = min(MAX_BATCH_SECONDS, max(BATCH_SECONDS, BATCH_FACTOR * step_seconds))
+        return max(0.0, window - (time.monotonic() - began))
+
     def _watch(self, inotify: INotify, watched: set[int]) -> set[int]:
-        """Watch every shard's sessions folder not watched yet (a folder comes with its first session)."""
-        self.root.resolve()
+        """Watch every shard's sessions folder not watched yet (a folder comes with its first
+        session: one listing of the shards' folder finds the shards made since the last look)."""
+        if not self.root.resolve():
+            return watched
+        made: set[str] | None = None
+        if self.root.sharded:
+            try:
+                made = set(os.listdir(self.root.root / SHARDS_DIR))
+            except FileNotFoundError:
+                return watched
         for shard in range(self.root.shards):
-            if shard in watched:
+            if shard in watched or (made is not None and self.root.shard_dir(shard).name not in made):
                 continue
             try:
                 inotify.add_watch(self.root.sessions_folder(shard), _FOLDER_EVENTS | flags.ONLYDIR)
@@ -451,11 +499,14 @@ class SearchIndex:
         return watched
 
     def _take_reports(self, inotify: INotify, timeout_ms: int) -> None:
+        """Note the names reported (each append to a file is one report: a name is checked for
+        the session shape once per step, by :meth:`_index_step`, not once per report)."""
+        dirty = self._dirty
         for event in inotify.read(timeout=timeout_ms):
             if event.mask & flags.Q_OVERFLOW:
                 self._sweep_due = True
-            elif event.name and session_file_name(event.name) is not None:
-                self._dirty.add(event.name)
+            elif event.name:
+                dirty.add(event.name)
 
     def _sweep(self) -> None:
         """List every sessions folder: names gone are dropped, names new, grown, cut or replaced are dirty."""
@@ -511,6 +562,8 @@ class SearchIndex:
 
     def _drop(self, name: str) -> None:
         """Forget session file ``name`` and its rows (in the caller's transaction)."""
+        self._rows.pop(name, None)
+        self._files.pop(name, None)
         row = self._connection.execute("SELECT id FROM sessions WHERE name = ?", (name,)).fetchone()
         if row is None:
             return
@@ -535,6 +588,7 @@ class SearchIndex:
                 self._drop(name)
             yield
         except BaseException:
+            self._rows.clear()  # rows written in it are undone: read them again
             self._connection.execute("ROLLBACK")
             raise
         self._connection.execute("COMMIT")
@@ -545,19 +599,22 @@ class SearchIndex:
     def _index_step(self, name: str) -> tuple[bool, int]:
         """Index up to :data:`STEP_BYTES` more of session file ``name`` (in the caller's
         transaction); (whether it is read to its last complete line or gone, bytes read)."""
-        parsed = session_file_name(name)
-        if parsed is None:
+        file = self._file(name)
+        if file is None:
             return True, 0
-        path = self.root.session_path(parsed.session_id, name)
+        session_id, path = file
         try:
             stat = session_file_stat(path)
         except FileNotFoundError:
             self._drop(name)
             return True, 0
-        row = self._connection.execute(
-            "SELECT id, inode, indexed_bytes, updated_at, branch, title, text_bytes FROM sessions WHERE name = ?",
-            (name,),
-        ).fetchone()
+        row = self._rows.get(name)
+        if row is None:
+            row = self._connection.execute(
+                "SELECT id, inode, indexed_bytes, updated_at, branch, title, text_bytes FROM sessions"
+                " WHERE name = ?",
+                (name,),
+            ).fetchone()
         if row is not None and (row[1] != stat.st_ino or row[2] > stat.st_size):
             self._drop(name)  # replaced or cut: read again from its start
             row = None
@@ -593,10 +650,10 @@ class SearchIndex:
                 "INSERT INTO sessions (name, session_id, tenant, cwd, agent, created_at) VALUES (?, ?, ?, ?, ?, ?)",
                 (
                     name,
-                    parsed.session_id,
+                    session_id,
                     tenant_of(meta),
                     str(meta.get("cwd") or ""),
-                    str(meta.get("agent_name") or parsed.agent_name or ""),
+                    str(meta.get("agent_name") or _agent_of(name) or ""),
                     str(meta.get("created_at") or ""),
                 ),
             ).lastrowid
@@ -611,7 +668,22 @@ class SearchIndex:
             " text_bytes = ? WHERE id = ?",
             (stat.st_ino, lines.end, updated_at, branch, title, text_bytes, session_row),
         )
+        self._rows[name] = (session_row, stat.st_ino, lines.end, updated_at, branch, title, text_bytes)
         return lines.done, lines.end - start
+
+    def _file(self, name: str) -> tuple[str, Path] | None:
+        """The session id and path of session file ``name``; None when the name is not of the
+        session shape (a temporary, a sidecar)."""
+        if name in self._files:
+            return self._files[name]
+        parsed = session_file_name(name)
+        file = (
+            None if parsed is None else (parsed.session_id, self.root.session_path(parsed.session_id, name))
+        )
+        if len(self._files) >= _FILES_KEPT:
+            self._files.clear()  # names gone without a report (strays): bounded
+        self._files[name] = file
+        return file
 
     # -- figures ------------------------------------------------------------------------------
 

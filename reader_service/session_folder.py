@@ -180,8 +180,8 @@ class SessionFolder:
 
     ``added`` and ``removed`` are called for each name that appears or goes
     (holding this folder's lock: they must not call back into it); ``verify_later``
-    asks for :meth:`verify` on another thread. Every change is also registered in
-    the data root's id index (:meth:`shared.layout.DataRoot.register`). ``notifications``:
+    asks for :meth:`verify` on another thread (the listing index keeps its id index by
+    ``added`` and ``removed``: reader_service.listing_index). ``notifications``:
     the inotify instance shared with the root's other folders (one of its own when None).
     """
 
@@ -383,14 +383,12 @@ class SessionFolder:
         if parsed is None:
             return False
         self._names[name] = parsed
-        self.root.register(parsed, name)
         self._added(parsed, name)
         return True
 
     def _remove(self, name: str) -> None:
         parsed = self._names.pop(name, None)
         if parsed is not None:
-            self.root.forget(parsed, name)
             self._removed(parsed, name)
 
     def _follow(self) -> None:

@@ -64,12 +64,10 @@ Session files are opened without following symbolic links (:func:`open_session_f
 
 Clients only ever hold session ids (docs/spec.md §6); this module is the one place that
 turns an id into a path, so another storage can replace it without touching a
-client. An id is resolved through an in-process index of its shard's folder, which
-is refreshed from a scan of that folder on a miss, so readers stay stateless and see
-sessions the writer made. A caller that keeps the index current itself (the
-reader follows the folders: reader_service.session_folder) registers and forgets
-names as they come and go and looks ids up without the scan, which costs tens
-of milliseconds for 50,000 names.
+client. :meth:`DataRoot.locate` finds an id in a scan of its shard's folder, made again on a
+miss (a rescan parses new names only), so the writer and the tools see sessions made by
+others. The reader keeps its own id index, current through its folder
+following, and looks ids up without any scan (reader_service.listing_index.ListingIndex.locate).
 """
 
 from __future__ import annotations
@@ -383,35 +381,18 @@ class DataRoot:
                 self._names[parsed.session_id] = name
         return found
 
-    def register(self, parsed: SessionFileName, name: str) -> None:
-        """Record a session file that appeared (created by the caller, or seen in its folder)."""
-        with self._lock:
-            self._index[parsed.session_id] = parsed
-            self._names[parsed.session_id] = name
-
-    def forget(self, parsed: SessionFileName, name: str) -> None:
-        """Drop a session file that went (when the id still names that file)."""
-        with self._lock:
-            if self._names.get(parsed.session_id) == name:
-                del self._names[parsed.session_id]
-                del self._index[parsed.session_id]
-                self._paths.pop(parsed.session_id, None)
-
-    def locate(
-        self, session_id: str, field: str = "session_id", rescan: bool = True
-    ) -> tuple[SessionFileName, Path]:
+    def locate(self, session_id: str, field: str = "session_id") -> tuple[SessionFileName, Path]:
         """The parsed name and path of a session's file.
 
         Raises FileNameError (naming ``field``, the request field that carried the id)
         for an id that is not a lowercase UUID, SessionNotFoundError when no file holds
-        it (after a fresh scan of its shard; with ``rescan`` False, when the index has
-        none: the caller keeps it current) and OSError ``ELOOP`` when its file is a
+        it (after a fresh scan of its shard) and OSError ``ELOOP`` when its file is a
         symbolic link.
         """
         validate_session_id(session_id, field)
         if not self.resolve():
             raise SessionNotFoundError(session_id)
-        for attempt in range(2 if rescan else 1):
+        for attempt in range(2):
             with self._lock:
                 name = self._names.get(session_id)
                 parsed = self._index.get(session_id)

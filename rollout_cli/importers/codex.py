@@ -26,8 +26,21 @@ response_item custom_tool_call     assistant message with one tool call
 response_item *_call_output        tool message (tool_call_id = call_id)
 turn_context                       turn_context
 event_msg                          event (kind = payload.type)
+event_msg thread_name_updated      the event, then a title record (shared.titles)
+                                   holding ``thread_name`` when it is not empty
 compacted                          compacted (summary, replacement_history)
 =================================  ============================================
+
+**Thread names.** Naming a thread (``/rename``, or the name Codex generates) appends an
+``event_msg`` of type ``thread_name_updated`` (``{"thread_id", "thread_name"}``) to the
+rollout file, and a line ``{"id", "thread_name", "updated_at"}`` to
+``$CODEX_HOME/session_index.jsonl`` (append-only: the newest line of a thread names it, an
+empty name clears it). Each name in the file becomes a title record where it stands, so the
+last one is the session's title and earlier ones stay searchable. A file imported from under
+``$CODEX_HOME/sessions`` or ``archived_sessions`` also takes the session index beside them
+(:func:`session_index_of`): when its newest name for the thread is not empty and the file
+has no name of its own or an older one, a title record with it ends the session. An index
+that clears a name the file holds is noted (a ledger title is never cleared).
 
 Each record carries the time of its source line (the envelope's ``timestamp``;
 a bare item has none and takes the time of the line before it, or of the
@@ -47,7 +60,8 @@ interrupted (the last turn may be unfinished).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +81,7 @@ from rollout_cli.importers import (
     unrepresentable_line,
 )
 from shared.stop_kinds import StopKind
+from shared.titles import TITLE_EVENT, preferred_title, title_event_body
 
 _MESSAGE_KEYS = {"type", "role", "content"}
 _REASONING_KEYS = {"type", "summary", "encrypted_content", "content"}
@@ -79,6 +94,49 @@ _ENVELOPE_TYPES = {"session_meta", "response_item", "turn_context", "event_msg",
 _ITEM_TYPES = {"message", "reasoning", *_CALL_TYPES, *_OUTPUT_TYPES}
 #: Response item types that become a chat message.
 _MAPPED_ITEMS = {"message", *_CALL_TYPES, *_OUTPUT_TYPES}
+#: The event Codex appends to a rollout file when the thread is named.
+THREAD_NAME_EVENT = "thread_name_updated"
+#: Codex's index of thread names, in ``$CODEX_HOME`` beside the folders of rollout files.
+SESSION_INDEX = "session_index.jsonl"
+#: The folders of ``$CODEX_HOME`` holding rollout files.
+ROLLOUT_FOLDERS = ("sessions", "archived_sessions")
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadName:
+    """A thread's newest name in Codex's session index ("" when cleared), and when it was set
+    (the ledger's RFC 3339 form, "" when the line has no readable time)."""
+
+    name: str
+    updated_at: str
+
+
+def session_index_of(source: Path) -> Path | None:
+    """Codex's session index for a rollout file: ``session_index.jsonl`` beside the
+    ``sessions`` (or ``archived_sessions``) folder the file lies under; None when there is none."""
+    for folder in source.parents:
+        if folder.name in ROLLOUT_FOLDERS:
+            index = folder.parent / SESSION_INDEX
+            return index if index.is_file() else None
+    return None
+
+
+def read_thread_names(lines: Iterable[bytes]) -> dict[str, ThreadName]:
+    """The newest name of each thread in the lines of Codex's session index (by thread id; a
+    later line replaces an earlier one). Lines not of the shape ``{"id", "thread_name",
+    "updated_at"}`` are skipped: the index is Codex's cache, the rollout files are the record."""
+    names: dict[str, ThreadName] = {}
+    for raw in lines:
+        try:
+            entry = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            continue
+        if not isinstance(entry, dict):
+            continue
+        thread_id, name = entry.get("id"), entry.get("thread_name")
+        if isinstance(thread_id, str) and isinstance(name, str):
+            names[thread_id] = ThreadName(name, source_time(entry.get("updated_at")))
+    return names
 
 
 def _item_type(item: dict[str, Any]) -> str:
@@ -119,6 +177,9 @@ class _Converter:
         self.user_events: list[tuple[int, dict[str, Any], int]] = []
         self.line = 0
         self.time = ""  # the time of the current line, or of the last line that had one
+        #: The file's last thread name (as a title) and the time of its line.
+        self.thread_name = ""
+        self.thread_name_time = ""
 
     def append(self, record: writer_pb2.AppendRecord) -> None:
         if self.time:
@@ -232,6 +293,8 @@ class _Converter:
             ):
                 self.user_events.append((len(self.session.records), body, self.turn))
             self.append(event_record(event_kind, body))
+            if event_kind == THREAD_NAME_EVENT:
+                self.name_thread(payload.get("thread_name"))
         elif kind == "compacted":
             compacted = records_pb2.Compacted(summary=str(payload.get("message", "")))
             if isinstance(payload.get("replacement_history"), list):
@@ -241,6 +304,29 @@ class _Converter:
             self.append(writer_pb2.AppendRecord(compacted=compacted))
         else:
             self.keep(f"codex.{kind}", payload)
+
+    def name_thread(self, name: object) -> None:
+        """A title record for a thread name the file sets (none for an empty one)."""
+        title = preferred_title(name) if isinstance(name, str) else ""
+        if title:
+            self.append(event_record(TITLE_EVENT, title_event_body(title)))
+            self.thread_name, self.thread_name_time = title, self.time
+
+    def indexed_name(self, entry: ThreadName) -> None:
+        """End the session with the session index's name for the thread when it is newer than
+        the file's own (see the module doc)."""
+        if self.thread_name and entry.updated_at <= self.thread_name_time:
+            return  # the file's name is as new: it was written with that index line
+        title = preferred_title(entry.name)
+        if not title:
+            if self.thread_name:
+                self.session.notes.append(
+                    f"Codex's session index clears the thread name {self.thread_name!r};"
+                    " the session keeps it as its title (a title is never cleared)"
+                )
+        elif title != self.thread_name:
+            self.append(event_record(TITLE_EVENT, title_event_body(title)))
+            self.session.notes.append(f"thread name {title!r} taken from Codex's session index")
 
     def meta(self, payload: dict[str, Any]) -> None:
         session = self.session
@@ -282,9 +368,12 @@ class _Converter:
                 SourceRecord(kept.line, event),
             ]
 
-    def finish(self, fallback_id: str) -> ImportedSession:
+    def finish(self, fallback_id: str, thread_names: Mapping[str, ThreadName]) -> ImportedSession:
         session = self.session
         self.user_messages()
+        entry = thread_names.get(self.source_id) if self.source_id else None
+        if entry is not None:
+            self.indexed_name(entry)
         session.session_id = ledger_session_id("codex", self.source_id or fallback_id)
         if not session.created_at:
             session.created_at = next((r.record.ts for r in session.records if r.record.ts), "")
@@ -302,8 +391,13 @@ class _Converter:
         return session
 
 
-def convert_codex(lines: Iterable[bytes], source: Path = Path("<codex>")) -> ImportedFile:
-    """Convert the lines of one Codex rollout file into one session (see the module doc for the mapping).
+def convert_codex(
+    lines: Iterable[bytes],
+    source: Path = Path("<codex>"),
+    thread_names: Mapping[str, ThreadName] | None = None,
+) -> ImportedFile:
+    """Convert the lines of one Codex rollout file into one session (see the module doc for the
+    mapping); ``thread_names``: Codex's session index (:func:`read_thread_names`), by thread id.
 
     Never raises on bad content: an unparseable line is kept as a counted
     ``codex.unparseable_line`` event, a line no record can hold (JSON nested deeper
@@ -343,7 +437,7 @@ def convert_codex(lines: Iterable[bytes], source: Path = Path("<codex>")) -> Imp
             converter.bare(line, first)
         first = False
     # A file with no session id is named by its content: importing it again finds the same session.
-    imported.sessions.append(converter.finish("content:" + content_hash.hexdigest()))
+    imported.sessions.append(converter.finish("content:" + content_hash.hexdigest(), thread_names or {}))
     return imported
 
 
@@ -354,9 +448,36 @@ class CodexImporter:
     label = "Codex rollout"
     default_folder = "~/.codex/sessions"
 
+    def __init__(self) -> None:
+        #: Each session index read, by path, with the (mtime, size) it was read at.
+        self._indexes: dict[Path, tuple[tuple[int, int], dict[str, ThreadName]]] = {}
+
     def source_files(self, folder: Path) -> Iterator[Path]:
-        """Every ``*.jsonl`` under ``folder`` (Codex keeps ``YYYY/MM/DD/rollout-*.jsonl``), sorted."""
-        return jsonl_files(folder)
+        """Every ``*.jsonl`` under ``folder`` (Codex keeps ``YYYY/MM/DD/rollout-*.jsonl``), sorted;
+        Codex's session index is no rollout (it names threads: :func:`session_index_of`)."""
+        return (path for path in jsonl_files(folder) if path.name != SESSION_INDEX)
 
     def convert(self, lines: Iterable[bytes], source: Path) -> ImportedFile:
-        return convert_codex(lines, source)
+        """One rollout file, with the thread names of the session index beside its folder (an
+        index that cannot be read is noted on the file; its names are then not taken)."""
+        index = session_index_of(source)
+        names: dict[str, ThreadName] = {}
+        note = ""
+        if index is not None:
+            try:
+                names = self._thread_names(index)
+            except OSError as exc:
+                note = f"Codex's session index {index} could not be read ({exc.strerror}); no thread name taken from it"
+        imported = convert_codex(lines, source, names)
+        if note:
+            imported.notes.append(note)
+        return imported
+
+    def _thread_names(self, index: Path) -> dict[str, ThreadName]:
+        status = index.stat()
+        stamp = (status.st_mtime_ns, status.st_size)
+        known = self._indexes.get(index)
+        if known is None or known[0] != stamp:
+            with index.open("rb") as handle:
+                known = self._indexes[index] = (stamp, read_thread_names(handle))
+        return known[1]

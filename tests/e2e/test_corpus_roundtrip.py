@@ -231,3 +231,34 @@ def test_listing_shows_every_session_newest_first_in_pages_of_two(imported) -> N
     created = [summary.created_at for summary in seen]
     assert created == sorted(created, reverse=True)
     assert all(summary.stop_facts.found for summary in seen)
+
+
+def test_a_codex_thread_named_in_its_file_and_its_home_s_index_lists_with_the_newest_name(
+    writer_process, reader, tmp_path
+) -> None:
+    """No corpus file names its thread, so one is given names of the shape Codex documents: a
+    ``thread_name_updated`` line in the file, and a newer name in ``session_index.jsonl`` of the
+    Codex home it is imported from (``rollout import codex <home>/sessions``). The listing shows
+    the newest name."""
+    source = CORPUS / "codex" / "real-2026-06-exec-redacted.jsonl"
+    thread = source_session_id(source)
+    home = tmp_path / "codex-home"
+    day = home / "sessions" / "2026" / "06" / "05"
+    day.mkdir(parents=True)
+    renamed = {
+        "timestamp": "2026-06-05T04:59:00.000Z",
+        "type": "event_msg",
+        "payload": {"type": "thread_name_updated", "thread_id": thread, "thread_name": "exec probe"},
+    }
+    text = source.read_text(encoding="utf-8")
+    (day / f"rollout-{thread}.jsonl").write_text(text + json.dumps(renamed) + "\n", encoding="utf-8")
+    index = {"id": thread, "thread_name": "Release follow-up", "updated_at": "2026-06-05T05:30:00Z"}
+    (home / "session_index.jsonl").write_text(json.dumps(index) + "\n", encoding="utf-8")
+    result = run_rollout(
+        "import", "codex", "--json", "--writer", writer_process.address, str(home / "sessions"), timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert [json.loads(line)["status"] for line in result.stdout.splitlines()] == ["imported"]
+    listed = reader.ListSessions(reader_pb2.ListSessionsRequest(page_size=100))
+    (summary,) = [s for s in listed.sessions if s.session_id == thread]
+    assert summary.title == "Release follow-up"

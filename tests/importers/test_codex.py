@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import uuid
 
 import orjson
@@ -247,3 +248,151 @@ def test_a_type_that_is_not_text_is_kept_as_an_event_not_a_crash() -> None:
     ]
     assert [r.line for r in session.records if r.record.WhichOneof("record") == "message"] == [2]
     assert sum(session.kept_as_event.values()) == 3
+
+
+# -- thread names ---------------------------------------------------------------------------------
+# No corpus file names its thread: these fixtures are real corpus files with lines of the shape
+# Codex documents for a rename inserted (an ``event_msg`` ``thread_name_updated`` in the rollout
+# file; ``{"id", "thread_name", "updated_at"}`` lines in ``$CODEX_HOME/session_index.jsonl``).
+
+EXEC = CORPUS / "codex" / "real-2026-06-exec-redacted.jsonl"
+EXEC_THREAD = "019e9625-802f-7e91-840a-cfe88d14117a"
+
+
+def renamed(name: str | None, at: str) -> bytes:
+    """A ``thread_name_updated`` line of the documented shape (``thread_name`` absent when None)."""
+    payload: dict[str, str] = {"type": "thread_name_updated", "thread_id": EXEC_THREAD}
+    if name is not None:
+        payload["thread_name"] = name
+    return orjson.dumps({"timestamp": at, "type": "event_msg", "payload": payload})
+
+
+def titles_of(session) -> list[str]:
+    from shared.wire import struct_to_python
+
+    return [
+        struct_to_python(r.record.event.body)["title"]
+        for r in session.records
+        if r.record.WhichOneof("record") == "event" and r.record.event.kind == "title"
+    ]
+
+
+def final_title(session) -> str:
+    """The title a listing shows: every record folded through shared.titles.next_title."""
+    from shared.titles import next_title
+    from shared.wire import struct_to_python
+
+    title = ""
+    for r in session.records:
+        if r.record.WhichOneof("record") == "event":
+            body = struct_to_python(r.record.event.body)
+            title = next_title(title, "event", {"kind": r.record.event.kind, "body": body})
+    return title
+
+
+def test_a_thread_name_in_the_file_is_a_title_where_it_stands_and_the_last_wins() -> None:
+    """Real exec session + renames of the documented shape: each non-empty name is a title
+    record right after its kept event; an absent or blank name sets none."""
+    lines = EXEC.read_bytes().splitlines()
+    source = [
+        *lines[:3],
+        renamed("  flaky   upload test ", "2026-06-05T04:58:23.000Z"),
+        *lines[3:],
+        renamed("Upload retry budget", "2026-06-05T04:59:00.000Z"),
+        renamed(None, "2026-06-05T04:59:01.000Z"),
+        renamed("   ", "2026-06-05T04:59:02.000Z"),
+    ]
+    [session] = convert_codex(source, EXEC).sessions
+    assert titles_of(session) == ["flaky upload test", "Upload retry budget"]
+    assert final_title(session) == "Upload retry budget"
+    kinds = [r.record.event.kind for r in session.records if r.record.WhichOneof("record") == "event"]
+    assert kinds.count("thread_name_updated") == 4  # every source line kept
+    first = kinds.index("thread_name_updated")
+    assert kinds[first + 1] == "title"
+    assert session.stop_kind == StopKind.COMPLETED  # the ending is still judged by the turn events
+    [plain] = convert_codex(lines, EXEC).sessions
+    assert titles_of(plain) == []
+
+
+def codex_home(tmp_path, rollout_lines: list[bytes], index_lines: list[bytes]):
+    home = tmp_path / "codex-home"
+    day = home / "sessions" / "2026" / "06" / "05"
+    day.mkdir(parents=True)
+    source = day / "rollout-2026-06-05T04-58-20-019e9625-802f-7e91-840a-cfe88d14117a.jsonl"
+    source.write_bytes(b"\n".join(rollout_lines) + b"\n")
+    if index_lines:
+        (home / "session_index.jsonl").write_bytes(b"\n".join(index_lines) + b"\n")
+    return home, source
+
+
+def index_line(thread_id: str, name: str, at: str) -> bytes:
+    return orjson.dumps({"id": thread_id, "thread_name": name, "updated_at": at})
+
+
+def test_the_session_index_beside_the_sessions_folder_names_a_thread_the_file_does_not(tmp_path) -> None:
+    """The newest index line of the thread wins over older ones and other threads' lines; a line
+    of another shape is skipped; the session ends with its title record, and says where it came from."""
+    from rollout_cli.importers.codex import CodexImporter, session_index_of
+
+    lines = EXEC.read_bytes().splitlines()
+    home, source = codex_home(
+        tmp_path,
+        lines,
+        [
+            index_line(EXEC_THREAD, "old name", "2026-06-05T05:00:00Z"),
+            index_line("019e0000-0000-7000-8000-000000000000", "another thread", "2026-06-05T05:01:00Z"),
+            b"not json",
+            orjson.dumps({"id": EXEC_THREAD, "thread_name": 7}),
+            index_line(EXEC_THREAD, "Release follow-up", "2026-06-05T05:02:00Z"),
+        ],
+    )
+    assert session_index_of(source) == home / "session_index.jsonl"
+    importer = CodexImporter()
+    assert list(importer.source_files(home)) == [source]  # the index is no rollout
+    [session] = importer.convert(source.read_bytes().splitlines(), source).sessions
+    assert titles_of(session) == ["Release follow-up"]
+    assert session.records[-1].record.event.kind == "title"
+    assert any("session index" in note for note in session.notes)
+    # The same file elsewhere (no index beside it) gets no title.
+    elsewhere = tmp_path / "elsewhere.jsonl"
+    elsewhere.write_bytes(source.read_bytes())
+    assert session_index_of(elsewhere) is None
+    assert titles_of(importer.convert(lines, elsewhere).sessions[0]) == []
+
+
+def test_the_file_s_own_newer_name_wins_and_an_index_that_clears_it_is_noted(tmp_path) -> None:
+    from rollout_cli.importers.codex import CodexImporter
+
+    lines = [*EXEC.read_bytes().splitlines(), renamed("Named in the file", "2026-06-05T05:10:00.000Z")]
+    _, source = codex_home(
+        tmp_path, lines, [index_line(EXEC_THREAD, "older index name", "2026-06-05T05:00:00Z")]
+    )
+    [session] = CodexImporter().convert(lines, source).sessions
+    assert titles_of(session) == ["Named in the file"]
+    cleared = tmp_path / "cleared"
+    cleared.mkdir()
+    _, source = codex_home(cleared, lines, [index_line(EXEC_THREAD, "", "2026-06-05T05:20:00Z")])
+    [session] = CodexImporter().convert(lines, source).sessions
+    assert final_title(session) == "Named in the file"
+    assert any("clears the thread name" in note for note in session.notes)
+
+
+def test_an_unreadable_session_index_is_noted_and_the_file_imports(tmp_path, monkeypatch) -> None:
+    from rollout_cli.importers import codex
+
+    lines = EXEC.read_bytes().splitlines()
+    home, source = codex_home(tmp_path, lines, [])
+    (home / "session_index.jsonl").mkdir()  # a folder in its place: no index
+    imported = codex.CodexImporter().convert(lines, source)
+    assert (titles_of(imported.sessions[0]), imported.notes) == ([], [])
+    (home / "session_index.jsonl").rmdir()
+    (home / "session_index.jsonl").write_bytes(index_line(EXEC_THREAD, "x", "2026-06-05T05:00:00Z"))
+
+    def unreadable(_lines: object) -> dict[str, codex.ThreadName]:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(codex, "read_thread_names", unreadable)
+    imported = codex.CodexImporter().convert(lines, source)
+    assert titles_of(imported.sessions[0]) == []
+    assert any("could not be read (Input/output error)" in note for note in imported.notes)
+    assert imported.sessions[0].records  # the file itself imports

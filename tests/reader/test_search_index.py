@@ -217,3 +217,53 @@ def test_the_listing_and_the_content_index_agree_on_the_title(data_dir, index) -
     (hit,) = index.search("first", T1, 20, 0).hits
     assert (hit.title, hit.title_match) == ("Second name", True)
     assert ListingIndex(DataRoot(data_dir)).activity(titled.name).title == "Second name"
+
+
+class _FailingUpdate:
+    """The index's connection, failing the ``fail_at``-th update of a sessions row (then as it is)."""
+
+    def __init__(self, connection, fail_at: int) -> None:
+        self.connection = connection
+        self.updates = 0
+        self.fail_at = fail_at
+
+    def execute(self, sql: str, *arguments):
+        if sql.startswith("UPDATE sessions"):
+            self.updates += 1
+            if self.updates == self.fail_at:
+                raise search_index.sqlite3.OperationalError("disk I/O error (injected)")
+        return self.connection.execute(sql, *arguments)
+
+    def __getattr__(self, name: str):
+        return getattr(self.connection, name)
+
+
+def test_a_step_whose_transaction_fails_is_done_again_whole(data_dir, index) -> None:
+    """The indexing thread keeps each file's row in memory; when a transaction fails (the rows
+    it wrote are rolled back), a file indexed earlier in it is read again from where the index
+    file says, not from where the memory said: nothing appended before the failure is lost."""
+    s1, s2, _ = three_sessions(data_dir)
+    index.catch_up()
+    append(s1, 4, "reasoning", {"content": "the pool leaks sockets"})
+    append(s2, 3, "reasoning", {"content": "flaky upload fixture"})
+    real = index._connection
+    index._connection = _FailingUpdate(real, fail_at=2)  # s1's update passes, s2's fails: both undone
+    with pytest.raises(search_index.sqlite3.OperationalError):
+        index.catch_up()
+    index._connection = real
+    index.catch_up()
+    assert found(index, "sockets") == ["1"]
+    assert found(index, "flaky") == ["2"]
+
+
+def test_the_wait_between_steps_grows_with_a_long_step_and_is_bounded(monkeypatch) -> None:
+    """After a quick step the next waits BATCH_SECONDS (from the round's start); after a long one
+    (much to index, or a CPU too busy to serve the indexing thread) BATCH_FACTOR times it, never
+    more than MAX_BATCH_SECONDS: the index's lag stays bounded."""
+    monkeypatch.setattr(search_index.time, "monotonic", lambda: 100.0)
+    wait = SearchIndex._batch_wait
+    assert wait(100.0, 0.01) == search_index.BATCH_SECONDS
+    assert wait(99.9, 0.01) == pytest.approx(search_index.BATCH_SECONDS - 0.1)
+    assert wait(100.0, 0.1) == pytest.approx(search_index.BATCH_FACTOR * 0.1)
+    assert wait(100.0, 5.0) == search_index.MAX_BATCH_SECONDS
+    assert wait(90.0, 5.0) == 0.0
