@@ -2,8 +2,8 @@
 # Makes the TLS and token files deploy/compose/compose.yaml mounts and the Kubernetes secrets are
 # made from (see the README), in deploy/secrets/ (or the folder given): a private CA (ca.pem:
 # give it to clients, e.g. RolloutClient(tls_ca=...)), the servers' certificate and key (for
-# localhost, the compose services and the Kubernetes services in namespace rollout-ledger), and
-# tokens.json with two new tokens of the tenant "default": one plain, one marked as an importer.
+# localhost, the compose services and the Kubernetes services and writer pods in namespace
+# rollout-ledger), and tokens.json with two new tokens of the tenant "default": one plain, one marked as an importer.
 # Needs openssl.
 # Every file is made private (umask 077). The containers run as uid 10001 and must read the key and
 # the tokens: run as root, the script gives those two to uid 10001 (0400); run as another user it
@@ -16,6 +16,8 @@ names="DNS:localhost,DNS:writer,DNS:reader,IP:127.0.0.1"
 for service in rollout-writer rollout-reader; do
   names="$names,DNS:$service,DNS:$service.rollout-ledger.svc,DNS:$service.rollout-ledger.svc.cluster.local"
 done
+# Each writer of a cluster (deploy/kubernetes/cluster) advertises its pod's own name.
+names="$names,DNS:*.rollout-writer.rollout-ledger.svc,DNS:*.rollout-writer.rollout-ledger.svc.cluster.local"
 mkdir -p "$out"
 chmod 0755 "$out"  # ca.pem is for every client; the private files keep their own modes
 cd "$out"

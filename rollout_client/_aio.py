@@ -219,8 +219,12 @@ class AsyncRolloutClient:
             connection = await way.connection(attempts.remaining())
             stub = connection.stub
             try:
-                return await attempts.send(functools.partial(getattr(stub, rpc), request), connection)
+                return await attempts.send(
+                    functools.partial(getattr(stub, rpc), request), connection, self.routing.reach_limit()
+                )
             except UnreachedError as unreached:
+                if self.routing.owner_unreached(unreached.error) and await attempts.wait():
+                    continue
                 raise unreached.error from None
             except grpc.aio.AioRpcError as exc:
                 error = error_from_rpc(exc)
@@ -247,10 +251,12 @@ class AsyncRolloutClient:
             stub = connection.stub
             try:
                 response: writer_pb2.AppendResponse = await attempts.send(
-                    functools.partial(stub.Append, pending.request()), connection
+                    functools.partial(stub.Append, pending.request()), connection, self.routing.reach_limit()
                 )
                 return response
             except UnreachedError as unreached:
+                if self.routing.owner_unreached(unreached.error) and await attempts.wait():
+                    continue  # nothing of this attempt was sent: route it again
                 raise _unsent_append(pending, unreached.error) from None
             except grpc.aio.AioRpcError as exc:
                 error = error_from_rpc(exc)

@@ -141,7 +141,10 @@ class Attempts:
         return bool(self.policy.max_attempts) and self.count >= self.policy.max_attempts
 
     async def send(
-        self, start: Callable[[], Awaitable[T]], connection: ServiceConnection[Any] | None = None
+        self,
+        start: Callable[[], Awaitable[T]],
+        connection: ServiceConnection[Any] | None = None,
+        reach_limit: float | None = None,
     ) -> T:
         """Make one attempt: ``start()`` (a gRPC call made without ``timeout=``) awaited for at most
         :meth:`timeout` seconds of the event loop's clock; then it is cancelled and raises
@@ -151,10 +154,12 @@ class Attempts:
         now is waited for first (nothing sent meanwhile), and an attempt refused at connect
         (nothing sent) is made again once it is back, within the deadline. Raises
         :class:`UnreachedError` when the call cannot be sent: a service that never answered refused
-        it, or the deadline passed (or the attempts were spent) without a connection."""
+        it, or the deadline passed (or the attempts were spent) without a connection, or
+        ``reach_limit`` seconds did (a shard's owner: the caller asks who owns it now)."""
         while True:
             if connection is not None:
-                await connection.reached(self.remaining())
+                wait = self.remaining() if reach_limit is None else min(reach_limit, self.remaining())
+                await connection.reached(wait)
             timeout = self.timeout()
             try:
                 # A timeout scope, not wait_for: no task of its own per attempt (the hot path).
@@ -186,7 +191,7 @@ class Attempts:
                 connection.failed(error)
                 if not refused_at_connect(error):
                     raise
-                if self.remaining() <= 0 or self.spent():
+                if self.remaining() <= 0 or self.spent() or reach_limit is not None:
                     raise UnreachedError(connection.gone()) from error
                 # the connection broke as the attempt started: wait for it again
                 await asyncio.sleep(min(self.policy.initial_backoff, self.remaining()))

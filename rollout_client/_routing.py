@@ -10,7 +10,10 @@ an id itself). The client keeps, per shard, the owner's address and epoch it las
   NOT_OWNER that named no owner it did not know; a client given one address asks only after
   its first NOT_OWNER (until then every call goes to that writer, as with one writer);
 * from **NOT_OWNER** itself (UNAVAILABLE, ErrorInfo metadata ``owner_address`` and
-  ``owner_epoch``): the call is sent again at once to the owner named, within its deadline.
+  ``owner_epoch``): the call is sent again at once to the owner named, within its deadline;
+* once a map is known, a call that cannot connect to its shard's owner (nothing sent: the
+  owner may be dead until its lease expires and another writer takes the shard) asks for the
+  map again and backs off, within its deadline, instead of waiting for that writer alone.
 
 Per shard, the entry of the larger epoch wins (a later ownership of a shard has a larger
 epoch), so a writer whose map lags behind cannot send the client back to a former owner. A
@@ -27,7 +30,7 @@ import grpc
 
 from rollout.v1 import writer_pb2, writer_pb2_grpc
 from rollout_client._connections import ServiceConnection
-from rollout_client._errors import RolloutError
+from rollout_client._errors import ClientClosedError, RolloutError, UnavailableError
 from rollout_client._loops import PerLoop
 from shared.reasons import NOT_OWNER, OWNER_ADDRESS, OWNER_EPOCH
 from shared.shards import HASH_NAME, shard_of
@@ -173,6 +176,21 @@ class WriterRouting:
             return None  # an owner older than one known, or the writer that refused: back off
         return self.connection(address)
 
+    def reach_limit(self) -> float | None:
+        """Seconds a call waits for its shard owner's connection before asking the map again: None
+        (its whole deadline, or at once for a writer that never answered) until a map is known."""
+        return OWNER_RECHECK_S if self.shard_count else None
+
+    def owner_unreached(self, error: UnavailableError | ClientClosedError) -> bool:
+        """Take note that a call could not reach the writer it was routed to (nothing was sent);
+        True when it should back off and be routed again: a map is known (a cluster, where
+        another writer takes a dead owner's shards once its lease expires), so the map is
+        wanted again. False for a client of one writer, or a closed client: the error stands."""
+        if not self.shard_count or isinstance(error, ClientClosedError):
+            return False
+        self._map_wanted = True
+        return True
+
     def call(self, session_id: str) -> CallRoute:
         """The way of one call about ``session_id`` (``""``: a new session whose id the writer derives)."""
         return CallRoute(self, session_id)
@@ -181,6 +199,10 @@ class WriterRouting:
         known: Any = len(self.owners)
         return f"<WriterRouting {','.join(self.addresses)}: {known} of {self.shard_count} shards known>"
 
+
+#: Seconds a call of a cluster's client waits for a connection to its shard's owner before it asks
+#: the map again (the owner may be dead, its shards taken by another writer).
+OWNER_RECHECK_S = 0.5
 
 #: NOT_OWNER answers one call follows at once; after them it backs off between attempts (two
 #: writers that each name the other, which a consistent ownership never does, cannot spin).

@@ -264,6 +264,7 @@ def test_make_secrets_makes_files_a_tls_writer_serves_with(tmp_path, data_dir) -
     ).stdout
     for service in ("rollout-writer", "rollout-reader"):
         assert f"DNS:{service}.rollout-ledger.svc" in names
+    assert "DNS:*.rollout-writer.rollout-ledger.svc" in names  # each writer pod of a cluster
     callers = list(load_tokens(folder / "tokens.json").values())
     assert sorted(caller.importer for caller in callers) == [False, True]
     writer = start_service(
@@ -276,3 +277,20 @@ def test_make_secrets_makes_files_a_tls_writer_serves_with(tmp_path, data_dir) -
             assert health.status == health_pb2.HealthCheckResponse.SERVING
     finally:
         writer.stop()
+
+
+def test_the_image_holds_every_package_the_project_installs() -> None:
+    """Each package pyproject.toml's setuptools finds (its include list) is copied into the build
+    stage: a package left out builds a wheel without it, and the image's `rollout` fails to import."""
+    import tomllib
+
+    included = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"][
+        "include"
+    ]
+    packages = {pattern.rstrip("*") for pattern in included}
+    copied = {
+        shlex.split(i["value"])[0]
+        for i in DockerfileParser(str(DOCKERFILE)).structure
+        if i["instruction"] == "COPY" and not i["value"].startswith("--from")
+    }
+    assert packages <= copied, sorted(packages - copied)

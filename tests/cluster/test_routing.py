@@ -5,6 +5,7 @@ address is sent on to the owner of a session's shard."""
 from __future__ import annotations
 
 import asyncio
+import signal
 from pathlib import Path
 
 import grpc
@@ -12,7 +13,7 @@ import pytest
 from google.rpc import error_details_pb2, status_pb2
 
 from rollout.v1 import writer_pb2
-from rollout_client import RolloutClient, delegation, user
+from rollout_client import RetryPolicy, RolloutClient, delegation, user
 from shared.reasons import NOT_OWNER, OWNER_ADDRESS, OWNER_EPOCH
 from shared.shards import shard_of
 from tests.client.conftest import TEST_RETRY
@@ -100,4 +101,38 @@ def test_a_client_given_one_writer_is_sent_to_the_owner_etcd_names(
     (path,) = data_dir.glob(f"shards/*/sessions/*{session.id}.jsonl")
     assert path.read_text().count("at the owner") == 1
     assert one.process.stop() == 0
+    assert two.process.stop() == 0
+
+
+def test_clients_follow_a_dead_owners_shards_to_the_writer_that_takes_them(
+    etcd1: EtcdCluster, data_dir: Path, tmp_path: Path
+) -> None:
+    """The owner of a session's shard is killed (SIGKILL). A client that had reached it, and one
+    made afterwards (which never reached it), each append to the session once the other writer
+    has taken the shard: a call that cannot connect to the owner its map names asks for the map
+    again within its deadline, rather than waiting for the dead writer (or failing at once)."""
+    one = Writer(start_writer(data_dir, tmp_path / "one.log", etcd1.endpoints, "--lease-ttl", "2"))
+    two = Writer(start_writer(data_dir, tmp_path / "two.log", etcd1.endpoints, "--lease-ttl", "2"))
+    held: dict[int, tuple[str, int]] = {}
+
+    async def split() -> bool:
+        nonlocal held
+        async with EtcdClient(etcd1.endpoints) as etcd:
+            held = await owners(etcd)
+        return balanced(held, [one.address, two.address]) and await shard_map(two) == held
+
+    asyncio.run(wait_until(split, "both writers serve the shard map etcd holds"))
+    shard = next(s for s, (address, _) in held.items() if address == one.address)
+    retry = RetryPolicy(deadline=120.0, max_backoff=0.5)
+    both = f"{one.address},{two.address}"
+    with RolloutClient(both, retry=retry) as client:
+        session = client.create_session(session_id=id_in_shard(shard), root=True)
+        assert session.append(user("before")).seqs == (1,)
+        one.process.stop(signal.SIGKILL)
+        assert session.append(user("after")).seqs == (2,)
+        assert client.core.routing.owners[shard][0] == two.address
+    with RolloutClient(both, retry=retry) as fresh:
+        assert fresh.session(session.id).append(user("fresh")).seqs == (3,)
+    (path,) = data_dir.glob(f"shards/*/sessions/*{session.id}.jsonl")
+    assert [path.read_text().count(text) for text in ("before", "after", "fresh")] == [1, 1, 1]
     assert two.process.stop() == 0

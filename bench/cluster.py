@@ -1,0 +1,531 @@
+"""Writers of a cluster on a real three-member etcd on loopback: failover under load, and what
+the cluster costs per append against the single embedded writer, in one run.
+
+    .venv/bin/python bench/cluster.py [--kills 20] [--agents 64] [--lease-ttl 10] [--shards 256]
+                                      [--rounds 3] [--appends 40] [--only failover,cost]
+
+A fresh etcd cluster (tests/cluster/etcd.py: Debian's etcd 3.4, three members) and a data root
+on the temporary directory's file system; writers are ``rollout serve-writer --etcd ...
+--cluster NAME`` processes of this checkout (``--durability``, default fsync).
+
+``failover``: three writers; ``--agents`` agents (one AsyncRolloutClient, the SDK's routing,
+its default retry policy with a 120 s deadline) each append one ~1 KB record per call to a
+session of its own, without pause. Then ``--kills`` times: SIGKILL the next writer in turn,
+and from that instant append to a probe session in every shard it owned (created beforehand,
+one per shard; probes retry every 20-100 ms): the shard *answers from another writer* when
+its probe is acknowledged. Per kill: the time until etcd shows every shard of the dead writer
+owned by another (owner keys), and until every such shard answered (the last probe); p50 /
+p99 / max over the kills, against the TTL. The killed writer is started again on its address
+and the next kill waits until the shards are balanced over three writers again. At the end,
+every agent and probe session is replayed through a reader and verified: each acknowledged
+record must be there exactly once, in acknowledgement order (lost / duplicated counts), and
+every session must verify. Errors the agents saw (anything the SDK raised after its retries)
+are counted by kind.
+
+``cost``: in each of ``--rounds`` rounds, on fresh data roots, the embedded writer (no etcd:
+the baseline) and clusters of 1, 2 and 3 writers take the same load: ``--agents`` agents,
+``--appends`` appends each, one record per call, after a warm-up. Printed: the writers' CPU
+(all writer processes, /proc schedstat) per 1,000 appends, as the median over the rounds and
+as a ratio to the embedded writer's of the same round; etcd requests other than keepalives
+per second idle and under load (from etcd's own gRPC counters: the same rate under load
+means no etcd round trip on the append path); and, on each cluster idle for ``--idle``
+seconds, keepalives per second per writer, the etcd CPU each writer adds to etcd's own idle
+load (measured with no writer, during the embedded run) and a writer's own CPU when idle.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import math
+import os
+import shlex
+import signal
+import statistics
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from _support import REPO, HelpFormatter, proc_cpu_ns
+from prometheus_client.parser import text_string_to_metric_families
+
+from rollout_client import AsyncRolloutClient, AsyncSession, RetryPolicy, RolloutError, user
+from shared.shards import shard_of
+from tests.cluster.etcd import EtcdCluster, etcd_cluster, free_ports
+from tests.processes import ServiceProcess, start_service
+from writer_service.coordination import ClusterKeys, EtcdClient
+
+TEXT = ("The agent read the file, ran the tests and wrote a short plan for the next step. " * 14)[:950]
+AGENT_RETRY = RetryPolicy(deadline=120.0)
+PROBE_RETRY = RetryPolicy(deadline=120.0, initial_backoff=0.02, max_backoff=0.1, attempt_timeout=2.0)
+#: Seconds a cluster may take to settle (every shard owned, balanced) before the bench gives up.
+SETTLE_LIMIT = 300.0
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    """The nearest-rank percentile of ``values``."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(fraction * len(ordered)) - 1)]
+
+
+# -- a cluster of writer processes -------------------------------------------------------
+
+
+@dataclass
+class Writers:
+    """Writer processes of one cluster (or the embedded writer when ``etcd`` is None)."""
+
+    data_dir: Path
+    logs: Path
+    etcd: str | None
+    name: str
+    shards: int
+    lease_ttl: int
+    durability: str
+    running: dict[str, ServiceProcess] = field(default_factory=dict)
+
+    def start(self, address: str = "127.0.0.1:0") -> str:
+        extra = ["--shards", str(self.shards), "--durability", self.durability]
+        if self.etcd is not None:
+            extra += ["--etcd", self.etcd, "--cluster", self.name, "--lease-ttl", str(self.lease_ttl)]
+        index = len(list(self.logs.glob("writer-*.log")))
+        process = start_service(
+            "writer", self.data_dir, self.logs / f"writer-{index}.log", *extra, address=address
+        )
+        self.running[process.address] = process
+        return process.address
+
+    def kill(self, address: str) -> None:
+        process = self.running.pop(address)
+        process.stop(signal.SIGKILL)
+
+    def pids(self) -> list[int]:
+        return [process.process.pid for process in self.running.values()]
+
+    def stop(self) -> None:
+        for process in self.running.values():
+            process.process.send_signal(signal.SIGTERM)
+        for process in self.running.values():
+            process.stop(timeout=60)
+        self.running.clear()
+
+    @property
+    def addresses(self) -> str:
+        return ",".join(self.running)
+
+
+async def owners(etcd: EtcdClient, keys: ClusterKeys) -> dict[int, str]:
+    """Shard -> owner address, as etcd holds them now."""
+    snapshot = await etcd.owners(keys.shards)
+    return {keys.shard_of(key): held.owner.address for key, held in snapshot.owners.items()}
+
+
+async def settled(etcd: EtcdClient, keys: ClusterKeys, shards: int, addresses: list[str]) -> dict[int, str]:
+    """Wait until every shard is owned by ``addresses`` alone, each holding floor..ceil of its
+    share; returns the map. RuntimeError after SETTLE_LIMIT seconds."""
+    give_up = time.monotonic() + SETTLE_LIMIT
+    while True:
+        held = await owners(etcd, keys)
+        counts = Counter(held.values())
+        if (
+            len(held) == shards
+            and set(counts) == set(addresses)
+            and max(counts.values()) <= -(-shards // len(addresses))
+            and min(counts.values()) >= shards // len(addresses)
+        ):
+            return held
+        if time.monotonic() > give_up:
+            raise RuntimeError(f"the cluster did not settle within {SETTLE_LIMIT:g} s: {dict(counts)}")
+        await asyncio.sleep(0.1)
+
+
+def etcd_counters(cluster: EtcdCluster) -> Counter[str]:
+    """gRPC messages every member received so far, by method (etcd's /metrics)."""
+    total: Counter[str] = Counter()
+    for member in cluster.members:
+        with urllib.request.urlopen(f"http://{member.endpoint}/metrics", timeout=10) as reply:
+            text = reply.read().decode()
+        for family in text_string_to_metric_families(text):
+            if family.name == "grpc_server_msg_received":
+                for sample in family.samples:
+                    if sample.name.endswith("_total"):
+                        total[sample.labels["grpc_method"]] += int(sample.value)
+    return total
+
+
+def etcd_cpu(cluster: EtcdCluster) -> int:
+    return sum(proc_cpu_ns(member.process.pid) for member in cluster.members if member.process is not None)
+
+
+# -- agents ------------------------------------------------------------------------------
+
+
+@dataclass
+class Agent:
+    """One agent's session and what it was told: each acknowledged text and its seq, in order."""
+
+    session: AsyncSession
+    acked: list[tuple[int, str]] = field(default_factory=list)
+
+
+@dataclass
+class Load:
+    agents: list[Agent]
+    errors: Counter[str] = field(default_factory=Counter)
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def run(self, agent: Agent, index: int, limit: int | None = None) -> None:
+        count = 0
+        while not self.stop.is_set() and (limit is None or count < limit):
+            text = f"agent {index} record {len(agent.acked)} {TEXT}"
+            try:
+                result = await agent.session.append(user(text))
+            except RolloutError as error:
+                self.errors[f"{type(error).__name__}: {error.message[:80]}"] += 1
+                await asyncio.sleep(0.1)
+                continue
+            agent.acked.append((result.seqs[0], text))
+            count += 1
+
+    def acknowledged(self) -> int:
+        return sum(len(agent.acked) for agent in self.agents)
+
+
+async def verify(reader_client: AsyncRolloutClient, agents: list[Agent]) -> tuple[int, int, int, list[str]]:
+    """(records checked, lost, duplicated, problems): each acknowledged record is in its session's
+    replay exactly once, in acknowledgement order, at its seq; every session verifies."""
+    lost = duplicated = checked = 0
+    problems: list[str] = []
+    for agent in agents:
+        session = reader_client.session(agent.session.id)
+        replay = await session.replay()
+        contents = Counter(message.get("content") for message in replay.messages)
+        texts = [text for _, text in agent.acked]
+        for text in texts:
+            checked += 1
+            if contents[text] == 0:
+                lost += 1
+            elif contents[text] > 1:
+                duplicated += 1
+        order = [
+            message.get("content") for message in replay.messages if message.get("content") in set(texts)
+        ]
+        if order != texts[: len(order)] or len(order) != len(texts):
+            problems.append(f"{agent.session.id}: records out of acknowledgement order")
+        seqs = [seq for seq, _ in agent.acked]
+        if seqs != sorted(set(seqs)):
+            problems.append(f"{agent.session.id}: acknowledged seqs not increasing")
+        report = await session.verify()
+        if not report.ok:
+            problems.append(f"{agent.session.id}: does not verify: {report.findings}")
+    return checked, lost, duplicated, problems
+
+
+# -- failover ------------------------------------------------------------------------------
+
+
+async def failover(options: argparse.Namespace, root: Path) -> None:
+    with etcd_cluster(root / "etcd", 3) as cluster:
+        keys = ClusterKeys("failover")
+        data = root / "failover-data"
+        data.mkdir()
+        logs = root / "failover-logs"
+        logs.mkdir()
+        writers = Writers(
+            data, logs, cluster.endpoints, keys.name, options.shards, options.lease_ttl, options.durability
+        )
+        addresses = [writers.start(f"127.0.0.1:{port}") for port in free_ports(3)]
+        reader = start_service("reader", data, logs / "reader.log", "--no-search")
+        try:
+            async with EtcdClient(cluster.endpoints) as etcd:
+                await settled(etcd, keys, options.shards, addresses)
+                await _failover_runs(options, cluster, etcd, keys, writers, addresses, reader.address)
+        finally:
+            writers.stop()
+            reader.stop()
+
+
+async def _failover_runs(
+    options: argparse.Namespace,
+    cluster: EtcdCluster,
+    etcd: EtcdClient,
+    keys: ClusterKeys,
+    writers: Writers,
+    addresses: list[str],
+    reader: str,
+) -> None:
+    agents_client = AsyncRolloutClient(",".join(addresses), reader, retry=AGENT_RETRY)
+    probe_client = AsyncRolloutClient(",".join(addresses), reader, retry=PROBE_RETRY)
+    async with agents_client, probe_client:
+        agents = [
+            Agent(await agents_client.create_session(f"agent-{i}", root=True)) for i in range(options.agents)
+        ]
+        probe_ids: dict[int, str] = {}
+        while len(probe_ids) < options.shards:
+            candidate = str(uuid.uuid4())
+            probe_ids.setdefault(shard_of(candidate, options.shards), candidate)
+        probes: dict[int, Agent] = {}
+        for shard, session_id in sorted(probe_ids.items()):
+            probes[shard] = Agent(
+                await probe_client.create_session("probe", root=True, session_id=session_id)
+            )
+        load = Load(agents)
+        tasks = [asyncio.create_task(load.run(agent, i)) for i, agent in enumerate(agents)]
+        moved: list[float] = []
+        answered: list[float] = []
+        started = time.monotonic()
+        print(
+            f"# {options.agents} agents appending; {options.kills} kills, lease TTL {options.lease_ttl} s",
+            flush=True,
+        )
+        try:
+            for kill in range(options.kills):
+                victim = addresses[kill % len(addresses)]
+                held = await settled(etcd, keys, options.shards, addresses)
+                await asyncio.sleep(1.0)  # under load on the settled cluster before the kill
+                lost_shards = sorted(shard for shard, owner in held.items() if owner == victim)
+                before = load.acknowledged()
+                killed_at = time.monotonic()
+                writers.kill(victim)
+                probe_tasks = [
+                    asyncio.create_task(_probe(probes[shard], kill, killed_at)) for shard in lost_shards
+                ]
+                keys_moved = await _keys_moved(etcd, keys, victim, lost_shards, killed_at)
+                times = await asyncio.gather(*probe_tasks)
+                moved.append(keys_moved)
+                answered.append(max(times))
+                print(
+                    f"kill {kill + 1:2d}: {victim} ({len(lost_shards)} shards): owner keys moved after"
+                    f" {keys_moved:5.2f} s, every shard answered after {max(times):5.2f} s"
+                    f" (first {min(times):5.2f} s); {load.acknowledged() - before} acks meanwhile",
+                    flush=True,
+                )
+                writers.start(victim)
+        finally:
+            load.stop.set()
+            await asyncio.gather(*tasks)
+        elapsed = time.monotonic() - started
+        await settled(etcd, keys, options.shards, addresses)
+        checked, lost, duplicated, problems = await verify(agents_client, [*agents, *probes.values()])
+    ttl = options.lease_ttl
+    print()
+    print(
+        f"failover over {len(answered)} kills (lease TTL {ttl} s, target: every shard answers within TTL + 2 s = {ttl + 2} s, p99):"
+    )
+    for name, values in (("owner keys moved", moved), ("every shard answered", answered)):
+        print(
+            f"  {name:22s} p50 {percentile(values, 0.5):5.2f} s  p99 {percentile(values, 0.99):5.2f} s"
+            f"  max {max(values):5.2f} s  = TTL + {percentile(values, 0.99) - ttl:+.2f} s at p99"
+        )
+    print(
+        f"  {load.acknowledged()} agent appends acknowledged in {elapsed:.0f} s ({load.acknowledged() / elapsed:.0f}/s);"
+        f" {checked} acknowledged records checked: lost {lost}, duplicated {duplicated};"
+        f" sessions not verifying or out of order: {len(problems)}"
+    )
+    print(f"  errors the agents saw after the SDK's retries: {sum(load.errors.values())}")
+    for kind, count in load.errors.most_common():
+        print(f"    {count:6d}  {kind}")
+    for problem in problems[:10]:
+        print(f"  problem: {problem}")
+
+
+async def _probe(agent: Agent, kill: int, killed_at: float) -> float:
+    """Append to a probe session until acknowledged; seconds from the kill to the acknowledgement."""
+    while True:
+        text = f"probe after kill {kill}"
+        try:
+            result = await agent.session.append(user(text))
+        except RolloutError as error:  # the SDK's deadline passed: say so, go on probing
+            print(f"  probe of kill {kill}: {type(error).__name__}: {error.message}", flush=True)
+            await asyncio.sleep(0.1)
+            continue
+        agent.acked.append((result.seqs[0], text))
+        return time.monotonic() - killed_at
+
+
+async def _keys_moved(
+    etcd: EtcdClient, keys: ClusterKeys, victim: str, shards: list[int], killed_at: float
+) -> float:
+    give_up = killed_at + SETTLE_LIMIT
+    while True:
+        held = await owners(etcd, keys)
+        if all(held.get(shard) not in (None, victim) for shard in shards):
+            return time.monotonic() - killed_at
+        if time.monotonic() > give_up:
+            raise RuntimeError(f"the shards of {victim} were not taken within {SETTLE_LIMIT:g} s")
+        await asyncio.sleep(0.02)
+
+
+# -- cost ------------------------------------------------------------------------------------
+
+CONFIGS = ("embedded", "1 writer", "2 writers", "3 writers")
+
+
+async def cost(options: argparse.Namespace, root: Path) -> None:
+    figures: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    with etcd_cluster(root / "cost-etcd", 3) as cluster:
+        for round_index in range(options.rounds):
+            for config in CONFIGS:
+                await _cost_round(options, root, cluster, config, round_index, figures[config])
+            latest = {config: figures[config]["cpu"][-1] for config in CONFIGS}
+            ratios = ", ".join(f"{latest[config] / latest['embedded']:.2f}" for config in CONFIGS[1:])
+            print(
+                f"round {round_index + 1}: writer CPU ms / 1,000 appends: "
+                + ", ".join(f"{config} {value:.0f}" for config, value in latest.items())
+                + f" (ratios to embedded {ratios})",
+                flush=True,
+            )
+    print()
+    print(
+        f"cost, median (min-max) over {options.rounds} rounds; {options.agents} agents x {options.appends} appends each:"
+    )
+    base_cpu = figures["embedded"]["cpu"]
+    for config in CONFIGS:
+        cpu = figures[config]["cpu"]
+        ratios = [value / base for value, base in zip(cpu, base_cpu, strict=True)]
+        line = (
+            f"  {config:10s} writer CPU {statistics.median(cpu):6.0f} ms / 1,000 appends ({min(cpu):.0f}-{max(cpu):.0f})"
+            f"  ratio {statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
+            f"  appends/s {statistics.median(figures[config]['rate']):.0f}"
+        )
+        print(line)
+    base = figures["embedded"]
+    print(
+        f"etcd load, lease TTL {options.lease_ttl} s; idle {options.idle:g} s on each cluster; with no writer:"
+        f" etcd CPU {statistics.median(base['etcd_cpu_idle']):.1f} ms/s (3 members),"
+        f" requests {statistics.median(base['etcd_other_idle']):.1f}/s"
+    )
+    for config in CONFIGS[1:]:
+        values, count = figures[config], int(config.split()[0])
+        added = [
+            (value - empty) / count
+            for value, empty in zip(values["etcd_cpu_idle"], base["etcd_cpu_idle"], strict=True)
+        ]
+        print(
+            f"  {config:10s} keepalives/s per writer {statistics.median(values['keepalives']):.2f};"
+            f" etcd CPU added per writer {statistics.median(added):+.2f} ms/s ({min(added):+.2f} to {max(added):+.2f});"
+            f" writer CPU idle {statistics.median(values['writer_idle']):.2f} ms/s each;"
+            f" etcd requests other than keepalives {statistics.median(values['etcd_other_idle']):.1f}/s idle,"
+            f" {statistics.median(values['etcd_other_load']):.1f}/s under load"
+            f" ({statistics.median(values['rate']):.0f} appends/s); etcd CPU under load"
+            f" {statistics.median(values['etcd_cpu_load']):.0f} ms / 1,000 appends"
+        )
+
+
+async def _cost_round(
+    options: argparse.Namespace,
+    root: Path,
+    cluster: EtcdCluster,
+    config: str,
+    round_index: int,
+    figures: dict[str, list[float]],
+) -> None:
+    tag = f"cost-{round_index}-{config.split()[0]}"
+    data = root / tag
+    data.mkdir()
+    logs = root / f"{tag}-logs"
+    logs.mkdir()
+    count = 1 if config == "embedded" else int(config.split()[0])
+    etcd = None if config == "embedded" else cluster.endpoints
+    keys = ClusterKeys(tag)
+    writers = Writers(data, logs, etcd, keys.name, options.shards, options.lease_ttl, options.durability)
+    try:
+        if etcd is None:  # no writer uses etcd: its own idle load, the baseline of the per-writer figures
+            idle_counts = etcd_counters(cluster)  # scraped outside the CPU window: /metrics costs etcd CPU
+            idle_cpu = etcd_cpu(cluster)
+            await asyncio.sleep(options.idle)
+            figures["etcd_cpu_idle"].append((etcd_cpu(cluster) - idle_cpu) / 1e6 / options.idle)
+            counts = etcd_counters(cluster) - idle_counts
+            figures["etcd_other_idle"].append(_other(counts) / options.idle)
+        addresses = [writers.start() for _ in range(count)]
+        if etcd is not None:
+            async with EtcdClient(etcd) as client:
+                await settled(client, keys, options.shards, addresses)
+            await asyncio.sleep(1.0)
+            idle_counts = etcd_counters(cluster)
+            idle_cpu, idle_writers = etcd_cpu(cluster), _cpu(writers)
+            await asyncio.sleep(options.idle)
+            figures["etcd_cpu_idle"].append((etcd_cpu(cluster) - idle_cpu) / 1e6 / options.idle)
+            counts = etcd_counters(cluster) - idle_counts
+            figures["keepalives"].append(counts["LeaseKeepAlive"] / options.idle / count)
+            figures["etcd_other_idle"].append(_other(counts) / options.idle)
+            figures["writer_idle"].append((_cpu(writers) - idle_writers) / 1e6 / options.idle / count)
+        async with AsyncRolloutClient(writers.addresses, retry=AGENT_RETRY) as client:
+            agents = [
+                Agent(await client.create_session(f"agent-{i}", root=True)) for i in range(options.agents)
+            ]
+            load = Load(agents)
+            await asyncio.gather(*(load.run(agent, i, 5) for i, agent in enumerate(agents)))  # warm-up
+            before_counts = etcd_counters(cluster) if etcd is not None else Counter()
+            before_cpu, before_etcd = _cpu(writers), etcd_cpu(cluster)
+            before_acked, started = load.acknowledged(), time.monotonic()
+            await asyncio.gather(*(load.run(agent, i, options.appends) for i, agent in enumerate(agents)))
+            elapsed = time.monotonic() - started
+            appends = load.acknowledged() - before_acked
+            writer_cpu, etcd_load = _cpu(writers) - before_cpu, etcd_cpu(cluster) - before_etcd
+            figures["cpu"].append(writer_cpu / 1e6 / appends * 1000)
+            figures["rate"].append(appends / elapsed)
+            if etcd is not None:
+                counts = etcd_counters(cluster) - before_counts
+                figures["etcd_other_load"].append(_other(counts) / elapsed)
+                figures["etcd_cpu_load"].append(etcd_load / 1e6 / appends * 1000)
+            if load.errors:
+                print(f"  {config}: errors {dict(load.errors)}", flush=True)
+    finally:
+        writers.stop()
+
+
+def _other(counts: Counter[str]) -> int:
+    """etcd requests other than keepalives (reads, transactions, watch messages)."""
+    return sum(value for method, value in counts.items() if method != "LeaseKeepAlive")
+
+
+def _cpu(writers: Writers) -> int:
+    return sum(proc_cpu_ns(pid) for pid in writers.pids())
+
+
+# -- main ----------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _root(options: argparse.Namespace) -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="rollout-cluster-bench-", dir=options.tmp) as folder:
+        yield Path(folder)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    parser.add_argument("--kills", type=int, default=20, help="writers killed in the failover run")
+    parser.add_argument("--agents", type=int, default=64, help="agents appending at once")
+    parser.add_argument("--lease-ttl", type=int, default=10, help="writers' lease TTL (s)")
+    parser.add_argument("--shards", type=int, default=256, help="shards of the cluster")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of the cost figures")
+    parser.add_argument("--appends", type=int, default=40, help="appends per agent per cost round")
+    parser.add_argument(
+        "--idle", type=float, default=10.0, help="seconds each cluster idles for its keepalive figures"
+    )
+    parser.add_argument("--durability", choices=("fsync", "unsafe_no_fsync"), default="fsync")
+    parser.add_argument("--only", default="failover,cost", help="comma list of failover, cost")
+    parser.add_argument(
+        "--tmp", default=None, help="folder of the temporary data roots (default: the system's)"
+    )
+    options = parser.parse_args()
+    print("$ " + shlex.join([".venv/bin/python", "bench/cluster.py", *sys.argv[1:]]))
+    print(f"# {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f}; checkout {REPO}", flush=True)
+    chosen = set(options.only.split(","))
+    with _root(options) as root:
+        if "failover" in chosen:
+            asyncio.run(failover(options, root))
+        if "cost" in chosen:
+            asyncio.run(cost(options, root))
+
+
+if __name__ == "__main__":
+    main()
