@@ -18,7 +18,7 @@ from reader_service.watch import read_lines
 from rollout.v1 import reader_pb2
 from rollout_memory.reading import MAX_LIMIT, damaged_lines, get_memories, resolve_provenance
 from rollout_memory.store import MemoryStore
-from serving.tenancy import caller_tenant
+from serving.tenancy import memory_tenant
 from shared.errors import ArtifactNotFoundError, InvalidArgumentError, SessionNotFoundError
 from shared.layout import open_session_file
 from shared.memory import (
@@ -29,20 +29,11 @@ from shared.memory import (
     source_record_of_line,
 )
 from shared.memory_wire import memory_kinds, resolved_to_proto, scope_from_proto, view_to_proto
-from shared.session_meta import recorded_tenant
 
 #: What a limit of 0 means.
 DEFAULT_LIMIT = 20
 #: Longest artifact id a request may name (an id is ``mem_`` + 32 hex digits).
 MAX_ARTIFACT_ID_CHARS = 100
-
-
-def memory_tenant(requested: str) -> str:
-    """The tenant whose artifacts a request reads: the caller's (serving.tenancy.caller_tenant:
-    with authentication the credentials', PermissionDeniedError for another), and without
-    authentication the request's, ``default`` when empty (the tenant of sessions created
-    without one)."""
-    return recorded_tenant(caller_tenant(requested))
 
 
 def read_memories(

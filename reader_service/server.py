@@ -61,7 +61,7 @@ from rollout.v1 import reader_pb2, reader_pb2_grpc
 from rollout_memory.store import MemoryStore
 from serving.server import PLAINTEXT, RunningService, ServerSettings, ServiceServer
 from serving.status import rpc_statuses
-from serving.tenancy import caller_tenant, current_caller, keyed_session_id
+from serving.tenancy import caller_tenant, current_caller, keyed_session_id, memory_tenant
 from shared.deletions import find_deletion
 from shared.errors import (
     InvalidArgumentError,
@@ -467,7 +467,7 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
     async def ResolveProvenance(
         self, request: reader_pb2.ResolveProvenanceRequest, context: grpc.aio.ServicerContext
     ) -> reader_pb2.ResolveProvenanceResponse:
-        tenant = memories.memory_tenant(request.tenant)
+        tenant = memory_tenant(request.tenant)
         view = await self._cheap_run(memories.artifact_view, self.memory_store, request.artifact_id, tenant)
         held = 0
         for source in view.artifact.sources:

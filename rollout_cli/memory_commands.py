@@ -10,8 +10,9 @@ address is configured (``--reader`` or ROLLOUT_READER): the tenant is then the t
 Without one they read the local store of ``--data-dir`` (**local mode**, for an operator on
 the data root's host, who can read its files anyway: ``--tenant`` is trusted there, env
 ROLLOUT_TENANT, else ``default``, the tenant of sessions created without authentication;
-``show --resolve`` still reads the cited messages through the reader). ``forget`` writes
-the local store only (docs/memory.md §7 says why).
+``show --resolve`` still reads the cited messages through the reader). ``forget`` goes
+through the writer (ForgetMemories) when a writer address is configured (``--writer`` or
+ROLLOUT_WRITER), else writes the local store, in the same way.
 """
 
 from __future__ import annotations
@@ -299,18 +300,40 @@ def show_command(
 @memory.command("forget")
 @data_dir_option
 @tenant_option
+@click.option(
+    "--writer",
+    default=None,
+    help="Forget through this writer (env ROLLOUT_WRITER), the tenant being the token's; else the local store.",
+)
 @click.option("--session", "session_id", default=None, help="Forget every artifact citing this session.")
 @click.option(
     "--scope-key", default=None, help="Forget every artifact of this scope (its key, as `show` prints)."
 )
-@click.option("--by", default=lambda: os.environ.get("USER", ""), help="Who asked (recorded).")
+@click.option(
+    "--by",
+    default=lambda: os.environ.get("USER", ""),
+    help="Who asked (recorded; through an authenticated writer, the token is recorded instead).",
+)
 def forget_command(
-    data_dir: Path, tenant: str | None, session_id: str | None, scope_key: str | None, by: str
+    data_dir: Path,
+    tenant: str | None,
+    writer: str | None,
+    session_id: str | None,
+    scope_key: str | None,
+    by: str,
 ) -> None:
     """Remove a session's or a scope's artifacts from the store, and record that it was done."""
     if (session_id is None) == (scope_key is None):
         raise click.UsageError("give --session or --scope-key")
-    removed = _store(data_dir).forget(
-        _local_tenant(tenant), session_id=session_id, scope_key=scope_key, by=by
-    )
+    if writer or os.environ.get("ROLLOUT_WRITER"):  # rollout_client.client_settings' variable
+        from rollout_cli.main import _client
+
+        with _client("writer", writer) as client:
+            removed = client.forget_memories(
+                session_id=session_id, scope_key=scope_key, tenant=tenant or "", by=by
+            )
+    else:
+        removed = _store(data_dir).forget(
+            _local_tenant(tenant), session_id=session_id, scope_key=scope_key, by=by
+        )
     click.echo(f"forgot {len(removed)} artifact(s)" + "".join(f"\n{i}" for i in removed))

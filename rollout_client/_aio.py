@@ -558,3 +558,23 @@ class AsyncRolloutClient:
             reader_pb2.ResolveProvenanceRequest(artifact_id=artifact_id, tenant=tenant),
         )
         return resolved_from_proto(reply)
+
+    async def forget_memories(
+        self, *, session_id: str | None = None, scope_key: str | None = None, tenant: str = "", by: str = ""
+    ) -> list[str]:
+        """Forget the caller's memory artifacts citing ``session_id``, or those of the scope
+        ``scope_key`` (writer.proto ForgetMemories, docs/memory.md §7): removed from the
+        artifact store, and a record kept of what went (ids, who asked, when; no text). Returns
+        the ids removed (sorted; forgetting again removes nothing more). ``by`` is recorded
+        without authentication (with it, the token). Raises InvalidArgumentError (neither or
+        both given, a malformed id or key), PermissionDeniedError (another tenant),
+        UnavailableError."""
+        if (session_id is None) == (scope_key is None):
+            raise ValueError("forget_memories takes session_id or scope_key, not both and not neither")
+        request = writer_pb2.ForgetMemoriesRequest(tenant=tenant, by=by)
+        if session_id is not None:
+            request.session_id = session_id
+        else:
+            request.scope_key = scope_key or ""
+        reply = await self.call(self.writer_stub.ForgetMemories, request)
+        return list(reply.artifact_ids)

@@ -324,6 +324,14 @@ class RolloutClient:
         """See :meth:`AsyncRolloutClient.resolve_provenance`."""
         return self.run(self.core.resolve_provenance(artifact_id, tenant=tenant))
 
+    def forget_memories(
+        self, *, session_id: str | None = None, scope_key: str | None = None, tenant: str = "", by: str = ""
+    ) -> list[str]:
+        """See :meth:`AsyncRolloutClient.forget_memories`."""
+        return self.run(
+            self.core.forget_memories(session_id=session_id, scope_key=scope_key, tenant=tenant, by=by)
+        )
+
 
 class ReplayStream:
     """``for message in session.stream_replay():`` message dicts in order (fetched a ~1 MiB

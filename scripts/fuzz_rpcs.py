@@ -395,6 +395,10 @@ def valid_request(method: MethodDescriptor, pool: Pool) -> Message:
             limit=rng.choice([0, 1, 10]),
             idle_seconds=rng.choice([0, 1]),
         )
+    if name == "ForgetMemories":  # of a session with no artifact, or an unknown scope: nothing goes
+        if rng.random() < 0.5:
+            return writer_pb2.ForgetMemoriesRequest(session_id=str(uuid.uuid4()), tenant="fuzz", by="fuzz")
+        return writer_pb2.ForgetMemoriesRequest(scope_key=f"{rng.getrandbits(128):032x}", tenant="fuzz")
     if name == "GetMemories":
         return reader_pb2.GetMemoriesRequest(
             tenant=rng.choice(["", "fuzz"]),
@@ -503,9 +507,18 @@ class Fuzzer:
                 self._stub("writer", "Stop")(stop.SerializeToString())
 
     def seed_memory(self, data_dir: Path) -> None:
-        """One memory artifact of tenant ``fuzz`` citing the first seeded session's prompt (seq 1),
-        so that GetMemories and ResolveProvenance have something to find."""
-        session_id = self.pool.sessions[0]
+        """One memory artifact of tenant ``fuzz`` citing the prompt (seq 1) of a session of its own,
+        so that GetMemories and ResolveProvenance have something to find. The session is kept
+        out of the pool: no fuzzed request names it (a DeleteSession or ForgetMemories of it
+        would take the artifact's source or the artifact away)."""
+        request = writer_pb2.CreateSessionRequest(role=writer_pb2.SESSION_ROLE_ROOT, tenant="fuzz")
+        create = self._stub("writer", "CreateSession")
+        session_id = writer_pb2.CreateSessionResponse.FromString(
+            create(request.SerializeToString())
+        ).session_id
+        prompt = writer_pb2.AppendRecord(message=records_pb2.ChatMessage(role="user", text="fuzz"))
+        append = writer_pb2.AppendRequest(session_id=session_id, records=[prompt])
+        self._stub("writer", "Append")(append.SerializeToString())
         _, path = DataRoot(data_dir).locate(session_id)
         records = [
             r for r in map(source_record_of_line, path.read_bytes().split(b"\n")[:-1]) if r is not None

@@ -86,7 +86,8 @@ SESSION_REQUESTS: dict[str, Callable[[str], tuple[Any, str]]] = {
 }
 #: RPCs on no session: checked by their own tests below (GetShardMap holds only shard owners'
 #: addresses, no session data: tests/e2e/test_routing.py; GetMemories and ResolveProvenance read
-#: memory artifacts: tests/memory/test_secured_tenancy.py).
+#: memory artifacts and ForgetMemories forgets them, in the caller's tenant's store only:
+#: tests/memory/test_secured_tenancy.py).
 NOT_ON_A_SESSION = {
     "ListSessions",
     "ResolveSession",
@@ -95,6 +96,7 @@ NOT_ON_A_SESSION = {
     "SearchSessions",
     "GetMemories",
     "ResolveProvenance",
+    "ForgetMemories",
 }
 
 

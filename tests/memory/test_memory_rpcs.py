@@ -266,3 +266,66 @@ def test_the_command_line_reads_through_the_reader(ledger, client, priced):
     missing = run_rollout("memory", "show", "mem_0000", *reader)
     assert missing.returncode == 1
     assert "NOT_FOUND" in missing.stderr
+
+
+def test_the_writer_forgets_a_session_or_a_scope_and_records_it(client, store, priced):
+    """ForgetMemories by session removes exactly what store.forget would (artifacts citing it),
+    records who asked, and keeps the watermark; by scope the rest goes; forgetting again
+    removes nothing more; bad requests get INVALID_ARGUMENT naming the field."""
+    first, second = priced
+    before = get_memories(
+        store, tenant=TENANT, scope=None, include_superseded=True, kinds=tuple(ArtifactKind)
+    )
+    citing_first = sorted(
+        v.artifact.artifact_id for v in before if v.artifact.sources[0].session_id == first.id
+    )
+    assert citing_first
+    assert client.forget_memories(session_id=first.id, tenant=TENANT, by="ops") == citing_first
+    assert client.forget_memories(session_id=first.id, tenant=TENANT) == []
+    left = get_memories(store, tenant=TENANT, scope=None, include_superseded=True, kinds=tuple(ArtifactKind))
+    assert {v.artifact.artifact_id for v in left} == {v.artifact.artifact_id for v in before} - set(
+        citing_first
+    )
+    [forgotten, *_] = store.read_scope(TENANT, SCOPE.key()).forgotten
+    assert (forgotten["by"], forgotten["what"], forgotten["artifact_ids"]) == (
+        "ops",
+        {"session_id": first.id},
+        citing_first,
+    )
+    assert store.watermarks(TENANT)[first.id] >= 0  # not distilled again
+    assert client.memories(tenant="other") == []
+    assert client.forget_memories(scope_key=SCOPE.key(), tenant="other") == []  # another tenant's store
+    assert sorted(client.forget_memories(scope_key=SCOPE.key(), tenant=TENANT)) == sorted(
+        v.artifact.artifact_id for v in left
+    )
+    assert client.memories(include_superseded=True, kinds=tuple(ArtifactKind), tenant=TENANT) == []
+    for arguments, field in (
+        ({"session_id": "not-a-session"}, "session_id"),
+        ({"scope_key": "XYZ"}, "scope_key"),
+        ({"session_id": second.id, "by": "x" * 201}, "by"),
+    ):
+        with pytest.raises(InvalidArgumentError) as caught:
+            client.forget_memories(**arguments, tenant=TENANT)
+        assert caught.value.message.startswith(f"{field}: "), caught.value.message
+    with pytest.raises(ValueError, match="session_id or scope_key"):
+        client.forget_memories(tenant=TENANT)
+
+
+def test_the_command_line_forgets_through_the_writer(ledger, client, store, priced):
+    """`rollout memory forget --writer` forgets through the writer and prints the ids."""
+    first, _ = priced
+    forgot = run_rollout(
+        "memory",
+        "forget",
+        "--writer",
+        ledger.writer,
+        "--tenant",
+        TENANT,
+        "--session",
+        first.id,
+        "--by",
+        "ops",
+    )
+    assert forgot.returncode == 0, forgot.stderr
+    assert forgot.stdout.startswith("forgot 2 artifact(s)")
+    assert store.read_scope(TENANT, SCOPE.key()).forgotten[0]["by"] == "ops"

@@ -117,5 +117,18 @@ def test_tenant_b_sees_none_of_tenant_as_artifacts_by_any_call(tmp_path):
                     assert refusal(channel, method, request, None).code() == grpc.StatusCode.UNAUTHENTICATED
             finally:
                 channel.close()
+
+            # Forgetting is the writer's, with the token's tenant: b forgets nothing of a's (not
+            # even naming a's session), naming tenant a is PERMISSION_DENIED; a's forget records
+            # a's credential, never the token.
+            assert client_b.forget_memories(session_id=session.id) == []
+            with pytest.raises(PermissionDeniedError):
+                client_b.forget_memories(session_id=session.id, tenant="a")
+            assert [v.artifact.artifact_id for v in client_a.memories()] == [artifact_id]
+            assert client_a.forget_memories(session_id=session.id, by="claimed") == [artifact_id]
+            assert client_a.memories(include_superseded=True, kinds=every_kind) == []
+            [forgotten] = store.read_scope("a", view.artifact.scope.key()).forgotten
+            assert forgotten["by"].startswith("token:")
+            assert A not in str(forgotten)
     finally:
         pair.stop()
