@@ -79,10 +79,15 @@ def artifact_view(store: MemoryStore, artifact_id: str, tenant: str) -> MemoryVi
             "artifact_id",
             f"give the id of an artifact (mem_ + 32 hex digits; at most {MAX_ARTIFACT_ID_CHARS})",
         )
+    held = store.find_artifact(tenant, artifact_id)  # reads the scope files up to the one holding it
+    if held is None:
+        raise ArtifactNotFoundError(artifact_id)
+    key, state = held
+    scope = state.artifacts[artifact_id].scope
     found = get_memories(
         store,
         tenant=tenant,
-        scope=None,
+        scope=scope if scope.key() == key else None,  # what supersedes it is in its scope's file
         limit=1,
         include_superseded=True,
         kinds=tuple(ArtifactKind),

@@ -329,3 +329,19 @@ def test_the_command_line_forgets_through_the_writer(ledger, client, store, pric
     assert forgot.returncode == 0, forgot.stderr
     assert forgot.stdout.startswith("forgot 2 artifact(s)")
     assert store.read_scope(TENANT, SCOPE.key()).forgotten[0]["by"] == "ops"
+
+
+def test_damaged_lines_are_reported_over_the_wire_and_skipped(ledger, client, store, priced):
+    """A line of a scope file that holds no entry is skipped by GetMemories and named in its
+    reply (by scope key and line number), as damaged_lines says; `ls` through the reader warns."""
+    before = client.memories(include_superseded=True, tenant=TENANT)
+    path = store.scope_path(TENANT, SCOPE.key())
+    lines = path.read_bytes().count(b"\n")
+    with path.open("ab") as scope_file:
+        scope_file.write(b"not an entry\n")
+    found = client.memories(include_superseded=True, tenant=TENANT)
+    assert ageless(found) == ageless(before)
+    assert found.damaged == {SCOPE.key(): (lines + 1,)}
+    listed = run_rollout("memory", "ls", "--reader", ledger.reader, "--tenant", TENANT)
+    assert listed.returncode == 0, listed.stderr
+    assert f"warning: scope {SCOPE.key()}: lines [{lines + 1}] hold no readable entry" in listed.stderr
