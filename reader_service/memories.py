@@ -16,7 +16,7 @@ from functools import partial
 from reader_service.listing_index import ListingIndex
 from reader_service.watch import read_lines
 from rollout.v1 import reader_pb2
-from rollout_memory.reading import MAX_LIMIT, damaged_lines, get_memories, resolve_provenance
+from rollout_memory.reading import MAX_LIMIT, get_memories, resolve_provenance
 from rollout_memory.store import MemoryStore
 from serving.tenancy import memory_tenant
 from shared.errors import ArtifactNotFoundError, InvalidArgumentError, SessionNotFoundError
@@ -49,6 +49,7 @@ def read_memories(
         )
     tenant = memory_tenant(request.tenant)
     scope = scope_from_proto(request.scope) if request.HasField("scope") else None
+    damaged: dict[str, list[int]] = {}
     views = get_memories(
         store,
         tenant=tenant,
@@ -59,13 +60,11 @@ def read_memories(
         include_superseded=request.include_superseded,
         kinds=memory_kinds(request.kinds),
         artifact_ids=frozenset(request.artifact_ids) or None,
+        damaged=damaged,
     )
     return reader_pb2.GetMemoriesResponse(
         memories=[view_to_proto(view) for view in views],
-        damaged=[
-            reader_pb2.DamagedScope(scope_key=key, lines=lines)
-            for key, lines in damaged_lines(store, tenant=tenant, scope=scope).items()
-        ],
+        damaged=[reader_pb2.DamagedScope(scope_key=key, lines=lines) for key, lines in damaged.items()],
     )
 
 

@@ -36,7 +36,6 @@ from rollout_memory import (
     MemoryStore,
     PipelineConfig,
     client_source_reader,
-    damaged_lines,
     get_memories,
     resolve_provenance,
 )
@@ -206,6 +205,7 @@ def ls_command(
         _view_lines(found, found.damaged)
         return
     store, local = _store(data_dir), _local_tenant(tenant)
+    damaged: dict[str, list[int]] = {}
     try:
         views = get_memories(
             store,
@@ -216,10 +216,11 @@ def ls_command(
             as_of=as_of,
             include_superseded=superseded,
             kinds=kinds,
+            damaged=damaged,
         )
     except InvalidArgumentError as exc:
         raise click.BadParameter(exc.description, param_hint=f"--{exc.field.replace('_', '-')}") from exc
-    _view_lines(views, damaged_lines(store, tenant=local, scope=scope))
+    _view_lines(views, damaged)
 
 
 def _shown(view: MemoryView) -> dict[str, object]:

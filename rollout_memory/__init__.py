@@ -26,7 +26,7 @@ if TYPE_CHECKING:
         ExtractorError,
     )
     from rollout_memory.pipeline import MemoryPipeline, PipelineConfig, RunReport
-    from rollout_memory.reading import damaged_lines, get_memories, resolve_provenance
+    from rollout_memory.reading import get_memories, resolve_provenance
     from rollout_memory.sources import client_source_reader
     from rollout_memory.store import MemoryStore
     from shared.memory import ResolvedMessage, ResolvedProvenance
@@ -39,7 +39,6 @@ _HOMES = {
     "MemoryPipeline": "rollout_memory.pipeline",
     "PipelineConfig": "rollout_memory.pipeline",
     "RunReport": "rollout_memory.pipeline",
-    "damaged_lines": "rollout_memory.reading",
     "get_memories": "rollout_memory.reading",
     "resolve_provenance": "rollout_memory.reading",
     "client_source_reader": "rollout_memory.sources",
@@ -60,7 +59,6 @@ __all__ = [
     "ResolvedProvenance",
     "RunReport",
     "client_source_reader",
-    "damaged_lines",
     "get_memories",
     "resolve_provenance",
 ]

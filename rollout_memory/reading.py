@@ -45,6 +45,7 @@ def get_memories(
     kinds: Sequence[ArtifactKind] = (ArtifactKind.MEMORY,),
     artifact_ids: Collection[str] | None = None,
     now: datetime | None = None,
+    damaged: dict[str, list[int]] | None = None,
 ) -> list[MemoryView]:
     """The tenant's artifacts of ``scope`` (None: of every scope), newest first, each with its
     age and staleness marks.
@@ -53,6 +54,8 @@ def get_memories(
     ``as_of`` (RFC 3339): the store as it stood then (later artifacts and supersessions left
     out; ages counted from it). Superseded artifacts only with ``include_superseded``, each
     naming what superseded it and the evidence. ``artifact_ids``: only these (None: any).
+    ``damaged``, when given, receives the lines (numbers from 1) of the scope files read that
+    hold no readable entry, by scope key (read once, with the artifacts).
     Raises InvalidArgumentError for a limit outside 1..1000 or an ``as_of`` that is not
     RFC 3339.
     """
@@ -65,6 +68,8 @@ def get_memories(
     moment = cutoff or now or datetime.now(UTC)
     keys = [scope.key()] if scope is not None else store.scope_keys(tenant)
     states = [store.read_scope(tenant, key) for key in keys]
+    if damaged is not None:
+        damaged.update((key, state.damaged) for key, state in zip(keys, states, strict=True) if state.damaged)
     marks = {i: m for state in states for i, m in state.marks.items()}
     present = [
         a
@@ -103,14 +108,6 @@ def get_memories(
         )
     views.sort(key=lambda item: (item[1].artifact.created_at, item[0]), reverse=True)
     return [view for _, view in views[:limit]]
-
-
-def damaged_lines(store: MemoryStore, *, tenant: str, scope: Scope | None) -> dict[str, list[int]]:
-    """The lines (numbers from 1) of the tenant's scope files that hold no readable entry, by
-    scope key, for the scopes a :func:`get_memories` of ``scope`` reads (none when all are whole)."""
-    keys = [scope.key()] if scope is not None else store.scope_keys(tenant)
-    found = {key: store.read_scope(tenant, key).damaged for key in keys}
-    return {key: lines for key, lines in found.items() if lines}
 
 
 #: How :func:`resolve_provenance` reads a source: ``(session id, up to seq, tenant)`` -> the

@@ -333,7 +333,7 @@ def test_the_command_line_forgets_through_the_writer(ledger, client, store, pric
 
 def test_damaged_lines_are_reported_over_the_wire_and_skipped(ledger, client, store, priced):
     """A line of a scope file that holds no entry is skipped by GetMemories and named in its
-    reply (by scope key and line number), as damaged_lines says; `ls` through the reader warns."""
+    reply (by scope key and line number); `ls` through the reader warns, and so does local `ls`."""
     before = client.memories(include_superseded=True, tenant=TENANT)
     path = store.scope_path(TENANT, SCOPE.key())
     lines = path.read_bytes().count(b"\n")
@@ -345,3 +345,6 @@ def test_damaged_lines_are_reported_over_the_wire_and_skipped(ledger, client, st
     listed = run_rollout("memory", "ls", "--reader", ledger.reader, "--tenant", TENANT)
     assert listed.returncode == 0, listed.stderr
     assert f"warning: scope {SCOPE.key()}: lines [{lines + 1}] hold no readable entry" in listed.stderr
+    local = run_rollout("memory", "ls", "--data-dir", str(ledger.data_dir), "--tenant", TENANT)
+    assert local.returncode == 0, local.stderr
+    assert f"warning: scope {SCOPE.key()}: lines [{lines + 1}] hold no readable entry" in local.stderr
