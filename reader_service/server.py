@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 import grpc
 import grpc.aio
 
-from reader_service import metrics, replies, wire
+from reader_service import memories, metrics, replies, wire
 from reader_service.admission import ReadBudget, bounded_read_cost, unary_reply_cost
 from reader_service.delegations import find_children, find_parent
 from reader_service.limits import (
@@ -53,9 +53,10 @@ from reader_service.search_index import SearchFilters, SearchIndex, SearchPage
 from reader_service.stop_facts import DEFAULT_TAIL_WINDOW, StopFactsResult, read_stop_facts
 from reader_service.watch import DEFAULT_POLL_SECONDS, WatchHub
 from rollout.v1 import reader_pb2, reader_pb2_grpc
+from rollout_memory.store import MemoryStore
 from serving.server import PLAINTEXT, RunningService, ServerSettings, ServiceServer
 from serving.status import rpc_statuses
-from serving.tenancy import caller_tenant, current_caller, keyed_session_id
+from serving.tenancy import caller_tenant, current_caller, keyed_session_id, memory_tenant
 from shared.deletions import Deletion, deletion_in
 from shared.errors import (
     InvalidArgumentError,
@@ -174,6 +175,8 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
         )
         self.round_cache = RoundCache()
         self.search_index = SearchIndex(self.root, config.search_index_dir) if config.search else None
+        #: The memory artifacts (read only: docs/memory.md §6).
+        self.memory_store = MemoryStore(self.root.memories_folder)
         # A session file that goes (deleted) takes its cached replay, rounds and indexed text with it.
         self.index.removal_listeners += [self.replays.forget, self.round_cache.forget]
         if self.search_index is not None:
@@ -470,6 +473,25 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
             _searched, self.index, self.search_index, request.query, filters, size, offset
         )
         return wire.search_page(page)
+
+    @rpc_statuses("GetMemories")
+    async def GetMemories(
+        self, request: reader_pb2.GetMemoriesRequest, context: grpc.aio.ServicerContext
+    ) -> reader_pb2.GetMemoriesResponse:
+        return await self._cheap_run(memories.read_memories, self.memory_store, request)
+
+    @rpc_statuses("ResolveProvenance")
+    async def ResolveProvenance(
+        self, request: reader_pb2.ResolveProvenanceRequest, context: grpc.aio.ServicerContext
+    ) -> reader_pb2.ResolveProvenanceResponse:
+        tenant = memory_tenant(request.tenant)
+        view = await self._cheap_run(memories.artifact_view, self.memory_store, request.artifact_id, tenant)
+        held = 0
+        for source in view.artifact.sources:
+            held += (await self._locate(source.session_id))[1]
+        # Each source's records up to its last cited seq are held while they are checked.
+        await self._admit(context, unary_reply_cost(held, self.config.max_reply_bytes))
+        return await self._heavy_run(memories.resolve, self.index, view, tenant)
 
     def close(self) -> None:
         if self.search_index is not None:

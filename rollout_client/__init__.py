@@ -72,6 +72,7 @@ from rollout_client._results import (
     Delegation,
     DeleteResult,
     ForkOrigin,
+    Memories,
     PendingRound,
     RecentMessages,
     Replay,
@@ -92,6 +93,7 @@ from rollout_client._results import (
 from rollout_client._session import AsyncReplayStream, AsyncSession
 from rollout_client._settings import DEFAULT_READER, DEFAULT_WRITER, ClientSettings, client_settings
 from rollout_client._sync import ReplayStream, RolloutClient, Session
+from shared.memory import MemoryView, ResolvedMessage, ResolvedProvenance, Scope
 from shared.rounds import Round
 
 __all__ = [
@@ -124,6 +126,8 @@ __all__ = [
     "ForkOrigin",
     "InternalError",
     "InvalidArgumentError",
+    "Memories",
+    "MemoryView",
     "MessageRef",
     "NotFoundError",
     "PendingRound",
@@ -134,6 +138,8 @@ __all__ = [
     "Replay",
     "ReplayStream",
     "ReplaySummary",
+    "ResolvedMessage",
+    "ResolvedProvenance",
     "ResourceExhaustedError",
     "ResumeResult",
     "Retraction",
@@ -143,6 +149,7 @@ __all__ = [
     "RootNotDeclaredError",
     "Round",
     "RoundRecords",
+    "Scope",
     "SearchMatch",
     "SearchPage",
     "Session",

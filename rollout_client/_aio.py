@@ -9,7 +9,7 @@ channel per service on each loop's first call there (:mod:`rollout_client._conne
 from __future__ import annotations
 
 import functools
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -41,6 +41,7 @@ from rollout_client._records import Event, append_record
 from rollout_client._results import (
     Delegation,
     DeleteResult,
+    Memories,
     PendingRound,
     RoundRecords,
     SearchPage,
@@ -49,6 +50,8 @@ from rollout_client._results import (
 from rollout_client._routing import WriterRouting, not_owner_info, nothing_done
 from rollout_client._session import AsyncSession
 from rollout_client._settings import client_settings
+from shared.memory import ArtifactKind, ResolvedProvenance, Scope
+from shared.memory_wire import resolved_from_proto, scope_to_proto
 from shared.naming import new_session_id
 
 #: Reads: idempotent, retried on every retryable status.
@@ -511,3 +514,73 @@ class AsyncRolloutClient:
         response = await self.call(self.reader_stub.FindDelegations, request)
         (link,) = response.delegations
         return Delegation.from_proto(link)
+
+    # -- memory ------------------------------------------------------------------------
+
+    async def memories(
+        self,
+        *,
+        scope: Scope | None = None,
+        query: str = "",
+        limit: int = 0,
+        as_of: str = "",
+        include_superseded: bool = False,
+        kinds: Sequence[ArtifactKind | str] = (),
+        artifact_ids: Sequence[str] = (),
+        tenant: str = "",
+    ) -> Memories:
+        """The caller's memory artifacts (reader.proto GetMemories, docs/memory.md §6): those of
+        ``scope`` (None: every scope), newest first, each a :class:`shared.memory.MemoryView`
+        with its provenance, age (seconds, from ``as_of`` or now) and staleness marks.
+        ``query``: words the text must all hold; ``limit``: 1..1000 (0: 20); ``as_of`` (RFC
+        3339): the store as it stood then; superseded artifacts with ``include_superseded``
+        (naming what superseded them and the evidence); ``kinds``: ``memory`` (the default)
+        and/or ``rollout_summary``; ``artifact_ids``: only these. The tenant is the token's
+        (``tenant`` only without authentication; empty: ``default``). Pass the result to
+        :func:`rollout_client.memories.render_memory_block` for a new session's prompt.
+        Raises InvalidArgumentError (a limit, as_of or kind), PermissionDeniedError (another
+        tenant), UnavailableError."""
+        request = reader_pb2.GetMemoriesRequest(
+            tenant=tenant,
+            query=query,
+            limit=limit,
+            as_of=as_of,
+            include_superseded=include_superseded,
+            kinds=[str(kind) for kind in kinds],
+            artifact_ids=list(artifact_ids),
+        )
+        if scope is not None:
+            request.scope.CopyFrom(scope_to_proto(scope))
+        return Memories.from_proto(await self.call(self.reader_stub.GetMemories, request))
+
+    async def resolve_provenance(self, artifact_id: str, *, tenant: str = "") -> ResolvedProvenance:
+        """The exact messages artifact ``artifact_id`` cites, as its source sessions hold them now
+        (reader.proto ResolveProvenance): each with its session, seq, stamped kind, payload and
+        stored line, and ``problems``, the reasons a source no longer verifies (empty when all
+        do). Raises NotFoundError (no such artifact in the caller's tenant, or a source session
+        deleted since), InvalidArgumentError (an empty id), PermissionDeniedError, UnavailableError."""
+        reply = await self.call(
+            self.reader_stub.ResolveProvenance,
+            reader_pb2.ResolveProvenanceRequest(artifact_id=artifact_id, tenant=tenant),
+        )
+        return resolved_from_proto(reply)
+
+    async def forget_memories(
+        self, *, session_id: str | None = None, scope_key: str | None = None, tenant: str = "", by: str = ""
+    ) -> list[str]:
+        """Forget the caller's memory artifacts citing ``session_id``, or those of the scope
+        ``scope_key`` (writer.proto ForgetMemories, docs/memory.md §7): removed from the
+        artifact store, and a record kept of what went (ids, who asked, when; no text). Returns
+        the ids removed (sorted; forgetting again removes nothing more). ``by`` is recorded
+        without authentication (with it, the token). Raises InvalidArgumentError (neither or
+        both given, a malformed id or key), PermissionDeniedError (another tenant),
+        UnavailableError."""
+        if (session_id is None) == (scope_key is None):
+            raise ValueError("forget_memories takes session_id or scope_key, not both and not neither")
+        request = writer_pb2.ForgetMemoriesRequest(tenant=tenant, by=by)
+        if session_id is not None:
+            request.session_id = session_id
+        else:
+            request.scope_key = scope_key or ""
+        reply = await self.call(self.writer_stub.ForgetMemories, request)
+        return list(reply.artifact_ids)

@@ -6,6 +6,7 @@ Digest statuses are the strings ``verified``, ``mismatch`` and ``no_checkpoint``
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +14,8 @@ import orjson
 
 from rollout.v1 import reader_pb2, records_pb2, writer_pb2
 from rollout_client._records import MessageRef, message_to_dict
+from shared.memory import MemoryView
+from shared.memory_wire import view_from_proto
 from shared.rounds import Round
 from shared.wire import round_from_proto
 
@@ -543,4 +546,27 @@ class RoundRecords:
             tuple(WatchedRecord.from_proto(record) for record in reply.records),
             reply.held_by,
             reply.session_id,
+        )
+
+
+class Memories(list[MemoryView]):
+    """What :meth:`rollout_client.AsyncRolloutClient.memories` returns (reader.proto
+    GetMemories): the artifacts as :class:`shared.memory.MemoryView`, newest first (a list, so
+    ``rollout_client.memories.render_memory_block(found)`` renders it), and ``damaged``: the
+    lines (numbers from 1) of the tenant's scope files that hold no readable entry, by scope
+    key (skipped by the reader; empty when every file is whole)."""
+
+    damaged: dict[str, tuple[int, ...]]
+
+    def __init__(
+        self, views: Iterable[MemoryView] = (), damaged: dict[str, tuple[int, ...]] | None = None
+    ) -> None:
+        super().__init__(views)
+        self.damaged = damaged or {}
+
+    @classmethod
+    def from_proto(cls, reply: reader_pb2.GetMemoriesResponse) -> Memories:
+        return cls(
+            (view_from_proto(view) for view in reply.memories),
+            {scope.scope_key: tuple(scope.lines) for scope in reply.damaged},
         )

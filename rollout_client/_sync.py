@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from collections.abc import AsyncGenerator, Coroutine, Generator, Iterator
+from collections.abc import AsyncGenerator, Coroutine, Generator, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, TypeVar
@@ -27,6 +27,7 @@ from rollout_client._results import (
     Delegation,
     DeleteResult,
     ForkOrigin,
+    Memories,
     PendingRound,
     RecentMessages,
     Replay,
@@ -41,6 +42,7 @@ from rollout_client._results import (
     WatchedRecord,
 )
 from rollout_client._session import AsyncReplayStream, AsyncSession
+from shared.memory import ArtifactKind, ResolvedProvenance, Scope
 from shared.rounds import Round
 
 T = TypeVar("T")
@@ -291,6 +293,44 @@ class RolloutClient:
     def find_parent(self, child_session_id: str) -> Delegation:
         """See :meth:`AsyncRolloutClient.find_parent`."""
         return self.run(self.core.find_parent(child_session_id))
+
+    def memories(
+        self,
+        *,
+        scope: Scope | None = None,
+        query: str = "",
+        limit: int = 0,
+        as_of: str = "",
+        include_superseded: bool = False,
+        kinds: Sequence[ArtifactKind | str] = (),
+        artifact_ids: Sequence[str] = (),
+        tenant: str = "",
+    ) -> Memories:
+        """See :meth:`AsyncRolloutClient.memories`."""
+        return self.run(
+            self.core.memories(
+                scope=scope,
+                query=query,
+                limit=limit,
+                as_of=as_of,
+                include_superseded=include_superseded,
+                kinds=kinds,
+                artifact_ids=artifact_ids,
+                tenant=tenant,
+            )
+        )
+
+    def resolve_provenance(self, artifact_id: str, *, tenant: str = "") -> ResolvedProvenance:
+        """See :meth:`AsyncRolloutClient.resolve_provenance`."""
+        return self.run(self.core.resolve_provenance(artifact_id, tenant=tenant))
+
+    def forget_memories(
+        self, *, session_id: str | None = None, scope_key: str | None = None, tenant: str = "", by: str = ""
+    ) -> list[str]:
+        """See :meth:`AsyncRolloutClient.forget_memories`."""
+        return self.run(
+            self.core.forget_memories(session_id=session_id, scope_key=scope_key, tenant=tenant, by=by)
+        )
 
 
 class ReplayStream:

@@ -1,7 +1,8 @@
 """The injection block: memory artifacts rendered for a new session's prompt (docs/memory.md).
 
-:func:`render_memory_block` takes what a read returned (shared.memory.MemoryView, e.g.
-from rollout_memory.reading.get_memories) and renders text that says, for every memory,
+:func:`render_memory_block` takes what a read returned (shared.memory.MemoryView:
+``client.memories(...)`` through the reader, or rollout_memory.get_memories on the data
+root's host) and renders text that says, for every memory,
 where it comes from (session and seqs, and who said it: the stamped kind) and how old it
 is, marks stale ones, lists superseded ones apart as not to be used, and states that the
 current instructions and files take precedence::

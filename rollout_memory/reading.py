@@ -1,19 +1,18 @@
 """Reading memory artifacts: GetMemories and ResolveProvenance (docs/memory.md "Reading").
 
-:func:`get_memories` reads the tenant's store (no service is needed: the artifacts are
-files of the data root) and :func:`resolve_provenance` reads the cited messages through
-the reader, with the caller's credentials: a session another tenant owns is NOT_FOUND
-there as on every reader RPC, and its session_meta's tenant is checked here again.
+These functions are the body of the reader's GetMemories and ResolveProvenance RPCs
+(reader_service.memories, with the tenant of the caller's credentials) and of the local
+reads of ``rollout memory ls | show`` on the data root's host. :func:`get_memories` reads
+the tenant's store; :func:`resolve_provenance` reads the cited messages of each source
+session with a :data:`SourceReader`: a session another tenant owns is not found there as
+on every reader RPC, and its session_meta's tenant is checked again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Sequence
 from datetime import UTC, datetime
 
-from rollout_client import RolloutClient
-from rollout_memory.sources import read_source_records
 from rollout_memory.store import MemoryStore
 from shared.errors import InvalidArgumentError
 from shared.memory import (
@@ -21,8 +20,10 @@ from shared.memory import (
     ArtifactKind,
     MemoryView,
     ProvenanceError,
+    ResolvedMessage,
+    ResolvedProvenance,
     Scope,
-    SourceKind,
+    SourceRecord,
     Supersession,
     check_source,
 )
@@ -42,7 +43,9 @@ def get_memories(
     as_of: str | None = None,
     include_superseded: bool = False,
     kinds: Sequence[ArtifactKind] = (ArtifactKind.MEMORY,),
+    artifact_ids: Collection[str] | None = None,
     now: datetime | None = None,
+    damaged: dict[str, list[int]] | None = None,
 ) -> list[MemoryView]:
     """The tenant's artifacts of ``scope`` (None: of every scope), newest first, each with its
     age and staleness marks.
@@ -50,8 +53,11 @@ def get_memories(
     ``query``: every whitespace-separated word must occur in the text (case-insensitive).
     ``as_of`` (RFC 3339): the store as it stood then (later artifacts and supersessions left
     out; ages counted from it). Superseded artifacts only with ``include_superseded``, each
-    naming what superseded it and the evidence. Raises InvalidArgumentError for a limit
-    outside 1..1000 or an ``as_of`` that is not RFC 3339.
+    naming what superseded it and the evidence. ``artifact_ids``: only these (None: any).
+    ``damaged``, when given, receives the lines (numbers from 1) of the scope files read that
+    hold no readable entry, by scope key (read once, with the artifacts).
+    Raises InvalidArgumentError for a limit outside 1..1000 or an ``as_of`` that is not
+    RFC 3339.
     """
     if not 1 <= limit <= MAX_LIMIT:
         raise InvalidArgumentError("limit", f"must be 1..{MAX_LIMIT}, not {limit}")
@@ -62,6 +68,8 @@ def get_memories(
     moment = cutoff or now or datetime.now(UTC)
     keys = [scope.key()] if scope is not None else store.scope_keys(tenant)
     states = [store.read_scope(tenant, key) for key in keys]
+    if damaged is not None:
+        damaged.update((key, state.damaged) for key, state in zip(keys, states, strict=True) if state.damaged)
     marks = {i: m for state in states for i, m in state.marks.items()}
     present = [
         a
@@ -77,6 +85,8 @@ def get_memories(
     views: list[tuple[int, MemoryView]] = []
     for order, artifact in enumerate(present):
         if artifact.kind not in kinds or artifact.tenant != tenant:
+            continue
+        if artifact_ids is not None and artifact.artifact_id not in artifact_ids:
             continue
         if words and not all(word in artifact.text.lower() for word in words):
             continue
@@ -100,33 +110,20 @@ def get_memories(
     return [view for _, view in views[:limit]]
 
 
-@dataclass(frozen=True, slots=True)
-class ResolvedMessage:
-    """One cited message as the source session holds it now: session, seq, kind stamped, the
-    record's payload and stored line."""
-
-    session_id: str
-    seq: int
-    kind: SourceKind
-    payload: dict[str, object]
-    line: bytes
+#: How :func:`resolve_provenance` reads a source: ``(session id, up to seq, tenant)`` -> the
+#: session's records from seq 0 as stored (damaged lines left out), raising the not-found
+#: error of its side (the client's NotFoundError; the reader's SessionNotFoundError) for a
+#: session that is gone or not the tenant's (shared.memory.holds_tenants_session).
+SourceReader = Callable[[str, int, str], Sequence[SourceRecord]]
 
 
-@dataclass(frozen=True, slots=True)
-class ResolvedProvenance:
-    """An artifact's cited messages, and whether each source still says what was cited
-    (``problems``: the reasons it does not, empty when every source verifies)."""
+def resolve_provenance(read_records: SourceReader, *, tenant: str, artifact: Artifact) -> ResolvedProvenance:
+    """The exact cited messages of ``artifact``, each source session read with ``read_records``
+    (through the reader's WatchSession with the caller's credentials:
+    rollout_memory.sources.client_source_reader; or, inside the reader, from the session file).
 
-    artifact_id: str
-    messages: tuple[ResolvedMessage, ...]
-    problems: tuple[str, ...]
-
-
-def resolve_provenance(client: RolloutClient, *, tenant: str, artifact: Artifact) -> ResolvedProvenance:
-    """The exact cited messages of ``artifact``, read through the reader (WatchSession).
-
-    Raises InvalidArgumentError when the artifact is not the tenant's; NotFoundError (the
-    client's) when a source session is not the caller's or no longer exists.
+    Raises InvalidArgumentError when the artifact is not the tenant's; what ``read_records``
+    raises when a source session is not the caller's or no longer exists.
     """
     if artifact.tenant != tenant:
         raise InvalidArgumentError(
@@ -135,7 +132,7 @@ def resolve_provenance(client: RolloutClient, *, tenant: str, artifact: Artifact
     messages: list[ResolvedMessage] = []
     problems: list[str] = []
     for source in artifact.sources:
-        records = read_source_records(client, source.session_id, source.last_seq, tenant=tenant)
+        records = read_records(source.session_id, source.last_seq, tenant)
         try:
             check_source(source, records)
         except ProvenanceError as exc:

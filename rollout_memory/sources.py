@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from rollout_client import NotFoundError, RolloutClient
-from shared.memory import SourceRecord
+from shared.memory import SourceRecord, holds_tenants_session, source_record_of_line
 
 
 def read_source_records(
@@ -19,13 +21,24 @@ def read_source_records(
     records: list[SourceRecord] = []
     watch = client.session(session_id).watch(0)
     try:
-        for record in watch:
-            if record.seq >= 0 and record.payload is not None:
-                records.append(SourceRecord(record.seq, record.type, record.ts, record.payload, record.line))
-            if record.seq >= upto_seq:
+        for watched in watch:
+            record = source_record_of_line(watched.line) if watched.seq >= 0 else None
+            if record is not None:
+                records.append(record)
+            if watched.seq >= upto_seq:
                 break
     finally:
         watch.close()
-    if not records or records[0].payload.get("tenant") != tenant:
+    if not holds_tenants_session(records, tenant):
         raise NotFoundError(f"session {session_id} is not a session of tenant {tenant!r}")
     return records
+
+
+def client_source_reader(client: RolloutClient) -> Callable[[str, int, str], list[SourceRecord]]:
+    """How :func:`rollout_memory.reading.resolve_provenance` reads sources through ``client``
+    (:func:`read_source_records`, with the client's credentials)."""
+
+    def read(session_id: str, upto_seq: int, tenant: str) -> list[SourceRecord]:
+        return read_source_records(client, session_id, upto_seq, tenant=tenant)
+
+    return read

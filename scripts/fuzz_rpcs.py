@@ -65,10 +65,23 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # tests/processes.py, the harness that starts services as processes
 
 from rollout.v1 import reader_pb2, records_pb2, writer_pb2  # noqa: E402
+from rollout_memory.store import MemoryStore  # noqa: E402
+from shared.layout import DataRoot  # noqa: E402
+from shared.memory import (  # noqa: E402
+    Artifact,
+    ArtifactKind,
+    Generator,
+    scope_of,
+    source_record_of_line,
+    stamp_source,
+)
+from shared.records import now_timestamp  # noqa: E402
 from shared.rounds import round_id  # noqa: E402
 from tests.processes import ServiceProcess, start_service  # noqa: E402
 
 PROTOS = REPO / "protos" / "rollout" / "v1"
+#: The id of the memory artifact the run seeds (Fuzzer.seed_memory).
+SEEDED_ARTIFACT = "mem_" + "f" * 32
 SERVICES: dict[str, ServiceDescriptor] = {
     "writer": writer_pb2.DESCRIPTOR.services_by_name["RolloutWriter"],
     "reader": reader_pb2.DESCRIPTOR.services_by_name["RolloutReader"],
@@ -382,6 +395,22 @@ def valid_request(method: MethodDescriptor, pool: Pool) -> Message:
             limit=rng.choice([0, 1, 10]),
             idle_seconds=rng.choice([0, 1]),
         )
+    if name == "ForgetMemories":  # of a session with no artifact, or an unknown scope: nothing goes
+        if rng.random() < 0.5:
+            return writer_pb2.ForgetMemoriesRequest(session_id=str(uuid.uuid4()), tenant="fuzz", by="fuzz")
+        return writer_pb2.ForgetMemoriesRequest(scope_key=f"{rng.getrandbits(128):032x}", tenant="fuzz")
+    if name == "GetMemories":
+        return reader_pb2.GetMemoriesRequest(
+            tenant=rng.choice(["", "fuzz"]),
+            query=rng.choice(["", "fuzz", "é"]),
+            limit=rng.choice([0, 1, 20]),
+            as_of=rng.choice(["", "2026-01-01T00:00:00Z"]),
+            include_superseded=rng.random() < 0.5,
+            kinds=rng.choice([[], ["memory"], ["memory", "rollout_summary"]]),
+        )
+    if name == "ResolveProvenance":
+        # The seeded artifact (an unknown id is NOT_FOUND: the mutated requests make those).
+        return reader_pb2.ResolveProvenanceRequest(artifact_id=SEEDED_ARTIFACT, tenant="fuzz")
     raise ValueError(f"no valid request for {name}")
 
 
@@ -476,6 +505,37 @@ class Fuzzer:
                     session_id=sid, stop_kind=records_pb2.STOP_KIND_PAUSED, reason="x"
                 )
                 self._stub("writer", "Stop")(stop.SerializeToString())
+
+    def seed_memory(self, data_dir: Path) -> None:
+        """One memory artifact of tenant ``fuzz`` citing the prompt (seq 1) of a session of its own,
+        so that GetMemories and ResolveProvenance have something to find. The session is kept
+        out of the pool: no fuzzed request names it (a DeleteSession or ForgetMemories of it
+        would take the artifact's source or the artifact away)."""
+        request = writer_pb2.CreateSessionRequest(role=writer_pb2.SESSION_ROLE_ROOT, tenant="fuzz")
+        create = self._stub("writer", "CreateSession")
+        session_id = writer_pb2.CreateSessionResponse.FromString(
+            create(request.SerializeToString())
+        ).session_id
+        prompt = writer_pb2.AppendRecord(message=records_pb2.ChatMessage(role="user", text="fuzz"))
+        append = writer_pb2.AppendRequest(session_id=session_id, records=[prompt])
+        self._stub("writer", "Append")(append.SerializeToString())
+        _, path = DataRoot(data_dir).locate(session_id)
+        records = [
+            r for r in map(source_record_of_line, path.read_bytes().split(b"\n")[:-1]) if r is not None
+        ]
+        artifact = Artifact(
+            SEEDED_ARTIFACT,
+            ArtifactKind.MEMORY,
+            "fuzz prompt",
+            "fuzz",
+            scope_of(records),
+            now_timestamp(),
+            Generator("fuzz", "fuzz/v1"),
+            (stamp_source(session_id, records, [1]),),
+        )
+        MemoryStore(DataRoot(data_dir).memories_folder).commit_job(
+            "fuzz", artifact.scope, session_id, 1, [artifact]
+        )
 
     def _stub(
         self, kind: str, name: str, streaming: tuple[bool, bool] = (False, False)
@@ -595,6 +655,7 @@ def run(requests: int, seed: int, data_dir: Path, log_dir: Path) -> tuple[dict[s
     crashed: list[str] = []
     try:
         fuzzer.seed_sessions()
+        fuzzer.seed_memory(data_dir)
         for _ in range(requests):
             fuzzer.one()
             crashed = fuzzer.crashed()

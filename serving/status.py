@@ -40,6 +40,7 @@ from grpc_status import rpc_status
 from shared.errors import (
     LEDGER_ERROR_CLASSES,
     AnyLedgerError,
+    ArtifactNotFoundError,
     CorruptSessionError,
     FileNameError,
     InvalidArgumentError,
@@ -122,6 +123,8 @@ def _status_of(error: AnyLedgerError, prefix: str) -> tuple[grpc.StatusCode, str
         case RoundNotFoundError():
             return grpc.StatusCode.NOT_FOUND, message, []
         case SessionNotFoundError():
+            return grpc.StatusCode.NOT_FOUND, message, []
+        case ArtifactNotFoundError():
             return grpc.StatusCode.NOT_FOUND, message, []
         case SessionExistsError():
             info = error_details_pb2.ErrorInfo(

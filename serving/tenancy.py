@@ -99,6 +99,14 @@ def keyed_session_id(
     return current_keyed_session_id(tenant, session_key, shard_of=shard_of, deleted=deleted)
 
 
+def memory_tenant(requested_tenant: str) -> str:
+    """The tenant whose memory artifacts a request reads or forgets (the reader's GetMemories and
+    ResolveProvenance, the writer's ForgetMemories; docs/memory.md §8): the one it acts in
+    (:func:`caller_tenant`: with authentication the credentials', PermissionDeniedError for
+    another), recorded as ``default`` when empty, as a session created without one."""
+    return recorded_tenant(caller_tenant(requested_tenant))
+
+
 #: How a caller becomes an importer, for refusals.
 _IMPORTER_HOW = 'a token marked "importer": true in the writer\'s --auth-tokens file'
 

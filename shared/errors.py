@@ -9,6 +9,8 @@ The hierarchy::
     ├── PermissionDeniedError        PERMISSION_DENIED (a request field the caller may not set, named)
     ├── SessionNotFoundError         NOT_FOUND         (also a session of another tenant)
     │   └── RoundNotFoundError       NOT_FOUND         (no such round in the session)
+    ├── ArtifactNotFoundError        NOT_FOUND         (no memory artifact of that id in the
+    │                                                   caller's tenant; also another tenant's)
     ├── SessionExistsError           ALREADY_EXISTS
     ├── SessionStateError            FAILED_PRECONDITION (stopped session, seq mismatch)
     ├── SessionBusyError             ABORTED           (a Stop or Resume in progress; retry)
@@ -114,6 +116,15 @@ class RoundNotFoundError(SessionNotFoundError):
         self.round_id = round_id
         where = f"in session {clip(session_id)!r}" if session_id else "in any session the caller sees"
         self.args = (f"round {clip(round_id)!r} not found {where}",)
+
+
+class ArtifactNotFoundError(LedgerError):
+    """No memory artifact with this id in the caller's tenant's store (docs/memory.md §6): an
+    artifact of another tenant is answered exactly so, never hinted at."""
+
+    def __init__(self, artifact_id: str) -> None:
+        super().__init__(f"memory artifact {clip(artifact_id)!r} not found")
+        self.artifact_id = artifact_id
 
 
 class SessionExistsError(LedgerError):
@@ -254,6 +265,7 @@ AnyLedgerError: TypeAlias = (
     | PermissionDeniedError
     | SessionNotFoundError
     | RoundNotFoundError
+    | ArtifactNotFoundError
     | SessionExistsError
     | SessionStateError
     | SessionBusyError
@@ -276,6 +288,7 @@ LEDGER_ERROR_CLASSES: Final = (
     PermissionDeniedError,
     SessionNotFoundError,
     RoundNotFoundError,
+    ArtifactNotFoundError,
     SessionExistsError,
     SessionStateError,
     SessionBusyError,

@@ -290,7 +290,9 @@ class DataRoot:
     @property
     def memories_folder(self) -> Path:
         """The folder of memory artifacts (``<root>/memories``), in either layout; the memory
-        pipeline (rollout_memory) alone writes it, and no replay reads it."""
+        pipeline (rollout_memory) writes it, and forgets (the writer's ForgetMemories, or
+        ``rollout memory forget`` locally); the reader reads it for GetMemories and
+        ResolveProvenance only, and no replay reads it (docs/memory.md §5)."""
         return self.root / MEMORIES_DIR
 
     @property

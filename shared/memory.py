@@ -485,3 +485,44 @@ class MemoryView:
     @property
     def superseded(self) -> bool:
         return self.superseded_by is not None
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedMessage:
+    """One cited message as its source session holds it now: session, seq, the kind stamped
+    when it was cited, the record's payload and its stored line (bytes, no ``\\n``)."""
+
+    session_id: str
+    seq: int
+    kind: SourceKind
+    payload: dict[str, Any]
+    line: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedProvenance:
+    """An artifact's cited messages, and whether each source still says what was cited
+    (``problems``: the reasons it does not, empty when every source verifies)."""
+
+    artifact_id: str
+    messages: tuple[ResolvedMessage, ...]
+    problems: tuple[str, ...]
+
+
+def source_record_of_line(line: bytes) -> SourceRecord | None:
+    """The :class:`SourceRecord` a stored line (no ``\\n``) holds, or None for a line that holds
+    no record (damage: shared.records.record_of_line), which can never be cited."""
+    record = record_of_line(line)
+    if record is None:
+        return None
+    ts = record.get("ts")
+    return SourceRecord(
+        record["seq"], record["type"], ts if isinstance(ts, str) else "", record["payload"], line
+    )
+
+
+def holds_tenants_session(records: Sequence[SourceRecord], tenant: str) -> bool:
+    """Whether ``records`` (a session's, from seq 0) are those of a session of ``tenant``: its
+    session_meta names that tenant. Every reader of source records checks it (a session of
+    another tenant is read as one that does not exist)."""
+    return bool(records) and records[0].seq == 0 and records[0].payload.get("tenant") == tenant

@@ -25,6 +25,7 @@ from serving.server import PLAINTEXT, ServiceServer
 from serving.status import StreamRequestError, rpc_statuses
 from shared.errors import (
     LEDGER_ERROR_CLASSES,
+    ArtifactNotFoundError,
     CorruptSessionError,
     FileNameError,
     InvalidArgumentError,
@@ -67,6 +68,7 @@ SAMPLES: list[tuple[LedgerError, str]] = [
     (PermissionDeniedError("records[0].ts", "only importers set record times"), REFUSED),
     (SessionNotFoundError(SESSION), REFUSED),
     (RoundNotFoundError(SESSION, "r"), REFUSED),
+    (ArtifactNotFoundError("mem_0123"), REFUSED),
     (SessionExistsError(SESSION), REFUSED),
     (
         SessionStateError(

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -29,6 +30,7 @@ from grpc_health.v1 import health_pb2
 from grpc_health.v1._async import HealthServicer
 
 from rollout.v1 import writer_pb2, writer_pb2_grpc
+from rollout_memory.store import MemoryStore
 from serving.server import PLAINTEXT, RunningService, ServerSettings, ServiceServer
 from serving.status import StreamRequestError, check_decoded, rpc_statuses
 from serving.tenancy import check_importer, check_may_set_times
@@ -41,6 +43,7 @@ from shared.wire import append_payloads, record_time, session_spec, stop_kind_fr
 from writer_service.committer import durable_write_method
 from writer_service.heap_trim import HeapTrimmer, keep_large_blocks_mapped
 from writer_service.importing import SessionImport
+from writer_service.memories import forget_memories
 from writer_service.open_session import RecordTimes, RequestRecords
 from writer_service.ownership import EmbeddedOwnership, ServedOwnership, StaticOwnership, StaticShardMapError
 from writer_service.refusal_pacing import RefusalPacer
@@ -197,6 +200,8 @@ class RolloutWriterServicer(writer_pb2_grpc.RolloutWriterServicer):
         self.pacer = RefusalPacer(ledger.config.unknown_id_rate)
         #: Where clients reach this writer (set once bound).
         self.address = ""
+        #: The memory artifacts, which only ForgetMemories writes here (writer_service.memories).
+        self.memory_store = MemoryStore(DataRoot(ledger.config.data_dir).memories_folder)
 
     @rpc_statuses("CreateSession")
     async def CreateSession(
@@ -336,6 +341,14 @@ class RolloutWriterServicer(writer_pb2_grpc.RolloutWriterServicer):
         return writer_pb2.DeleteSessionResponse(
             session_id=result.session_id, deleted_at=result.deleted_at, already_deleted=result.already_deleted
         )
+
+    @rpc_statuses("ForgetMemories")
+    async def ForgetMemories(
+        self, request: writer_pb2.ForgetMemoriesRequest, context: grpc.aio.ServicerContext
+    ) -> writer_pb2.ForgetMemoriesResponse:
+        """Off the event loop (files rewritten and fsynced), as the caller (serving.tenancy)."""
+        run = functools.partial(contextvars.copy_context().run, forget_memories, self.memory_store, request)
+        return await asyncio.get_running_loop().run_in_executor(None, run)
 
     @rpc_statuses("GetShardMap")
     async def GetShardMap(

@@ -596,3 +596,159 @@ class SearchSessionsResponse(_message.Message):
     pending: int
     capped: bool
     def __init__(self, hits: _Optional[_Iterable[_Union[SessionHit, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., pending: _Optional[int] = ..., capped: _Optional[bool] = ...) -> None: ...
+
+class MemoryScope(_message.Message):
+    __slots__ = ("cwd", "repository", "branch", "agent")
+    CWD_FIELD_NUMBER: _ClassVar[int]
+    REPOSITORY_FIELD_NUMBER: _ClassVar[int]
+    BRANCH_FIELD_NUMBER: _ClassVar[int]
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    cwd: str
+    repository: str
+    branch: str
+    agent: str
+    def __init__(self, cwd: _Optional[str] = ..., repository: _Optional[str] = ..., branch: _Optional[str] = ..., agent: _Optional[str] = ...) -> None: ...
+
+class MemoryCitation(_message.Message):
+    __slots__ = ("seq", "kind", "role", "ts")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    TS_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    kind: str
+    role: str
+    ts: str
+    def __init__(self, seq: _Optional[int] = ..., kind: _Optional[str] = ..., role: _Optional[str] = ..., ts: _Optional[str] = ...) -> None: ...
+
+class MemorySource(_message.Message):
+    __slots__ = ("session_id", "first_seq", "last_seq", "lines_digest", "citations")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    FIRST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    LINES_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    CITATIONS_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    first_seq: int
+    last_seq: int
+    lines_digest: str
+    citations: _containers.RepeatedCompositeFieldContainer[MemoryCitation]
+    def __init__(self, session_id: _Optional[str] = ..., first_seq: _Optional[int] = ..., last_seq: _Optional[int] = ..., lines_digest: _Optional[str] = ..., citations: _Optional[_Iterable[_Union[MemoryCitation, _Mapping]]] = ...) -> None: ...
+
+class MemorySupersession(_message.Message):
+    __slots__ = ("artifact_id", "evidence_session_id", "evidence_seq")
+    ARTIFACT_ID_FIELD_NUMBER: _ClassVar[int]
+    EVIDENCE_SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    EVIDENCE_SEQ_FIELD_NUMBER: _ClassVar[int]
+    artifact_id: str
+    evidence_session_id: str
+    evidence_seq: int
+    def __init__(self, artifact_id: _Optional[str] = ..., evidence_session_id: _Optional[str] = ..., evidence_seq: _Optional[int] = ...) -> None: ...
+
+class MemoryArtifact(_message.Message):
+    __slots__ = ("artifact_id", "kind", "text", "tenant", "scope", "created_at", "generator_model", "generator_prompt_version", "sources", "supersedes", "derived_from", "stop_seq")
+    ARTIFACT_ID_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    GENERATOR_MODEL_FIELD_NUMBER: _ClassVar[int]
+    GENERATOR_PROMPT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    SOURCES_FIELD_NUMBER: _ClassVar[int]
+    SUPERSEDES_FIELD_NUMBER: _ClassVar[int]
+    DERIVED_FROM_FIELD_NUMBER: _ClassVar[int]
+    STOP_SEQ_FIELD_NUMBER: _ClassVar[int]
+    artifact_id: str
+    kind: str
+    text: str
+    tenant: str
+    scope: MemoryScope
+    created_at: str
+    generator_model: str
+    generator_prompt_version: str
+    sources: _containers.RepeatedCompositeFieldContainer[MemorySource]
+    supersedes: _containers.RepeatedCompositeFieldContainer[MemorySupersession]
+    derived_from: _containers.RepeatedScalarFieldContainer[str]
+    stop_seq: int
+    def __init__(self, artifact_id: _Optional[str] = ..., kind: _Optional[str] = ..., text: _Optional[str] = ..., tenant: _Optional[str] = ..., scope: _Optional[_Union[MemoryScope, _Mapping]] = ..., created_at: _Optional[str] = ..., generator_model: _Optional[str] = ..., generator_prompt_version: _Optional[str] = ..., sources: _Optional[_Iterable[_Union[MemorySource, _Mapping]]] = ..., supersedes: _Optional[_Iterable[_Union[MemorySupersession, _Mapping]]] = ..., derived_from: _Optional[_Iterable[str]] = ..., stop_seq: _Optional[int] = ...) -> None: ...
+
+class MemoryView(_message.Message):
+    __slots__ = ("artifact", "age_seconds", "superseded_by", "superseded_evidence", "marks")
+    ARTIFACT_FIELD_NUMBER: _ClassVar[int]
+    AGE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    SUPERSEDED_BY_FIELD_NUMBER: _ClassVar[int]
+    SUPERSEDED_EVIDENCE_FIELD_NUMBER: _ClassVar[int]
+    MARKS_FIELD_NUMBER: _ClassVar[int]
+    artifact: MemoryArtifact
+    age_seconds: float
+    superseded_by: str
+    superseded_evidence: MemorySupersession
+    marks: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, artifact: _Optional[_Union[MemoryArtifact, _Mapping]] = ..., age_seconds: _Optional[float] = ..., superseded_by: _Optional[str] = ..., superseded_evidence: _Optional[_Union[MemorySupersession, _Mapping]] = ..., marks: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class GetMemoriesRequest(_message.Message):
+    __slots__ = ("tenant", "scope", "query", "limit", "as_of", "include_superseded", "kinds", "artifact_ids")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    AS_OF_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_SUPERSEDED_FIELD_NUMBER: _ClassVar[int]
+    KINDS_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACT_IDS_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    scope: MemoryScope
+    query: str
+    limit: int
+    as_of: str
+    include_superseded: bool
+    kinds: _containers.RepeatedScalarFieldContainer[str]
+    artifact_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, tenant: _Optional[str] = ..., scope: _Optional[_Union[MemoryScope, _Mapping]] = ..., query: _Optional[str] = ..., limit: _Optional[int] = ..., as_of: _Optional[str] = ..., include_superseded: _Optional[bool] = ..., kinds: _Optional[_Iterable[str]] = ..., artifact_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class DamagedScope(_message.Message):
+    __slots__ = ("scope_key", "lines")
+    SCOPE_KEY_FIELD_NUMBER: _ClassVar[int]
+    LINES_FIELD_NUMBER: _ClassVar[int]
+    scope_key: str
+    lines: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, scope_key: _Optional[str] = ..., lines: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class GetMemoriesResponse(_message.Message):
+    __slots__ = ("memories", "damaged")
+    MEMORIES_FIELD_NUMBER: _ClassVar[int]
+    DAMAGED_FIELD_NUMBER: _ClassVar[int]
+    memories: _containers.RepeatedCompositeFieldContainer[MemoryView]
+    damaged: _containers.RepeatedCompositeFieldContainer[DamagedScope]
+    def __init__(self, memories: _Optional[_Iterable[_Union[MemoryView, _Mapping]]] = ..., damaged: _Optional[_Iterable[_Union[DamagedScope, _Mapping]]] = ...) -> None: ...
+
+class ResolveProvenanceRequest(_message.Message):
+    __slots__ = ("artifact_id", "tenant")
+    ARTIFACT_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    artifact_id: str
+    tenant: str
+    def __init__(self, artifact_id: _Optional[str] = ..., tenant: _Optional[str] = ...) -> None: ...
+
+class ResolvedMessage(_message.Message):
+    __slots__ = ("session_id", "seq", "kind", "line")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    LINE_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    seq: int
+    kind: str
+    line: bytes
+    def __init__(self, session_id: _Optional[str] = ..., seq: _Optional[int] = ..., kind: _Optional[str] = ..., line: _Optional[bytes] = ...) -> None: ...
+
+class ResolveProvenanceResponse(_message.Message):
+    __slots__ = ("memory", "messages", "problems")
+    MEMORY_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    PROBLEMS_FIELD_NUMBER: _ClassVar[int]
+    memory: MemoryView
+    messages: _containers.RepeatedCompositeFieldContainer[ResolvedMessage]
+    problems: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, memory: _Optional[_Union[MemoryView, _Mapping]] = ..., messages: _Optional[_Iterable[_Union[ResolvedMessage, _Mapping]]] = ..., problems: _Optional[_Iterable[str]] = ...) -> None: ...

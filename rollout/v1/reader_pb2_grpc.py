@@ -109,6 +109,16 @@ class RolloutReaderStub:
                 request_serializer=rollout_dot_v1_dot_reader__pb2.ListPendingRoundsRequest.SerializeToString,
                 response_deserializer=rollout_dot_v1_dot_reader__pb2.ListPendingRoundsResponse.FromString,
                 _registered_method=True)
+        self.GetMemories = channel.unary_unary(
+                '/rollout.v1.RolloutReader/GetMemories',
+                request_serializer=rollout_dot_v1_dot_reader__pb2.GetMemoriesRequest.SerializeToString,
+                response_deserializer=rollout_dot_v1_dot_reader__pb2.GetMemoriesResponse.FromString,
+                _registered_method=True)
+        self.ResolveProvenance = channel.unary_unary(
+                '/rollout.v1.RolloutReader/ResolveProvenance',
+                request_serializer=rollout_dot_v1_dot_reader__pb2.ResolveProvenanceRequest.SerializeToString,
+                response_deserializer=rollout_dot_v1_dot_reader__pb2.ResolveProvenanceResponse.FromString,
+                _registered_method=True)
 
 
 class RolloutReaderServicer:
@@ -369,6 +379,44 @@ class RolloutReaderServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetMemories(self, request, context):
+        """Memory artifacts (docs/memory.md §6): facts and summaries the memory
+        pipeline distilled from the caller's stopped sessions, read from the
+        artifact store under the data root (read only; the reader never writes
+        it). The tenant is the caller's, as on every RPC: with authentication the
+        token's (or certificate's) tenant, never a request field; without it,
+        the request's tenant ("default" when empty). Newest first (creation time,
+        then commit order), each with its provenance (the cited messages' sessions,
+        seqs and stamped kinds), its age in seconds, its staleness marks, and, when
+        superseded, what superseded it and the evidence. Superseded artifacts only
+        with include_superseded. Reads only the tenant's scope files (all of them
+        without a scope): no session file is read.
+        INVALID_ARGUMENT: limit outside 0..1000, an as_of that is not RFC 3339, an
+        unknown kind. PERMISSION_DENIED: with authentication, tenant names
+        another tenant than the caller's. UNAVAILABLE: the store cannot be read.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResolveProvenance(self, request, context):
+        """The exact messages one of the caller's artifacts cites, read from each
+        source session as stored now (each source up to its last cited seq), with
+        the kind stamped when it was cited, and the reasons a source no longer
+        verifies (`problems`: a cited seq gone, or a changed line in the cited
+        range; empty when every source verifies). After a fork of a source the
+        citations still resolve to the source's own messages (the fork is another
+        session). The artifact itself is in `memory`, as GetMemories returns it.
+        INVALID_ARGUMENT: an empty artifact_id or one over 100 characters.
+        NOT_FOUND: no artifact of that id in the caller's tenant (an artifact of
+        another tenant is answered exactly so), or a source session no longer
+        exists (deleted). PERMISSION_DENIED: with authentication, tenant names
+        another tenant. UNAVAILABLE: the store or a session file cannot be read.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RolloutReaderServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -446,6 +494,16 @@ def add_RolloutReaderServicer_to_server(servicer, server):
                     servicer.ListPendingRounds,
                     request_deserializer=rollout_dot_v1_dot_reader__pb2.ListPendingRoundsRequest.FromString,
                     response_serializer=rollout_dot_v1_dot_reader__pb2.ListPendingRoundsResponse.SerializeToString,
+            ),
+            'GetMemories': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetMemories,
+                    request_deserializer=rollout_dot_v1_dot_reader__pb2.GetMemoriesRequest.FromString,
+                    response_serializer=rollout_dot_v1_dot_reader__pb2.GetMemoriesResponse.SerializeToString,
+            ),
+            'ResolveProvenance': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResolveProvenance,
+                    request_deserializer=rollout_dot_v1_dot_reader__pb2.ResolveProvenanceRequest.FromString,
+                    response_serializer=rollout_dot_v1_dot_reader__pb2.ResolveProvenanceResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -853,6 +911,60 @@ class RolloutReader:
             '/rollout.v1.RolloutReader/ListPendingRounds',
             rollout_dot_v1_dot_reader__pb2.ListPendingRoundsRequest.SerializeToString,
             rollout_dot_v1_dot_reader__pb2.ListPendingRoundsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetMemories(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rollout.v1.RolloutReader/GetMemories',
+            rollout_dot_v1_dot_reader__pb2.GetMemoriesRequest.SerializeToString,
+            rollout_dot_v1_dot_reader__pb2.GetMemoriesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResolveProvenance(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rollout.v1.RolloutReader/ResolveProvenance',
+            rollout_dot_v1_dot_reader__pb2.ResolveProvenanceRequest.SerializeToString,
+            rollout_dot_v1_dot_reader__pb2.ResolveProvenanceResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -251,3 +251,21 @@ class ShardOwner(_message.Message):
     address: str
     epoch: int
     def __init__(self, shard: _Optional[int] = ..., address: _Optional[str] = ..., epoch: _Optional[int] = ...) -> None: ...
+
+class ForgetMemoriesRequest(_message.Message):
+    __slots__ = ("session_id", "scope_key", "tenant", "by")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_KEY_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    BY_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    scope_key: str
+    tenant: str
+    by: str
+    def __init__(self, session_id: _Optional[str] = ..., scope_key: _Optional[str] = ..., tenant: _Optional[str] = ..., by: _Optional[str] = ...) -> None: ...
+
+class ForgetMemoriesResponse(_message.Message):
+    __slots__ = ("artifact_ids",)
+    ARTIFACT_IDS_FIELD_NUMBER: _ClassVar[int]
+    artifact_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, artifact_ids: _Optional[_Iterable[str]] = ...) -> None: ...

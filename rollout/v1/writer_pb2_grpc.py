@@ -79,6 +79,11 @@ class RolloutWriterStub:
                 request_serializer=rollout_dot_v1_dot_writer__pb2.GetShardMapRequest.SerializeToString,
                 response_deserializer=rollout_dot_v1_dot_writer__pb2.GetShardMapResponse.FromString,
                 _registered_method=True)
+        self.ForgetMemories = channel.unary_unary(
+                '/rollout.v1.RolloutWriter/ForgetMemories',
+                request_serializer=rollout_dot_v1_dot_writer__pb2.ForgetMemoriesRequest.SerializeToString,
+                response_deserializer=rollout_dot_v1_dot_writer__pb2.ForgetMemoriesResponse.FromString,
+                _registered_method=True)
 
 
 class RolloutWriterServicer:
@@ -288,6 +293,28 @@ class RolloutWriterServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ForgetMemories(self, request, context):
+        """Forgets memory artifacts (docs/memory.md §7): every artifact of the
+        caller's tenant citing a session, or every artifact of one of its scopes,
+        is removed from the artifact store under the data root (the scope files
+        are rewritten without them and fsynced), with their marks and the
+        refusals quoting the session; a `forgotten` entry records what went (the
+        ids, who asked, when; no text), and the session is not distilled again.
+        The tenant is the caller's, as on every RPC (with authentication the
+        credentials', never a request field; without it the request's tenant,
+        "default" when empty); another tenant's artifacts are never touched (a
+        session of another tenant forgets nothing). Any writer of a cluster
+        serves it (the store is not sharded; a lock in the store orders writes).
+        Forgetting again removes nothing more (a retry is safe).
+        INVALID_ARGUMENT: neither session_id nor scope_key, a malformed session
+        id, a scope_key that is not 32 lowercase hex digits.
+        PERMISSION_DENIED: with authentication, tenant names another tenant.
+        RESOURCE_EXHAUSTED: the disk is full. UNAVAILABLE: a write or fsync failed.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RolloutWriterServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -335,6 +362,11 @@ def add_RolloutWriterServicer_to_server(servicer, server):
                     servicer.GetShardMap,
                     request_deserializer=rollout_dot_v1_dot_writer__pb2.GetShardMapRequest.FromString,
                     response_serializer=rollout_dot_v1_dot_writer__pb2.GetShardMapResponse.SerializeToString,
+            ),
+            'ForgetMemories': grpc.unary_unary_rpc_method_handler(
+                    servicer.ForgetMemories,
+                    request_deserializer=rollout_dot_v1_dot_writer__pb2.ForgetMemoriesRequest.FromString,
+                    response_serializer=rollout_dot_v1_dot_writer__pb2.ForgetMemoriesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -580,6 +612,33 @@ class RolloutWriter:
             '/rollout.v1.RolloutWriter/GetShardMap',
             rollout_dot_v1_dot_writer__pb2.GetShardMapRequest.SerializeToString,
             rollout_dot_v1_dot_writer__pb2.GetShardMapResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ForgetMemories(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rollout.v1.RolloutWriter/ForgetMemories',
+            rollout_dot_v1_dot_writer__pb2.ForgetMemoriesRequest.SerializeToString,
+            rollout_dot_v1_dot_writer__pb2.ForgetMemoriesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -85,8 +85,19 @@ SESSION_REQUESTS: dict[str, Callable[[str], tuple[Any, str]]] = {
     "GetRound": lambda sid: (reader_pb2.GetRoundRequest(session_id=sid, round_id=round_id(sid, 1)), B),
 }
 #: RPCs on no session: checked by their own tests below (GetShardMap holds only shard owners'
-#: addresses, no session data: tests/e2e/test_routing.py).
-NOT_ON_A_SESSION = {"ListSessions", "ResolveSession", "ListPendingRounds", "GetShardMap", "SearchSessions"}
+#: addresses, no session data: tests/e2e/test_routing.py; GetMemories and ResolveProvenance read
+#: memory artifacts and ForgetMemories forgets them, in the caller's tenant's store only:
+#: tests/memory/test_secured_tenancy.py).
+NOT_ON_A_SESSION = {
+    "ListSessions",
+    "ResolveSession",
+    "ListPendingRounds",
+    "GetShardMap",
+    "SearchSessions",
+    "GetMemories",
+    "ResolveProvenance",
+    "ForgetMemories",
+}
 
 
 @pytest.fixture(scope="module")

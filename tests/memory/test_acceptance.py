@@ -10,7 +10,7 @@ import pytest
 
 from rollout_client import NotFoundError, assistant, tool_call, tool_result, user
 from rollout_client.memories import render_memory_block
-from rollout_memory import get_memories, resolve_provenance
+from rollout_memory import client_source_reader, get_memories, resolve_provenance
 from shared.errors import InvalidArgumentError
 from shared.memory import ArtifactKind, Scope, SourceKind
 from tests.memory.conftest import CWD, TENANT
@@ -164,7 +164,7 @@ def test_two_sources_keep_both_entries_and_resolve_to_the_source_after_a_fork(cl
     fork = session.fork(at_seq=seqs[2])
     fork.append(user("And now something else entirely."))
     fork.stop("completed", "done")
-    resolved = resolve_provenance(client, tenant=TENANT, artifact=view.artifact)
+    resolved = resolve_provenance(client_source_reader(client), tenant=TENANT, artifact=view.artifact)
     assert resolved.problems == ()
     assert [(m.session_id, m.seq, m.kind) for m in resolved.messages] == [
         (session.id, seqs[0], SourceKind.USER),
@@ -211,10 +211,10 @@ def test_tenant_b_sees_none_of_tenant_a(client, store, pipeline_for):
     assert store.watermarks("other") == {}
     assert store.find_artifact("other", view.artifact.artifact_id) is None
     with pytest.raises(InvalidArgumentError):
-        resolve_provenance(client, tenant="other", artifact=view.artifact)
+        resolve_provenance(client_source_reader(client), tenant="other", artifact=view.artifact)
     forged = dataclasses.replace(view.artifact, tenant="other")
     with pytest.raises(NotFoundError):
-        resolve_provenance(client, tenant="other", artifact=forged)
+        resolve_provenance(client_source_reader(client), tenant="other", artifact=forged)
     assert store.forget("other", session_id=session) == []
     assert [v.artifact.artifact_id for v in get_memories(store, tenant=TENANT, scope=SCOPE)] == [
         view.artifact.artifact_id
