@@ -11,11 +11,14 @@ output messages. Each round measures, SQLite first then the ledger, on fresh ses
 * ``add_items`` of 1 item (items/s) and of 32 items (items/s), until ``--items`` are in;
 * ``get_items()`` of those ``--items`` items (ms);
 * ``get_items(limit=10)`` of a session of ``--large-items`` items (ms);
-* ``pop_item()`` of the last item, 50 times (ms each).
+* ``pop_item()`` of the last item, 50 times (ms each);
+* for the ledger, the floor of any call: a gRPC health check round trip to the reader and to
+  the writer (ms, over loopback from this process, no ledger work).
 
 Prints each figure's median over the rounds and the ratio ledger/SQLite, with the target of
-each (rates: ledger/SQLite at least the target; times: at most). The machine is shared and
-noisy, so only the ratios, taken within one round, are compared.
+each (rates: ledger/SQLite at least the target; times: at most), then the floors as ratios to
+SQLite's ``get_items(limit=10)`` and ``pop_item()``: what one round trip alone costs against
+them. The machine is shared and noisy, so only the ratios, taken within one round, are compared.
 """
 
 from __future__ import annotations
@@ -30,8 +33,10 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import grpc
 from _support import start_service
 from agents import SQLiteSession
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from rollout_client import AsyncRolloutClient, RetryPolicy, RolloutClient
 from rollout_client.agents import LedgerSession
@@ -96,7 +101,23 @@ async def measure(session: Any, large: Any, count: int, large_count: int) -> dic
     return figures
 
 
-async def one_round(round_no: int, folder: Path, make_ledger: Callable[[str], LedgerSession], args: Any):
+async def round_trip(address: str) -> float:
+    """The median time (ms) of a gRPC health check of the service at ``address``: one loopback
+    round trip through its server, interceptors included, and no ledger work."""
+    async with grpc.aio.insecure_channel(address) as channel:
+        check = health_pb2_grpc.HealthStub(channel).Check
+        request = health_pb2.HealthCheckRequest()
+        await check(request)
+        return statistics.median([await timed(lambda: check(request)) for _ in range(51)]) * 1000
+
+
+async def one_round(
+    round_no: int,
+    folder: Path,
+    make_ledger: Callable[[str], LedgerSession],
+    args: Any,
+    addresses: tuple[str, str],
+):
     sqlite = SQLiteSession(f"s{round_no}", folder / f"sqlite-{round_no}.db")
     sqlite_large = SQLiteSession(f"l{round_no}", folder / f"sqlite-large-{round_no}.db")
     baseline = await measure(sqlite, sqlite_large, args.items, args.large_items)
@@ -105,6 +126,8 @@ async def one_round(round_no: int, folder: Path, make_ledger: Callable[[str], Le
     ledger = await measure(
         make_ledger(f"s{round_no}"), make_ledger(f"l{round_no}"), args.items, args.large_items
     )
+    ledger["reader round trip"] = await round_trip(addresses[1])
+    ledger["writer round trip"] = await round_trip(addresses[0])
     return baseline, ledger
 
 
@@ -131,7 +154,11 @@ def main() -> int:
                         results.append(
                             asyncio.run(
                                 one_round(
-                                    round_no, folder, lambda key: LedgerSession(key, client=client), args
+                                    round_no,
+                                    folder,
+                                    lambda key: LedgerSession(key, client=client),
+                                    args,
+                                    (writer.address, reader.address),
                                 )
                             )
                         )
@@ -142,7 +169,11 @@ def main() -> int:
                         for round_no in range(args.rounds):
                             results.append(
                                 await one_round(
-                                    round_no, folder, lambda key: LedgerSession(key, client=client), args
+                                    round_no,
+                                    folder,
+                                    lambda key: LedgerSession(key, client=client),
+                                    args,
+                                    (writer.address, reader.address),
                                 )
                             )
 
@@ -166,6 +197,14 @@ def main() -> int:
         print(
             f"{label:34} {sqlite:>10.2f} {unit:<3} {ledger:>10.2f} {unit:<3} {ratio:>7.2f}  {sign} {target}"
             f" {'met' if met else 'NOT MET'} (ratios {min(ratios):.2f}-{max(ratios):.2f})"
+        )
+    for service, figure in (("reader", "get_items(limit=10) at LARGE"), ("writer", "pop_item()")):
+        trips = [led[f"{service} round trip"] for _, led in results]
+        floors = [led[f"{service} round trip"] / base[figure] for base, led in results]
+        label = figure.replace("LARGE", str(args.large_items))
+        print(
+            f"floor: one round trip to the {service}: {statistics.median(trips):.2f} ms,"
+            f" {statistics.median(floors):.2f}x SQLite's {label} (ratios {min(floors):.2f}-{max(floors):.2f})"
         )
     return 0
 
