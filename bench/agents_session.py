@@ -18,23 +18,26 @@ output messages. Each round measures, SQLite first then the ledger, on fresh ses
 Prints each figure's median over the rounds and the ratio ledger/SQLite, with the target of
 each (rates: ledger/SQLite at least the target; times: at most), then the floors as ratios to
 SQLite's ``get_items(limit=10)`` and ``pop_item()``: what one round trip alone costs against
-them. The machine is shared and noisy, so only the ratios, taken within one round, are compared.
+them. For information, each figure's CPU time too (per item for the adds, per call otherwise):
+this process's for SQLite; this process's, the writer's and the reader's for the ledger. The
+machine is shared and noisy, so only the ratios, taken within one round, are compared.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import grpc
-from _support import start_service
+from _support import ServiceProcess, proc_cpu_ns, start_service
 from agents import SQLiteSession
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -77,27 +80,47 @@ async def timed(call: Callable[[], Awaitable[Any]]) -> float:
     return time.perf_counter() - started
 
 
-async def measure(session: Any, large: Any, count: int, large_count: int) -> dict[str, float]:
-    """One round's figures of one session kind (``large`` is a second session for the big read)."""
+class CpuClock:
+    """CPU time (ns) the processes ``pids`` have used, all their threads (this process and, for the
+    ledger, the writer and the reader): a figure a loaded machine disturbs far less than wall time."""
+
+    def __init__(self, pids: Sequence[int]) -> None:
+        self.pids = pids
+
+    def now(self) -> int:
+        return sum(proc_cpu_ns(pid) for pid in self.pids)
+
+
+async def measure(session: Any, large: Any, count: int, large_count: int, cpu: CpuClock) -> dict[str, float]:
+    """One round's figures of one session kind (``large`` is a second session for the big read),
+    each with its CPU time per item (adds) or per call (reads, pops), in ms, under "<figure> cpu"."""
     figures: dict[str, float] = {}
     single = items(count // 4)
-    spent = 0.0
+    spent, used = 0.0, cpu.now()
     for item in single:
         spent += await timed(lambda item=item: session.add_items([item]))
     figures["add_items(1 item)"] = len(single) / spent
+    figures["add_items(1 item) cpu"] = (cpu.now() - used) / len(single) / 1e6
     rest = items(count - len(single), len(single))
-    spent = 0.0
+    spent, used = 0.0, cpu.now()
     for first in range(0, len(rest), 32):
         spent += await timed(lambda first=first: session.add_items(rest[first : first + 32]))
     figures["add_items(32 items)"] = len(rest) / spent
+    figures["add_items(32 items) cpu"] = (cpu.now() - used) / len(rest) / 1e6
+    used = cpu.now()
     reads = [await timed(session.get_items) for _ in range(7)]
     figures["get_items() at N"] = statistics.median(reads) * 1000
+    figures["get_items() at N cpu"] = (cpu.now() - used) / len(reads) / 1e6
     for first in range(0, large_count, 500):
         await large.add_items(items(min(500, large_count - first), first))
+    used = cpu.now()
     limited = [await timed(lambda: large.get_items(limit=10)) for _ in range(31)]
     figures["get_items(limit=10) at LARGE"] = statistics.median(limited) * 1000
+    figures["get_items(limit=10) at LARGE cpu"] = (cpu.now() - used) / len(limited) / 1e6
+    used = cpu.now()
     pops = [await timed(session.pop_item) for _ in range(50)]
     figures["pop_item()"] = statistics.median(pops) * 1000
+    figures["pop_item() cpu"] = (cpu.now() - used) / len(pops) / 1e6
     return figures
 
 
@@ -116,18 +139,23 @@ async def one_round(
     folder: Path,
     make_ledger: Callable[[str], LedgerSession],
     args: Any,
-    addresses: tuple[str, str],
-):
+    services: tuple[ServiceProcess, ServiceProcess],
+) -> tuple[dict[str, float], dict[str, float]]:
+    writer, reader = services
     sqlite = SQLiteSession(f"s{round_no}", folder / f"sqlite-{round_no}.db")
     sqlite_large = SQLiteSession(f"l{round_no}", folder / f"sqlite-large-{round_no}.db")
-    baseline = await measure(sqlite, sqlite_large, args.items, args.large_items)
+    baseline = await measure(sqlite, sqlite_large, args.items, args.large_items, CpuClock([os.getpid()]))
     sqlite.close()
     sqlite_large.close()
     ledger = await measure(
-        make_ledger(f"s{round_no}"), make_ledger(f"l{round_no}"), args.items, args.large_items
+        make_ledger(f"s{round_no}"),
+        make_ledger(f"l{round_no}"),
+        args.items,
+        args.large_items,
+        CpuClock([os.getpid(), writer.process.pid, reader.process.pid]),
     )
-    ledger["reader round trip"] = await round_trip(addresses[1])
-    ledger["writer round trip"] = await round_trip(addresses[0])
+    ledger["reader round trip"] = await round_trip(reader.address)
+    ledger["writer round trip"] = await round_trip(writer.address)
     return baseline, ledger
 
 
@@ -158,7 +186,7 @@ def main() -> int:
                                     folder,
                                     lambda key: LedgerSession(key, client=client),
                                     args,
-                                    (writer.address, reader.address),
+                                    (writer, reader),
                                 )
                             )
                         )
@@ -173,7 +201,7 @@ def main() -> int:
                                     folder,
                                     lambda key: LedgerSession(key, client=client),
                                     args,
-                                    (writer.address, reader.address),
+                                    (writer, reader),
                                 )
                             )
 
@@ -197,6 +225,17 @@ def main() -> int:
         print(
             f"{label:34} {sqlite:>10.2f} {unit:<3} {ledger:>10.2f} {unit:<3} {ratio:>7.2f}  {sign} {target}"
             f" {'met' if met else 'NOT MET'} (ratios {min(ratios):.2f}-{max(ratios):.2f})"
+        )
+    print("CPU time, all processes (this one; for the ledger also the writer and the reader):")
+    for name, kind, _ in FIGURES:
+        label = name.replace("N", str(args.items)).replace("LARGE", str(args.large_items))
+        sqlite = statistics.median(base[name + " cpu"] for base, _ in results)
+        ledger = statistics.median(led[name + " cpu"] for _, led in results)
+        ratios = [led[name + " cpu"] / base[name + " cpu"] for base, led in results]
+        unit = "ms/item" if kind == "rate" else "ms/call"
+        print(
+            f"  {label:32} {sqlite:>8.3f} {unit:<7} {ledger:>8.3f} {unit:<7} {statistics.median(ratios):>7.2f}"
+            f"  (ratios {min(ratios):.2f}-{max(ratios):.2f})"
         )
     for service, figure in (("reader", "get_items(limit=10) at LARGE"), ("writer", "pop_item()")):
         trips = [led[f"{service} round trip"] for _, led in results]
