@@ -12,6 +12,8 @@ output messages. Each round measures, SQLite first then the ledger, on fresh ses
 * ``get_items()`` of those ``--items`` items (ms);
 * ``get_items(limit=10)`` of a session of ``--large-items`` items (ms);
 * ``pop_item()`` of the last item, 50 times (ms each);
+* before each read figure, the ledger's services are let settle (their CPU time flat: the
+  reader indexes what was just written in the background);
 * for the ledger, the floor of any call: a gRPC health check round trip to the reader and to
   the writer (ms, over loopback from this process, no ledger work).
 
@@ -37,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from _support import ServiceProcess, proc_cpu_ns, start_service
+from _support import ServiceProcess, proc_cpu_ns, settle, start_service
 from agents import SQLiteSession
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -82,13 +84,21 @@ async def timed(call: Callable[[], Awaitable[Any]]) -> float:
 
 class CpuClock:
     """CPU time (ns) the processes ``pids`` have used, all their threads (this process and, for the
-    ledger, the writer and the reader): a figure a loaded machine disturbs far less than wall time."""
+    ledger, the writer and the reader): a figure a loaded machine disturbs far less than wall time.
+    ``services``: the processes :meth:`settle` waits for."""
 
-    def __init__(self, pids: Sequence[int]) -> None:
+    def __init__(self, pids: Sequence[int], services: Sequence[ServiceProcess] = ()) -> None:
         self.pids = pids
+        self.services = services
 
     def now(self) -> int:
         return sum(proc_cpu_ns(pid) for pid in self.pids)
+
+    def settle(self) -> None:
+        """Wait until the services' CPU time stays flat: the reader indexes what was just written
+        (search, listing) in the background, which would count in, and slow, the next reads."""
+        for service in self.services:
+            settle(service, quiet_seconds=0.5, limit=120)
 
 
 async def measure(session: Any, large: Any, count: int, large_count: int, cpu: CpuClock) -> dict[str, float]:
@@ -107,12 +117,14 @@ async def measure(session: Any, large: Any, count: int, large_count: int, cpu: C
         spent += await timed(lambda first=first: session.add_items(rest[first : first + 32]))
     figures["add_items(32 items)"] = len(rest) / spent
     figures["add_items(32 items) cpu"] = (cpu.now() - used) / len(rest) / 1e6
+    cpu.settle()
     used = cpu.now()
     reads = [await timed(session.get_items) for _ in range(7)]
     figures["get_items() at N"] = statistics.median(reads) * 1000
     figures["get_items() at N cpu"] = (cpu.now() - used) / len(reads) / 1e6
     for first in range(0, large_count, 500):
         await large.add_items(items(min(500, large_count - first), first))
+    cpu.settle()
     used = cpu.now()
     limited = [await timed(lambda: large.get_items(limit=10)) for _ in range(31)]
     figures["get_items(limit=10) at LARGE"] = statistics.median(limited) * 1000
@@ -152,7 +164,7 @@ async def one_round(
         make_ledger(f"l{round_no}"),
         args.items,
         args.large_items,
-        CpuClock([os.getpid(), writer.process.pid, reader.process.pid]),
+        CpuClock([os.getpid(), writer.process.pid, reader.process.pid], services),
     )
     ledger["reader round trip"] = await round_trip(reader.address)
     ledger["writer round trip"] = await round_trip(writer.address)
