@@ -11,6 +11,8 @@ output messages. Each round measures, SQLite first then the ledger, on fresh ses
 * ``add_items`` of 1 item (items/s) and of 32 items (items/s), until ``--items`` are in;
 * ``get_items()`` of those ``--items`` items (ms);
 * ``get_items(limit=10)`` of a session of ``--large-items`` items (ms);
+* each read's first call apart, for information (the reader builds its cache of a session on
+  its first read: a pass over the whole file), its CPU time not counted in the read's;
 * ``pop_item()`` of the last item, 50 times (ms each);
 * before each read figure, the ledger's services are let settle (their CPU time flat: the
   reader indexes what was just written in the background);
@@ -118,6 +120,7 @@ async def measure(session: Any, large: Any, count: int, large_count: int, cpu: C
     figures["add_items(32 items)"] = len(rest) / spent
     figures["add_items(32 items) cpu"] = (cpu.now() - used) / len(rest) / 1e6
     cpu.settle()
+    figures["first get_items() at N"] = await timed(session.get_items) * 1000
     used = cpu.now()
     reads = [await timed(session.get_items) for _ in range(7)]
     figures["get_items() at N"] = statistics.median(reads) * 1000
@@ -125,6 +128,7 @@ async def measure(session: Any, large: Any, count: int, large_count: int, cpu: C
     for first in range(0, large_count, 500):
         await large.add_items(items(min(500, large_count - first), first))
     cpu.settle()
+    figures["first get_items(limit=10) at LARGE"] = await timed(lambda: large.get_items(limit=10)) * 1000
     used = cpu.now()
     limited = [await timed(lambda: large.get_items(limit=10)) for _ in range(31)]
     figures["get_items(limit=10) at LARGE"] = statistics.median(limited) * 1000
@@ -237,6 +241,15 @@ def main() -> int:
         print(
             f"{label:34} {sqlite:>10.2f} {unit:<3} {ledger:>10.2f} {unit:<3} {ratio:>7.2f}  {sign} {target}"
             f" {'met' if met else 'NOT MET'} (ratios {min(ratios):.2f}-{max(ratios):.2f})"
+        )
+    for name in ("first get_items() at N", "first get_items(limit=10) at LARGE"):
+        label = name.replace("N", str(args.items)).replace("LARGE", str(args.large_items))
+        sqlite = statistics.median(base[name] for base, _ in results)
+        ledger = statistics.median(led[name] for _, led in results)
+        ratios = [led[name] / base[name] for base, led in results]
+        print(
+            f"{label:34} {sqlite:>10.2f} ms  {ledger:>10.2f} ms  {statistics.median(ratios):>7.2f}"
+            f"  (no target; ratios {min(ratios):.2f}-{max(ratios):.2f})"
         )
     print("CPU time, all processes (this one; for the ledger also the writer and the reader):")
     for name, kind, _ in FIGURES:
