@@ -11,27 +11,39 @@ output messages. Each round measures, SQLite first then the ledger, on fresh ses
 * ``add_items`` of 1 item (items/s) and of 32 items (items/s), until ``--items`` are in;
 * ``get_items()`` of those ``--items`` items (ms);
 * ``get_items(limit=10)`` of a session of ``--large-items`` items (ms);
-* ``pop_item()`` of the last item, 50 times (ms each).
+* each read's first call apart, for information (the reader builds its cache of a session on
+  its first read: a pass over the whole file), its CPU time not counted in the read's;
+* ``pop_item()`` of the last item, 50 times (ms each);
+* before each read figure, the ledger's services are let settle (their CPU time flat: the
+  reader indexes what was just written in the background);
+* for the ledger, the floor of any call: a gRPC health check round trip to the reader and to
+  the writer (ms, over loopback from this process, no ledger work).
 
 Prints each figure's median over the rounds and the ratio ledger/SQLite, with the target of
-each (rates: ledger/SQLite at least the target; times: at most). The machine is shared and
-noisy, so only the ratios, taken within one round, are compared.
+each (rates: ledger/SQLite at least the target; times: at most), then the floors as ratios to
+SQLite's ``get_items(limit=10)`` and ``pop_item()``: what one round trip alone costs against
+them. For information, each figure's CPU time too (per item for the adds, per call otherwise):
+this process's for SQLite; this process's, the writer's and the reader's for the ledger. The
+machine is shared and noisy, so only the ratios, taken within one round, are compared.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from _support import start_service
+import grpc
+from _support import ServiceProcess, proc_cpu_ns, settle, start_service
 from agents import SQLiteSession
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from rollout_client import AsyncRolloutClient, RetryPolicy, RolloutClient
 from rollout_client.agents import LedgerSession
@@ -72,39 +84,94 @@ async def timed(call: Callable[[], Awaitable[Any]]) -> float:
     return time.perf_counter() - started
 
 
-async def measure(session: Any, large: Any, count: int, large_count: int) -> dict[str, float]:
-    """One round's figures of one session kind (``large`` is a second session for the big read)."""
+class CpuClock:
+    """CPU time (ns) the processes ``pids`` have used, all their threads (this process and, for the
+    ledger, the writer and the reader): a figure a loaded machine disturbs far less than wall time.
+    ``services``: the processes :meth:`settle` waits for."""
+
+    def __init__(self, pids: Sequence[int], services: Sequence[ServiceProcess] = ()) -> None:
+        self.pids = pids
+        self.services = services
+
+    def now(self) -> int:
+        return sum(proc_cpu_ns(pid) for pid in self.pids)
+
+    def settle(self) -> None:
+        """Wait until the services' CPU time stays flat: the reader indexes what was just written
+        (search, listing) in the background, which would count in, and slow, the next reads."""
+        for service in self.services:
+            settle(service, quiet_seconds=0.5, limit=120)
+
+
+async def measure(session: Any, large: Any, count: int, large_count: int, cpu: CpuClock) -> dict[str, float]:
+    """One round's figures of one session kind (``large`` is a second session for the big read),
+    each with its CPU time per item (adds) or per call (reads, pops), in ms, under "<figure> cpu"."""
     figures: dict[str, float] = {}
     single = items(count // 4)
-    spent = 0.0
+    spent, used = 0.0, cpu.now()
     for item in single:
         spent += await timed(lambda item=item: session.add_items([item]))
     figures["add_items(1 item)"] = len(single) / spent
+    figures["add_items(1 item) cpu"] = (cpu.now() - used) / len(single) / 1e6
     rest = items(count - len(single), len(single))
-    spent = 0.0
+    spent, used = 0.0, cpu.now()
     for first in range(0, len(rest), 32):
         spent += await timed(lambda first=first: session.add_items(rest[first : first + 32]))
     figures["add_items(32 items)"] = len(rest) / spent
+    figures["add_items(32 items) cpu"] = (cpu.now() - used) / len(rest) / 1e6
+    cpu.settle()
+    figures["first get_items() at N"] = await timed(session.get_items) * 1000
+    used = cpu.now()
     reads = [await timed(session.get_items) for _ in range(7)]
     figures["get_items() at N"] = statistics.median(reads) * 1000
+    figures["get_items() at N cpu"] = (cpu.now() - used) / len(reads) / 1e6
     for first in range(0, large_count, 500):
         await large.add_items(items(min(500, large_count - first), first))
+    cpu.settle()
+    figures["first get_items(limit=10) at LARGE"] = await timed(lambda: large.get_items(limit=10)) * 1000
+    used = cpu.now()
     limited = [await timed(lambda: large.get_items(limit=10)) for _ in range(31)]
     figures["get_items(limit=10) at LARGE"] = statistics.median(limited) * 1000
+    figures["get_items(limit=10) at LARGE cpu"] = (cpu.now() - used) / len(limited) / 1e6
+    used = cpu.now()
     pops = [await timed(session.pop_item) for _ in range(50)]
     figures["pop_item()"] = statistics.median(pops) * 1000
+    figures["pop_item() cpu"] = (cpu.now() - used) / len(pops) / 1e6
     return figures
 
 
-async def one_round(round_no: int, folder: Path, make_ledger: Callable[[str], LedgerSession], args: Any):
+async def round_trip(address: str) -> float:
+    """The median time (ms) of a gRPC health check of the service at ``address``: one loopback
+    round trip through its server, interceptors included, and no ledger work."""
+    async with grpc.aio.insecure_channel(address) as channel:
+        check = health_pb2_grpc.HealthStub(channel).Check
+        request = health_pb2.HealthCheckRequest()
+        await check(request)
+        return statistics.median([await timed(lambda: check(request)) for _ in range(51)]) * 1000
+
+
+async def one_round(
+    round_no: int,
+    folder: Path,
+    make_ledger: Callable[[str], LedgerSession],
+    args: Any,
+    services: tuple[ServiceProcess, ServiceProcess],
+) -> tuple[dict[str, float], dict[str, float]]:
+    writer, reader = services
     sqlite = SQLiteSession(f"s{round_no}", folder / f"sqlite-{round_no}.db")
     sqlite_large = SQLiteSession(f"l{round_no}", folder / f"sqlite-large-{round_no}.db")
-    baseline = await measure(sqlite, sqlite_large, args.items, args.large_items)
+    baseline = await measure(sqlite, sqlite_large, args.items, args.large_items, CpuClock([os.getpid()]))
     sqlite.close()
     sqlite_large.close()
     ledger = await measure(
-        make_ledger(f"s{round_no}"), make_ledger(f"l{round_no}"), args.items, args.large_items
+        make_ledger(f"s{round_no}"),
+        make_ledger(f"l{round_no}"),
+        args.items,
+        args.large_items,
+        CpuClock([os.getpid(), writer.process.pid, reader.process.pid], services),
     )
+    ledger["reader round trip"] = await round_trip(reader.address)
+    ledger["writer round trip"] = await round_trip(writer.address)
     return baseline, ledger
 
 
@@ -131,7 +198,11 @@ def main() -> int:
                         results.append(
                             asyncio.run(
                                 one_round(
-                                    round_no, folder, lambda key: LedgerSession(key, client=client), args
+                                    round_no,
+                                    folder,
+                                    lambda key: LedgerSession(key, client=client),
+                                    args,
+                                    (writer, reader),
                                 )
                             )
                         )
@@ -142,7 +213,11 @@ def main() -> int:
                         for round_no in range(args.rounds):
                             results.append(
                                 await one_round(
-                                    round_no, folder, lambda key: LedgerSession(key, client=client), args
+                                    round_no,
+                                    folder,
+                                    lambda key: LedgerSession(key, client=client),
+                                    args,
+                                    (writer, reader),
                                 )
                             )
 
@@ -166,6 +241,34 @@ def main() -> int:
         print(
             f"{label:34} {sqlite:>10.2f} {unit:<3} {ledger:>10.2f} {unit:<3} {ratio:>7.2f}  {sign} {target}"
             f" {'met' if met else 'NOT MET'} (ratios {min(ratios):.2f}-{max(ratios):.2f})"
+        )
+    for name in ("first get_items() at N", "first get_items(limit=10) at LARGE"):
+        label = name.replace("N", str(args.items)).replace("LARGE", str(args.large_items))
+        sqlite = statistics.median(base[name] for base, _ in results)
+        ledger = statistics.median(led[name] for _, led in results)
+        ratios = [led[name] / base[name] for base, led in results]
+        print(
+            f"{label:34} {sqlite:>10.2f} ms  {ledger:>10.2f} ms  {statistics.median(ratios):>7.2f}"
+            f"  (no target; ratios {min(ratios):.2f}-{max(ratios):.2f})"
+        )
+    print("CPU time, all processes (this one; for the ledger also the writer and the reader):")
+    for name, kind, _ in FIGURES:
+        label = name.replace("N", str(args.items)).replace("LARGE", str(args.large_items))
+        sqlite = statistics.median(base[name + " cpu"] for base, _ in results)
+        ledger = statistics.median(led[name + " cpu"] for _, led in results)
+        ratios = [led[name + " cpu"] / base[name + " cpu"] for base, led in results]
+        unit = "ms/item" if kind == "rate" else "ms/call"
+        print(
+            f"  {label:32} {sqlite:>8.3f} {unit:<7} {ledger:>8.3f} {unit:<7} {statistics.median(ratios):>7.2f}"
+            f"  (ratios {min(ratios):.2f}-{max(ratios):.2f})"
+        )
+    for service, figure in (("reader", "get_items(limit=10) at LARGE"), ("writer", "pop_item()")):
+        trips = [led[f"{service} round trip"] for _, led in results]
+        floors = [led[f"{service} round trip"] / base[figure] for base, led in results]
+        label = figure.replace("LARGE", str(args.large_items))
+        print(
+            f"floor: one round trip to the {service}: {statistics.median(trips):.2f} ms,"
+            f" {statistics.median(floors):.2f}x SQLite's {label} (ratios {min(floors):.2f}-{max(floors):.2f})"
         )
     return 0
 

@@ -100,6 +100,7 @@ from rollout_client._records import (
 from rollout_client._results import AppendResult
 from rollout_client._session import AsyncSession
 from rollout_client._sync import RolloutClient
+from shared.rebuild import collector_paused
 from shared.records import reasoning_blocks_of
 
 log = logging.getLogger(__name__)
@@ -232,19 +233,23 @@ def message_items(message: Mapping[str, Any], call_types: dict[str, str]) -> lis
 
 def canonical_items(raw_messages: Sequence[bytes]) -> list[list[dict[str, Any]]]:
     """Per message of a GetRecentMessages reply's canonical JSON, the items it holds (the hot path of
-    :meth:`LedgerSession.get_items`: a carried item is parsed straight from its part)."""
+    :meth:`LedgerSession.get_items`: a carried item is parsed straight from its part). The cyclic
+    collector is paused meanwhile (shared.rebuild.collector_paused): the items hold no cycles, and
+    each collection during the parse would walk every item parsed so far, and the caller's heap
+    (a quarter of the parse's time in a process that imported the Agents SDK)."""
     loads = orjson.loads
     call_types: dict[str, str] = {}
     out: list[list[dict[str, Any]]] = []
-    for raw in raw_messages:
-        message = loads(raw)
-        content = message.get("content")
-        if type(content) is list and len(content) == 1 and "tool_calls" not in message:
-            item = carried_agents_item(content[0])
-            if item is not None:
-                out.append([item])
-                continue
-        out.append(message_items(message, call_types))
+    with collector_paused():
+        for raw in raw_messages:
+            message = loads(raw)
+            content = message.get("content")
+            if type(content) is list and len(content) == 1 and "tool_calls" not in message:
+                item = carried_agents_item(content[0])
+                if item is not None:
+                    out.append([item])
+                    continue
+            out.append(message_items(message, call_types))
     return out
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, assert_never
 
@@ -34,6 +34,7 @@ from shared.records import (
 )
 from shared.stop_kinds import classify_session
 from writer_service.committer import SessionLog
+from writer_service.retractions import RecentRecords
 from writer_service.session_index import IndexEntry
 
 #: One request's records as the wire gives them: per request record, the payloads it becomes.
@@ -162,6 +163,8 @@ class OpenSession:
     busy: str = ""
     #: The file offset the session's saved state covers (writer_service.session_state).
     saved_offset: int = 0
+    #: What the records queued last hold for a retraction (writer_service.retractions).
+    recent: RecentRecords = field(default_factory=RecentRecords)
 
     @property
     def next_seq(self) -> int:

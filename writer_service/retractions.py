@@ -9,12 +9,20 @@ into the record as ``call_ids``, so that its view of the calls an output may ans
 follows the retraction from that one line, at reopen as at validation (a client never
 sets them). Whether a named message is still in the view is the rebuild's to say (a
 ``retraction_missed`` note); the writer checks only that it exists.
+
+A session the writer holds open remembers the records it queued last (:class:`RecentRecords`,
+at most :data:`RECENT_RECORDS` records and :data:`RECENT_BYTES` bytes of lines): a retraction
+whose references all name those records is resolved from them, as the same rules read them
+(:func:`resolve_references`), with no read of the file and no wait for the queue to drain (the
+named lines are queued before the retraction, so they are durable before it is). Any other
+retraction is resolved from the file.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +33,100 @@ from shared.records import RecordType, line_seq, parse_record
 
 #: Bytes of a session file read back at most to find the lines a retraction names.
 MAX_LOOKBACK_BYTES = 64 * 1024 * 1024
+
+
+#: Records an open session remembers at most for the retractions that name them.
+RECENT_RECORDS = 256
+#: Bytes of lines the remembered records span at most (far below :data:`MAX_LOOKBACK_BYTES`, so a
+#: reference resolved from memory is one the file would resolve too).
+RECENT_BYTES = 16 * 1024 * 1024
+#: Messages a remembered record may hold (a longer replacement history is resolved from the file).
+RECENT_MESSAGES = 1024
+
+#: What each reference to one record resolves to: the history index it names (None: the record
+#: itself) -> the tool call ids of the message named. A reference not in it names no message.
+Targets = dict[int | None, tuple[str, ...]]
+
+
+def _message_calls(message: dict[str, Any]) -> tuple[str, ...]:
+    calls = message.get("tool_calls")
+    if not isinstance(calls, list):
+        return ()
+    return tuple(call["id"] for call in calls if isinstance(call, dict) and isinstance(call.get("id"), str))
+
+
+def record_targets(record_type: str, payload: Any) -> Targets:
+    """The messages a retraction may name in one record: a ``message`` record itself, each entry
+    of a ``compacted`` record's replacement history, or the summary of one without a history
+    (which holds no calls); nothing in any other record."""
+    if not isinstance(payload, dict):
+        return {}
+    if record_type == RecordType.MESSAGE:
+        return {None: _message_calls(payload)}
+    if record_type != RecordType.COMPACTED:
+        return {}
+    history = payload.get("replacement_history")
+    if history is None:
+        return {None: ()}
+    if not isinstance(history, list):
+        return {}
+    return {
+        position: _message_calls(message)
+        for position, message in enumerate(history)
+        if isinstance(message, dict)
+    }
+
+
+class RecentRecords:
+    """The targets of the records an open session queued last, by seq (event loop only).
+    Append-only like the file; a session whose round failed is reopened with none."""
+
+    __slots__ = ("_bytes", "_targets")
+
+    def __init__(self) -> None:
+        self._targets: OrderedDict[int, tuple[Targets, int]] = OrderedDict()
+        self._bytes = 0
+
+    def remember(
+        self, first_seq: int, records: Iterable[tuple[RecordType, dict[str, Any]]], lines: Sequence[bytes]
+    ) -> None:
+        """Note queued lines: ``records`` (type, payload) and their encoded ``lines``, in order,
+        from seq ``first_seq`` on; the oldest are forgotten beyond the bounds."""
+        seqs = range(first_seq, first_seq + len(lines))
+        for seq, (record_type, payload), line in zip(seqs, records, lines, strict=True):
+            targets = record_targets(record_type, payload)
+            if len(targets) <= RECENT_MESSAGES:
+                self._targets[seq] = (targets, len(line))
+                self._bytes += len(line)
+        while self._targets and (len(self._targets) > RECENT_RECORDS or self._bytes > RECENT_BYTES):
+            _, (_, size) = self._targets.popitem(last=False)
+            self._bytes -= size
+
+    def targets_at(self, seqs: Iterable[int]) -> dict[int, Targets] | None:
+        """The targets of the records at ``seqs``, or None when one of them is not remembered."""
+        found: dict[int, Targets] = {}
+        for seq in seqs:
+            held = self._targets.get(seq)
+            if held is None:
+                return None
+            found[seq] = held[0]
+        return found
+
+
+def referenced_seqs(retractions: Sequence[tuple[int, dict[str, Any]]], next_seq: int) -> set[int]:
+    """The seqs the (request index, retraction payload) pairs name. Raises RecordValidationError
+    naming ``retraction.messages[j]`` for a seq not in the session (``next_seq`` or later)."""
+    wanted: set[int] = set()
+    for index, payload in retractions:
+        for position, reference in enumerate(payload["messages"]):
+            if reference["seq"] >= next_seq:
+                raise RecordValidationError(
+                    index,
+                    f"retraction.messages[{position}]",
+                    f"names seq {reference['seq']}, which is not in the session (its next seq is {next_seq})",
+                )
+            wanted.add(reference["seq"])
+    return wanted
 
 
 def resolve_retractions(
@@ -38,22 +140,22 @@ def resolve_retractions(
     in the session, to a line that is no message or compaction entry, or further back than
     :data:`MAX_LOOKBACK_BYTES`; OSError when the file cannot be read.
     """
-    wanted: set[int] = set()
-    for index, payload in retractions:
-        for position, reference in enumerate(payload["messages"]):
-            if reference["seq"] >= next_seq:
-                raise RecordValidationError(
-                    index,
-                    f"retraction.messages[{position}]",
-                    f"names seq {reference['seq']}, which is not in the session (its next seq is {next_seq})",
-                )
-            wanted.add(reference["seq"])
+    wanted = referenced_seqs(retractions, next_seq)
     found = _records_at(path, end_offset, wanted)
+    resolve_references(
+        {seq: record_targets(record["type"], record["payload"]) for seq, record in found.items()}, retractions
+    )
+
+
+def resolve_references(found: dict[int, Targets], retractions: Sequence[tuple[int, dict[str, Any]]]) -> None:
+    """Set each retraction's ``call_ids`` from ``found`` (the targets of the named records, by
+    seq). Raises RecordValidationError naming ``retraction.messages[j]`` for a reference to no
+    record of ``found``, or to no message of its record."""
     for index, payload in retractions:
         call_ids: list[str] = []
         for position, reference in enumerate(payload["messages"]):
-            message = _named_message(found.get(reference["seq"]), reference.get("index"))
-            if message is None:
+            calls = found.get(reference["seq"], {}).get(reference.get("index"))
+            if calls is None:
                 raise RecordValidationError(
                     index,
                     f"retraction.messages[{position}]",
@@ -61,10 +163,7 @@ def resolve_retractions(
                     f" {MAX_LOOKBACK_BYTES} bytes (a message record, or a compaction's replacement"
                     " history entry or summary)",
                 )
-            calls = message.get("tool_calls")
-            for call in calls if isinstance(calls, list) else ():
-                if isinstance(call, dict) and isinstance(call.get("id"), str):
-                    call_ids.append(call["id"])
+            call_ids.extend(calls)
         payload["call_ids"] = list(dict.fromkeys(call_ids))
 
 
@@ -88,21 +187,3 @@ def _records_at(path: Path, end_offset: int, seqs: set[int]) -> dict[int, dict[s
     finally:
         os.close(fd)
     return found
-
-
-def _named_message(record: dict[str, Any] | None, index: int | None) -> dict[str, Any] | None:
-    """The message payload a reference names in ``record`` (None when it names none)."""
-    if record is None:
-        return None
-    payload: dict[str, Any] = record["payload"]
-    if record["type"] == RecordType.MESSAGE and index is None:
-        return payload
-    if record["type"] != RecordType.COMPACTED:
-        return None
-    history = payload.get("replacement_history")
-    if index is None:
-        return {} if history is None else None  # the summary message holds no calls
-    if isinstance(history, list) and index < len(history) and isinstance(history[index], dict):
-        message: dict[str, Any] = history[index]
-        return message
-    return None

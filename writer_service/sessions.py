@@ -105,7 +105,7 @@ from writer_service.open_session import (
 from writer_service.ownership import EmbeddedOwnership, Ownership
 from writer_service.recovery import repair_torn_tail, unavailable
 from writer_service.refusal_pacing import DEFAULT_RATE
-from writer_service.retractions import resolve_retractions
+from writer_service.retractions import referenced_seqs, resolve_references, resolve_retractions
 from writer_service.session_index import IndexEntry, SessionIndex, build_index, index_shard, read_entry
 from writer_service.session_state import (
     SAVE_EVERY_BYTES,
@@ -763,9 +763,14 @@ class SessionLedger:
             for record_type, payload in payloads
             if record_type == RecordType.RETRACTION
         ]
+        remembered_targets = None
         if retractions:
             for index, payload in retractions:
                 check_retraction(payload, index)
+            remembered_targets = state.recent.targets_at(referenced_seqs(retractions, state.next_seq))
+        if remembered_targets is not None:  # records this writer queued last: no read, no wait
+            resolve_references(remembered_targets, retractions)
+        elif retractions:
             # A client may name a line it read before it was durable (readers see written lines):
             # wait for what is queued, so every line it can name is in the file's durable bytes.
             await state.log.drain()
@@ -795,7 +800,9 @@ class SessionLedger:
                 f"session {session_id} has {state.log.queued_records} records queued"
                 f" (limit {self.config.max_queued_records}); retry with backoff"
             )
+        first_seq = state.next_seq
         durable = state.queue(b"".join(lines) if count > 1 else lines[0], count, view.committed())
+        state.recent.remember(first_seq, (typed for payloads in records for typed in payloads), lines)
         if request_id:
             answer = RememberedAppend(print_, seqs, state.next_seq, durable, state.log.submitted_bytes)
             self._requests.remember(session_id, request_id, answer)

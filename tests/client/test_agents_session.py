@@ -514,3 +514,36 @@ def test_an_item_json_cannot_hold_is_refused_naming_it_and_nothing_is_written(cl
         return await ledger.get_items()
 
     assert asyncio.run(run()) == [{"role": "user", "content": "kept"}]
+
+
+def test_a_reply_is_parsed_with_the_collector_paused_and_left_as_it_was(monkeypatch) -> None:
+    """canonical_items parses with the cyclic collector off (each collection would walk every item
+    parsed so far) and leaves it as it found it, on or off; the items come back as written."""
+    import gc
+
+    import orjson
+
+    import rollout_client.agents as agents_module
+    from shared.digest import canonical_message
+
+    written = [{"type": "message", "id": "m", "n": 3.0, "big": 2**60}, {"z": 1, "a": [True, None]}]
+    replies = [canonical_message(item_to_message(item)) for item in written]
+    seen: list[bool] = []
+    carried = agents_module.carried_agents_item
+
+    def watched(part: Any) -> Any:
+        seen.append(gc.isenabled())
+        return carried(part)
+
+    monkeypatch.setattr(agents_module, "carried_agents_item", watched)
+    was = gc.isenabled()
+    try:
+        for enabled in (True, False):
+            (gc.enable if enabled else gc.disable)()
+            parsed = agents_module.canonical_items(replies)
+            assert gc.isenabled() is enabled
+            assert [held for items in parsed for held in items] == written
+            assert orjson.dumps(parsed[0][0]) == orjson.dumps(written[0])  # 3.0 stays a float
+    finally:
+        (gc.enable if was else gc.disable)()
+    assert seen == [False] * 4

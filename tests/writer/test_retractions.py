@@ -8,12 +8,14 @@ import asyncio
 import orjson
 import pytest
 
+import writer_service.sessions as sessions
 from reader_service.replay import DigestStatus, replay_file
 from rollout.v1 import records_pb2, writer_pb2
 from shared.errors import RecordValidationError
 from shared.session_meta import SessionSpec
 from shared.stop_kinds import StopKind
 from shared.wire import append_payloads
+from writer_service.retractions import RECENT_RECORDS
 from writer_service.sessions import SessionLedger, WriterConfig
 
 
@@ -120,8 +122,13 @@ def test_the_view_after_a_restart_still_excludes_the_retracted_call(data_dir) ->
         ({"seq": 0}, "must name a seq >= 1"),
     ],
 )
-def test_a_reference_to_no_message_is_refused_and_nothing_is_written(data_dir, reference, field) -> None:
-    """INVALID_ARGUMENT naming records[i].retraction.messages[j]; the file is unchanged."""
+@pytest.mark.parametrize("resolved_from", ["memory", "file"])
+def test_a_reference_to_no_message_is_refused_and_nothing_is_written(
+    data_dir, reference, field, resolved_from
+) -> None:
+    """INVALID_ARGUMENT naming records[i].retraction.messages[j]; the file is unchanged; alike when
+    the writer resolves the references from the records it queued last and from the file (a
+    writer that reopened the session)."""
 
     async def scenario():
         ledger = SessionLedger(WriterConfig(data_dir=data_dir))
@@ -131,6 +138,9 @@ def test_a_reference_to_no_message_is_refused_and_nothing_is_written(data_dir, r
             await append(ledger, sid, record(event=records_pb2.Event(kind="ui")))
             await append(ledger, sid, compaction("h0", "h1"))
             await append(ledger, sid, compaction("h2"))
+            if resolved_from == "file":
+                await ledger.close()
+                ledger = SessionLedger(WriterConfig(data_dir=data_dir))
             before = len(lines_of(ledger, sid))
             with pytest.raises(RecordValidationError, match=field) as caught:
                 await append(ledger, sid, user("b"), retract({"seq": 1}, reference))
@@ -173,3 +183,43 @@ def test_history_entries_and_summaries_are_retractable_and_stop_checkpoints_veri
     assert replay.digest_status is DigestStatus.VERIFIED
     emptied = replay_file(summary_path)
     assert (emptied.rebuilt.messages, emptied.digest_status) == ([], DigestStatus.VERIFIED)
+
+
+def test_a_retraction_of_records_the_writer_queued_last_reads_no_file(data_dir, monkeypatch) -> None:
+    """A retraction naming records this writer queued last (a pop) is resolved from memory, with
+    the same call ids as from the file; one naming a record it no longer remembers (after
+    RECENT_RECORDS later records, or after a reopen) is resolved from the file."""
+    from_file: list[int] = []
+    resolve = sessions.resolve_retractions
+
+    def counted(*args):
+        from_file.append(len(args[3]))
+        return resolve(*args)
+
+    monkeypatch.setattr(sessions, "resolve_retractions", counted)
+
+    async def scenario():
+        ledger = SessionLedger(WriterConfig(data_dir=data_dir))
+        try:
+            sid, _ = await ledger.create_session(SessionSpec())
+            await append(ledger, sid, call("c1"), compaction("h0"), call("c2"))
+            await append(
+                ledger, sid, retract({"seq": 1}), retract({"seq": 3}, {"seq": 2, "history_index": 0})
+            )
+            assert from_file == []
+            for _ in range(RECENT_RECORDS):
+                await append(ledger, sid, record(event=records_pb2.Event(kind="ui")))
+            await append(ledger, sid, call("c3"))
+            await append(ledger, sid, retract({"seq": 1}))  # named again: still a message, read back
+            assert from_file == [1]
+            await ledger.close()
+            ledger = SessionLedger(WriterConfig(data_dir=data_dir))
+            await append(ledger, sid, retract({"seq": 3}))
+            assert from_file == [1, 1]
+            return lines_of(ledger, sid)
+        finally:
+            await ledger.close()
+
+    lines = asyncio.run(scenario())
+    retractions = [line["payload"] for line in lines if line["type"] == "retraction"]
+    assert [payload["call_ids"] for payload in retractions] == [["c1"], ["c2"], ["c1"], ["c2"]]
