@@ -96,4 +96,9 @@ def test_a_ci_sized_fuzz_run_finds_no_crash_no_internal_and_no_undocumented_stat
         for method in service.methods
     }
     assert set(statuses) == every_rpc, "every RPC of both services was called"
-    assert all(counts.get("OK") for counts in statuses.values()), "every RPC also succeeded at times"
+    # Draws may miss an RPC's success; the run's closing sweep of valid requests then shows one.
+    sweep = summary["valid_sweep"]
+    assert all(statuses[rpc].get("OK") or sweep.get(rpc, {}).get("OK") for rpc in every_rpc), (
+        "every RPC also succeeded at times",
+        sweep,
+    )
