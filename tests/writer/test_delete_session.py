@@ -513,20 +513,20 @@ def test_an_append_reading_back_when_a_delete_begins_is_aborted_then_not_found(
     data_dir, monkeypatch, look_back: str
 ) -> None:
     """An Append that reads the session file back (a retraction's references; a request id looked
-    up from request_since_seq after a restart) when the session's delete begins: the delete
-    waits for the read, the Append is ABORTED (a Delete in progress), the next one NOT_FOUND.
-    Without the hold the read failed on a missing file (UNAVAILABLE, or an internal error)."""
+    up from request_since_seq; both after a restart, so that nothing the writer remembers
+    answers) when the session's delete begins: the delete waits for the read, the Append is
+    ABORTED (a Delete in progress), the next one NOT_FOUND. Without the hold the read failed on
+    a missing file (UNAVAILABLE, or an internal error)."""
     entered, go = _held(monkeypatch, sessions, look_back)
 
     async def scenario() -> None:
         ledger = SessionLedger(WriterConfig(data_dir=data_dir))
         session_id, _ = await ledger.create_session(SessionSpec(role=SessionRole.ROOT))
         await ledger.append(session_id, _payloads("a"))
-        if look_back == "find_request":
-            _, _, durable = await ledger.enqueue(session_id, _payloads("b"), request_id="r1")
-            await durable
-            await ledger.close()
-            ledger = SessionLedger(WriterConfig(data_dir=data_dir))
+        _, _, durable = await ledger.enqueue(session_id, _payloads("b"), request_id="r1")
+        await durable
+        await ledger.close()  # a retraction of records queued since the start is answered from memory
+        ledger = SessionLedger(WriterConfig(data_dir=data_dir))
         try:
             if look_back == "resolve_retractions":
                 refs = [records_pb2.MessageRef(seq=1)]
