@@ -558,3 +558,31 @@ def test_a_stream_ends_when_its_client_certificate_expires_and_later_calls_are_r
     assert "client certificate that opened this stream expired at" in ended_details
     assert refused_code == grpc.StatusCode.UNAUTHENTICATED, refused_details
     assert "client certificate expired at" in refused_details
+
+
+def test_a_cancelled_watch_under_tokens_leaves_no_traceback(tmp_path, data_dir) -> None:
+    """A WatchSession the client cancels, on a reader with --auth-tokens: its stream is closed
+    from another context; nothing is logged as an error (it was 'Task exception was never
+    retrieved ... was created in a different Context')."""
+    tokens = write_tokens(tmp_path / "tokens.json")
+    writer = start_service("writer", data_dir, "--auth-tokens", str(tokens))
+    reader = start_service("reader", data_dir, "--auth-tokens", str(tokens))
+    try:
+        with grpc.insecure_channel(writer.address) as channel:
+            stub = writer_pb2_grpc.RolloutWriterStub(channel)
+            sid = stub.CreateSession(writer_pb2.CreateSessionRequest(), metadata=bearer(A)).session_id
+            record = writer_pb2.AppendRecord(message=records_pb2.ChatMessage(role="user", text="x"))
+            stub.Append(writer_pb2.AppendRequest(session_id=sid, records=[record]), metadata=bearer(A))
+        with grpc.insecure_channel(reader.address) as channel:
+            watch = reader_pb2_grpc.RolloutReaderStub(channel).WatchSession
+            for _ in range(5):
+                stream = watch(reader_pb2.WatchSessionRequest(session_id=sid), metadata=bearer(A))
+                assert [r.seq for r in next(stream).records] == [0, 1]
+                stream.cancel()
+    finally:
+        assert reader.stop() == 0
+        writer.stop()
+    log = reader.log()
+    assert "cancelled WatchSession" in log  # the cancels reached the reader
+    assert "Task exception was never retrieved" not in log, log[-3000:]
+    assert "different Context" not in log, log[-3000:]
