@@ -16,10 +16,16 @@ from pathlib import Path
 
 import grpc
 import pytest
+from hypothesis import HealthCheck, settings
 
 from rollout.v1 import reader_pb2_grpc, writer_pb2_grpc
 from tests.processes import ServiceProcess, reap_started_since, started_count
 from tests.processes import start_service as start_service_process
+
+# Property tests check rules, not speed: on a loaded machine an example may take seconds, which
+# Hypothesis's default deadline (200 ms) and slow-data health check would report as failures.
+settings.register_profile("ledger", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("ledger")
 
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = REPO.parent / "shared" / "corpus"
