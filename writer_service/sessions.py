@@ -8,7 +8,7 @@ has open (:class:`~writer_service.open_session.OpenSession`, at most
 first, their state saved), the request-id memory, and the
 :class:`~writer_service.committer.GroupCommitter` that makes appends durable in
 rounds. An unknown id is NOT_FOUND from memory; reopening a session reads its saved
-state and the lines after it (writer_service.session_state), never the whole file.
+state and the lines after it (writer_service.saved_state), never the whole file.
 
 Validation, seq assignment and queueing happen in the event loop without an await
 between them, so requests to one session are strictly ordered and all or nothing.
@@ -16,8 +16,8 @@ between them, so requests to one session are strictly ordered and all or nothing
 Stop follows docs/spec.md §2.6 exactly: mark the session busy (later appends are refused
 with ABORTED until it ends), drain its queue, rebuild the whole file on an I/O
 thread with the same shared rules the reader uses (bounded memory,
-writer_service.file_facts), digest it, then append ``agent_checkpoint`` and
-``stop`` as one batch. Resume and Fork (writer_service.branching) use the small
+writer_service.rebuilt_facts), digest it, then append ``agent_checkpoint`` and
+``stop`` as one batch. Resume and Fork (writer_service.resume_fork) use the small
 public API below: :meth:`SessionLedger.open_session`,
 :meth:`SessionLedger.rebuild_exclusive`, :meth:`SessionLedger.drained_path`,
 :meth:`SessionLedger.publish` and :meth:`SessionLedger.run_io`.
@@ -87,11 +87,9 @@ from shared.session_meta import (
 from shared.shards import DEFAULT_SHARDS
 from shared.stop_kinds import StopKind
 from writer_service import metrics
-from writer_service.branching import ForkResult, ResumeResult, fork_session, resume_session
+from writer_service.atomic_files import create_file, create_marker
 from writer_service.committer import CommitConfig, GroupCommitter, SessionLog, StorageHealth
 from writer_service.deletion import remove_session
-from writer_service.file_facts import FORCE_HINT, RebuiltFacts, file_facts, refuse_damage
-from writer_service.files import create_file, create_marker
 from writer_service.heap_trim import HeapTrimmer
 from writer_service.idempotency import RememberedAppend, RequestMemory, find_request, fingerprint, reused_id
 from writer_service.open_session import (
@@ -103,17 +101,19 @@ from writer_service.open_session import (
     check_retraction,
 )
 from writer_service.ownership import EmbeddedOwnership, Ownership
+from writer_service.rebuilt_facts import FORCE_HINT, RebuiltFacts, file_facts, refuse_damage
 from writer_service.recovery import repair_torn_tail, unavailable
 from writer_service.refusal_pacing import DEFAULT_RATE
+from writer_service.resume_fork import ForkResult, ResumeResult, fork_session, resume_session
 from writer_service.retractions import referenced_seqs, resolve_references, resolve_retractions
-from writer_service.session_index import IndexEntry, SessionIndex, build_index, index_shard, read_entry
-from writer_service.session_state import (
+from writer_service.saved_state import (
     SAVE_EVERY_BYTES,
     SessionState,
     lines_after,
     load_state,
     save_state,
 )
+from writer_service.session_index import IndexEntry, SessionIndex, build_index, index_shard, read_entry
 from writer_service.tenants import SessionTenants
 
 log = logging.getLogger(__name__)
@@ -419,7 +419,7 @@ class SessionLedger:
         return self.committer.open(fd, size, session_id, lambda: self._forget(session_id), shard, epoch)
 
     def _shard_dir(self, state: OpenSession) -> Path:
-        """The folder of a session's shard (its saved state lives there: writer_service.session_state)."""
+        """The folder of a session's shard (its saved state lives there: writer_service.saved_state)."""
         return self.root.shard_dir(state.log.shard)
 
     def _snapshot(self, state: OpenSession, offset: int) -> SessionState:
@@ -1091,7 +1091,7 @@ class SessionLedger:
         ]
 
     async def resume(self, session_id: str, force: bool = False) -> ResumeResult:
-        """Re-open a session for appending (docs/spec.md §2.8); see :func:`writer_service.branching.resume_session`."""
+        """Re-open a session for appending (docs/spec.md §2.8); see :func:`writer_service.resume_fork.resume_session`."""
         return await resume_session(self, session_id, force)
 
     async def fork(
@@ -1099,7 +1099,7 @@ class SessionLedger:
     ) -> ForkResult:
         """A new session from the source's records up to a fork point (docs/spec.md §2.8), named by
         ``session_key`` in the source's tenant when given; see
-        :func:`writer_service.branching.fork_session`."""
+        :func:`writer_service.resume_fork.fork_session`."""
         return await fork_session(self, source_id, at_seq, before_user_message, session_key)
 
     async def retry_repairs(self) -> int:

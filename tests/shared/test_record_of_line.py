@@ -21,7 +21,7 @@ import reader_service.watch
 import shared.records
 import shared.session_meta
 import shared.tail
-import writer_service.forking
+import writer_service.fork_points
 import writer_service.idempotency
 import writer_service.retractions
 import writer_service.sessions
@@ -36,7 +36,7 @@ from shared.session_meta import SessionSpec, read_session_meta
 from shared.tail import read_tail
 from shared.wire import append_payloads
 from tests.data_roots import session_file, session_path
-from writer_service.forking import find_fork_point
+from writer_service.fork_points import find_fork_point
 from writer_service.session_index import build_index
 from writer_service.sessions import SessionLedger, WriterConfig
 
@@ -160,7 +160,7 @@ def _meta(path: Path) -> Any:
 USERS: list[tuple[Any, Callable[[Path], Any]]] = [
     (shared.tail, _tail_records),  # the writer's index and the reader's stop facts
     (reader_service.watch, _watched_seq),
-    (writer_service.forking, _fork_point),
+    (writer_service.fork_points, _fork_point),
     (reader_service.listing_index, _preview),
     (shared.session_meta, _meta),
 ]

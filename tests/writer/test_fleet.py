@@ -14,7 +14,7 @@ import pytest
 
 import shared.committed_lines as committed_lines
 import writer_service.committer as committer
-import writer_service.session_state as session_state
+import writer_service.saved_state as session_state
 import writer_service.sessions as sessions
 from rollout.v1 import records_pb2, writer_pb2
 from shared.errors import RecordValidationError, SessionNotFoundError, StorageWriteError
