@@ -54,7 +54,8 @@ from writer_service.atomic_files import (
 from writer_service.open_session import RecordTimes, RequestRecords, encode_records
 from writer_service.rebuilt_facts import file_facts, refuse_damage
 from writer_service.session_index import IndexEntry
-from writer_service.sessions import SessionLedger, check_stop_text, stop_lines
+from writer_service.sessions import SessionLedger
+from writer_service.stopping import check_stop_text, stop_lines
 
 log = logging.getLogger(__name__)
 

@@ -13,12 +13,8 @@ state and the lines after it (writer_service.saved_state), never the whole file.
 Validation, seq assignment and queueing happen in the event loop without an await
 between them, so requests to one session are strictly ordered and all or nothing.
 
-Stop follows docs/spec.md §2.6 exactly: mark the session busy (later appends are refused
-with ABORTED until it ends), drain its queue, rebuild the whole file on an I/O
-thread with the same shared rules the reader uses (bounded memory,
-writer_service.rebuilt_facts), digest it, then append ``agent_checkpoint`` and
-``stop`` as one batch. Resume and Fork (writer_service.resume_fork) use the small
-public API below: :meth:`SessionLedger.open_session`,
+Stop (writer_service.stopping), Resume and Fork (writer_service.resume_fork) use the
+small public API below: :meth:`SessionLedger.open_session`,
 :meth:`SessionLedger.rebuild_exclusive`, :meth:`SessionLedger.drained_path`,
 :meth:`SessionLedger.publish` and :meth:`SessionLedger.run_io`.
 """
@@ -101,7 +97,7 @@ from writer_service.open_session import (
     check_retraction,
 )
 from writer_service.ownership import EmbeddedOwnership, Ownership
-from writer_service.rebuilt_facts import FORCE_HINT, RebuiltFacts, file_facts, refuse_damage
+from writer_service.rebuilt_facts import RebuiltFacts, file_facts
 from writer_service.recovery import repair_torn_tail, unavailable
 from writer_service.refusal_pacing import DEFAULT_RATE
 from writer_service.resume_fork import ForkResult, ResumeResult, fork_session, resume_session
@@ -114,6 +110,7 @@ from writer_service.saved_state import (
     save_state,
 )
 from writer_service.session_index import IndexEntry, SessionIndex, build_index, index_shard, read_entry
+from writer_service.stopping import StopResult, stop_session
 from writer_service.tenants import SessionTenants
 
 log = logging.getLogger(__name__)
@@ -133,8 +130,6 @@ META_FIELD_MAX_CHARS = 4096
 #: (:meth:`SessionLedger.owned_session_id`): owning one shard of N, all draws miss with
 #: probability (1 - 1/N)^(16 N) < e^-16.
 ID_DRAWS_PER_SHARD = 16
-#: Longest stop reason and error message (characters): stop facts stay within one tail window.
-STOP_TEXT_MAX_CHARS = 16 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,14 +158,6 @@ class WriterConfig:
     #: A static shard map (writer_service.ownership.StaticOwnership; a testing option): this writer
     #: owns the shards it gives its address, beside other writers on the same root. None: every shard.
     static_shard_map: Path | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class StopResult:
-    checkpoint_seq: int
-    stop_seq: int
-    digest: str
-    message_count: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -869,42 +856,8 @@ class SessionLedger:
         error: dict[str, str] | None = None,
         ts: str = "",
     ) -> StopResult:
-        """Drain, rebuild the whole file, append checkpoint and stop, make durable (docs/spec.md §2.6).
-
-        ``reason`` is at most 16 KiB characters, the error's message too; ``ts`` the
-        time of both records in the ledger's form ("" for now). Raises
-        InvalidArgumentError (an oversized reason), SessionNotFoundError,
-        SessionStateError (already stopped), SessionBusyError (a Stop or Resume in
-        progress), CorruptSessionError (the file is damaged: no checkpoint is
-        written over damage), StorageWriteError.
-        """
-        check_stop_text(reason, error)
-        state = await self.open_session(session_id)
-        state.check_appendable()
-        state.busy = "Stop"
-        try:
-            found = await self.rebuild_exclusive(state, True)
-            refuse_damage(found.unaccepted_damage, state.path.name, "stop", FORCE_HINT)
-            checkpoint_seq = state.next_seq
-            message_digest = found.digest
-            lines = stop_lines(checkpoint_seq, ts or now_timestamp(), found, kind, reason, error)
-            # Stopped from the moment the lines are queued: a caller cancelled while they
-            # are written must not leave the session open behind its stop record. A failed
-            # write drops this in-memory view (the log's on_failure), so it cannot lie.
-            durable = state.queue(lines, 2)
-            state.entry.stopped_kind = str(kind)
-        finally:
-            state.busy = ""
-        await durable
-        log.info(
-            "stopped %s (%s) at seq %d: %d messages, %s",
-            session_id,
-            kind,
-            checkpoint_seq + 1,
-            found.message_count,
-            message_digest,
-        )
-        return StopResult(checkpoint_seq, checkpoint_seq + 1, message_digest, found.message_count)
+        """Stop a session (docs/spec.md §2.6); see :func:`writer_service.stopping.stop_session`."""
+        return await stop_session(self, session_id, kind, reason, error, ts)
 
     async def rebuild_exclusive(self, state: OpenSession, with_digest: bool) -> RebuiltFacts:
         """Drain the session's queue, then rebuild its whole file on an I/O thread (docs/spec.md §2.7).
@@ -1142,44 +1095,6 @@ def check_queue_fits(records: RequestRecords, max_queued_records: int) -> None:
             f"make {count} records, over the limit of {max_queued_records} records queued for one"
             f" session; send them in requests of at most {max_queued_records} records",
         )
-
-
-def check_stop_text(reason: str, error: dict[str, str] | None, where: str = "") -> None:
-    """Refuse (InvalidArgumentError, field ``{where}reason`` / ``{where}error``) a stop reason,
-    error message or category longer than :data:`STOP_TEXT_MAX_CHARS` (Stop and ImportSessions)."""
-    if len(reason) > STOP_TEXT_MAX_CHARS:
-        raise InvalidArgumentError(f"{where}reason", f"is longer than {STOP_TEXT_MAX_CHARS} characters")
-    if error and any(len(value) > STOP_TEXT_MAX_CHARS for value in error.values()):
-        raise InvalidArgumentError(
-            f"{where}error", f"message and category are at most {STOP_TEXT_MAX_CHARS} characters"
-        )
-
-
-def stop_lines(
-    checkpoint_seq: int,
-    ts: str,
-    found: RebuiltFacts,
-    kind: StopKind,
-    reason: str,
-    error: dict[str, str] | None,
-) -> bytes:
-    """The ``agent_checkpoint`` and ``stop`` lines of a Stop (docs/spec.md §2.6) over a rebuild of the
-    whole file: the checkpoint carries the message digest and the lines digest of every line
-    before it (shared.records), the stop names the checkpoint's seq."""
-    checkpoint = {
-        "digest": found.digest,
-        "message_count": found.message_count,
-        "covers_seq": checkpoint_seq - 1,
-        "stop_kind": str(kind),
-        "lines_digest": found.lines_digest,
-    }
-    stop: dict[str, Any] = {"stop_kind": str(kind), "reason": reason}
-    if error:
-        stop["error"] = error
-    stop["checkpoint_seq"] = checkpoint_seq
-    return encode_line(checkpoint_seq, ts, RecordType.AGENT_CHECKPOINT, checkpoint) + encode_line(
-        checkpoint_seq + 1, ts, RecordType.STOP, stop
-    )
 
 
 def _retire(shard_dir: Path, state: OpenSession, snapshot: SessionState | None) -> None:
