@@ -24,7 +24,7 @@ import shared.tail
 import writer_service.fork_points
 import writer_service.idempotency
 import writer_service.retractions
-import writer_service.sessions
+import writer_service.session_cache
 from reader_service.listing_index import Count, count_messages
 from reader_service.watch import parse_line, start_offset
 from rollout.v1 import records_pb2, writer_pb2
@@ -190,7 +190,7 @@ def test_the_writer_reopens_a_session_with_the_records_the_reader_sees(
     )
     seen: list[bytes] = []
     monkeypatch.setattr(
-        writer_service.sessions, "record_of_line", lambda raw: seen.append(raw) or record_of_line(raw)
+        writer_service.session_cache, "record_of_line", lambda raw: seen.append(raw) or record_of_line(raw)
     )
 
     async def scenario() -> None:

@@ -315,7 +315,7 @@ def test_not_found_after_a_session_file_disappears(data_dir) -> None:
         try:
             sid, _ = await ledger.create_session(SessionSpec())
             path = ledger.root.locate(sid)[1]
-            ledger._forget(sid)
+            ledger.cache.forget(sid)
             path.unlink()
             with pytest.raises(SessionNotFoundError):
                 await ledger.append(sid, [append_payloads(msg("user", "x"), 0)])
