@@ -45,8 +45,8 @@ from shared.layout import PRIVATE_FILE_MODE, DataRoot
 from shared.lineage import forked_from
 from shared.naming import session_file_name
 from shared.session_meta import read_session_meta
-from writer_service.files import fsync_dir, make_durable_dirs, write_all
-from writer_service.session_state import state_path
+from writer_service.atomic_files import fsync_dir, make_durable_dirs, write_all
+from writer_service.saved_state import state_path
 
 log = logging.getLogger(__name__)
 

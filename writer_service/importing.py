@@ -6,7 +6,7 @@ child may name a parent staged earlier in the same stream), its records as Appen
 checks them (:func:`writer_service.open_session.encode_records`: every validation
 of docs/spec.md §2.3, source times allowed), and its lines are written to a hidden staging
 file beside the session files (``.<name>.tmp-<random>``, the shape start-up removes:
-:func:`writer_service.files.remove_stale_temporaries`). The stop closes a session
+:func:`writer_service.atomic_files.remove_stale_temporaries`). The stop closes a session
 as Stop does (docs/spec.md §2.6): the staging file is rebuilt whole with the shared rules,
 the checkpoint digests it, checkpoint and stop are appended, the file is fsynced.
 
@@ -44,11 +44,18 @@ from shared.errors import (
 from shared.records import RecordType, encode_line, now_timestamp
 from shared.session_meta import SessionSpec
 from shared.stop_kinds import StopKind
-from writer_service.file_facts import file_facts, refuse_damage
-from writer_service.files import create_marker, create_temporary, fsync_dir, make_durable_dirs, write_all
+from writer_service.atomic_files import (
+    create_marker,
+    create_temporary,
+    fsync_dir,
+    make_durable_dirs,
+    write_all,
+)
 from writer_service.open_session import RecordTimes, RequestRecords, encode_records
+from writer_service.rebuilt_facts import file_facts, refuse_damage
 from writer_service.session_index import IndexEntry
-from writer_service.sessions import SessionLedger, check_stop_text, stop_lines
+from writer_service.sessions import SessionLedger
+from writer_service.stopping import check_stop_text, stop_lines
 
 log = logging.getLogger(__name__)
 

@@ -161,7 +161,7 @@ class OpenSession:
     meta: dict[str, Any]
     #: "Stop" or "Resume" while one is in progress (appends meanwhile are refused: ABORTED, retryable).
     busy: str = ""
-    #: The file offset the session's saved state covers (writer_service.session_state).
+    #: The file offset the session's saved state covers (writer_service.saved_state).
     saved_offset: int = 0
     #: What the records queued last hold for a retraction (writer_service.retractions).
     recent: RecentRecords = field(default_factory=RecentRecords)

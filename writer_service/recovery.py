@@ -29,7 +29,7 @@ from shared.errors import SessionUnavailableError
 from shared.layout import PRIVATE_FILE_MODE, open_session_file, read_session_file, session_file_stat
 from shared.tail import record_fits
 from writer_service import metrics
-from writer_service.files import fsync_dir, write_all
+from writer_service.atomic_files import fsync_dir, write_all
 
 log = logging.getLogger(__name__)
 

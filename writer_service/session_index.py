@@ -32,10 +32,10 @@ from typing import Any
 from shared.layout import DataRoot, open_session_file
 from shared.naming import session_file_name
 from shared.tail import Tail, next_seq_of_tail, read_tail, stop_of_tail
+from writer_service.atomic_files import remove_stale_temporaries
 from writer_service.deletion import Tombstones, finish_removal, recover_shard
-from writer_service.files import remove_stale_temporaries
 from writer_service.recovery import RepairBacklog, repair_torn_tail, unavailable
-from writer_service.session_state import remove_stale_saves
+from writer_service.saved_state import remove_stale_saves
 
 log = logging.getLogger(__name__)
 

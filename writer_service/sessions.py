@@ -5,20 +5,16 @@ holds the :class:`~writer_service.session_index.SessionIndex` of every session
 (next seq, stop state; built at start-up from names and tails), the sessions it
 has open (:class:`~writer_service.open_session.OpenSession`, at most
 ``max_open_sessions`` file descriptors: idle ones are closed, least recently used
-first, their state saved), the request-id memory, and the
+first, their state saved: writer_service.session_cache), the request-id memory, and the
 :class:`~writer_service.committer.GroupCommitter` that makes appends durable in
 rounds. An unknown id is NOT_FOUND from memory; reopening a session reads its saved
-state and the lines after it (writer_service.session_state), never the whole file.
+state and the lines after it (writer_service.saved_state), never the whole file.
 
 Validation, seq assignment and queueing happen in the event loop without an await
 between them, so requests to one session are strictly ordered and all or nothing.
 
-Stop follows docs/spec.md §2.6 exactly: mark the session busy (later appends are refused
-with ABORTED until it ends), drain its queue, rebuild the whole file on an I/O
-thread with the same shared rules the reader uses (bounded memory,
-writer_service.file_facts), digest it, then append ``agent_checkpoint`` and
-``stop`` as one batch. Resume and Fork (writer_service.branching) use the small
-public API below: :meth:`SessionLedger.open_session`,
+Stop (writer_service.stopping), Resume and Fork (writer_service.resume_fork) use the
+small public API below: :meth:`SessionLedger.open_session`,
 :meth:`SessionLedger.rebuild_exclusive`, :meth:`SessionLedger.drained_path`,
 :meth:`SessionLedger.publish` and :meth:`SessionLedger.run_io`.
 """
@@ -26,12 +22,10 @@ public API below: :meth:`SessionLedger.open_session`,
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import logging
 import os
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Container, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -42,7 +36,6 @@ from typing import Any, TypeVar
 from serving.tenancy import caller_tenant, check_visible, current_caller, keyed_session_id
 from shared.deletions import Deletion
 from shared.errors import (
-    CorruptSessionError,
     InvalidArgumentError,
     LedgerError,
     NotOwnerError,
@@ -55,7 +48,7 @@ from shared.errors import (
     StorageWriteError,
     storage_error,
 )
-from shared.layout import DELEGATION_ID_MAX_BYTES, DataRoot, open_session_file
+from shared.layout import DELEGATION_ID_MAX_BYTES, DataRoot
 from shared.naming import (
     build_file_name,
     is_session_id,
@@ -64,8 +57,6 @@ from shared.naming import (
     validate_session_id,
 )
 from shared.reasons import next_seq_precondition, session_subject
-from shared.rebuild import collector_paused
-from shared.rebuild_index import index_rebuild
 from shared.records import (
     DEFAULT_MAX_RECORD_BYTES,
     RecordType,
@@ -74,9 +65,7 @@ from shared.records import (
     format_timestamp,
     now_timestamp,
     parse_timestamp,
-    record_of_line,
 )
-from shared.remedies import SEE_VERIFY
 from shared.session_meta import (
     TEXT_FIELDS,
     SessionSpec,
@@ -87,45 +76,31 @@ from shared.session_meta import (
 from shared.shards import DEFAULT_SHARDS
 from shared.stop_kinds import StopKind
 from writer_service import metrics
-from writer_service.branching import ForkResult, ResumeResult, fork_session, resume_session
+from writer_service.atomic_files import create_file, create_marker
 from writer_service.committer import CommitConfig, GroupCommitter, SessionLog, StorageHealth
 from writer_service.deletion import remove_session
-from writer_service.file_facts import FORCE_HINT, RebuiltFacts, file_facts, refuse_damage
-from writer_service.files import create_file, create_marker
 from writer_service.heap_trim import HeapTrimmer
 from writer_service.idempotency import RememberedAppend, RequestMemory, find_request, fingerprint, reused_id
 from writer_service.open_session import (
-    CallView,
     OpenSession,
     RecordTimes,
     RequestRecords,
-    apply_record,
     check_retraction,
 )
 from writer_service.ownership import EmbeddedOwnership, Ownership
-from writer_service.recovery import repair_torn_tail, unavailable
+from writer_service.rebuilt_facts import RebuiltFacts, file_facts
 from writer_service.refusal_pacing import DEFAULT_RATE
+from writer_service.resume_fork import ForkResult, ResumeResult, fork_session, resume_session
 from writer_service.retractions import referenced_seqs, resolve_references, resolve_retractions
-from writer_service.session_index import IndexEntry, SessionIndex, build_index, index_shard, read_entry
-from writer_service.session_state import (
-    SAVE_EVERY_BYTES,
-    SessionState,
-    lines_after,
-    load_state,
-    save_state,
-)
+from writer_service.saved_state import SAVE_EVERY_BYTES
+from writer_service.session_cache import SessionCache, load_session
+from writer_service.session_index import IndexEntry, SessionIndex, build_index, index_shard
+from writer_service.stopping import StopResult, stop_session
 from writer_service.tenants import SessionTenants
 
 log = logging.getLogger(__name__)
 
-#: Bytes appended since a session's last saved state beyond which closing its file saves it again.
-SAVE_ON_CLOSE_BYTES = 64 * 1024
-#: Closed sessions whose view (call ids, meta) stays in memory, most recently closed first:
-#: reopening one of them is an open() and an fstat(), nothing read.
-KEPT_VIEWS = 4096
-
 _T = TypeVar("_T")
-_RECORD_TYPES = {member.value: member for member in RecordType}
 
 #: Longest tenant, model, cwd, originator and client_version (characters).
 META_FIELD_MAX_CHARS = 4096
@@ -133,8 +108,6 @@ META_FIELD_MAX_CHARS = 4096
 #: (:meth:`SessionLedger.owned_session_id`): owning one shard of N, all draws miss with
 #: probability (1 - 1/N)^(16 N) < e^-16.
 ID_DRAWS_PER_SHARD = 16
-#: Longest stop reason and error message (characters): stop facts stay within one tail window.
-STOP_TEXT_MAX_CHARS = 16 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,32 +139,12 @@ class WriterConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class StopResult:
-    checkpoint_seq: int
-    stop_seq: int
-    digest: str
-    message_count: int
-
-
-@dataclass(frozen=True, slots=True)
 class DeleteResult:
     """A deleted session: when (RFC 3339), and whether an earlier call had deleted it already."""
 
     session_id: str
     deleted_at: str
     already_deleted: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class _Loaded:
-    """What opening a session file found (I/O thread -> event loop)."""
-
-    fd: int
-    size: int
-    calls: set[str]
-    meta: dict[str, Any]
-    entry: IndexEntry
-    saved_offset: int
 
 
 class SessionLedger:
@@ -212,12 +165,12 @@ class SessionLedger:
         self.ownership: Ownership = ownership if ownership is not None else EmbeddedOwnership()
         self.index = index if index is not None else build_index(self.root)
         self._executor = ThreadPoolExecutor(config.io_threads, thread_name_prefix="rollout-io")
-        self._sessions: OrderedDict[str, OpenSession] = OrderedDict()
+        self.cache = SessionCache(self.root, self._executor, config.max_open_sessions)
+        #: The open sessions (the cache's own mapping, least recently used first).
+        self._sessions = self.cache.sessions
         self._loading: dict[str, asyncio.Future[OpenSession]] = {}
         self._requests = RequestMemory(on_forget=self._request_forgotten)
         self._creating: set[str] = set()
-        #: Saves of sessions' states under way on the I/O threads, per session (see _submit_save).
-        self._saves: dict[str, set[concurrent.futures.Future[None]]] = {}
         #: Sessions being deleted: opening one is refused (SessionBusyError) until it is gone.
         self._deleting: set[str] = set()
         #: Sessions whose file a Fork is reading, with how many are (see :meth:`holding`); a
@@ -226,7 +179,6 @@ class SessionLedger:
         self._unheld: dict[str, asyncio.Event] = {}
         self.storage_health = StorageHealth()
         self._group: GroupCommitter | None = None
-        self._kept: OrderedDict[str, IndexEntry] = OrderedDict()
         #: Returns memory to the OS after large requests and whole-file work (writer_service.heap_trim).
         self.heap_trimmer = HeapTrimmer(self._executor)
         #: Each session's tenant, read when an authenticated caller first names it (serving.tenancy).
@@ -412,114 +364,11 @@ class SessionLedger:
         )
         self._sessions[session_id] = state
         if size > SAVE_EVERY_BYTES:  # a large fork: its first reopen after a crash stays bounded
-            self._save_later(state, size)
-        self._close_idle()
+            self.cache.save_later(state, size)
+        self.cache.close_idle()
 
     def _log(self, session_id: str, fd: int, size: int, shard: int, epoch: int) -> SessionLog:
-        return self.committer.open(fd, size, session_id, lambda: self._forget(session_id), shard, epoch)
-
-    def _shard_dir(self, state: OpenSession) -> Path:
-        """The folder of a session's shard (its saved state lives there: writer_service.session_state)."""
-        return self.root.shard_dir(state.log.shard)
-
-    def _snapshot(self, state: OpenSession, offset: int) -> SessionState:
-        """The state to save at ``offset``: the view after everything queued so far."""
-        return SessionState(offset, state.next_seq - 1, list(state.calls), state.meta)
-
-    def _save_later(self, state: OpenSession, offset: int, after: asyncio.Future[None] | None = None) -> None:
-        """Save the session's state at ``offset`` once ``after`` (the lines up to it) is durable."""
-        snapshot = self._snapshot(state, offset)
-        state.saved_offset = offset
-        args = (self._shard_dir(state), state.session_id, state.path, snapshot)
-        if after is None:
-            self._submit_save(state.session_id, save_state, *args)
-            return
-
-        def saved(done: asyncio.Future[None]) -> None:
-            if not done.cancelled() and done.exception() is None:
-                self._submit_save(state.session_id, save_state, *args)
-
-        after.add_done_callback(saved)
-
-    def _close_idle(self) -> None:
-        """Close the least recently used idle session files beyond ``max_open_sessions``.
-
-        A closed session's state is saved first (on an I/O thread) when it has none
-        yet or more than :data:`SAVE_ON_CLOSE_BYTES` were appended since its last
-        save, so that reopening it reads only what follows: a session reopened and
-        closed again for every append costs no state write each time.
-        """
-        excess = len(self._sessions) - self.config.max_open_sessions
-        if excess <= 0:
-            return
-        for session_id, state in list(self._sessions.items()):
-            if excess <= 0:
-                break
-            if state.log.idle and not state.busy:
-                del self._sessions[session_id]
-                self._keep_view(state)
-                snapshot = None
-                if state.saved_offset == 0 or state.log.size - state.saved_offset > SAVE_ON_CLOSE_BYTES:
-                    snapshot = self._snapshot(state, state.log.size)
-                if snapshot is None:
-                    state.log.close()
-                else:
-                    self._submit_save(session_id, _retire, self._shard_dir(state), state, snapshot)
-                excess -= 1
-
-    def _submit_save(self, session_id: str, function: Callable[..., None], *args: Any) -> None:
-        """Save a session's state on an I/O thread, tracked until done (a delete waits for it)."""
-        done = self._executor.submit(function, *args)
-        self._saves.setdefault(session_id, set()).add(done)
-        loop = asyncio.get_running_loop()
-
-        def settled(_: concurrent.futures.Future[None]) -> None:
-            saves = self._saves.get(session_id)
-            if saves is not None:
-                saves.discard(done)
-                if not saves:
-                    del self._saves[session_id]
-
-        done.add_done_callback(lambda finished: loop.call_soon_threadsafe(settled, finished))
-
-    async def _saved(self, session_id: str) -> None:
-        """Wait for every save of a session's state under way (a failed one was logged)."""
-        for done in list(self._saves.get(session_id, ())):
-            with contextlib.suppress(Exception):
-                await asyncio.wrap_future(done)
-
-    def _keep_view(self, state: OpenSession) -> None:
-        """Keep a closing session's view in its index entry (at most KEPT_VIEWS sessions keep one)."""
-        state.entry.kept = (state.calls, state.meta, state.log.size, state.saved_offset)
-        self._kept[state.session_id] = state.entry
-        self._kept.move_to_end(state.session_id)
-        while len(self._kept) > KEPT_VIEWS:
-            _, oldest = self._kept.popitem(last=False)
-            oldest.kept = None
-
-    def _reopen_kept(self, session_id: str, entry: IndexEntry, path: Path) -> _Loaded | None:
-        """Reopen a recently closed session from its kept view when its file is as it was left."""
-        kept, entry.kept = entry.kept, None
-        self._kept.pop(session_id, None)
-        if kept is None or not entry.fresh:
-            return None
-        calls, meta, size, saved_offset = kept
-        try:
-            fd = open_session_file(path, os.O_RDWR | os.O_APPEND)
-        except OSError:
-            return None  # the slow path names the problem
-        if os.fstat(fd).st_size != size:
-            os.close(fd)
-            return None
-        return _Loaded(fd, size, calls, meta, entry, saved_offset)
-
-    def _forget(self, session_id: str) -> None:
-        """Drop a session's open state after a failed round; the next call re-reads its tail."""
-        state = self._sessions.pop(session_id, None)
-        if state is not None:
-            state.entry.fresh = False
-            state.entry.requests_floor = None  # set again from the file when next opened
-            state.log.close()
+        return self.committer.open(fd, size, session_id, lambda: self.cache.forget(session_id), shard, epoch)
 
     # -- shards coming and going (writer_service.ownership.ShardKeeper) ------------------
 
@@ -532,10 +381,10 @@ class SessionLedger:
         entries, failed = await self.run_io(index_shard, self.root, shard, self.index.tombstones)
         for session_id in [known for known in self.index.entries if self.root.shard_of(known) == shard]:
             if session_id not in entries:  # deleted by another writer meanwhile
-                self._kept.pop(session_id, None)
+                self.cache.drop_kept(session_id)
                 self.index.remove(session_id)
         for session_id, entry in entries.items():
-            self._kept.pop(session_id, None)
+            self.cache.drop_kept(session_id)
             self.index.add(session_id, entry)
         for session_id, reason in failed.items():
             self.index.repairs.failed(session_id, reason)
@@ -550,7 +399,7 @@ class SessionLedger:
             for state in open_here:
                 await state.log.drain()
                 if self._sessions.get(state.session_id) is state:
-                    self._forget(state.session_id)
+                    self.cache.forget(state.session_id)
 
     def taken(self, session_id: str) -> bool:
         """Whether ``session_id`` is in the ledger, being created, or was deleted (a tombstone: never
@@ -662,11 +511,11 @@ class SessionLedger:
             # A fresh entry whose saved state is recent is reopened right here: a few small
             # reads, cheaper than a hop to an I/O thread and back. Anything else (no state, a
             # stale one, a long suffix, a tail to re-read) goes to an I/O thread.
-            loaded = self._reopen_kept(session_id, entry, path)
+            loaded = self.cache.reopen_kept(session_id, entry, path)
             if loaded is None and entry.fresh:
-                loaded = _load(shard_dir, path, session_id, entry, quick=True)
+                loaded = load_session(shard_dir, path, session_id, entry, quick=True)
             if loaded is None:
-                loaded = await self.run_io(_load, shard_dir, path, session_id, entry)
+                loaded = await self.run_io(load_session, shard_dir, path, session_id, entry)
                 assert loaded is not None  # only a quick try declines
             if loaded.entry is not entry:
                 self.index.add(session_id, loaded.entry)
@@ -682,7 +531,7 @@ class SessionLedger:
                 saved_offset=loaded.saved_offset,
             )
             self._sessions[session_id] = state
-            self._close_idle()
+            self.cache.close_idle()
             self.index.repairs.repaired(session_id)
             future.set_result(state)
             return state
@@ -807,7 +656,7 @@ class SessionLedger:
             answer = RememberedAppend(print_, seqs, state.next_seq, durable, state.log.submitted_bytes)
             self._requests.remember(session_id, request_id, answer)
         if state.log.submitted_bytes - state.saved_offset > SAVE_EVERY_BYTES:
-            self._save_later(state, state.log.submitted_bytes, durable)
+            self.cache.save_later(state, state.log.submitted_bytes, durable)
         return seqs, state.next_seq, durable
 
     async def _landed(
@@ -869,42 +718,8 @@ class SessionLedger:
         error: dict[str, str] | None = None,
         ts: str = "",
     ) -> StopResult:
-        """Drain, rebuild the whole file, append checkpoint and stop, make durable (docs/spec.md §2.6).
-
-        ``reason`` is at most 16 KiB characters, the error's message too; ``ts`` the
-        time of both records in the ledger's form ("" for now). Raises
-        InvalidArgumentError (an oversized reason), SessionNotFoundError,
-        SessionStateError (already stopped), SessionBusyError (a Stop or Resume in
-        progress), CorruptSessionError (the file is damaged: no checkpoint is
-        written over damage), StorageWriteError.
-        """
-        check_stop_text(reason, error)
-        state = await self.open_session(session_id)
-        state.check_appendable()
-        state.busy = "Stop"
-        try:
-            found = await self.rebuild_exclusive(state, True)
-            refuse_damage(found.unaccepted_damage, state.path.name, "stop", FORCE_HINT)
-            checkpoint_seq = state.next_seq
-            message_digest = found.digest
-            lines = stop_lines(checkpoint_seq, ts or now_timestamp(), found, kind, reason, error)
-            # Stopped from the moment the lines are queued: a caller cancelled while they
-            # are written must not leave the session open behind its stop record. A failed
-            # write drops this in-memory view (the log's on_failure), so it cannot lie.
-            durable = state.queue(lines, 2)
-            state.entry.stopped_kind = str(kind)
-        finally:
-            state.busy = ""
-        await durable
-        log.info(
-            "stopped %s (%s) at seq %d: %d messages, %s",
-            session_id,
-            kind,
-            checkpoint_seq + 1,
-            found.message_count,
-            message_digest,
-        )
-        return StopResult(checkpoint_seq, checkpoint_seq + 1, message_digest, found.message_count)
+        """Stop a session (docs/spec.md §2.6); see :func:`writer_service.stopping.stop_session`."""
+        return await stop_session(self, session_id, kind, reason, error, ts)
 
     async def rebuild_exclusive(self, state: OpenSession, with_digest: bool) -> RebuiltFacts:
         """Drain the session's queue, then rebuild its whole file on an I/O thread (docs/spec.md §2.7).
@@ -1026,7 +841,7 @@ class SessionLedger:
                 state.refuse_if_busy()  # a Stop or Resume began while the open was awaited
                 marked, state.busy = state, "Delete"
                 await state.log.drain()  # appends in flight are written and acknowledged first
-            await self._saved(session_id)  # no state file is written after the delete removed it
+            await self.cache.saved(session_id)  # no state file is written after the delete removed it
             await self._released(session_id)  # a Fork reading the file finishes first
             try:
                 await self.run_io(remove_session, self.root, self.index.tombstones, deletion, entry.name)
@@ -1070,12 +885,7 @@ class SessionLedger:
 
     def _forget_deleted(self, session_id: str) -> None:
         """Drop everything the writer holds in memory about a deleted session."""
-        state = self._sessions.pop(session_id, None)
-        if state is not None:
-            state.log.close()
-        entry = self._kept.pop(session_id, None)
-        if entry is not None:
-            entry.kept = None
+        self.cache.forget_deleted(session_id)
         self.index.remove(session_id)
         self.tenants.forget(session_id)
 
@@ -1091,7 +901,7 @@ class SessionLedger:
         ]
 
     async def resume(self, session_id: str, force: bool = False) -> ResumeResult:
-        """Re-open a session for appending (docs/spec.md §2.8); see :func:`writer_service.branching.resume_session`."""
+        """Re-open a session for appending (docs/spec.md §2.8); see :func:`writer_service.resume_fork.resume_session`."""
         return await resume_session(self, session_id, force)
 
     async def fork(
@@ -1099,7 +909,7 @@ class SessionLedger:
     ) -> ForkResult:
         """A new session from the source's records up to a fork point (docs/spec.md §2.8), named by
         ``session_key`` in the source's tenant when given; see
-        :func:`writer_service.branching.fork_session`."""
+        :func:`writer_service.resume_fork.fork_session`."""
         return await fork_session(self, source_id, at_seq, before_user_message, session_key)
 
     async def retry_repairs(self) -> int:
@@ -1113,19 +923,7 @@ class SessionLedger:
         """Drain every session's queue, save their states, close files, the rounds' thread and the I/O threads."""
         for state in list(self._sessions.values()):
             await state.log.drain()
-        retiring = [
-            self._executor.submit(
-                _retire,
-                self._shard_dir(state),
-                state,
-                self._snapshot(state, state.log.size) if state.saved_offset != state.log.size else None,
-            )
-            for state in self._sessions.values()
-            if self._sessions.get(state.session_id) is state
-        ]
-        for done in retiring:
-            done.result()
-        self._sessions.clear()
+        self.cache.retire_all()
         if self._group is not None:
             self._group.close()
         self._executor.shutdown(wait=True)
@@ -1142,114 +940,3 @@ def check_queue_fits(records: RequestRecords, max_queued_records: int) -> None:
             f"make {count} records, over the limit of {max_queued_records} records queued for one"
             f" session; send them in requests of at most {max_queued_records} records",
         )
-
-
-def check_stop_text(reason: str, error: dict[str, str] | None, where: str = "") -> None:
-    """Refuse (InvalidArgumentError, field ``{where}reason`` / ``{where}error``) a stop reason,
-    error message or category longer than :data:`STOP_TEXT_MAX_CHARS` (Stop and ImportSessions)."""
-    if len(reason) > STOP_TEXT_MAX_CHARS:
-        raise InvalidArgumentError(f"{where}reason", f"is longer than {STOP_TEXT_MAX_CHARS} characters")
-    if error and any(len(value) > STOP_TEXT_MAX_CHARS for value in error.values()):
-        raise InvalidArgumentError(
-            f"{where}error", f"message and category are at most {STOP_TEXT_MAX_CHARS} characters"
-        )
-
-
-def stop_lines(
-    checkpoint_seq: int,
-    ts: str,
-    found: RebuiltFacts,
-    kind: StopKind,
-    reason: str,
-    error: dict[str, str] | None,
-) -> bytes:
-    """The ``agent_checkpoint`` and ``stop`` lines of a Stop (docs/spec.md §2.6) over a rebuild of the
-    whole file: the checkpoint carries the message digest and the lines digest of every line
-    before it (shared.records), the stop names the checkpoint's seq."""
-    checkpoint = {
-        "digest": found.digest,
-        "message_count": found.message_count,
-        "covers_seq": checkpoint_seq - 1,
-        "stop_kind": str(kind),
-        "lines_digest": found.lines_digest,
-    }
-    stop: dict[str, Any] = {"stop_kind": str(kind), "reason": reason}
-    if error:
-        stop["error"] = error
-    stop["checkpoint_seq"] = checkpoint_seq
-    return encode_line(checkpoint_seq, ts, RecordType.AGENT_CHECKPOINT, checkpoint) + encode_line(
-        checkpoint_seq + 1, ts, RecordType.STOP, stop
-    )
-
-
-def _retire(shard_dir: Path, state: OpenSession, snapshot: SessionState | None) -> None:
-    """Save a closed session's state (when it changed since the last save) and close its file (I/O thread)."""
-    try:
-        if snapshot is not None:
-            save_state(shard_dir, state.session_id, state.path, snapshot)
-    finally:
-        state.log.close()
-
-
-def _load(
-    shard_dir: Path, path: Path, session_id: str, entry: IndexEntry, quick: bool = False
-) -> _Loaded | None:
-    """Open a session file for appending and recover the writer's view of it (I/O thread).
-
-    From its saved state and the lines after it when the state matches the file;
-    otherwise from the whole file once (bounded memory), saving a state for next
-    time. An entry that is not fresh is re-read from the tail (after a tail repair).
-    With ``quick`` (the event loop's try) only a matching state with at most
-    :data:`SAVE_ON_CLOSE_BYTES` after it is used; otherwise None, having read
-    nothing more. Raises SessionNotFoundError (the file is gone),
-    CorruptSessionError (no session_meta), SessionUnavailableError (its tail could
-    not be repaired, or it cannot be opened), StorageWriteError (unreadable).
-    """
-    try:
-        if not entry.fresh:
-            repair_torn_tail(path)
-            entry = read_entry(path)
-        fd = open_session_file(path, os.O_RDWR | os.O_APPEND)
-    except FileNotFoundError as exc:  # moved aside by repair, or removed outside the ledger
-        raise SessionNotFoundError(session_id) from exc
-    except OSError as exc:
-        raise unavailable(path.name, exc) from exc
-    try:
-        size = os.fstat(fd).st_size
-        saved = load_state(shard_dir, session_id, fd)
-        if quick and (saved is None or size - saved.offset > SAVE_ON_CLOSE_BYTES):
-            os.close(fd)
-            return None
-        if saved is not None:
-            view = CallView(set(saved.calls))
-            last_seq = saved.last_seq
-            for raw in lines_after(fd, saved.offset, size):
-                record = record_of_line(raw)  # what the reader's rebuild takes for a record
-                if record is None:
-                    continue  # damage is the reader's to report; the view is not changed by it
-                record_type = _RECORD_TYPES.get(record["type"])
-                if record_type is not None:
-                    apply_record(view, record_type, record["payload"], 0, validate=False)
-                last_seq = record["seq"]
-            calls, meta, saved_offset = view.committed(), saved.meta, saved.offset
-        else:
-            with collector_paused():
-                found = index_rebuild(path)
-                if found.session_meta is None:
-                    raise CorruptSessionError(
-                        f"session file {path.name} does not start with a session_meta record; it cannot"
-                        f" be appended to ({SEE_VERIFY})"
-                    )
-                calls, meta, last_seq = found.call_ids, found.session_meta, found.last_seq
-                saved_offset = found.committed_bytes
-                del found
-            save_state(shard_dir, session_id, path, SessionState(saved_offset, last_seq, list(calls), meta))
-        if not entry.fresh or entry.next_seq != last_seq + 1:
-            entry = IndexEntry(entry.name, last_seq + 1, entry.stopped_kind)
-        return _Loaded(fd, size, calls, meta, entry, saved_offset)
-    except OSError as exc:
-        os.close(fd)
-        raise storage_error(exc, "read", f"opening {path.name}") from exc
-    except BaseException:
-        os.close(fd)
-        raise

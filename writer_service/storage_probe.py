@@ -24,9 +24,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from shared.layout import make_private_dirs
+from writer_service.atomic_files import create_temporary, write_all
 from writer_service.committer import StorageHealth
-from writer_service.files import create_temporary, write_all
-from writer_service.session_state import STATE_DIR
+from writer_service.saved_state import STATE_DIR
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from shared.rebuild_index import MessageSource, index_rebuild
 from shared.records import encode_line
 from tests.conftest import run_rollout
 from tests.data_roots import session_file
-from writer_service.file_facts import file_facts
+from writer_service.rebuilt_facts import file_facts
 
 TS = "2026-11-30T10:00:00.000000Z"
 META = {"session_id": "01a22c15-89a6-7d3d-b5b7-165622bd350c", "tenant": "t", "created_at": TS}

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import shared.lineage
-import writer_service.branching
+import writer_service.resume_fork
 from reader_service.server import ReaderConfig, RolloutReaderServicer
 from shared.deletions import DELETIONS_FILE, Deletion
 from shared.layout import DataRoot
@@ -85,7 +85,7 @@ def _fork_file(data_dir: Path, source: str) -> tuple[str, Path]:
 
 
 def writer_round_id(data_dir: Path, session_id: str, path: Path) -> str:
-    found = writer_service.branching.round_left_pending(
+    found = writer_service.resume_fork.round_left_pending(
         DataRoot(data_dir), session_id, path, path.stat().st_size
     )
     assert found is not None

@@ -21,10 +21,10 @@ import reader_service.watch
 import shared.records
 import shared.session_meta
 import shared.tail
-import writer_service.forking
+import writer_service.fork_points
 import writer_service.idempotency
 import writer_service.retractions
-import writer_service.sessions
+import writer_service.session_cache
 from reader_service.listing_index import Count, count_messages
 from reader_service.watch import parse_line, start_offset
 from rollout.v1 import records_pb2, writer_pb2
@@ -36,7 +36,7 @@ from shared.session_meta import SessionSpec, read_session_meta
 from shared.tail import read_tail
 from shared.wire import append_payloads
 from tests.data_roots import session_file, session_path
-from writer_service.forking import find_fork_point
+from writer_service.fork_points import find_fork_point
 from writer_service.session_index import build_index
 from writer_service.sessions import SessionLedger, WriterConfig
 
@@ -160,7 +160,7 @@ def _meta(path: Path) -> Any:
 USERS: list[tuple[Any, Callable[[Path], Any]]] = [
     (shared.tail, _tail_records),  # the writer's index and the reader's stop facts
     (reader_service.watch, _watched_seq),
-    (writer_service.forking, _fork_point),
+    (writer_service.fork_points, _fork_point),
     (reader_service.listing_index, _preview),
     (shared.session_meta, _meta),
 ]
@@ -190,7 +190,7 @@ def test_the_writer_reopens_a_session_with_the_records_the_reader_sees(
     )
     seen: list[bytes] = []
     monkeypatch.setattr(
-        writer_service.sessions, "record_of_line", lambda raw: seen.append(raw) or record_of_line(raw)
+        writer_service.session_cache, "record_of_line", lambda raw: seen.append(raw) or record_of_line(raw)
     )
 
     async def scenario() -> None:

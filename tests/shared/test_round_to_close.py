@@ -12,7 +12,7 @@ import pytest
 
 import reader_service.rounds
 import shared.rounds
-import writer_service.branching
+import writer_service.resume_fork
 from reader_service.rounds import RoundCache
 from shared.layout import DataRoot
 from shared.naming import parse_file_name
@@ -49,7 +49,7 @@ def _session_id(path: Path) -> str:
 
 
 def writer_side(data_dir: Path, path: Path) -> Any:
-    return writer_service.branching.round_left_pending(
+    return writer_service.resume_fork.round_left_pending(
         DataRoot(data_dir), _session_id(path), path, path.stat().st_size
     )
 

@@ -97,7 +97,7 @@ def test_writer_resume_and_reader_stop_facts_share_one_classification():
     """The writer's Resume and the reader's eligibility call the same shared function."""
     import reader_service.stop_facts
     import shared.stop_kinds
-    import writer_service.branching
+    import writer_service.resume_fork
 
-    assert writer_service.branching.classify_session is shared.stop_kinds.classify_session
+    assert writer_service.resume_fork.classify_session is shared.stop_kinds.classify_session
     assert reader_service.stop_facts.classify_session is shared.stop_kinds.classify_session

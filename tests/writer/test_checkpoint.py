@@ -12,8 +12,8 @@ from typing import Any
 import orjson
 
 import reader_service.replay
-import writer_service.branching
-import writer_service.file_facts
+import writer_service.rebuilt_facts
+import writer_service.resume_fork
 from reader_service.replay import DigestStatus, replay_file
 from rollout.v1 import records_pb2, writer_pb2
 from shared.errors import SessionStateError
@@ -126,12 +126,12 @@ def test_writer_checkpoint_and_reader_share_one_rebuild_and_one_digest() -> None
     # Both feed shared.digest's own builder (the one digest() is made of) from the shared
     # bounded-memory rebuild (the same rules as rebuild(), subclassed, not copied), and read
     # an older checkpoint by the one shared rule.
-    assert writer_service.file_facts.digest_of_payloads is digest_module.digest_of_payloads
+    assert writer_service.rebuilt_facts.digest_of_payloads is digest_module.digest_of_payloads
     assert reader_service.replay.digest_of_payloads is digest_module.digest_of_payloads
     assert reader_service.replay.DigestBuilder is digest_module.DigestBuilder
-    assert writer_service.file_facts.read_checkpoint is rebuild_module.read_checkpoint
+    assert writer_service.rebuilt_facts.read_checkpoint is rebuild_module.read_checkpoint
     assert reader_service.replay.read_checkpoint is rebuild_module.read_checkpoint
-    assert writer_service.file_facts.index_rebuild is rebuild_index_module.index_rebuild
+    assert writer_service.rebuilt_facts.index_rebuild is rebuild_index_module.index_rebuild
     assert reader_service.replay.index_rebuild is rebuild_index_module.index_rebuild
     assert reader_service.replay.rebuild is rebuild_module.rebuild
     hashing = [
@@ -187,28 +187,28 @@ def test_stop_resume_and_fork_rebuild_on_an_io_thread_under_the_collector_pause(
     fork point) never runs on the event loop, where it would hold up every other session's
     appends; the rebuild and digest run with the collector paused."""
     seen: list[tuple[str, str, bool]] = []
-    real_rebuild = writer_service.file_facts.index_rebuild
+    real_rebuild = writer_service.rebuilt_facts.index_rebuild
 
     def spying_rebuild(path: Path, **options: Any) -> rebuild_module.Rebuild:
         seen.append(("rebuild", threading.current_thread().name, gc.isenabled()))
         return real_rebuild(path, **options)
 
-    real_digest = writer_service.file_facts.digest_of_payloads
+    real_digest = writer_service.rebuilt_facts.digest_of_payloads
 
     def spying_digest(messages: Any, count: int) -> str:
         seen.append(("digest", threading.current_thread().name, gc.isenabled()))
         return real_digest(messages, count)
 
-    monkeypatch.setattr(writer_service.file_facts, "index_rebuild", spying_rebuild)
-    monkeypatch.setattr(writer_service.file_facts, "digest_of_payloads", spying_digest)
+    monkeypatch.setattr(writer_service.rebuilt_facts, "index_rebuild", spying_rebuild)
+    monkeypatch.setattr(writer_service.rebuilt_facts, "digest_of_payloads", spying_digest)
     for name in ("find_fork_point", "check_fork_keeps_pairs"):
-        real = getattr(writer_service.branching, name)
+        real = getattr(writer_service.resume_fork, name)
 
         def spying(*args: object, _name: str = name, _real: Any = real) -> Any:
             seen.append((_name, threading.current_thread().name, False))
             return _real(*args)
 
-        monkeypatch.setattr(writer_service.branching, name, spying)
+        monkeypatch.setattr(writer_service.resume_fork, name, spying)
 
     async def scenario() -> str:
         ledger = SessionLedger(WriterConfig(data_dir=data_dir))
@@ -326,13 +326,13 @@ def test_a_refused_resume_reads_no_file(data_dir, monkeypatch) -> None:
     """Resume decides eligibility (default-deny, docs/spec.md §2.8) from the session's stop kind before any
     whole-file rebuild: a refusal costs no read of the file and writes nothing."""
     rebuilds: list[Path] = []
-    real_rebuild = writer_service.file_facts.index_rebuild
+    real_rebuild = writer_service.rebuilt_facts.index_rebuild
 
     def counting_rebuild(path: Path, **options: Any) -> rebuild_module.Rebuild:
         rebuilds.append(path)
         return real_rebuild(path, **options)
 
-    monkeypatch.setattr(writer_service.file_facts, "index_rebuild", counting_rebuild)
+    monkeypatch.setattr(writer_service.rebuilt_facts, "index_rebuild", counting_rebuild)
 
     async def scenario() -> tuple[Path, str]:
         ledger = SessionLedger(WriterConfig(data_dir=data_dir))

@@ -25,10 +25,10 @@ from shared.rounds import round_id
 from shared.session_meta import SessionRole, SessionSpec
 from tests.conftest import start_service
 from tests.data_roots import session_file
-from writer_service import branching, session_state, sessions
+from writer_service import resume_fork, saved_state, sessions
 from writer_service.deletion import KILL_AT_ENV, KILL_POINTS, TRASH_DIR
+from writer_service.saved_state import SAVE_EVERY_BYTES
 from writer_service.server import append_payloads
-from writer_service.session_state import SAVE_EVERY_BYTES
 from writer_service.sessions import SessionLedger, WriterConfig
 
 PAUSED = records_pb2.STOP_KIND_PAUSED
@@ -340,13 +340,13 @@ def test_a_state_saved_as_the_session_is_deleted_is_not_left_behind(data_dir, mo
     so that, without the wait, it would write the state after the delete removed it."""
     big = [append_payloads(_user("x" * (SAVE_EVERY_BYTES + 1024)), 0)]
     gate = threading.Event()
-    check = session_state._check
+    check = saved_state._check
 
     def held_check(fd: int, offset: int) -> str | None:
         gate.wait(2)
         return check(fd, offset)
 
-    monkeypatch.setattr(session_state, "_check", held_check)
+    monkeypatch.setattr(saved_state, "_check", held_check)
 
     async def scenario() -> str:
         ledger = SessionLedger(WriterConfig(data_dir=data_dir))
@@ -435,7 +435,7 @@ def test_a_fork_reading_its_source_when_a_delete_begins_is_made_first(data_dir, 
     """The fork reads its source on an I/O thread when the source's delete begins: the delete waits
     for the fork to finish (its file is held), then deletes; the fork has the source's records.
     Without the hold the file went from under the fork (an UNAVAILABLE 'No such file')."""
-    entered, go = _held(monkeypatch, branching, "_plan_fork")
+    entered, go = _held(monkeypatch, resume_fork, "_plan_fork")
 
     async def scenario() -> None:
         ledger = SessionLedger(WriterConfig(data_dir=data_dir))
@@ -488,7 +488,7 @@ def test_a_fork_of_a_source_deleted_while_its_queue_drained_is_not_found(data_di
 def test_a_source_file_gone_under_a_fork_is_not_found(data_dir, monkeypatch) -> None:
     """A source file that vanishes while a fork reads it (removed by other means than this
     writer's Delete) is NOT_FOUND naming the source, never a storage failure."""
-    entered, go = _held(monkeypatch, branching, "_plan_fork")
+    entered, go = _held(monkeypatch, resume_fork, "_plan_fork")
 
     async def scenario() -> None:
         ledger = SessionLedger(WriterConfig(data_dir=data_dir))

@@ -14,7 +14,8 @@ import pytest
 
 import shared.committed_lines as committed_lines
 import writer_service.committer as committer
-import writer_service.session_state as session_state
+import writer_service.saved_state as saved_state
+import writer_service.session_cache as session_cache
 import writer_service.sessions as sessions
 from rollout.v1 import records_pb2, writer_pb2
 from shared.errors import RecordValidationError, SessionNotFoundError, StorageWriteError
@@ -131,9 +132,9 @@ def test_reopening_a_session_reads_a_bounded_number_of_bytes_whatever_its_size(d
     state and the lines after it (never more than the save interval plus one request), and never
     rebuilds its whole file; its tool calls still validate after each reopen."""
     monkeypatch.setattr(sessions, "SAVE_EVERY_BYTES", 1 << 20)
-    monkeypatch.setattr(sessions, "KEPT_VIEWS", 0)  # no closed session's view stays in memory
+    monkeypatch.setattr(session_cache, "KEPT_VIEWS", 0)  # no closed session's view stays in memory
     read: list[int] = []
-    real_pread = session_state._os_pread
+    real_pread = saved_state._os_pread
 
     def counting_pread(fd: int, size: int, offset: int) -> bytes:
         data = real_pread(fd, size, offset)
@@ -161,9 +162,9 @@ def test_reopening_a_session_reads_a_bounded_number_of_bytes_whatever_its_size(d
                 assert grown not in ledger._sessions
                 read.clear()
                 with monkeypatch.context() as patch:
-                    patch.setattr(session_state, "_os_pread", counting_pread)
+                    patch.setattr(saved_state, "_os_pread", counting_pread)
                     patch.setattr(committed_lines, "pread", counting_pread)
-                    patch.setattr(sessions, "index_rebuild", no_whole_file)
+                    patch.setattr(session_cache, "index_rebuild", no_whole_file)
                     await ledger.append(grown, [output("early")])  # the call from the first request
                 seen.append((ledger.root.locate(grown)[1].stat().st_size, sum(read)))
                 await ledger.append(other, [user("evicts it again")])
@@ -207,7 +208,7 @@ def test_a_session_without_saved_state_is_indexed_from_its_file_once(data_dir) -
 
     assert asyncio.run(scenario()) == [2]
     root = sessions.DataRoot(data_dir)
-    saved = orjson.loads(session_state.state_path(root.shard_dir(root.shard_of(sid)), sid).read_bytes())
+    saved = orjson.loads(saved_state.state_path(root.shard_dir(root.shard_of(sid)), sid).read_bytes())
     assert saved["calls"] == ["c1"]
     assert saved["last_seq"] == 2
 

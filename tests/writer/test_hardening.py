@@ -19,7 +19,7 @@ from shared.stop_kinds import StopKind
 from shared.wire import append_payloads
 from tests.conftest import run_rollout, start_service
 from tests.data_roots import session_files, session_path
-from writer_service.files import create_file
+from writer_service.atomic_files import create_file
 from writer_service.sessions import SessionLedger, WriterConfig
 
 TS = "2026-11-30T10:00:00.000000Z"
@@ -315,7 +315,7 @@ def test_not_found_after_a_session_file_disappears(data_dir) -> None:
         try:
             sid, _ = await ledger.create_session(SessionSpec())
             path = ledger.root.locate(sid)[1]
-            ledger._forget(sid)
+            ledger.cache.forget(sid)
             path.unlink()
             with pytest.raises(SessionNotFoundError):
                 await ledger.append(sid, [append_payloads(msg("user", "x"), 0)])

@@ -11,7 +11,7 @@ import grpc
 import orjson
 import pytest
 
-import writer_service.files
+import writer_service.atomic_files
 from rollout.v1 import records_pb2, writer_pb2, writer_pb2_grpc
 from shared.errors import StorageWriteError
 from shared.layout import PRIVATE_FILE_MODE, DataRoot
@@ -19,10 +19,10 @@ from shared.rebuild import rebuild
 from shared.records import encode_line
 from tests.conftest import start_service
 from tests.data_roots import session_file
-from writer_service.files import create_file, create_temporary
+from writer_service.atomic_files import create_file, create_temporary
 from writer_service.recovery import repair_torn_tail
+from writer_service.saved_state import STATE_DIR
 from writer_service.session_index import build_index
-from writer_service.session_state import STATE_DIR
 
 TS = "2026-11-30T10:00:00.000000Z"
 
@@ -272,7 +272,7 @@ def test_a_session_file_the_disk_refuses_leaves_no_temporary_behind(
     def full(*args: object) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(writer_service.files if failing == "write_all" else os, failing, full)
+    monkeypatch.setattr(writer_service.atomic_files if failing == "write_all" else os, failing, full)
     with pytest.raises(StorageWriteError) as caught:
         create_file(root.sessions_folder(0) / "2026-new.jsonl", b"line\n", "new")
     assert (caught.value.errno_name, caught.value.operation) == (

@@ -12,7 +12,7 @@ readers report as damage from then on (nothing re-blesses it), and after which t
 writer's Stop accepts that damage (shared.rebuild.Rebuild.unaccepted_damage).
 Fork copies the source's records up to a fork point, byte for byte, into a new session whose ``session_meta.forked_from`` names source, seq and digest;
 the source is drained first when open, and never written. Both read the whole
-file with the shared rebuild in bounded memory (writer_service.file_facts), after
+file with the shared rebuild in bounded memory (writer_service.rebuilt_facts), after
 draining (docs/spec.md §2.7); a fork's bytes are copied in the kernel (``copy_file_range``).
 """
 
@@ -48,10 +48,10 @@ from shared.remedies import FORCED_RESUME
 from shared.rounds import Round, pending_round_of
 from shared.session_meta import read_session_meta, recorded_tenant, tenant_of
 from shared.stop_kinds import classify_session
-from writer_service.file_facts import FORCE_HINT, RebuiltFacts, file_facts, refuse_damage
-from writer_service.forking import check_fork_keeps_pairs, find_fork_point
+from writer_service.fork_points import check_fork_keeps_pairs, find_fork_point
 from writer_service.heap_trim import HeapTrimmer
 from writer_service.open_session import OpenSession
+from writer_service.rebuilt_facts import FORCE_HINT, RebuiltFacts, file_facts, refuse_damage
 
 _T = TypeVar("_T")
 

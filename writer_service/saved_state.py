@@ -39,7 +39,7 @@ import orjson
 
 from shared.committed_lines import CommittedLines
 from shared.layout import make_private_dirs, open_session_file
-from writer_service.files import create_temporary, remove_stale_temporaries, write_all
+from writer_service.atomic_files import create_temporary, remove_stale_temporaries, write_all
 
 log = logging.getLogger(__name__)
 
