@@ -61,7 +61,7 @@ from shared.memory import (
     scope_of,
     stamp_source,
 )
-from shared.records import now_timestamp
+from shared.records import now_timestamp, parse_timestamp
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +77,14 @@ class PipelineConfig:
     attempts: int = 3
     backoff_seconds: float = 1.0
     max_backoff_seconds: float = 60.0
+
+
+def _sort_time(stamp: str) -> str:
+    """An RFC 3339 time as a string that sorts as the time does (microseconds, UTC); "" first."""
+    try:
+        return parse_timestamp(stamp).strftime("%Y-%m-%dT%H:%M:%S.%f")
+    except ValueError:
+        return ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,18 +168,24 @@ class MemoryPipeline:
         return report
 
     def select(self) -> tuple[list[str], list[Job]]:
-        """The tenant's listed session ids, and the jobs: sessions whose stop is above their watermark."""
+        """The tenant's listed session ids, and the jobs: sessions whose stop is above their
+        watermark, oldest last record first, so that newer evidence is distilled after what it
+        may supersede (docs/memory.md §4.2)."""
         watermarks = self.store.watermarks(self.tenant)
         listed: list[str] = []
-        jobs: list[Job] = []
+        dated: list[tuple[str, str, Job]] = []
         for page in self.client.list_sessions(tenant=self.tenant):
             for summary in page.sessions:
                 listed.append(summary.session_id)
                 facts = summary.stop_facts
                 mark = watermarks.get(summary.session_id, -1)
                 if facts.found and facts.has_stop_record and facts.stop_seq > mark:
-                    jobs.append(Job(summary.session_id, facts.stop_seq, mark))
-        return listed, jobs
+                    job = Job(summary.session_id, facts.stop_seq, mark)
+                    dated.append(
+                        (_sort_time(summary.updated_at or summary.created_at), summary.session_id, job)
+                    )
+        dated.sort(key=lambda entry: entry[:2])
+        return listed, [job for _, _, job in dated]
 
     def _backoff(self, attempt: int) -> None:
         self._sleep(min(self.config.max_backoff_seconds, self.config.backoff_seconds * 2**attempt))

@@ -30,32 +30,34 @@ def seq_of(request: dict[str, Any], needle: str) -> int:
     return next(m["seq"] for m in request["messages"] if needle in str(m["text"]))
 
 
+def price_responder(request: dict[str, Any]) -> dict[str, Any]:
+    """The fake extractor of the $20 / $25 cases: $25 supersedes the $20 memory it is shown."""
+    if request["task"] != "extract":
+        return {"memories": []}
+    if any("$25" in str(m["text"]) for m in request["messages"]):
+        seq = seq_of(request, "$25")
+        old = next(m["artifact_id"] for m in request["memories"] if "$20" in m["text"])
+        return {
+            "summary": {"text": "Price update.", "cites": [seq]},
+            "memories": [
+                {
+                    "text": "The Pro plan costs $25 a month.",
+                    "cites": [seq],
+                    "supersedes": [{"artifact_id": old, "evidence_seq": seq}],
+                }
+            ],
+        }
+    seq = seq_of(request, "$20")
+    return {
+        "summary": {"text": "Pricing talk.", "cites": [seq]},
+        "memories": [{"text": "The Pro plan costs $20 a month.", "cites": [seq]}],
+    }
+
+
 def test_a_later_price_supersedes_an_earlier_one_with_evidence(client, store, pipeline_for):
     """$20 then $25: the injected block says $25; $20 appears only as superseded, with its session and seq."""
 
-    def responder(request):
-        if request["task"] != "extract":
-            return {"memories": []}
-        if any("$25" in str(m["text"]) for m in request["messages"]):
-            seq = seq_of(request, "$25")
-            old = next(m["artifact_id"] for m in request["memories"] if "$20" in m["text"])
-            return {
-                "summary": {"text": "Price update.", "cites": [seq]},
-                "memories": [
-                    {
-                        "text": "The Pro plan costs $25 a month.",
-                        "cites": [seq],
-                        "supersedes": [{"artifact_id": old, "evidence_seq": seq}],
-                    }
-                ],
-            }
-        seq = seq_of(request, "$20")
-        return {
-            "summary": {"text": "Pricing talk.", "cites": [seq]},
-            "memories": [{"text": "The Pro plan costs $20 a month.", "cites": [seq]}],
-        }
-
-    pipeline, _ = pipeline_for(responder)
+    pipeline, _ = pipeline_for(price_responder)
     first, first_seqs = stopped_session(client, user("The Pro plan costs $20 a month."), assistant("Noted."))
     assert pipeline.run().distilled == [first]
     second, second_seqs = stopped_session(
@@ -219,3 +221,14 @@ def test_tenant_b_sees_none_of_tenant_a(client, store, pipeline_for):
     assert [v.artifact.artifact_id for v in get_memories(store, tenant=TENANT, scope=SCOPE)] == [
         view.artifact.artifact_id
     ]
+
+
+def test_sessions_distilled_in_one_run_go_oldest_first(client, store, pipeline_for):
+    """Both sessions stopped before one run (the listing is newest first): the older is distilled
+    first, so the $25 of the later one supersedes the $20, never the other way round."""
+    pipeline, _ = pipeline_for(price_responder)
+    first, _ = stopped_session(client, user("The Pro plan costs $20 a month."), assistant("Noted."))
+    second, _ = stopped_session(client, user("Update: the Pro plan now costs $25 a month."), assistant("Ok."))
+    assert pipeline.run().distilled == [first, second]
+    current = get_memories(store, tenant=TENANT, scope=SCOPE)
+    assert [view.artifact.text for view in current] == ["The Pro plan costs $25 a month."]
