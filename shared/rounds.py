@@ -78,8 +78,15 @@ from shared.committed_lines import CommittedLines
 from shared.lineage import Lineage as Lineage
 from shared.lineage import forked_from
 from shared.rebuild import collector_paused
+from shared.records import (
+    FORKED_EVENT,
+    RESUMED_EVENT,
+    ROUND_INTERRUPTED_EVENT,
+    InputKind,
+    RecordType,
+    parse_timestamp,
+)
 from shared.records import INPUT_KINDS as INPUT_KINDS
-from shared.records import RESUMED_EVENT, ROUND_INTERRUPTED_EVENT, InputKind, RecordType, parse_timestamp
 
 
 class RoundStatus(enum.StrEnum):
@@ -457,6 +464,9 @@ class RoundTracker:
                 self.stopped = False
                 if self.current is not None:
                     self.current.segment_open = False
+                return  # bookkeeping of the session, no work of a round: it ends no round later
+            if kind == FORKED_EVENT:
+                return  # a fork's own first event: the source's rounds it copied end where they did
             elif kind in TURN_STARTED_EVENTS or kind in TURN_COMPLETE_EVENTS or kind in TURN_ABORTED_EVENTS:
                 self._turn_event(seq, ts, offset, str(kind), body)
             elif kind == ROUND_INTERRUPTED_EVENT:

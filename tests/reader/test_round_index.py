@@ -96,3 +96,31 @@ def test_a_round_stays_held_by_the_forks_of_deleted_forks(writer, reader) -> Non
     writer.DeleteSession(writer_pb2.DeleteSessionRequest(session_id=source))
     alone = _get(reader, rid)
     assert (alone.held_by, alone.session_id, alone.round.question) == (1, last, "one")
+
+
+def test_a_round_a_fork_copied_reads_as_in_its_source(writer, reader) -> None:
+    """A complete round, then a fork after it and a resume of the source: the fork's copy and the
+    source's round have one range and one set of metrics (the fork's own forked event and the
+    source's resumed event are no work of the round: they end it no later)."""
+    source = writer.CreateSession(writer_pb2.CreateSessionRequest()).session_id
+    writer.Append(
+        writer_pb2.AppendRequest(session_id=source, records=[_msg("user", "one"), _msg("assistant", "1")])
+    )
+    fork = writer.Fork(writer_pb2.ForkRequest(session_id=source, at_seq=2)).session_id
+    writer.Stop(
+        writer_pb2.StopRequest(session_id=source, stop_kind=records_pb2.STOP_KIND_PAUSED, reason="later")
+    )
+    writer.Resume(writer_pb2.ResumeRequest(session_id=source))
+
+    def first(session_id: str) -> reader_pb2.Round:
+        return reader.ListRounds(reader_pb2.ListRoundsRequest(session_id=session_id)).rounds[0]
+
+    copied, original = first(fork), first(source)
+    assert copied.round_id == original.round_id
+    assert (copied.end_seq, copied.ended_at, copied.duration_s, copied.message_count) == (
+        original.end_seq,
+        original.ended_at,
+        original.duration_s,
+        original.message_count,
+    )
+    assert original.end_seq == 2
