@@ -3,8 +3,10 @@
 A lease is a file created with ``O_CREAT | O_EXCL`` (exactly one creator wins), holding
 ``{"worker": "<worker id>", "token": "<random>", "expires_at": <POSIX seconds>}``. Its
 holder releases it by removing it (only while the token is still its own). A lease
-whose time has passed, or that names the asking worker itself (a worker restarted with
-the same id after a crash takes its leases back at once), is broken: renamed aside (one
+whose time has passed, that names the asking worker itself (a worker restarted with
+the same id after a crash takes its leases back at once), or that names a worker of the
+default form ``<host>:<pid>`` on this host whose process is gone (a worker killed and run
+again without ``--worker-id`` gets a new pid), is broken: renamed aside (one
 ``rename`` wins among breakers, the others find no file) and removed, then created anew.
 A lease file being written (empty or partial) counts as held until its mtime plus the
 lease time.
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -52,6 +55,21 @@ def _holder(path: Path, lease_seconds: float) -> tuple[str, float] | None:
         return "", status.st_mtime + lease_seconds  # being written
 
 
+def holder_gone(worker: str) -> bool:
+    """Whether ``worker`` is of the default form ``<host>:<pid>``, names this host, and no process
+    has that pid (a pid reused since counts as alive: the lease then runs out its time)."""
+    host, _, pid = worker.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # another user's process: alive
+        return False
+    return False
+
+
 def acquire(
     folder: Path, name: str, worker: str, lease_seconds: float, clock: Callable[[], float]
 ) -> Lease | None:
@@ -67,7 +85,12 @@ def acquire(
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, PRIVATE_FILE_MODE)
         except FileExistsError:
             holder = _holder(path, lease_seconds)
-            if holder is not None and holder[0] != worker and holder[1] > clock():
+            if (
+                holder is not None
+                and holder[0] != worker
+                and holder[1] > clock()
+                and not holder_gone(holder[0])
+            ):
                 return None
             aside = path.with_name(f"{path.name}.broken-{token}")
             try:

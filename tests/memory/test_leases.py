@@ -53,3 +53,31 @@ def test_a_lease_file_being_written_counts_as_held(tmp_path):
     """An empty lease file (its creator has not written it yet) is held until its mtime plus the lease time."""
     (tmp_path / "s.lease").write_bytes(b"")
     assert acquire(tmp_path, "s", "w2", 600, Clock()) is None
+
+
+def test_a_default_worker_whose_process_is_gone_loses_its_lease_at_once(tmp_path):
+    """A worker of the default id ``<host>:<pid>`` killed and run again (a new pid): the lease of
+    the dead pid on this host is taken at once; one of a live process, or of another host, is not."""
+    import os
+    import socket
+
+    clock = Clock()
+    dead = f"{socket.gethostname()}:{_pid_of_exited()}"
+    assert acquire(tmp_path, "dead", dead, 600, clock) is not None
+    assert acquire(tmp_path, "dead", f"{socket.gethostname()}:{os.getpid()}-new", 600, clock) is not None
+    alive = f"{socket.gethostname()}:{os.getpid()}"
+    assert acquire(tmp_path, "alive", alive, 600, clock) is not None
+    assert acquire(tmp_path, "alive", "other-worker", 600, clock) is None
+    elsewhere = f"another-host-{socket.gethostname()}:1"
+    assert acquire(tmp_path, "elsewhere", elsewhere, 600, clock) is not None
+    assert acquire(tmp_path, "elsewhere", "other-worker", 600, clock) is None
+
+
+def _pid_of_exited() -> int:
+    """The pid of a process that has exited and been reaped."""
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
