@@ -60,3 +60,17 @@ def test_no_rpc_takes_or_returns_a_file_path():
     ]
     assert len(names) > 50
     assert [n for n in names if any(word in n[1] for word in ("path", "file", "dir"))] == []
+
+
+def test_the_readmes_services_table_names_every_rpc() -> None:
+    """README's "The services" table lists each service's RPCs as the protos define them."""
+    from rollout.v1 import reader_pb2, writer_pb2
+
+    rows = {
+        line.split("|")[1].strip(" `"): [name.strip() for name in line.split("|")[2].split(",")]
+        for line in (REPO / "README.md").read_text().splitlines()
+        if line.startswith("| `rollout.v1.Rollout")
+    }
+    for module, service in ((writer_pb2, "RolloutWriter"), (reader_pb2, "RolloutReader")):
+        defined = [method.name for method in module.DESCRIPTOR.services_by_name[service].methods]
+        assert rows[f"rollout.v1.{service}"] == defined
