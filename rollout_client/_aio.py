@@ -32,6 +32,7 @@ from rollout_client._errors import (
     AlreadyExistsError,
     FailedPreconditionError,
     InternalError,
+    InvalidArgumentError,
     RolloutError,
     RootNotDeclaredError,
     UnavailableError,
@@ -50,7 +51,7 @@ from rollout_client._results import (
 from rollout_client._routing import WriterRouting, not_owner_info, nothing_done
 from rollout_client._session import AsyncSession
 from rollout_client._settings import client_settings
-from shared.memory import ArtifactKind, ResolvedProvenance, Scope
+from shared.memory import MAX_MEMORIES_LIMIT, ArtifactKind, ResolvedProvenance, Scope
 from shared.memory_wire import resolved_from_proto, scope_to_proto
 from shared.naming import new_session_id
 
@@ -540,6 +541,11 @@ class AsyncRolloutClient:
         :func:`rollout_client.memories.render_memory_block` for a new session's prompt.
         Raises InvalidArgumentError (a limit, as_of or kind), PermissionDeniedError (another
         tenant), UnavailableError."""
+        if not -(2**31) <= limit < 2**31:  # past the field's int32: the reader could not be asked
+            raise InvalidArgumentError(
+                f"limit: must be 0..{MAX_MEMORIES_LIMIT} (0: 20), not {limit}",
+                code=grpc.StatusCode.INVALID_ARGUMENT,
+            )
         request = reader_pb2.GetMemoriesRequest(
             tenant=tenant,
             query=query,

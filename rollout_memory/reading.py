@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from rollout_memory.store import MemoryStore
 from shared.errors import InvalidArgumentError
 from shared.memory import (
+    MAX_MEMORIES_LIMIT,
     Artifact,
     ArtifactKind,
     MemoryView,
@@ -30,7 +31,7 @@ from shared.memory import (
 from shared.records import parse_timestamp
 
 #: Most artifacts one read returns.
-MAX_LIMIT = 1000
+MAX_LIMIT = MAX_MEMORIES_LIMIT
 
 
 def get_memories(

@@ -54,6 +54,9 @@ import orjson
 from shared.digest import LINE_CHECKS_TYPECODE, LinesDigest
 from shared.records import LINE_CHECK_KEY, RESUMED_EVENT, RecordType, line_check, record_of_line
 
+#: The most artifacts one GetMemories answer holds (docs/memory.md §6.1); 0 asks for 20.
+MAX_MEMORIES_LIMIT = 1000
+
 #: Version of the artifact line format.
 ARTIFACT_VERSION = 1
 #: Originators the importers give the sessions they write (rollout_cli.importers): their

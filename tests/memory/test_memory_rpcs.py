@@ -205,6 +205,7 @@ def test_bad_requests_get_precise_statuses(ledger, client, priced):
     for arguments, field in (
         ({"limit": -1}, "limit"),
         ({"limit": 1001}, "limit"),
+        ({"limit": 2**40}, "limit"),
         ({"as_of": "yesterday"}, "as_of"),
         ({"kinds": ("facts",)}, "kinds"),
     ):
