@@ -29,6 +29,7 @@ from shared.memory import ArtifactKind, Scope, SourceKind
 from shared.memory_wire import view_from_proto
 from tests.conftest import run_rollout
 from tests.memory.conftest import CWD, TENANT
+from tests.memory.test_acceptance import price_responder, seq_of
 
 SCOPE = Scope(cwd=CWD, agent="director")
 
@@ -38,34 +39,6 @@ def stopped(client, *messages):
     seqs = session.append(*messages).seqs
     session.stop("completed", "done")
     return session, seqs
-
-
-def seq_of(request, needle: str) -> int:
-    return next(m["seq"] for m in request["messages"] if needle in str(m["text"]))
-
-
-def price_responder(request):
-    """$20 in the first session; $25 in the second, superseding the $20 with evidence."""
-    if request["task"] != "extract":
-        return {"memories": []}
-    if any("$25" in str(m["text"]) for m in request["messages"]):
-        seq = seq_of(request, "$25")
-        old = next(m["artifact_id"] for m in request["memories"] if "$20" in m["text"])
-        return {
-            "summary": {"text": "Price update.", "cites": [seq]},
-            "memories": [
-                {
-                    "text": "The Pro plan costs $25 a month.",
-                    "cites": [seq],
-                    "supersedes": [{"artifact_id": old, "evidence_seq": seq}],
-                }
-            ],
-        }
-    seq = seq_of(request, "$20")
-    return {
-        "summary": {"text": "Pricing talk.", "cites": [seq]},
-        "memories": [{"text": "The Pro plan costs $20 a month.", "cites": [seq]}],
-    }
 
 
 @pytest.fixture
