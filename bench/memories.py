@@ -31,11 +31,11 @@ from pathlib import Path
 
 from _support import HelpFormatter
 
+from memory_store.store import MemoryStore
 from rollout_client import RolloutClient, user
 from rollout_client.in_process import InProcessLedger
 from rollout_memory import client_source_reader, get_memories, resolve_provenance
 from rollout_memory.sources import read_source_records
-from rollout_memory.store import MemoryStore
 from shared.layout import DataRoot
 from shared.memory import Artifact, ArtifactKind, Generator, Scope, new_artifact_id, stamp_source
 from shared.records import now_timestamp

@@ -1,7 +1,7 @@
 """Memory artifacts served by the reader: GetMemories and ResolveProvenance (docs/memory.md §6).
 
 Read only. The artifacts are files of the data root (``memories/``, written by the memory
-pipeline and ``rollout memory forget``); the reads are :mod:`rollout_memory.reading`'s
+pipeline and ``rollout memory forget``); the reads are :mod:`memory_store.reading`'s
 functions, called with the tenant of the caller's credentials (:func:`memory_tenant`), and
 ResolveProvenance reads each source session from its file through the listing index, so
 a session of another tenant is not found exactly as on every other reader RPC. The
@@ -13,11 +13,11 @@ from __future__ import annotations
 import os
 from functools import partial
 
+from memory_store.reading import MAX_LIMIT, get_memories, resolve_provenance
+from memory_store.store import MemoryStore
 from reader_service.listing_index import ListingIndex
 from reader_service.watch import read_lines
 from rollout.v1 import reader_pb2
-from rollout_memory.reading import MAX_LIMIT, get_memories, resolve_provenance
-from rollout_memory.store import MemoryStore
 from serving.tenancy import memory_tenant
 from shared.errors import ArtifactNotFoundError, InvalidArgumentError, SessionNotFoundError
 from shared.layout import open_session_file
@@ -39,7 +39,7 @@ MAX_ARTIFACT_ID_CHARS = 100
 def read_memories(
     store: MemoryStore, request: reader_pb2.GetMemoriesRequest
 ) -> reader_pb2.GetMemoriesResponse:
-    """GetMemories: :func:`rollout_memory.reading.get_memories` of the caller's tenant.
+    """GetMemories: :func:`memory_store.reading.get_memories` of the caller's tenant.
 
     Raises InvalidArgumentError (``limit``, ``as_of``, ``kinds``), PermissionDeniedError
     (``tenant``), OSError when the store cannot be read."""
@@ -131,7 +131,7 @@ def session_source_records(
 
 def resolve(index: ListingIndex, view: MemoryView, tenant: str) -> reader_pb2.ResolveProvenanceResponse:
     """ResolveProvenance of an artifact found by :func:`artifact_view`:
-    :func:`rollout_memory.reading.resolve_provenance` over the session files."""
+    :func:`memory_store.reading.resolve_provenance` over the session files."""
     resolved = resolve_provenance(
         partial(session_source_records, index), tenant=tenant, artifact=view.artifact
     )

@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 import grpc
 import grpc.aio
 
+from memory_store.store import MemoryStore
 from reader_service import memories, metrics, replies, wire
 from reader_service.admission import ReadBudget, bounded_read_cost, unary_reply_cost
 from reader_service.delegations import find_children, find_parent
@@ -53,7 +54,6 @@ from reader_service.search_index import SearchFilters, SearchIndex, SearchPage
 from reader_service.stop_facts import DEFAULT_TAIL_WINDOW, StopFactsResult, read_stop_facts
 from reader_service.watch import DEFAULT_POLL_SECONDS, WatchHub
 from rollout.v1 import reader_pb2, reader_pb2_grpc
-from rollout_memory.store import MemoryStore
 from serving.server import PLAINTEXT, RunningService, ServerSettings, ServiceServer
 from serving.status import rpc_statuses
 from serving.tenancy import caller_tenant, current_caller, keyed_session_id, memory_tenant

@@ -1,11 +1,11 @@
 """Memory: what later sessions may learn from earlier ones, kept apart from the rollouts.
 
 The artifact format and provenance rules are shared (:mod:`shared.memory`); this package
-is the rest: the artifact store under ``<data root>/memories/`` (:mod:`rollout_memory.store`),
+is the rest: the artifact store under ``<data root>/memories/`` (:mod:`memory_store.store`),
 job leases (:mod:`rollout_memory.leases`), extractors (:mod:`rollout_memory.extractors`), the
 pipeline that ``rollout memory run`` runs (:mod:`rollout_memory.pipeline`: a client of the
 reader, never part of the writer's or reader's paths), its staleness sweep
-(:mod:`rollout_memory.staleness`) and the reads (:mod:`rollout_memory.reading`), which the
+(:mod:`rollout_memory.staleness`) and the reads (:mod:`memory_store.reading`), which the
 reader serves as its GetMemories and ResolveProvenance RPCs. docs/memory.md is the
 specification.
 
@@ -19,6 +19,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from memory_store.reading import get_memories, resolve_provenance
+    from memory_store.store import MemoryStore
     from rollout_memory.extractors import (
         ChatCompletionsExtractor,
         CommandExtractor,
@@ -26,9 +28,7 @@ if TYPE_CHECKING:
         ExtractorError,
     )
     from rollout_memory.pipeline import MemoryPipeline, PipelineConfig, RunReport
-    from rollout_memory.reading import get_memories, resolve_provenance
     from rollout_memory.sources import client_source_reader
-    from rollout_memory.store import MemoryStore
     from shared.memory import ResolvedMessage, ResolvedProvenance
 
 _HOMES = {
@@ -39,10 +39,10 @@ _HOMES = {
     "MemoryPipeline": "rollout_memory.pipeline",
     "PipelineConfig": "rollout_memory.pipeline",
     "RunReport": "rollout_memory.pipeline",
-    "get_memories": "rollout_memory.reading",
-    "resolve_provenance": "rollout_memory.reading",
+    "get_memories": "memory_store.reading",
+    "resolve_provenance": "memory_store.reading",
     "client_source_reader": "rollout_memory.sources",
-    "MemoryStore": "rollout_memory.store",
+    "MemoryStore": "memory_store.store",
     "ResolvedMessage": "shared.memory",
     "ResolvedProvenance": "shared.memory",
 }

@@ -14,7 +14,7 @@ lease time.
 A lease only saves work: it keeps a second worker from calling the extractor for a session
 the first is distilling. It is not what keeps a session from being distilled twice: a
 worker that stalls past its lease may find the session taken over, and its commit is
-refused by the store's watermark check (rollout_memory.store, the fence).
+refused by the store's watermark check (memory_store.store, the fence).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 One :meth:`MemoryPipeline.run` (docs/memory.md "The pipeline"):
 
 1. **Select**: list the tenant's sessions (ListSessions); a session whose stop record's
-   seq is above its watermark (rollout_memory.store) is a job ``(session, stop seq)``.
+   seq is above its watermark (memory_store.store) is a job ``(session, stop seq)``.
 2. **Phase 1, per session**: take the session's lease (rollout_memory.leases; a session
    leased by another worker is left for it), read its records up to the stop through the
    reader (WatchSession, the stored lines), ask the extractor, check every result against
@@ -33,6 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from memory_store.store import MemoryStore, ScopeState
 from rollout_client import NotFoundError, RolloutClient
 from rollout_memory.extractors import (
     CONSOLIDATE_PROMPT_VERSION,
@@ -43,7 +44,6 @@ from rollout_memory.extractors import (
 from rollout_memory.leases import Lease, acquire, held, release
 from rollout_memory.sources import read_source_records
 from rollout_memory.staleness import sweep
-from rollout_memory.store import MemoryStore, ScopeState
 from shared.errors import clip
 from shared.memory import (
     BAD_RESULT,

@@ -35,7 +35,7 @@ def read_source_records(
 
 
 def client_source_reader(client: RolloutClient) -> Callable[[str, int, str], list[SourceRecord]]:
-    """How :func:`rollout_memory.reading.resolve_provenance` reads sources through ``client``
+    """How :func:`memory_store.reading.resolve_provenance` reads sources through ``client``
     (:func:`read_source_records`, with the client's credentials)."""
 
     def read(session_id: str, upto_seq: int, tenant: str) -> list[SourceRecord]:

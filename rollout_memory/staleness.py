@@ -10,7 +10,7 @@ say what they said. Every session an artifact cites is read again through the re
 - a listed session whose ``forked_from`` names a cited session at a seq at or after a
   cited one (the fork holds a copy of a cited message) marks ``forked``.
 
-Each mark is written once, with its evidence (rollout_memory.store.MemoryStore.mark).
+Each mark is written once, with its evidence (memory_store.store.MemoryStore.mark).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from memory_store.store import MemoryStore
 from rollout_client import NotFoundError, RolloutClient
 from rollout_memory.sources import read_source_records
-from rollout_memory.store import MemoryStore
 from shared.memory import Artifact, ProvenanceError, Source, StaleMark, check_source, stale_mark_of
 
 #: One use of a source: the scope key of the artifact, the artifact, the source.

@@ -65,8 +65,8 @@ from google.protobuf.message_factory import GetMessageClass
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # tests/processes.py, the harness that starts services as processes
 
+from memory_store.store import MemoryStore  # noqa: E402
 from rollout.v1 import reader_pb2, records_pb2, writer_pb2  # noqa: E402
-from rollout_memory.store import MemoryStore  # noqa: E402
 from shared.layout import DataRoot  # noqa: E402
 from shared.memory import (  # noqa: E402
     Artifact,

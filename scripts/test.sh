@@ -16,5 +16,5 @@ if [ ! -f .cache/peer-suites/openai_agents-0.24.0.tar.gz ]; then
 fi
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-.venv/bin/mypy shared serving writer_service reader_service rollout_cli rollout_client rollout_memory
+.venv/bin/mypy shared serving memory_store writer_service reader_service rollout_cli rollout_client rollout_memory
 .venv/bin/python -m pytest -n 2 "$@"

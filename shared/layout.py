@@ -20,7 +20,7 @@ a delegation marker lives in its parent's shard::
         writer-state/<session id>.json        the writer's saved state (derived)
         deletions.jsonl            one deletion record per deleted session (writer_service.deletion)
         trash/<file name>.jsonl    a session file between its deletion's steps (gone at start-up)
-      memories/<tenant key>/       memory artifacts of one tenant (rollout_memory.store, docs/memory.md):
+      memories/<tenant key>/       memory artifacts of one tenant (memory_store.store, docs/memory.md):
         scopes/<scope key>.jsonl   append-only entries of one scope, fsynced; never read by replay
         leases/<session id>.lease  a pipeline worker's lease on distilling a session
         store.lock                 held while an entry is written or a scope file rewritten

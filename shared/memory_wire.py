@@ -1,8 +1,8 @@
 """Memory artifacts on the wire: shared.memory's views <-> the rollout.v1 messages of the
 reader's GetMemories and ResolveProvenance (docs/memory.md §6).
 
-The reader converts what :func:`rollout_memory.reading.get_memories` and
-:func:`rollout_memory.reading.resolve_provenance` return with the ``*_to_proto``
+The reader converts what :func:`memory_store.reading.get_memories` and
+:func:`memory_store.reading.resolve_provenance` return with the ``*_to_proto``
 functions; the SDK converts the replies back with the ``*_from_proto`` ones, so a view
 read over the wire equals the function's (tests/memory/test_memory_rpcs.py).
 """

@@ -2,7 +2,7 @@
 
 The artifact store under the data root is written by the memory pipeline, which runs
 beside it; forgetting is a privacy request a remote caller must be able to make with its
-own credentials, so the writer serves it: :meth:`rollout_memory.store.MemoryStore.forget`
+own credentials, so the writer serves it: :meth:`memory_store.store.MemoryStore.forget`
 (the same function ``rollout memory forget`` calls on the data root's host) for the tenant
 of the caller's credentials (serving.tenancy.memory_tenant), recording who asked. The
 store is not sharded: any writer of a cluster serves it, the store's lock ordering writes.
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import re
 
+from memory_store.store import MemoryStore
 from rollout.v1 import writer_pb2
-from rollout_memory.store import MemoryStore
 from serving.tenancy import current_caller, memory_tenant
 from shared.errors import InvalidArgumentError, clip, storage_error
 from shared.naming import validate_session_id

@@ -29,8 +29,8 @@ import grpc.aio
 from grpc_health.v1 import health_pb2
 from grpc_health.v1._async import HealthServicer
 
+from memory_store.store import MemoryStore
 from rollout.v1 import writer_pb2, writer_pb2_grpc
-from rollout_memory.store import MemoryStore
 from serving.server import PLAINTEXT, RunningService, ServerSettings, ServiceServer
 from serving.status import StreamRequestError, check_decoded, rpc_statuses
 from serving.tenancy import check_importer, check_may_set_times

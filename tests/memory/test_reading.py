@@ -6,8 +6,8 @@ from datetime import UTC, datetime
 
 import pytest
 
+from memory_store.store import MemoryStore
 from rollout_memory import get_memories
-from rollout_memory.store import MemoryStore
 from shared.errors import InvalidArgumentError
 from shared.memory import Artifact, ArtifactKind, Generator, Scope, Supersession, stamp_source
 from tests.memory.test_provenance import SESSION, session_records

@@ -1,11 +1,11 @@
-"""rollout_memory.store: entries appended and fsynced per scope, the watermark fence, torn lines, forget."""
+"""memory_store.store: entries appended and fsynced per scope, the watermark fence, torn lines, forget."""
 
 from __future__ import annotations
 
 import orjson
 import pytest
 
-from rollout_memory.store import MemoryStore
+from memory_store.store import MemoryStore
 from shared.memory import Artifact, ArtifactKind, Generator, Scope, Source, StaleMark, stamp_source
 from tests.memory.test_provenance import SESSION, TS, session_records
 

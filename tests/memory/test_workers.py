@@ -10,10 +10,10 @@ from collections import Counter
 
 import orjson
 
+from memory_store.store import SCOPES_DIR
 from rollout_client import assistant, user
 from rollout_memory import MemoryPipeline, PipelineConfig
 from rollout_memory.extractors import ChatCompletionsExtractor
-from rollout_memory.store import SCOPES_DIR
 from tests.memory.conftest import CWD, TENANT
 from tests.memory.fake_openai import FakeChatCompletions
 from tests.processes import launch, reap

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 from datetime import UTC, datetime
 
-from rollout_memory.store import MemoryStore
+from memory_store.store import MemoryStore
 from shared.errors import InvalidArgumentError
 from shared.memory import (
     MAX_MEMORIES_LIMIT,
