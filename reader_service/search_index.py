@@ -62,11 +62,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import orjson
 from inotify_simple import INotify, flags
 
 from reader_service.listing_index import CompleteLines
 from shared.errors import InvalidArgumentError
-from shared.layout import SHARDS_DIR, DataRoot, session_file_stat
+from shared.layout import SHARDS_DIR, DataRoot, open_session_file, session_file_stat
 from shared.naming import session_file_name
 from shared.records import parse_timestamp, record_of_line
 from shared.session_meta import branch_of, in_folder, tenant_of
@@ -75,7 +76,7 @@ from shared.titles import next_title, title_of
 log = logging.getLogger(__name__)
 
 #: Schema version of the index file; an index of another version is rebuilt.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 INDEX_FILE = f"search-v{SCHEMA_VERSION}.sqlite3"
 #: Characters of one piece of text indexed (a long tool output is indexed by its start).
 MAX_TEXT_CHARS = 32 * 1024
@@ -125,7 +126,8 @@ _SCHEMA = (
     " branch TEXT NOT NULL DEFAULT '', agent TEXT NOT NULL DEFAULT '',"
     " created_at TEXT NOT NULL DEFAULT '', updated_at TEXT NOT NULL DEFAULT '',"
     " title TEXT NOT NULL DEFAULT '', inode INTEGER NOT NULL DEFAULT 0,"
-    " indexed_bytes INTEGER NOT NULL DEFAULT 0, text_bytes INTEGER NOT NULL DEFAULT 0)",
+    " indexed_bytes INTEGER NOT NULL DEFAULT 0, text_bytes INTEGER NOT NULL DEFAULT 0,"
+    " tail BLOB NOT NULL DEFAULT x'')",
     "CREATE VIRTUAL TABLE IF NOT EXISTS records USING fts5(text, kind UNINDEXED,"
     " tokenize = 'unicode61 remove_diacritics 2')",
 )
@@ -142,10 +144,25 @@ def session_rows(session_row: int) -> tuple[int, int]:
 
 
 #: A ``sessions`` row as the indexing thread keeps it: (id, inode, indexed_bytes, updated_at,
-#: branch, title, text_bytes).
-_Row = tuple[int, int, int, str, str, str, int]
+#: branch, title, text_bytes, tail).
+_Row = tuple[int, int, int, str, str, str, int, bytes]
+#: Last bytes indexed of a file kept (``tail``): a file that no longer holds them where they
+#: were (cut and written again in place, as ``cp`` onto it does) is read again from its start.
+TAIL_BYTES = 32
 #: Most file names whose parse the indexing thread keeps.
 _FILES_KEPT = 200_000
+
+
+def _holds(path: Path, end: int, tail: bytes) -> bool:
+    """Whether session file ``path`` still holds ``tail`` just before byte ``end`` (what was
+    indexed last). Raises OSError when it cannot be read."""
+    if not tail:
+        return True
+    fd = open_session_file(path)
+    try:
+        return os.pread(fd, len(tail), end - len(tail)) == tail
+    finally:
+        os.close(fd)
 
 
 def _agent_of(name: str) -> str:
@@ -171,12 +188,15 @@ def _text_of(content: Any) -> str:
 def record_texts(record_type: str, payload: Mapping[str, Any]) -> list[tuple[str, str]]:
     """The pieces of text a record contributes to the index, each as (kind, text): ``message``
     (user, assistant and system text), ``tool_call`` (each call's name and arguments),
-    ``tool_output`` (a tool message's content), ``reasoning`` (readable reasoning, never
+    ``tool_output`` (a tool message's content; JSON in these two decoded: :func:`_decoded`), ``reasoning`` (readable reasoning, never
     encrypted content), ``title`` (a title event: shared.titles). Empty texts are left out."""
     pieces: list[tuple[str, str]] = []
     if record_type == "message":
         text = _text_of(payload.get("content"))
-        pieces.append(("tool_output" if payload.get("role") == "tool" else "message", text))
+        if payload.get("role") == "tool":
+            pieces.append(("tool_output", _decoded(text)))
+        else:
+            pieces.append(("message", text))
         calls = payload.get("tool_calls")
         if isinstance(calls, list):
             for call in calls:
@@ -184,7 +204,10 @@ def record_texts(record_type: str, payload: Mapping[str, Any]) -> list[tuple[str
                 if isinstance(function, dict):
                     name, arguments = function.get("name"), function.get("arguments")
                     pieces.append(
-                        ("tool_call", f"{name if isinstance(name, str) else ''} {_text_of_json(arguments)}")
+                        (
+                            "tool_call",
+                            f"{name if isinstance(name, str) else ''} {_decoded(_text_of_json(arguments))}",
+                        )
                     )
     elif record_type == "reasoning":
         pieces.append(("reasoning", _text_of(payload.get("content"))))
@@ -199,13 +222,41 @@ def _text_of_json(value: Any) -> str:
     return value if isinstance(value, str) else "" if value is None else str(value)
 
 
+#: Longest JSON text decoded for indexing (a longer one is indexed as it is).
+MAX_DECODED_BYTES = 8 * 1024 * 1024
+
+
+def _decoded(text: str) -> str:
+    """Tool call arguments or a tool output as indexed: a JSON object or array as its keys and
+    strings decoded (``key: value`` lines), so that an escaped newline ("\\n", which the
+    tokenizer would glue to the next word) or "\\u00e9" is the text it stands for; any other
+    text as it is."""
+    if text.lstrip()[:1] not in ("{", "[") or len(text) > MAX_DECODED_BYTES:
+        return text
+    try:
+        return _json_words(orjson.loads(text))
+    except (orjson.JSONDecodeError, RecursionError):
+        return text
+
+
+def _json_words(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        return "\n".join(f"{key}: {_json_words(item)}" for key, item in value.items())
+    if isinstance(value, list):
+        return " ".join(_json_words(item) for item in value)
+    return "" if value is None else str(value)
+
+
 def fts_query(query: str) -> str:
     """The FTS5 expression for a person's query: each word (or "quoted phrase") a literal
     phrase, all of them required; a word ending in ``*`` a prefix. So any text is a search,
-    never a syntax error. Raises InvalidArgumentError (``query``) when it is over
+    never a syntax error; a NUL is a blank. Raises InvalidArgumentError (``query``) when it is over
     :data:`MAX_QUERY_CHARS` or holds no word (letters or digits: punctuation is not indexed)."""
     if len(query) > MAX_QUERY_CHARS:
         raise InvalidArgumentError("query", f"is {len(query)} characters; at most {MAX_QUERY_CHARS}")
+    query = query.replace("\x00", " ")  # SQLite reads an expression up to its first NUL
     terms: list[str] = []
     for match in _QUERY_WORD.finditer(query):
         phrase, word = match.group(1), match.group(2)
@@ -332,6 +383,10 @@ class SearchIndex:
     # -- the index file ---------------------------------------------------------------------
 
     def _open_for_writing(self) -> sqlite3.Connection:
+        for stale in self.folder.glob("search-v*.sqlite3*"):  # another schema version's: never read
+            if not stale.name.startswith(INDEX_FILE):
+                with contextlib.suppress(FileNotFoundError):
+                    stale.unlink()
         try:
             connection = self._connect()
             version = connection.execute("PRAGMA user_version").fetchone()[0]
@@ -611,12 +666,16 @@ class SearchIndex:
         row = self._rows.get(name)
         if row is None:
             row = self._connection.execute(
-                "SELECT id, inode, indexed_bytes, updated_at, branch, title, text_bytes FROM sessions"
+                "SELECT id, inode, indexed_bytes, updated_at, branch, title, text_bytes, tail FROM sessions"
                 " WHERE name = ?",
                 (name,),
             ).fetchone()
-        if row is not None and (row[1] != stat.st_ino or row[2] > stat.st_size):
-            self._drop(name)  # replaced or cut: read again from its start
+        if row is not None and (
+            row[1] != stat.st_ino
+            or row[2] > stat.st_size
+            or (row[2] < stat.st_size and not _holds(path, row[2], row[7]))
+        ):
+            self._drop(name)  # replaced, cut, or written again: read again from its start
             row = None
         if row is not None and row[2] == stat.st_size:
             return True, 0
@@ -626,7 +685,9 @@ class SearchIndex:
         session_row = None if row is None else row[0]
         pieces: list[tuple[int, str, str]] = []
         meta: dict[str, Any] | None = None
+        tail = b"" if row is None else row[7]
         for _, block in lines:
+            tail = block[-TAIL_BYTES:]
             for raw in block.split(b"\n")[:-1]:
                 record = record_of_line(raw)
                 if record is None:
@@ -665,10 +726,10 @@ class SearchIndex:
         )
         self._connection.execute(
             "UPDATE sessions SET inode = ?, indexed_bytes = ?, updated_at = ?, branch = ?, title = ?,"
-            " text_bytes = ? WHERE id = ?",
-            (stat.st_ino, lines.end, updated_at, branch, title, text_bytes, session_row),
+            " text_bytes = ?, tail = ? WHERE id = ?",
+            (stat.st_ino, lines.end, updated_at, branch, title, text_bytes, tail, session_row),
         )
-        self._rows[name] = (session_row, stat.st_ino, lines.end, updated_at, branch, title, text_bytes)
+        self._rows[name] = (session_row, stat.st_ino, lines.end, updated_at, branch, title, text_bytes, tail)
         return lines.done, lines.end - start
 
     def _file(self, name: str) -> tuple[str, Path] | None:
@@ -737,10 +798,13 @@ class SearchIndex:
             where.append("s.updated_at >= ?")
             arguments.append(filters.since)
         connection = self._reader()
-        # Ranking costs each matching record: words in most records rank the newest ones only.
+        # Ranking costs each matching record: words in most records rank the newest ones only,
+        # counted among the records the filters keep (another tenant's never push the caller's
+        # out, nor show in ``capped``).
         bound = connection.execute(
-            "SELECT rowid FROM records WHERE records MATCH ? ORDER BY rowid DESC LIMIT 1 OFFSET ?",
-            (expression, MAX_RANKED_RECORDS),
+            "SELECT records.rowid FROM records JOIN sessions s ON s.id = records.rowid >> ?"
+            f" WHERE records MATCH ? AND {' AND '.join(where)} ORDER BY records.rowid DESC LIMIT 1 OFFSET ?",
+            [_SEQ_BITS + _PART_BITS, *arguments, MAX_RANKED_RECORDS],
         ).fetchone()
         floor = 0 if bound is None else bound[0] + 1
         found = connection.execute(

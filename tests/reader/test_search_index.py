@@ -155,7 +155,10 @@ def test_an_index_left_by_an_earlier_run_is_used_and_a_broken_one_rebuilt(data_d
     assert found(again, "backoff") == found(again, "ECONNRESET") == ["1"]
     again.close()
     (folder / INDEX_FILE).write_bytes(b"not a database at all" * 100)
+    for name in ("search-v0.sqlite3", "search-v0.sqlite3-wal"):  # an earlier version's: removed
+        (folder / name).write_bytes(b"old")
     rebuilt = SearchIndex(DataRoot(data_dir), folder)
+    assert sorted(path.name for path in folder.glob("search-v0*")) == []
     rebuilt.catch_up()
     assert found(rebuilt, "ECONNRESET") == ["1"]
     rebuilt.close()
@@ -267,3 +270,68 @@ def test_the_wait_between_steps_grows_with_a_long_step_and_is_bounded(monkeypatc
     assert wait(100.0, 0.1) == pytest.approx(search_index.BATCH_FACTOR * 0.1)
     assert wait(100.0, 5.0) == search_index.MAX_BATCH_SECONDS
     assert wait(90.0, 5.0) == 0.0
+
+
+def test_a_nul_in_a_query_is_a_word_break_not_an_unreadable_index(data_dir, index) -> None:
+    """SQLite reads an FTS5 expression up to its first NUL: a query holding one (a raw gRPC
+    string may) searches its words, never failing as if the index could not be read."""
+    three_sessions(data_dir)
+    index.catch_up()
+    assert "\x00" not in fts_query("db\x00ts")
+    assert found(index, "ECONNRESET\x00db") == ["1"]
+    with pytest.raises(InvalidArgumentError, match=r"^query: holds no word"):
+        fts_query("\x00")
+
+
+def test_another_tenants_records_neither_hide_a_tenants_matches_nor_show_in_its_cap(
+    data_dir, index, monkeypatch
+) -> None:
+    """The records ranked for one query are bounded (MAX_RANKED_RECORDS), the newest first: the
+    bound counts the caller's tenant's records only, so tenant T2's many newer records with the
+    word neither push T1's older session out of T1's results nor tell T1 (``capped``) they exist."""
+    write(data_dir, 1, "T1", user("the pool leaks sockets"))
+    for number in range(2, 6):
+        write(data_dir, number, "T2", user("sockets again"), user("sockets again"))
+    index.catch_up()
+    monkeypatch.setattr(search_index, "MAX_RANKED_RECORDS", 3)
+    page = index.search("sockets", T1, 20, 0)
+    assert ([hit.session_id[-1:] for hit in page.hits], page.capped) == (["1"], False)
+    page = index.search("sockets", SearchFilters(tenant="T1", cwd="/elsewhere"), 20, 0)
+    assert (page.hits, page.capped) == ([], False)
+
+
+def test_words_at_the_start_of_a_line_in_json_arguments_and_outputs_are_found(data_dir, index) -> None:
+    """Tool call arguments are JSON text, and many tool outputs too (Codex: {"output": "..."}):
+    a newline in them is the two characters backslash and n, which the tokenizer would glue to the
+    next word ("nexport"). Their strings are indexed as decoded text."""
+    write(
+        data_dir,
+        1,
+        "T1",
+        tool_call("c1", "write_file", '{"path": "a.ts", "content": "import x;\\nexport const y = 1;"}'),
+        tool_output(
+            "c1", '{"output": "line one\\nlisted \\u00e9t\\u00e9 done", "metadata": {"exit_code": 0}}'
+        ),
+        user('a user says {"not": "json\\nparsed"} as text'),
+    )
+    index.catch_up()
+    assert found(index, "export") == ["1"]
+    assert found(index, "listed") == ["1"]
+    assert found(index, "été") == ["1"]
+    assert found(index, "exit_code") == ["1"]  # keys stay searchable
+    assert found(index, "nexport") == []
+
+
+def test_a_file_rewritten_in_place_and_grown_past_what_was_indexed_is_read_again(data_dir, index) -> None:
+    """A file cut and written again (same inode) to more than was indexed before the index looked:
+    its old words leave the index and its new ones, before the old offset too, are found."""
+    _, s2, _ = three_sessions(data_dir)
+    index.catch_up()
+    assert found(index, "#1234") == ["2"]
+    data = s2.read_bytes().replace(b"see PR #1234", b"see PR #9876")
+    with s2.open("r+b") as handle:
+        handle.write(data)
+    append(s2, 3, "reasoning", {"content": "and it grew"})
+    index.catch_up()
+    assert found(index, "#1234") == []
+    assert found(index, "#9876") == ["2"]
