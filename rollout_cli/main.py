@@ -129,7 +129,8 @@ def _session_of(reference: str, reader: str | None) -> str:
             " (`rollout ls --all` lists them, `rollout search WORDS` finds one by its content)"
         )
     shown = "\n".join(
-        f"  {summary.session_id}  {summary.cwd or '-'}  {summary.title or summary.preview or '-'}"
+        f"  {summary.session_id}  {session_view.printable(summary.cwd) or '-'}"
+        f"  {session_view.printable(summary.title or summary.preview) or '-'}"
         for summary in found[:_CANDIDATES_SHOWN]
     )
     more = f"\n  (and {len(found) - _CANDIDATES_SHOWN} more)" if len(found) > _CANDIDATES_SHOWN else ""
@@ -307,11 +308,14 @@ def _within(_context: click.Context, _parameter: click.Parameter, value: str | N
     match = _WITHIN.fullmatch(value.strip())
     if match is None:
         raise click.BadParameter(f"{value!r} is not a duration such as 90m, 12h, 30d or 2w")
-    since = datetime.now(UTC) - timedelta(**{_WITHIN_UNITS[match.group(2)]: int(match.group(1))})
+    try:
+        since = datetime.now(UTC) - timedelta(**{_WITHIN_UNITS[match.group(2)]: int(match.group(1))})
+    except OverflowError:  # longer than the calendar: every session
+        return ""
     return format_timestamp(since)
 
 
-@cli.command("search")
+@cli.command("search", context_settings={"ignore_unknown_options": True})
 @click.argument("query")
 @reader_option
 @click.option("--cwd", default="", help="Only sessions run in this folder or below it (e.g. '.').")
@@ -342,7 +346,8 @@ def search_command(
 ) -> None:
     """Find sessions by words said or printed in them (messages, tool calls and outputs, reasoning,
     titles), best and most recent first, each with its matching records' seq and words around
-    them. QUERY is literal text: every word must appear; "quoted words" are a phrase; word* a prefix."""
+    them. QUERY is literal text: every word must appear; "quoted words" are a phrase; word* a prefix;
+    it may begin with '-' (or follow `--`)."""
     folder = os.path.abspath(cwd) if cwd else ""
     with service_client("reader", reader) as client:
         pages = client.search(

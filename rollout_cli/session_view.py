@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shutil
 import textwrap
 from collections.abc import Iterable, Mapping
@@ -42,6 +43,21 @@ from shared.rounds import Round
 DEFAULT_COLUMNS = 160
 #: Agents SDK items that are calls (the message's tool_calls show them) and where their input is.
 _CALL_INPUTS = {"function_call": "arguments", "custom_tool_call": "input"}
+
+
+#: Characters a terminal acts on rather than shows: C0 and C1 controls (ESC starts sequences that
+#: recolour, retitle or clear it) and the bidirectional overrides (they reorder what follows).
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """``text`` from a session file (a title, a prompt, a branch, a snippet) as shown on one line:
+    a newline, tab or carriage return as a blank, any other character of :data:`_UNPRINTABLE`
+    as its escape (``\\x1b``)."""
+    return _UNPRINTABLE.sub(
+        lambda found: " " if found.group() in "\t\n\r" else found.group().encode("unicode_escape").decode(),
+        text,
+    )
 
 
 def shorten(text: str, width: int) -> str:
@@ -78,6 +94,7 @@ def print_sessions(sessions: Iterable[SessionSummary], now: datetime) -> None:
     """
     from rich.console import Console  # here: the other commands start without loading it
     from rich.table import Table
+    from rich.text import Text  # cells as Text: brackets in a title are text, never markup
 
     header = ("UPDATED", "SESSION", "AGENT", "BRANCH", "STATE", "RESUME", "MSGS")
     rows = []
@@ -88,11 +105,11 @@ def print_sessions(sessions: Iterable[SessionSummary], now: datetime) -> None:
                 relative_time(summary.updated_at or summary.created_at, now),
                 summary.session_id,
                 summary.agent_name or "-",
-                summary.branch or "-",
+                printable(summary.branch) or "-",
                 (facts.stop_kind or "legacy") if facts.found else "unknown",
                 "yes" if facts.replayable else "no",
                 str(summary.message_count),
-                summary.title or summary.preview or "-",
+                printable(summary.title or summary.preview) or "-",
             )
         )
     width = shutil.get_terminal_size((DEFAULT_COLUMNS, 24)).columns
@@ -102,7 +119,7 @@ def print_sessions(sessions: Iterable[SessionSummary], now: datetime) -> None:
         table.add_column(name, no_wrap=True, justify="right" if name == "MSGS" else "left")
     table.add_column("TITLE/PREVIEW", no_wrap=True, overflow="ellipsis", max_width=max(width - used, 12))
     for row in rows:
-        table.add_row(*row)
+        table.add_row(*(Text(cell) for cell in row))
     Console(width=max(width, used + 12), highlight=False, soft_wrap=False).print(table)
 
 
@@ -112,14 +129,16 @@ def print_hits(hits: Iterable[SessionHit], now: datetime) -> None:
     the matched words between « and »; a title match says so)."""
     width = shutil.get_terminal_size((DEFAULT_COLUMNS, 24)).columns
     for hit in hits:
-        where = " ".join(part for part in (hit.cwd, f"[{hit.branch}]" if hit.branch else "") if part)
+        where = " ".join(
+            printable(part) for part in (hit.cwd, f"[{hit.branch}]" if hit.branch else "") if part
+        )
         title = f"  {hit.title!r}" if hit.title else ""
         click.echo(
             f"{relative_time(hit.updated_at or hit.created_at, now)}  {hit.session_id}  {where}{title}"
         )
         for match in hit.matches:
             label = "title" if match.kind == "title" else f"seq {match.seq} {match.kind}"
-            click.echo(_fit(f"    {label}: {' '.join(match.snippet.split())}", width))
+            click.echo(_fit(f"    {label}: {' '.join(printable(match.snippet).split())}", width))
         if hit.match_count > len(hit.matches):
             click.echo(f"    (+{hit.match_count - len(hit.matches)} more matching records)")
 
@@ -139,6 +158,7 @@ def print_rounds(rounds: Iterable[Round]) -> None:
     estimate), tool calls and failures, and the first line of its question (cut to the width)."""
     from rich.console import Console  # here: the other commands start without loading it
     from rich.table import Table
+    from rich.text import Text  # cells as Text: brackets in a title are text, never markup
 
     header = ("#", "STATUS", "STARTED", "DURATION", "TOKENS IN/OUT", "TOOLS/FAILED")
     rows = []
@@ -152,7 +172,7 @@ def print_rounds(rounds: Iterable[Round]) -> None:
                 _duration_text(found.duration_s),
                 f"{estimate}{found.input_tokens}/{estimate}{found.output_tokens}",
                 f"{found.tool_calls}/{found.tool_failures}",
-                (found.question.strip().splitlines() or ["-"])[0],
+                printable((found.question.strip().splitlines() or ["-"])[0]),
             )
         )
     width = shutil.get_terminal_size((DEFAULT_COLUMNS, 24)).columns
@@ -162,7 +182,7 @@ def print_rounds(rounds: Iterable[Round]) -> None:
         table.add_column(name, no_wrap=True, justify="left" if name in ("STATUS", "STARTED") else "right")
     table.add_column("QUESTION", no_wrap=True, overflow="ellipsis", max_width=max(width - used, 12))
     for row in rows:
-        table.add_row(*row)
+        table.add_row(*(Text(cell) for cell in row))
     Console(width=max(width, used + 12), highlight=False, soft_wrap=False).print(table)
 
 

@@ -252,3 +252,46 @@ def test_a_reader_without_an_index_answers_unavailable_and_an_index_folder_serve
             start_service("reader", data_dir, "--search-index-dir", str(folder))
     finally:
         first.stop()
+
+
+def test_titles_and_text_from_the_files_never_drive_the_terminal_nor_break_a_command(pair, tmp_path) -> None:
+    """A title, a first prompt, a branch and a snippet are text written by agents or importers: the
+    commands show their control characters escaped (an ESC sequence would recolour, retitle or clear
+    the terminal) and square brackets as they are (never read as markup: '[/]' made `ls` fail)."""
+    hostile = "[/] [b]x[/b] \x1b[31mred\x1b]0;pwned\x07"
+    with pair.client(T1) as t1:
+        twins = [t1.create_session(cwd=str(tmp_path)) for _ in range(2)]
+        for twin in twins:
+            twin.append(TurnContext({"gitBranch": "b\x1b[2J"}), user(f"zqhostile {hostile}"), title(hostile))
+        searched(t1, "zqhostile", twins[1].id)
+    reader = pair.reader.address.replace("127.0.0.1", "localhost")
+    common = ["--token", T1, "--tls-ca", str(pair.certificates.ca_file)]
+    outputs = []
+    for command in (["ls", "--cwd", str(tmp_path)], ["search", "zqhostile"], ["replay", hostile]):
+        done = run_rollout(*common, *command, "--reader", reader)
+        assert "Traceback" not in done.stderr, done.stderr
+        outputs.append(done.stdout + done.stderr)
+    for shown in outputs:
+        assert "\x1b" not in shown
+        assert "\x07" not in shown
+        assert "\\x1b" in shown
+    assert all(twin.id in outputs[0] and twin.id in outputs[2] for twin in twins)
+    assert "[/] [b]x" in outputs[0]
+    assert "[/] [b]x[/b] \\x1b[31mred\\x1b]0;pwned\\x07" in outputs[2]
+
+
+def test_a_query_may_begin_with_a_dash_and_any_duration_is_taken(pair) -> None:
+    """`rollout search -- -x` is click's way; a query such as '-fno-strict' works without it. A
+    duration longer than the calendar keeps every session, never a traceback."""
+    with pair.client(T1) as t1:
+        session = t1.create_session()
+        session.append(user("build with -fzqdash flag"))
+        searched(t1, "fzqdash", session.id)
+    reader = pair.reader.address.replace("127.0.0.1", "localhost")
+    common = ["--token", T1, "--tls-ca", str(pair.certificates.ca_file), "search", "--reader", reader]
+    dashed = run_rollout(*common, "-fzqdash")
+    assert dashed.returncode == 0, dashed.stderr
+    assert session.id in dashed.stdout
+    long_ago = run_rollout(*common, "fzqdash", "--within", "99999999d")
+    assert long_ago.returncode == 0, long_ago.stderr
+    assert session.id in long_ago.stdout
