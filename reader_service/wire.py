@@ -545,7 +545,7 @@ def listing_page(page: ListingPage) -> reader_pb2.ListSessionsResponse:
 
 #: Hits per SearchSessions page: the default and the most.
 SEARCH_PAGE_SIZE, MAX_SEARCH_PAGE_SIZE = 20, 100
-_SEARCH_TOKEN = re.compile(r"s1:(\d{1,9})")
+_SEARCH_TOKEN = re.compile(r"s1:([0-9]{1,9})")
 
 
 def search_request(request: reader_pb2.SearchSessionsRequest) -> tuple[int, int, SearchFilters]:

@@ -106,14 +106,16 @@ def test_search_requests_out_of_range_are_refused_with_the_field_named(pair) -> 
         for request, field in (
             (reader_pb2.SearchSessionsRequest(query="x", page_size=101), "page_size"),
             (reader_pb2.SearchSessionsRequest(query="x", page_token="nonsense"), "page_token"),
+            (reader_pb2.SearchSessionsRequest(query="x", page_token="s1:\u0663"), "page_token"),  # a digit
             (reader_pb2.SearchSessionsRequest(query="x", since="yesterday"), "since"),
             (reader_pb2.SearchSessionsRequest(query="x" * 1001), "query"),
         ):
             error = refusal(channel, search, request, T1)
             assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
             assert error.details().startswith(f"{field}: ")
-        (page,) = call(channel, search, reader_pb2.SearchSessionsRequest(query='NOT (" OR'), T1)
-        assert not page.hits  # any text is a literal search: never a syntax error
+        for query in ('NOT (" OR', "NOT\x00(", "\x00x"):
+            (page,) = call(channel, search, reader_pb2.SearchSessionsRequest(query=query), T1)
+            assert not page.hits  # any text is a literal search: never a syntax error
 
 
 def test_rollout_search_prints_each_session_with_its_matching_records(pair, tmp_path) -> None:
