@@ -119,6 +119,9 @@ QUERIES = {
     "rare word": (RARE, SearchFilters()),
     "rare word, cwd filter": (RARE, SearchFilters(cwd="/home/dev/p0")),
     "common word (every session)": ("shell", SearchFilters()),
+    # Every word must be in the session, in one record or several: the rare one is found first,
+    # then each of its sessions is probed for the common one.
+    "rare and common words": (f"{RARE} shell", SearchFilters()),
 }
 
 

@@ -105,6 +105,12 @@ SWEEP_SECONDS = 5.0
 MAX_QUERY_CHARS = 1000
 #: Most records ranked for one query (the newest sessions' first); more are not looked at.
 MAX_RANKED_RECORDS = 20_000
+#: Name prefix of the temporary index folders (``serve-reader`` without --search-index-dir).
+TEMPORARY_PREFIX = "rollout-search-"
+#: Age after which a temporary index folder no reader holds is removed (a reader killed left it).
+ABANDONED_SECONDS = 60.0
+#: Records counted of each term of a query, to start from the rarest.
+FREQUENCY_COUNTED = 1000
 #: Records of a session shown with each hit.
 MATCHES_SHOWN = 3
 #: Days after which a session's relevance counts half (recency in the ranking).
@@ -151,6 +157,29 @@ _Row = tuple[int, int, int, str, str, str, int, bytes]
 TAIL_BYTES = 32
 #: Most file names whose parse the indexing thread keeps.
 _FILES_KEPT = 200_000
+
+
+def _remove_abandoned_folders(temp: Path) -> None:
+    """Remove the temporary index folders in ``temp`` that a reader left when it died (kill -9, a
+    crash: its ``close`` never ran): those whose lock no reader holds and that are older than
+    :data:`ABANDONED_SECONDS` (a folder being made has no lock yet). Errors are skipped (another
+    user's folder, one removed meanwhile)."""
+    try:
+        candidates = [entry for entry in os.scandir(temp) if entry.name.startswith(TEMPORARY_PREFIX)]
+    except OSError:
+        return
+    for entry in candidates:
+        try:
+            if not entry.is_dir(follow_symlinks=False):
+                continue
+            if time.time() - entry.stat(follow_symlinks=False).st_mtime < ABANDONED_SECONDS:
+                continue
+            with open(os.path.join(entry.path, "lock"), "rb") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError: a reader holds it
+                shutil.rmtree(entry.path)
+            log.info("search index: removed %s, left by a reader that did not close it", entry.path)
+        except OSError:
+            continue
 
 
 def _holds(path: Path, end: int, tail: bytes) -> bool:
@@ -250,10 +279,15 @@ def _json_words(value: Any) -> str:
 
 
 def fts_query(query: str) -> str:
-    """The FTS5 expression for a person's query: each word (or "quoted phrase") a literal
-    phrase, all of them required; a word ending in ``*`` a prefix. So any text is a search,
-    never a syntax error; a NUL is a blank. Raises InvalidArgumentError (``query``) when it is over
-    :data:`MAX_QUERY_CHARS` or holds no word (letters or digits: punctuation is not indexed)."""
+    """The FTS5 expression of the records holding every term of a person's query (:func:`fts_terms`)."""
+    return " ".join(fts_terms(query))
+
+
+def fts_terms(query: str) -> list[str]:
+    """The FTS5 terms of a person's query: each word (or "quoted phrase") a literal phrase; a
+    word ending in ``*`` a prefix. So any text is a search, never a syntax error; a NUL is a
+    blank. Raises InvalidArgumentError (``query``) when it is over :data:`MAX_QUERY_CHARS` or
+    holds no word (letters or digits: punctuation is not indexed)."""
     if len(query) > MAX_QUERY_CHARS:
         raise InvalidArgumentError("query", f"is {len(query)} characters; at most {MAX_QUERY_CHARS}")
     query = query.replace("\x00", " ")  # SQLite reads an expression up to its first NUL
@@ -271,7 +305,7 @@ def fts_query(query: str) -> str:
         raise InvalidArgumentError(
             "query", "holds no word to search for (letters or digits; punctuation alone is not indexed)"
         )
-    return " ".join(terms)
+    return terms
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,7 +378,9 @@ class SearchIndex:
         self.root = root
         self.sweep_seconds = sweep_seconds
         self._owned = folder is None
-        self.folder = Path(tempfile.mkdtemp(prefix="rollout-search-")) if folder is None else folder
+        if folder is None:
+            _remove_abandoned_folders(Path(tempfile.gettempdir()))
+        self.folder = Path(tempfile.mkdtemp(prefix=TEMPORARY_PREFIX)) if folder is None else folder
         self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._lock_file = open(self.folder / "lock", "a+b")  # noqa: SIM115 (held until close)
         try:
@@ -779,11 +815,13 @@ class SearchIndex:
     # -- searching ------------------------------------------------------------------------------
 
     def search(self, query: str, filters: SearchFilters, page_size: int, offset: int) -> SearchPage:
-        """Sessions matching ``query`` (:func:`fts_query`) and ``filters``, best first: the
-        ``page_size`` from ``offset`` on. Raises InvalidArgumentError (``query``),
-        sqlite3.Error when the index cannot be read."""
-        expression = fts_query(query)
-        where, arguments = ["1"], [expression]
+        """Sessions holding every term of ``query`` (:func:`fts_terms`), in one record or in
+        several, and kept by ``filters``, best first: the ``page_size`` from ``offset`` on. A
+        session's relevance is its best record's for the rarest term (bm25), times its recency,
+        times :data:`TITLE_WEIGHT` when a title matched a term. Raises InvalidArgumentError
+        (``query``), sqlite3.Error when the index cannot be read."""
+        terms = list(dict.fromkeys(fts_terms(query)))
+        where, arguments = ["1"], []
         if filters.tenant is not None:
             where.append("s.tenant = ?")
             arguments.append(filters.tenant)
@@ -798,23 +836,18 @@ class SearchIndex:
             where.append("s.updated_at >= ?")
             arguments.append(filters.since)
         connection = self._reader()
-        # Ranking costs each matching record: words in most records rank the newest ones only,
-        # counted among the records the filters keep (another tenant's never push the caller's
-        # out, nor show in ``capped``).
-        bound = connection.execute(
-            "SELECT records.rowid FROM records JOIN sessions s ON s.id = records.rowid >> ?"
-            f" WHERE records MATCH ? AND {' AND '.join(where)} ORDER BY records.rowid DESC LIMIT 1 OFFSET ?",
-            [_SEQ_BITS + _PART_BITS, *arguments, MAX_RANKED_RECORDS],
-        ).fetchone()
-        floor = 0 if bound is None else bound[0] + 1
-        found = connection.execute(
-            "WITH m AS MATERIALIZED (SELECT rowid >> ? AS sid, bm25(records) AS rank, kind FROM records"
-            " WHERE records MATCH ? AND rowid >= ?)"
-            " SELECT s.id, s.session_id, s.tenant, s.agent, s.cwd, s.branch, s.created_at, s.updated_at,"
-            " s.title, min(m.rank), count(*), max(m.kind = 'title'), s.name FROM m JOIN sessions s"
-            f" ON s.id = m.sid WHERE {' AND '.join(where)} GROUP BY s.id",
-            [_SEQ_BITS + _PART_BITS, expression, floor, *arguments[1:]],
-        ).fetchall()
+        # The sessions holding the rarest term, then each of them probed for the other terms
+        # (a seek in each term's postings to the session's row range): a rare word with common
+        # ones costs what the rare word matches.
+        rarest, *others = sorted(terms, key=lambda term: self._frequency(connection, term))
+        found, capped = self._sessions_holding(connection, rarest, where, arguments)
+        for term in others:
+            found = [
+                (*row[:11], max(row[11], in_title), row[12])
+                for row in found
+                for in_title in [self._holding(connection, term, row[0])]
+                if in_title is not None
+            ]
         with self._lock:
             if self._forgotten:  # deleted, rows not deleted yet
                 found = [row for row in found if row[12] not in self._forgotten]
@@ -828,6 +861,7 @@ class SearchIndex:
             key=lambda pair: (-pair[0], pair[1][1]),
         )
         page = ranked[offset : offset + page_size]
+        either = " OR ".join(terms)
         hits = [
             Hit(
                 session_id=row[1],
@@ -839,21 +873,97 @@ class SearchIndex:
                 updated_at=row[7],
                 title=row[8],
                 title_match=bool(row[11]),
-                match_count=int(row[10]),
+                match_count=int(row[10]) if len(terms) == 1 else self._count(connection, either, row[0]),
                 score=score,
-                matches=self._matches(connection, expression, row[0]),
+                matches=self._matches(connection, terms, row[0]),
             )
             for score, row in page
         ]
         more = offset + page_size < len(ranked)
-        return SearchPage(hits, offset + page_size if more else None, self.pending(), bound is not None)
+        return SearchPage(hits, offset + page_size if more else None, self.pending(), capped)
 
     @staticmethod
-    def _matches(connection: sqlite3.Connection, expression: str, session_row: int) -> list[Match]:
-        first, last = session_rows(session_row)
+    def _sessions_holding(
+        connection: sqlite3.Connection, term: str, where: list[str], arguments: list[str]
+    ) -> tuple[list[tuple[Any, ...]], bool]:
+        """The sessions the filters (``where``, ``arguments``) keep that hold FTS5 ``term``, each
+        as (id, session_id, tenant, agent, cwd, branch, created_at, updated_at, title, best bm25,
+        records matching, whether a title matched, file name). And whether the term is in more than :data:`MAX_RANKED_RECORDS` records (only
+        the newest are looked at: ranking costs each)."""
+        # Counted among the records the filters keep: another tenant's never push the caller's
+        # out, nor show in ``capped``.
+        bound = connection.execute(
+            "SELECT records.rowid FROM records JOIN sessions s ON s.id = records.rowid >> ?"
+            f" WHERE records MATCH ? AND {' AND '.join(where)} ORDER BY records.rowid DESC LIMIT 1 OFFSET ?",
+            [_SEQ_BITS + _PART_BITS, term, *arguments, MAX_RANKED_RECORDS],
+        ).fetchone()
+        floor = 0 if bound is None else bound[0] + 1
         rows = connection.execute(
-            "SELECT rowid, kind, snippet(records, 0, ?, ?, '…', 16) FROM records"
-            " WHERE records MATCH ? AND rowid BETWEEN ? AND ? ORDER BY rank LIMIT ?",
-            (SNIPPET_OPEN, SNIPPET_CLOSE, expression, first, last, MATCHES_SHOWN),
+            "WITH m AS MATERIALIZED (SELECT rowid >> ? AS sid, bm25(records) AS rank, kind FROM records"
+            " WHERE records MATCH ? AND rowid >= ?)"
+            " SELECT s.id, s.session_id, s.tenant, s.agent, s.cwd, s.branch, s.created_at, s.updated_at,"
+            " s.title, min(m.rank), count(*), max(m.kind = 'title'), s.name FROM m JOIN sessions s"
+            f" ON s.id = m.sid WHERE {' AND '.join(where)} GROUP BY s.id",
+            [_SEQ_BITS + _PART_BITS, term, floor, *arguments],
         ).fetchall()
-        return [Match(_seq_of(rowid), kind, snippet) for rowid, kind, snippet in rows]
+        return rows, bound is not None
+
+    @staticmethod
+    def _frequency(connection: sqlite3.Connection, term: str) -> int:
+        """Records matching FTS5 ``term``, counted up to :data:`FREQUENCY_COUNTED` (which term is rarest)."""
+        return int(
+            connection.execute(
+                "SELECT count(*) FROM (SELECT 1 FROM records WHERE records MATCH ? LIMIT ?)",
+                (term, FREQUENCY_COUNTED),
+            ).fetchone()[0]
+        )
+
+    @staticmethod
+    def _holding(connection: sqlite3.Connection, term: str, session_row: int) -> int | None:
+        """Whether session row ``session_row`` holds FTS5 ``term``: None when no record does, else
+        1 when a title does, 0 when only other records do. (No bm25 here: SQLite computes it from
+        the term's whole posting list at each statement, the cost of a common word.)"""
+        (in_title,) = connection.execute(
+            "SELECT max(kind = 'title') FROM records WHERE records MATCH ? AND rowid BETWEEN ? AND ?",
+            (term, *session_rows(session_row)),
+        ).fetchone()
+        return None if in_title is None else int(in_title)
+
+    @staticmethod
+    def _count(connection: sqlite3.Connection, expression: str, session_row: int) -> int:
+        """Records of session row ``session_row`` matching ``expression``."""
+        return int(
+            connection.execute(
+                "SELECT count(*) FROM records WHERE records MATCH ? AND rowid BETWEEN ? AND ?",
+                (expression, *session_rows(session_row)),
+            ).fetchone()[0]
+        )
+
+    @staticmethod
+    def _matches(connection: sqlite3.Connection, terms: list[str], session_row: int) -> list[Match]:
+        """The records of session row ``session_row`` shown for FTS5 ``terms``: for one term, the
+        most relevant (bm25); for several, those holding all of them, then those holding any, in
+        file order (bm25 would cost each common term's whole posting list, once per session shown)."""
+        first, last = session_rows(session_row)
+        select = (
+            "SELECT rowid, kind, snippet(records, 0, ?, ?, '…', 16) FROM records"
+            " WHERE records MATCH ? AND rowid BETWEEN ? AND ?"
+        )
+        if len(terms) == 1:
+            rows = connection.execute(
+                f"{select} ORDER BY rank LIMIT ?",
+                (SNIPPET_OPEN, SNIPPET_CLOSE, terms[0], first, last, MATCHES_SHOWN),
+            ).fetchall()
+        else:
+            rows = []
+            for expression in (" ".join(terms), " OR ".join(terms)):
+                shown = {row[0] for row in rows}
+                rows += [
+                    row
+                    for row in connection.execute(
+                        f"{select} ORDER BY rowid LIMIT ?",
+                        (SNIPPET_OPEN, SNIPPET_CLOSE, expression, first, last, 2 * MATCHES_SHOWN),
+                    )
+                    if row[0] not in shown
+                ]
+        return [Match(_seq_of(rowid), kind, snippet) for rowid, kind, snippet in rows[:MATCHES_SHOWN]]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -335,3 +336,55 @@ def test_a_file_rewritten_in_place_and_grown_past_what_was_indexed_is_read_again
     index.catch_up()
     assert found(index, "#1234") == []
     assert found(index, "#9876") == ["2"]
+
+
+def test_the_words_of_a_query_may_stand_in_different_records_of_a_session(data_dir, index) -> None:
+    """Every word must appear in the session (SearchSessions in reader.proto), not all in one
+    record: a person remembers an error from an output and a word they typed. Records holding
+    more of the words come first, each word is highlighted, and a record counts once."""
+    write(
+        data_dir,
+        1,
+        "T1",
+        user("the upload fixture is flaky"),
+        tool_output("c1", "ECONNRESET at db.ts:42"),
+        user("upload again after ECONNRESET"),
+    )
+    write(data_dir, 2, "T1", user("only the upload here"))
+    write(data_dir, 3, "T2", user("upload"), user("ECONNRESET"))
+    index.catch_up()
+    (hit,) = index.search("upload ECONNRESET", T1, 20, 0).hits
+    assert hit.session_id.endswith("1")
+    assert hit.match_count == 3
+    assert (hit.matches[0].seq, hit.matches[0].snippet) == (3, "«upload» again after «ECONNRESET»")
+    assert found(index, '"fixture is flaky" db.ts') == ["1"]
+    assert found(index, "upload ECONNRESET nowhere") == []
+    assert found(index, "upload ECONNRESET", SearchFilters()) == ["3", "1"]
+
+
+def test_temporary_index_folders_left_by_readers_that_died_are_removed(
+    data_dir, tmp_path, monkeypatch
+) -> None:
+    """A reader killed (kill -9, a crash) never removes its temporary index folder: the next
+    reader to make one removes those no reader holds (their lock is free) and that are older
+    than a minute (one being made has no lock yet)."""
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(search_index.tempfile, "tempdir", str(temp))
+    held = SearchIndex(DataRoot(data_dir))
+    dead, young, other = temp / "rollout-search-dead", temp / "rollout-search-young", temp / "other"
+    for folder in (dead, young, other):
+        folder.mkdir()
+        (folder / "lock").touch()
+        (folder / INDEX_FILE).write_bytes(b"x" * 1000)
+    old = time.time() - 3600
+    for folder in (dead, other, held.folder):
+        os.utime(folder, (old, old))
+    made = SearchIndex(DataRoot(data_dir))
+    try:
+        assert sorted(path.name for path in temp.iterdir()) == sorted(
+            [held.folder.name, made.folder.name, young.name, other.name]
+        )
+    finally:
+        made.close()
+        held.close()
