@@ -182,6 +182,13 @@ def _remove_abandoned_folders(temp: Path) -> None:
             continue
 
 
+def _corrupt(error: BaseException) -> bool:
+    """Whether an sqlite3 error says the index file is damaged or no database (SQLITE_CORRUPT,
+    SQLITE_NOTADB), rather than a failure of the moment (a full disk, an I/O error: those are
+    sqlite3.OperationalError)."""
+    return isinstance(error, sqlite3.DatabaseError) and not isinstance(error, sqlite3.OperationalError)
+
+
 def _holds(path: Path, end: int, tail: bytes) -> bool:
     """Whether session file ``path`` still holds ``tail`` just before byte ``end`` (what was
     indexed last). Raises OSError when it cannot be read."""
@@ -392,6 +399,12 @@ class SearchIndex:
             ) from None
         self.path = self.folder / INDEX_FILE
         self._connection = self._open_for_writing()
+        #: The index file's inode as opened, and how many times it was built again under the
+        #: running reader (:meth:`_rebuild`): each thread's search connection follows it.
+        self._inode = os.stat(self.path).st_ino
+        self._generation = 0
+        #: Set when a search or a step found the file damaged: the indexing thread rebuilds it.
+        self._rebuild_due = False
         self._local = threading.local()
         self._lock = threading.Lock()
         self._readers: list[sqlite3.Connection] = []
@@ -456,15 +469,50 @@ class SearchIndex:
         return connection
 
     def _reader(self) -> sqlite3.Connection:
-        """This thread's connection for searches (opened once per thread)."""
+        """This thread's connection for searches (opened once per thread, and again after the
+        index file was built again: :meth:`_rebuild`)."""
         connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
+        if connection is not None and getattr(self._local, "generation", 0) != self._generation:
+            with self._lock:
+                if connection in self._readers:
+                    self._readers.remove(connection)
+            connection.close()
+            connection = None
         if connection is None:
+            self._local.generation = self._generation
             connection = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
             connection.create_function("in_folder", 2, in_folder, deterministic=True)  # as listings
             self._local.connection = connection
             with self._lock:
                 self._readers.append(connection)
         return connection
+
+    def _damaged(self) -> bool:
+        """Whether the index file is gone or another file took its name (removed by a cleaner of
+        the temporary folder, replaced), or a search or step found it damaged."""
+        if self._rebuild_due:
+            return True
+        try:
+            return os.stat(self.path).st_ino != self._inode
+        except FileNotFoundError:
+            return True
+
+    def _rebuild(self) -> None:
+        """Build the index file again from the files (on the indexing thread): a new empty file,
+        every session file read again; searches meanwhile find what is indexed so far."""
+        log.warning("search index %s is gone or damaged: it is built again from the files", self.path)
+        with self._writing:
+            with contextlib.suppress(sqlite3.Error):
+                self._connection.close()
+            for suffix in ("", "-wal", "-shm"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(f"{self.path}{suffix}")
+            self._connection = self._open_for_writing()
+            self._inode = os.stat(self.path).st_ino
+            self._rows.clear()
+            self._rebuild_due = False
+            self._generation += 1
+        self._sweep_due = True
 
     # -- the indexing thread ----------------------------------------------------------------
 
@@ -535,6 +583,8 @@ class SearchIndex:
         while not self._closed.is_set():
             try:
                 began = time.monotonic()
+                if self._damaged():
+                    self._rebuild()
                 if self._forgotten:  # left by a forget that met a step writing
                     with self._transaction():
                         pass
@@ -556,6 +606,8 @@ class SearchIndex:
                         self._closed.wait(self._batch_wait(began, time.monotonic() - stepped))
             except (OSError, sqlite3.Error, ValueError) as exc:
                 log.warning("search index: %s", exc)
+                if _corrupt(exc):
+                    self._rebuild_due = True
                 self._closed.wait(1.0)
         if inotify is not None:
             inotify.close()
@@ -815,6 +867,15 @@ class SearchIndex:
     # -- searching ------------------------------------------------------------------------------
 
     def search(self, query: str, filters: SearchFilters, page_size: int, offset: int) -> SearchPage:
+        """:meth:`_search`; an index file found damaged is built again by the indexing thread."""
+        try:
+            return self._search(query, filters, page_size, offset)
+        except sqlite3.Error as exc:
+            if _corrupt(exc):
+                self._rebuild_due = True
+            raise
+
+    def _search(self, query: str, filters: SearchFilters, page_size: int, offset: int) -> SearchPage:
         """Sessions holding every term of ``query`` (:func:`fts_terms`), in one record or in
         several, and kept by ``filters``, best first: the ``page_size`` from ``offset`` on. A
         session's relevance is its best record's for the rarest term (bm25), times its recency,

@@ -152,8 +152,8 @@ def _searched(
         return index.search(query, filters, size, offset)
     except sqlite3.Error as exc:
         raise SearchUnavailableError(
-            f"the content index cannot be read ({exc}); it is rebuilt from the files when the reader"
-            " restarts; retry later"
+            f"the content index cannot be read ({exc}); a damaged or missing index is built again"
+            " from the files by the reader; retry shortly"
         ) from exc
 
 

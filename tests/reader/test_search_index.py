@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -388,3 +389,50 @@ def test_temporary_index_folders_left_by_readers_that_died_are_removed(
     finally:
         made.close()
         held.close()
+
+
+def _found_from_a_new_thread(index: SearchIndex, query: str) -> list[str] | str:
+    """``found`` on a thread of its own (its first connection to the index), or the error."""
+    answer: list[list[str] | str] = []
+
+    def run() -> None:
+        try:
+            answer.append(found(index, query))
+        except search_index.sqlite3.Error as exc:
+            answer.append(f"error: {exc}")
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    return answer[0]
+
+
+@pytest.mark.parametrize("damage", ["deleted", "overwritten"])
+def test_an_index_file_deleted_or_damaged_under_a_running_reader_is_built_again(
+    data_dir, tmp_path, damage
+) -> None:
+    """The index file removed (a /tmp cleaner) or overwritten while the reader runs: the indexing
+    thread builds it again from the files, and searches (on any thread) read the new one, instead
+    of failing or reading a file gone until the reader restarts."""
+    s1, _, _ = three_sessions(data_dir)
+    index = SearchIndex(DataRoot(data_dir), tmp_path / "search", sweep_seconds=0.2)
+    index.start()
+    try:
+        assert index.wait_indexed(s1.name, s1.stat().st_size, 60)
+        assert found(index, "ECONNRESET") == ["1"]
+        for suffix in ("", "-wal", "-shm"):
+            target = Path(f"{index.path}{suffix}")
+            if damage == "deleted":
+                target.unlink(missing_ok=True)
+            elif target.exists():
+                target.write_bytes(b"\xff" * target.stat().st_size)
+        s4 = write(data_dir, 4, "T1", user("written after the damage"))
+        give_up = time.monotonic() + 60
+        while _found_from_a_new_thread(index, "damage") != ["4"] and time.monotonic() < give_up:
+            time.sleep(0.05)
+        assert _found_from_a_new_thread(index, "damage") == ["4"]
+        assert _found_from_a_new_thread(index, "ECONNRESET") == ["1"]
+        assert found(index, "ECONNRESET") == ["1"]  # a thread that read the old file too
+        assert s4.exists()
+    finally:
+        index.close()
