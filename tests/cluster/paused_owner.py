@@ -261,7 +261,8 @@ async def paused_owner_round(endpoints: str, root: Path, name: str, ttl: int = 2
         record = orjson.loads(line)
         if record.get("type") == "message":
             result.file_seqs.setdefault(str(record["payload"].get("content")), []).append(int(record["seq"]))
-    result.marked_seq = (result.file_seqs.get(MARKER) or [None])[0]
+    marked = result.file_seqs.get(MARKER)
+    result.marked_seq = marked[0] if marked else None
     result.verifies, result.findings = verify_findings(verify_session(path))
     return result
 
