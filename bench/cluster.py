@@ -1,8 +1,9 @@
-"""Writers of a cluster on a real three-member etcd on loopback: failover under load, and what
-the cluster costs per append against the single embedded writer, in one run.
+"""Writers of a cluster on a real three-member etcd on loopback: failover under load, fencing of a
+paused owner, and what the cluster costs per append against the single embedded writer.
 
     .venv/bin/python bench/cluster.py [--kills 20] [--agents 64] [--lease-ttl 10] [--shards 256]
-                                      [--rounds 3] [--appends 40] [--only failover,cost]
+                                      [--rounds 3] [--appends 40] [--fencing-ttl 2] [--phase 15]
+                                      [--only failover,fencing,etcd-faults,rebalance,cost] [--keep]
 
 A fresh etcd cluster (tests/cluster/etcd.py: Debian's etcd 3.4, three members) and a data root
 on the temporary directory's file system; writers are ``rollout serve-writer --etcd ...
@@ -13,14 +14,30 @@ its default retry policy with a 120 s deadline) each append one ~1 KB record per
 session of its own, without pause. Then ``--kills`` times: SIGKILL the next writer in turn,
 and from that instant append to a probe session in every shard it owned (created beforehand,
 one per shard; probes retry every 20-100 ms): the shard *answers from another writer* when
-its probe is acknowledged. Per kill: the time until etcd shows every shard of the dead writer
-owned by another (owner keys), and until every such shard answered (the last probe); p50 /
-p99 / max over the kills, against the TTL. The killed writer is started again on its address
-and the next kill waits until the shards are balanced over three writers again. At the end,
-every agent and probe session is replayed through a reader and verified: each acknowledged
-record must be there exactly once, in acknowledgement order (lost / duplicated counts), and
-every session must verify. Errors the agents saw (anything the SDK raised after its retries)
+its probe is acknowledged. Per kill: when a watch of the owner keys saw the dead writer's lease
+end (its keys deleted), when etcd showed every shard of the dead writer owned by another, and
+when every such shard answered (the last probe); p50 / p99 / max over the kills, against the
+TTL, and of each step. The killed writer is started again on its address and the next kill
+waits until the shards are balanced over three writers again. At the end, every agent and probe
+session is replayed through a reader and verified: each acknowledged record must be there exactly
+once, in acknowledgement order (lost / duplicated counts), and every session must verify. Errors the agents saw (anything the SDK raised after its retries)
 are counted by kind.
+
+``fencing``: ``--rounds`` rounds of tests/cluster/paused_owner.py (two writers, lease TTL
+``--fencing-ttl``; one stopped by SIGSTOP between a round's write and its sync, past its TTL,
+while the other takes its shard and appends; then SIGCONT), each on a fresh data root; counted:
+rounds where the resumed owner acknowledged (must be 0), answered UNAVAILABLE NOT_OWNER with its
+epoch, where the retry was answered at the seq the record landed at, acknowledged records lost,
+duplicated or at another seq, sessions not verifying.
+
+``etcd-faults``: three writers under ``--agents`` agents' load; ``--phase`` seconds on three etcd
+members, then one member killed, then a second (no quorum: no keepalive is answered, so every
+writer's deadline falls at most a TTL after it), then both restarted. Printed per phase: acks,
+their rate and p50 / p99 latency; how long after the quorum was lost the last ack came (it must
+be under the TTL); how long after the restart the first ack came. ``rebalance``: the same load;
+a fourth writer joins (the time until the shards are balanced over four, and the acks during
+that handover), then one of the first three drains on SIGTERM (likewise). Both end with every
+agent's session replayed and checked as in ``failover``.
 
 ``cost``: in each of ``--rounds`` rounds, on fresh data roots, the embedded writer (no etcd:
 the baseline) and clusters of 1, 2 and 3 writers take the same load: ``--agents`` agents,
@@ -40,6 +57,7 @@ import asyncio
 import contextlib
 import math
 import os
+import re
 import shlex
 import signal
 import statistics
@@ -49,7 +67,7 @@ import time
 import urllib.request
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,8 +77,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from rollout_client import AsyncRolloutClient, AsyncSession, RetryPolicy, RolloutError, user
 from shared.shards import shard_of
 from tests.cluster.etcd import EtcdCluster, etcd_cluster, free_ports
+from tests.cluster.paused_owner import paused_owner_round
 from tests.processes import ServiceProcess, start_service
-from writer_service.coordination import ClusterKeys, EtcdClient
+from writer_service.coordination import ClusterKeys, EtcdClient, EventKind, OwnerRecord
 
 TEXT = ("The agent read the file, ran the tests and wrote a short plan for the next step. " * 14)[:950]
 AGENT_RETRY = RetryPolicy(deadline=120.0)
@@ -181,18 +200,35 @@ class Load:
     errors: Counter[str] = field(default_factory=Counter)
     stop: asyncio.Event = field(default_factory=asyncio.Event)
 
+    #: (time.monotonic() of the acknowledgement, seconds the append took), every agent's.
+    acks: list[tuple[float, float]] = field(default_factory=list)
+
     async def run(self, agent: Agent, index: int, limit: int | None = None) -> None:
         count = 0
         while not self.stop.is_set() and (limit is None or count < limit):
             text = f"agent {index} record {len(agent.acked)} {TEXT}"
+            sent = time.monotonic()
             try:
                 result = await agent.session.append(user(text))
             except RolloutError as error:
-                self.errors[f"{type(error).__name__}: {error.message[:80]}"] += 1
+                kind = re.sub(r"[0-9a-f]{32}|[0-9a-f]{8}-[0-9a-f-]{27}", "<id>", error.message)
+                self.errors[f"{type(error).__name__}: {kind[:240]}"] += 1
                 await asyncio.sleep(0.1)
                 continue
+            now = time.monotonic()
+            self.acks.append((now, now - sent))
             agent.acked.append((result.seqs[0], text))
             count += 1
+
+    def window(self, start: float, end: float) -> str:
+        """Acknowledgements made from ``start`` to ``end`` (monotonic): count, rate, p50 / p99."""
+        taken = [seconds for at, seconds in self.acks if start <= at < end]
+        if not taken:
+            return f"no ack in {end - start:.1f} s"
+        return (
+            f"{len(taken)} acks in {end - start:.1f} s ({len(taken) / (end - start):.0f}/s),"
+            f" p50 {percentile(taken, 0.5) * 1000:.0f} ms, p99 {percentile(taken, 0.99) * 1000:.0f} ms"
+        )
 
     def acknowledged(self) -> int:
         return sum(len(agent.acked) for agent in self.agents)
@@ -278,6 +314,7 @@ async def _failover_runs(
             )
         load = Load(agents)
         tasks = [asyncio.create_task(load.run(agent, i)) for i, agent in enumerate(agents)]
+        expired: list[float] = []
         moved: list[float] = []
         answered: list[float] = []
         started = time.monotonic()
@@ -289,22 +326,25 @@ async def _failover_runs(
             for kill in range(options.kills):
                 victim = addresses[kill % len(addresses)]
                 held = await settled(etcd, keys, options.shards, addresses)
-                await asyncio.sleep(1.0)  # under load on the settled cluster before the kill
                 lost_shards = sorted(shard for shard, owner in held.items() if owner == victim)
+                handover = asyncio.create_task(_handover(etcd, keys, victim, lost_shards))
+                await asyncio.sleep(1.0)  # under load on the settled cluster before the kill
                 before = load.acknowledged()
                 killed_at = time.monotonic()
                 writers.kill(victim)
                 probe_tasks = [
                     asyncio.create_task(_probe(probes[shard], kill, killed_at)) for shard in lost_shards
                 ]
-                keys_moved = await _keys_moved(etcd, keys, victim, lost_shards, killed_at)
+                expired_at, moved_at = await handover
                 times = await asyncio.gather(*probe_tasks)
-                moved.append(keys_moved)
+                expired.append(expired_at - killed_at)
+                moved.append(moved_at - killed_at)
                 answered.append(max(times))
                 print(
-                    f"kill {kill + 1:2d}: {victim} ({len(lost_shards)} shards): owner keys moved after"
-                    f" {keys_moved:5.2f} s, every shard answered after {max(times):5.2f} s"
-                    f" (first {min(times):5.2f} s); {load.acknowledged() - before} acks meanwhile",
+                    f"kill {kill + 1:2d}: {victim} ({len(lost_shards)} shards): lease ended after"
+                    f" {expired[-1]:5.2f} s, owner keys moved after {moved[-1]:5.2f} s, every shard"
+                    f" answered after {max(times):5.2f} s (first {min(times):5.2f} s);"
+                    f" {load.acknowledged() - before} acks meanwhile",
                     flush=True,
                 )
                 writers.start(victim)
@@ -324,6 +364,16 @@ async def _failover_runs(
             f"  {name:22s} p50 {percentile(values, 0.5):5.2f} s  p99 {percentile(values, 0.99):5.2f} s"
             f"  max {max(values):5.2f} s  = TTL + {percentile(values, 0.99) - ttl:+.2f} s at p99"
         )
+    steps = (
+        ("kill -> lease ended (keys deleted, as watched)", expired),
+        ("lease ended -> every key owned by another", [m - e for m, e in zip(moved, expired, strict=True)]),
+        ("owned -> every shard answered a probe", [a - m for a, m in zip(answered, moved, strict=True)]),
+    )
+    for name, values in steps:
+        print(
+            f"    {name:48s} p50 {percentile(values, 0.5):5.2f} s  p99 {percentile(values, 0.99):5.2f} s"
+            f"  max {max(values):5.2f} s"
+        )
     print(
         f"  {load.acknowledged()} agent appends acknowledged in {elapsed:.0f} s ({load.acknowledged() / elapsed:.0f}/s);"
         f" {checked} acknowledged records checked: lost {lost}, duplicated {duplicated};"
@@ -337,9 +387,13 @@ async def _failover_runs(
 
 
 async def _probe(agent: Agent, kill: int, killed_at: float) -> float:
-    """Append to a probe session until acknowledged; seconds from the kill to the acknowledgement."""
+    """Append to a probe session until acknowledged; seconds from the kill to the acknowledgement.
+    Each attempt's text is its own: one whose outcome the SDK could not learn may be in the file
+    too, unacknowledged, and is then not counted as a duplicate."""
+    attempt = 0
     while True:
-        text = f"probe after kill {kill}"
+        attempt += 1
+        text = f"probe after kill {kill}, attempt {attempt}"
         try:
             result = await agent.session.append(user(text))
         except RolloutError as error:  # the SDK's deadline passed: say so, go on probing
@@ -350,17 +404,194 @@ async def _probe(agent: Agent, kill: int, killed_at: float) -> float:
         return time.monotonic() - killed_at
 
 
-async def _keys_moved(
-    etcd: EtcdClient, keys: ClusterKeys, victim: str, shards: list[int], killed_at: float
-) -> float:
-    give_up = killed_at + SETTLE_LIMIT
-    while True:
-        held = await owners(etcd, keys)
-        if all(held.get(shard) not in (None, victim) for shard in shards):
-            return time.monotonic() - killed_at
-        if time.monotonic() > give_up:
-            raise RuntimeError(f"the shards of {victim} were not taken within {SETTLE_LIMIT:g} s")
-        await asyncio.sleep(0.02)
+async def _handover(
+    etcd: EtcdClient, keys: ClusterKeys, victim: str, shards: list[int]
+) -> tuple[float, float]:
+    """Watch the owner keys of ``shards`` (owned by ``victim``): the ``time.monotonic()`` at which
+    the first deletion of one was delivered (the victim's lease ended) and at which the last of
+    them was put by another writer. RuntimeError after SETTLE_LIMIT seconds."""
+    expired_at: float | None = None
+    waiting = set(shards)
+    async with asyncio.timeout(SETTLE_LIMIT), etcd.watch(keys.shards) as watch:
+        async for event in watch:
+            shard = keys.shard_of(event.key)
+            if shard not in waiting:
+                continue
+            if event.kind is EventKind.DELETE and expired_at is None:
+                expired_at = time.monotonic()
+            elif event.kind is EventKind.PUT and OwnerRecord.decode(event.key, event.value).address != victim:
+                waiting.discard(shard)
+                if not waiting:
+                    return expired_at or time.monotonic(), time.monotonic()
+    raise RuntimeError(f"the watch of {victim}'s shards ended")
+
+
+# -- fencing ---------------------------------------------------------------------------------
+
+
+async def fencing(options: argparse.Namespace, root: Path) -> None:
+    """``--rounds`` rounds of tests/cluster/paused_owner.py on one three-member etcd."""
+    counts: Counter[str] = Counter()
+    with etcd_cluster(root / "fencing-etcd", 3) as cluster:
+        for index in range(options.rounds):
+            folder = root / f"fencing-{index}"
+            folder.mkdir()
+            result = await paused_owner_round(
+                cluster.endpoints, folder, f"fencing-{index}", ttl=options.fencing_ttl
+            )
+            counts["rounds"] += 1
+            counts["sound"] += result.sound
+            counts["acknowledged after the deadline"] += result.acknowledged_after_deadline
+            counts["resumed owner answered UNAVAILABLE NOT_OWNER with its epoch"] += (
+                result.old_owner_answer == "UNAVAILABLE" and result.not_owner_epoch != ""
+            )
+            counts["retry answered at the seq the record landed at"] += (
+                result.retry_seq is not None and result.retry_seq == result.marked_seq
+            )
+            counts["acknowledged records"] += len(result.acknowledged)
+            counts["lost"] += len(result.lost)
+            counts["duplicated"] += len(result.duplicated)
+            counts["at another seq than acknowledged"] += len(result.misplaced)
+            counts["sessions not verifying"] += not result.verifies
+            if not result.sound:
+                print(f"  round {index + 1}: NOT SOUND: {result}", flush=True)
+            elif (index + 1) % 10 == 0:
+                print(f"  {index + 1} rounds, {counts['sound']} sound", flush=True)
+    print()
+    print(
+        f"fencing: an owner stopped between write and fsync past its lease (TTL {options.fencing_ttl} s),"
+        " another writer takes over and appends, then SIGCONT:"
+    )
+    for name, count in counts.items():
+        print(f"  {name:62s} {count}")
+
+
+# -- etcd faults and rebalancing under load ---------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def _loaded_cluster(
+    options: argparse.Namespace, root: Path, name: str
+) -> AsyncIterator[tuple[EtcdCluster, EtcdClient, ClusterKeys, Writers, list[str], Load]]:
+    """Three writers on a fresh three-member etcd with ``--agents`` agents appending; at the end the
+    load stops and every agent's session is replayed and checked (lost, duplicated, verifying)."""
+    with etcd_cluster(root / f"{name}-etcd", 3) as cluster:
+        keys = ClusterKeys(name)
+        data, logs = root / f"{name}-data", root / f"{name}-logs"
+        data.mkdir()
+        logs.mkdir()
+        writers = Writers(
+            data, logs, cluster.endpoints, keys.name, options.shards, options.lease_ttl, options.durability
+        )
+        addresses = [writers.start(f"127.0.0.1:{port}") for port in free_ports(3)]
+        reader = start_service("reader", data, logs / "reader.log", "--no-search")
+        try:
+            async with (
+                EtcdClient(cluster.endpoints) as etcd,
+                AsyncRolloutClient(",".join(addresses), reader.address, retry=AGENT_RETRY) as client,
+            ):
+                await settled(etcd, keys, options.shards, addresses)
+                agents = [
+                    Agent(await client.create_session(f"agent-{i}", root=True)) for i in range(options.agents)
+                ]
+                load = Load(agents)
+                tasks = [asyncio.create_task(load.run(agent, i)) for i, agent in enumerate(agents)]
+                try:
+                    yield cluster, etcd, keys, writers, addresses, load
+                finally:
+                    load.stop.set()
+                    await asyncio.gather(*tasks)
+                checked, lost, duplicated, problems = await verify(client, agents)
+                print(
+                    f"  {load.acknowledged()} appends acknowledged; {checked} checked: lost {lost},"
+                    f" duplicated {duplicated}; sessions not verifying or out of order: {len(problems)};"
+                    f" errors the agents saw after the SDK's retries: {sum(load.errors.values())}"
+                )
+                for kind, count in load.errors.most_common():
+                    print(f"    {count:6d}  {kind}")
+        finally:
+            writers.stop()
+            reader.stop()
+
+
+async def etcd_faults(options: argparse.Namespace, root: Path) -> None:
+    """One etcd member killed under load, then a second (no quorum), then both back."""
+    ttl = options.lease_ttl
+    print(f"etcd faults: 3 writers, {options.agents} agents appending, lease TTL {ttl} s")
+    async with _loaded_cluster(options, root, "faults") as (cluster, _, _, _, _, load):
+        await asyncio.sleep(options.phase)
+        steady_end = time.monotonic()
+        print(f"  3 members:          {load.window(steady_end - options.phase, steady_end)}", flush=True)
+        await asyncio.to_thread(cluster.kill, 2)
+        one_down = time.monotonic()
+        await asyncio.sleep(options.phase)
+        print(f"  one member killed:  {load.window(one_down, time.monotonic())}", flush=True)
+        await asyncio.to_thread(cluster.kill, 1)
+        no_quorum = time.monotonic()
+        await asyncio.sleep(ttl + 5)
+        after = [(at, at - seconds) for at, seconds in load.acks if at >= no_quorum]
+        if after:
+            received = max(at for at, _ in after) - no_quorum
+            sent = max(sent for _, sent in after) - no_quorum
+            stopped = (
+                f"the last ack received {received:.2f} s after it; the latest sent request acknowledged"
+                f" was sent {sent:.2f} s after it"
+            )
+        else:
+            stopped = "no ack after it"
+        print(
+            f"  two killed (no quorum): {stopped} (each writer's deadline is under TTL = {ttl} s after it:"
+            f" a request sent later and acknowledged would break fencing);"
+            f" {load.window(no_quorum, time.monotonic())}",
+            flush=True,
+        )
+        for index in (1, 2):
+            await asyncio.to_thread(cluster.restart, index, wait=False)
+        back = time.monotonic()
+        await asyncio.to_thread(cluster.wait_healthy)
+        healthy = time.monotonic()
+        while not any(at >= back for at, _ in load.acks):
+            await asyncio.sleep(0.05)
+        first = min(at for at, _ in load.acks if at >= back)
+        print(
+            f"  both back: healthy after {healthy - back:.2f} s, first ack after {first - back:.2f} s",
+            flush=True,
+        )
+        await asyncio.sleep(options.phase)
+        print(f"  3 members again:    {load.window(first, time.monotonic())}", flush=True)
+
+
+async def rebalance(options: argparse.Namespace, root: Path) -> None:
+    """A fourth writer joins under load, then one of the first three drains (SIGTERM)."""
+    print(f"rebalance: 3 writers, {options.agents} agents appending, lease TTL {options.lease_ttl} s")
+    async with _loaded_cluster(options, root, "rebalance") as (_, etcd, keys, writers, addresses, load):
+        await asyncio.sleep(options.phase)
+        steady_end = time.monotonic()
+        print(f"  3 writers:           {load.window(steady_end - options.phase, steady_end)}", flush=True)
+        joined = time.monotonic()
+        fourth = writers.start()
+        await settled(etcd, keys, options.shards, [*addresses, fourth])
+        balanced_at = time.monotonic()
+        print(
+            f"  a 4th joins: balanced over 4 after {balanced_at - joined:.2f} s;"
+            f" during the handover {load.window(joined, balanced_at)}",
+            flush=True,
+        )
+        await asyncio.sleep(options.phase)
+        leaving = addresses[0]
+        drained_at = time.monotonic()
+        process = writers.running.pop(leaving)
+        exited = asyncio.create_task(asyncio.to_thread(process.stop, signal.SIGTERM, 60))
+        await settled(etcd, keys, options.shards, [*addresses[1:], fourth])
+        balanced_at = time.monotonic()
+        code = await exited
+        print(
+            f"  one drains (SIGTERM): its shards owned by the other 3 after {balanced_at - drained_at:.2f} s"
+            f" (exit code {code}); during the handover {load.window(drained_at, balanced_at)}",
+            flush=True,
+        )
+        await asyncio.sleep(options.phase)
+        print(f"  3 writers again:     {load.window(balanced_at, time.monotonic())}", flush=True)
 
 
 # -- cost ------------------------------------------------------------------------------------
@@ -496,6 +727,11 @@ def _cpu(writers: Writers) -> int:
 
 @contextlib.contextmanager
 def _root(options: argparse.Namespace) -> Iterator[Path]:
+    if options.keep:
+        folder = tempfile.mkdtemp(prefix="rollout-cluster-bench-", dir=options.tmp)
+        print(f"# data roots and logs kept in {folder}", flush=True)
+        yield Path(folder)
+        return
     with tempfile.TemporaryDirectory(prefix="rollout-cluster-bench-", dir=options.tmp) as folder:
         yield Path(folder)
 
@@ -512,10 +748,24 @@ def main() -> None:
         "--idle", type=float, default=10.0, help="seconds each cluster idles for its keepalive figures"
     )
     parser.add_argument("--durability", choices=("fsync", "unsafe_no_fsync"), default="fsync")
-    parser.add_argument("--only", default="failover,cost", help="comma list of failover, cost")
+    parser.add_argument(
+        "--fencing-ttl", type=int, default=2, help="writers' lease TTL (s) in the fencing rounds"
+    )
+    parser.add_argument(
+        "--phase",
+        type=float,
+        default=15.0,
+        help="seconds of each phase of the etcd-faults and rebalance runs",
+    )
+    parser.add_argument(
+        "--only",
+        default="failover,cost",
+        help="comma list of failover, fencing (--rounds rounds), etcd-faults, rebalance, cost",
+    )
     parser.add_argument(
         "--tmp", default=None, help="folder of the temporary data roots (default: the system's)"
     )
+    parser.add_argument("--keep", action="store_true", help="keep the data roots and logs (says where)")
     options = parser.parse_args()
     print("$ " + shlex.join([".venv/bin/python", "bench/cluster.py", *sys.argv[1:]]))
     print(f"# {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f}; checkout {REPO}", flush=True)
@@ -523,6 +773,12 @@ def main() -> None:
     with _root(options) as root:
         if "failover" in chosen:
             asyncio.run(failover(options, root))
+        if "fencing" in chosen:
+            asyncio.run(fencing(options, root))
+        if "etcd-faults" in chosen:
+            asyncio.run(etcd_faults(options, root))
+        if "rebalance" in chosen:
+            asyncio.run(rebalance(options, root))
         if "cost" in chosen:
             asyncio.run(cost(options, root))
 

@@ -27,7 +27,7 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -167,14 +167,16 @@ def start_service(
     *extra: str,
     address: str = "127.0.0.1:0",
     repo: Path = _REPO,
+    env: Mapping[str, str] | None = None,
 ) -> ServiceProcess:
     """Start ``rollout serve-<kind>`` (writer or reader) and wait until it listens.
 
-    ``repo``: the checkout whose code runs (a benchmark may measure another one).
+    ``repo``: the checkout whose code runs (a benchmark may measure another one). ``env``:
+    variables set for the service on top of this process's environment (a test hook).
     Raises RuntimeError with the service's log when it exits before listening
     (a locked data root, a port in use); the process is reaped whatever ends the wait.
     """
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(repo)}
+    variables = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(repo)}
     command = [sys.executable, "-m", "rollout_cli.main", f"serve-{kind}", "--data-dir", str(data_dir)]
     with log_path.open("a") as log:
         process = launch(
@@ -182,7 +184,7 @@ def start_service(
             stdout=subprocess.PIPE,
             stderr=log,
             text=True,
-            env=env,
+            env=variables,
             cwd=repo,
         )
     try:

@@ -7,9 +7,10 @@ coordination layer (writer_service.coordination: the only code here that speaks 
 * **joining**: the cluster record's shard count must equal the data root's (else the writer
   refuses to start); a lease of ``lease_ttl`` seconds is granted and kept alive on one stream;
   the writer's presence key is put under it;
-* **taking a shard**: one transaction creates the shard's key under the lease if it is absent;
-  the key's create revision is the epoch. The ledger indexes the shard afresh from its folder
-  (:meth:`ShardKeeper.take_shard`) before :meth:`EtcdOwnership.owns` answers the epoch;
+* **taking shards**: one transaction creates the keys of several free shards under the lease
+  if none of them exists (all or none); a key's create revision is its shard's epoch. The ledger
+  indexes each shard afresh from its folder (:meth:`ShardKeeper.take_shard`), the shards of a
+  transaction concurrently, before :meth:`EtcdOwnership.owns` answers its epoch;
 * **fencing**: :meth:`~EtcdOwnership.owns` answers only while ``time.monotonic()`` is before
   the lease's deadline (the send time of its last answered keepalive plus the TTL, minus the
   drift margin: writer_service.coordination.leases), and :meth:`~EtcdOwnership.may_acknowledge`
@@ -17,7 +18,8 @@ coordination layer (writer_service.coordination: the only code here that speaks 
   or etcd ended it) every shard is dropped at once; the lease is given up (revoked when etcd
   answers) and shards are taken again only under a new lease, by new transactions: new epochs;
 * **balancing**: every change under the cluster's prefix (and every third of a TTL) the writer
-  reads the writers and owners and aims at ``ceil(N / writers)`` shards (``floor`` while
+  reads the writers and owners (the owners of other writers' shards also follow each watched
+  change) and aims at ``ceil(N / writers)`` shards (``floor`` while
   another writer holds fewer than ``floor``: a newcomer gets its share), taking free shards
   and releasing its surplus. A release first stops new writes (``owns`` answers None), lets
   the shard's in-flight batches finish (they may still be acknowledged under the deadline),
@@ -44,13 +46,17 @@ from dataclasses import dataclass, field
 
 from writer_service import metrics
 from writer_service.coordination import (
+    MAX_TXN_KEYS,
     ClusterKeys,
     ClusterRecord,
     CoordinationError,
     EtcdClient,
+    EventKind,
+    KeyEvent,
     Lease,
     LeaseState,
     OwnerRecord,
+    RecordFormatError,
     ShardCountMismatchError,
 )
 from writer_service.ownership import OwnershipStartError, ShardKeeper, SharedRootLock
@@ -63,6 +69,9 @@ DEFAULT_LEASE_TTL = 10
 RETRY_PAUSE_MAX = 2.0
 #: Seconds a stopping writer gives etcd to take its releases before it leaves them to its TTL.
 STOP_RELEASE_TIMEOUT = 5.0
+#: Transactions one look at the cluster tries when taking free shards (each refused one means
+#: another writer took some of them first; the next look takes the rest).
+TAKE_ATTEMPTS = 4
 
 
 def new_writer_id() -> str:
@@ -127,7 +136,8 @@ class EtcdOwnership:
         # Replaced whole, never changed in place: readers on other threads see one or the other.
         self._owned: dict[int, tuple[int, Lease]] = {}  # written and acknowledged
         self._releasing: dict[int, tuple[int, Lease]] = {}  # in-flight batches acknowledged only
-        self._owners: dict[int, tuple[str, int]] = {}  # every owner, as last read from etcd
+        self._owners: dict[int, tuple[str, int]] = {}  # every owner, as last read or watched
+        self._owners_revision: dict[int, int] = {}  # the etcd revision each shard's entry is of
         self._lease: Lease | None = None
         self._etcd: EtcdClient | None = None
         self._keeper: ShardKeeper | None = None
@@ -259,12 +269,46 @@ class EtcdOwnership:
         if self._changed is not None:
             self._changed.set()
 
+    def _learn_owners(self, revision: int, owners: dict[int, tuple[str, int] | None]) -> None:
+        """Take ``owners`` (shard -> (address, epoch), None: no owner) as etcd held them at
+        ``revision``, for each shard whose entry is not of a later revision already (a watched
+        change may come before or after a read of the same revision)."""
+        seen = self._owners_revision
+        newer = {shard: owner for shard, owner in owners.items() if seen.get(shard, 0) <= revision}
+        if not newer:
+            return
+        updated = dict(self._owners)
+        for shard, owner in newer.items():
+            seen[shard] = revision
+            if owner is None:
+                updated.pop(shard, None)
+            else:
+                updated[shard] = owner
+        self._owners = updated
+
+    def _watched_owner(self, event: KeyEvent) -> None:
+        """Take a watched change of a shard's owner key (a key or value this version does not
+        write is left to the next read of the owners, which refuses it)."""
+        try:
+            shard = self.keys.shard_of(event.key)
+            if event.kind is EventKind.DELETE:
+                self._learn_owners(event.revision, {shard: None})
+                return
+            owner = OwnerRecord.decode(event.key, event.value)
+        except (ValueError, RecordFormatError):
+            return
+        self._learn_owners(event.revision, {shard: (owner.address, event.create_revision)})
+
     async def _follow(self) -> None:
-        """Wake the balancing on every change under the cluster's prefix."""
+        """Wake the balancing on every change under the cluster's prefix, and keep the owners of
+        other writers' shards (:meth:`owner_of`) as the changes come."""
         assert self._etcd is not None
+        keys = self.keys
         while True:
             try:
-                async for _ in self._etcd.watch(self.keys.prefix):
+                async for event in self._etcd.watch(keys.prefix):
+                    if event.key.startswith(keys.shards):
+                        self._watched_owner(event)
                     self._wake()
             except CoordinationError as error:  # compacted, refused: watch again from now
                 log.warning("cluster watch ended (%s); watching again", error)
@@ -340,7 +384,7 @@ class EtcdOwnership:
                 held[record.owner.writer_id] += 1
             if record.lease_id == lease.id:
                 mine_in_etcd[shard] = record.epoch
-        self._owners = owners
+        self._learn_owners(shards.revision, {shard: owners.get(shard) for shard in range(self.shard_count)})
         for shard, (epoch, _) in list(self._owned.items()):
             if mine_in_etcd.get(shard) != epoch:  # etcd says it is not ours (any more)
                 log.warning("shard %d (epoch %d) is no longer this writer's in etcd: dropped", shard, epoch)
@@ -353,30 +397,71 @@ class EtcdOwnership:
         for shard in sorted(self._owned, reverse=True)[: max(0, len(self._owned) - share)]:
             await self._release(shard)
         wanted = share - len(self._owned)
-        if wanted > 0:
-            start = _first_choice(self.writer_id, self.shard_count)
-            for step in range(self.shard_count):
-                shard = (start + step) % self.shard_count
-                if wanted == 0 or not lease.alive():
-                    break
-                if shard in owners:
-                    continue
-                if await self._take(shard, lease, me):
-                    wanted -= 1
+        if wanted > 0 and lease.alive():
+            await self._take_free(wanted, owners, lease, me)
         return self._draining and not self._owned and not self._releasing
 
-    async def _take(self, shard: int, lease: Lease, me: OwnerRecord) -> bool:
+    async def _take_free(
+        self, wanted: int, owners: dict[int, tuple[str, int]], lease: Lease, me: OwnerRecord
+    ) -> None:
+        """Take up to ``wanted`` of the shards free in ``owners``, along the ring from this writer's
+        first choice, :data:`MAX_TXN_KEYS` at most per transaction (all or none of them). A
+        transaction that finds one of its shards held reads the owners again and chooses again,
+        :data:`TAKE_ATTEMPTS` times at most (the next look takes the rest). Each shard taken is
+        indexed at once, concurrently with the others and the next transaction, and answered as
+        soon as its own index is done."""
+        assert self._etcd is not None
+        etcd, keys = self._etcd, self.keys
+        began = time.monotonic()
+        start = _first_choice(self.writer_id, self.shard_count)
+        ring = [(start + step) % self.shard_count for step in range(self.shard_count)]
+        taken: dict[int, int] = {}
+        indexing: list[asyncio.Task[bool]] = []
+        transactions = 0
+        for _ in range(TAKE_ATTEMPTS):
+            free = [shard for shard in ring if shard not in owners and shard not in taken]
+            chosen = free[: min(wanted - len(taken), MAX_TXN_KEYS)]
+            if not chosen or not lease.alive():
+                break
+            transactions += 1
+            epochs = await etcd.try_acquire_all([keys.shard(shard) for shard in chosen], lease, me)
+            if epochs is None:  # another writer took one of them first
+                snapshot = await etcd.owners(keys.shards)
+                owners = {
+                    keys.shard_of(key): (record.owner.address, record.epoch)
+                    for key, record in snapshot.owners.items()
+                }
+                self._learn_owners(
+                    snapshot.revision, {shard: owners.get(shard) for shard in range(self.shard_count)}
+                )
+                continue
+            for shard in chosen:
+                taken[shard] = epochs[keys.shard(shard)]
+                indexing.append(asyncio.create_task(self._answer_taken(shard, taken[shard], lease)))
+            if len(taken) >= wanted:
+                break
+        answered = sum(await asyncio.gather(*indexing))
+        if taken:
+            log.info(
+                "writer %s took %d shards in %d transactions and answers %d of them after %.0f ms",
+                self.writer_id,
+                len(taken),
+                transactions,
+                answered,
+                (time.monotonic() - began) * 1000,
+            )
+
+    async def _answer_taken(self, shard: int, epoch: int, lease: Lease) -> bool:
+        """Index ``shard``, just taken at ``epoch`` under ``lease``, then answer it; a shard that
+        cannot be indexed is given back. Returns whether it is answered."""
         assert self._etcd is not None
         assert self._keeper is not None
-        key = self.keys.shard(shard)
-        epoch = await self._etcd.try_acquire(key, lease, me)
-        if epoch is None:
-            return False
         try:
             await self._keeper.take_shard(shard)
         except Exception:
             log.exception("shard %d could not be indexed: given back", shard)
-            await self._etcd.release(key, epoch)
+            with contextlib.suppress(CoordinationError):
+                await self._etcd.release(self.keys.shard(shard), epoch)
             return False
         if lease is not self._lease or not lease.alive():
             return False  # lost meanwhile: the key goes with the lease

@@ -54,6 +54,12 @@ writer that lost a shard writes nothing more to it); its session is dropped by i
 owner (``on_failure``), and nothing more is written for that shard under that epoch
 (:meth:`GroupCommitter.epoch_of` refuses it). The other batches of the round are
 acknowledged as usual.
+
+For tests of fencing (docs/cluster.md §3.1), ``ROLLOUT_TEST_STOP_BEFORE_SYNC`` (read once, when
+the committer is made) set to some text makes the writer stop itself with SIGSTOP, once, in the
+first round one of whose batches holds that text (as its UTF-8 bytes): after the round's writes,
+before its sync. Whoever sends SIGCONT resumes the round: its sync, then the acknowledgement
+check, which then sees the time the round became durable.
 """
 
 from __future__ import annotations
@@ -64,6 +70,7 @@ import enum
 import errno
 import logging
 import os
+import signal
 import threading
 import time
 from collections import deque
@@ -77,6 +84,8 @@ from writer_service.ownership import EmbeddedOwnership, Ownership
 log = logging.getLogger(__name__)
 
 SLOW_FSYNC_SECONDS = 0.5
+#: The test hook (module docstring): text whose round stops the writer between write and sync.
+STOP_BEFORE_SYNC_ENV = "ROLLOUT_TEST_STOP_BEFORE_SYNC"
 
 # The write/sync boundary, named here so that tests can inject faults (ENOSPC, EIO)
 # without touching os itself.
@@ -318,6 +327,13 @@ class SessionLog:
         except OSError as exc:
             raise _BatchWriteError(operation, exc) from exc
 
+    def sync(self) -> None:
+        """``fdatasync`` the file (I/O thread); raises _BatchWriteError (``fsync``)."""
+        try:
+            _os_fdatasync(self.fd)
+        except OSError as exc:
+            raise _BatchWriteError("fsync", exc) from exc
+
     def cut_back(self, size: int, sync: bool) -> None:
         """Truncate the file to ``size`` bytes after a failed round (I/O thread); logs on failure."""
         try:
@@ -345,6 +361,9 @@ class GroupCommitter:
         self.ownership: Ownership = ownership if ownership is not None else EmbeddedOwnership()
         #: (shard, epoch) whose acknowledgement was refused: nothing more is written under them.
         self._fenced: set[tuple[int, int]] = set()
+        stop_text = os.environ.get(STOP_BEFORE_SYNC_ENV)
+        #: The test hook's text (module docstring); None once used, or when not set.
+        self._stop_before_sync: bytes | None = stop_text.encode() if stop_text else None
         self._loop = asyncio.get_running_loop()
         self._lock = threading.Lock()
         self._more = threading.Condition(self._lock)  # a lingering round waits on it for company
@@ -578,9 +597,21 @@ class GroupCommitter:
         """
         durable = self.config.durability is Durability.FSYNC
         one_by_one = len(batches) == 1 or self.config.round_sync is RoundSync.PER_FILE
+        stop = self._stop_before_sync is not None and any(
+            self._stop_before_sync in batch.data for batch in batches
+        )
         try:
             for batch in batches:
-                batch.session.write_batch(batch.data, sync=durable and one_by_one)
+                batch.session.write_batch(batch.data, sync=durable and one_by_one and not stop)
+            if stop:
+                self._stop_before_sync = None
+                log.warning(
+                    "test hook %s: stopping between a round's write and its sync", STOP_BEFORE_SYNC_ENV
+                )
+                os.kill(os.getpid(), signal.SIGSTOP)
+                if durable and one_by_one:
+                    for batch in batches:
+                        batch.session.sync()
             if durable and not one_by_one:
                 try:
                     _os_syncfs(batches[0].session.fd)

@@ -81,6 +81,21 @@ def test_owner_of_answers_this_writer_for_its_shards_and_etcd_s_view_for_the_oth
     assert ownership.owner_of(5) is None
 
 
+def test_owners_follow_the_watch_and_a_read_never_takes_them_back_to_an_older_revision():
+    """Other writers' shards are known from watched changes as they come (a dead writer's keys
+    deleted, another's put); a read of the owners made at an older revision than a change
+    already watched does not bring the older owner back."""
+    ownership = ownership_holding(StubLease(time.monotonic() + 60))
+    ownership._learn_owners(10, {1: ("10.0.0.8:50051", 5), 2: ("10.0.0.8:50051", 6)})
+    assert ownership.owner_of(1) == ("10.0.0.8:50051", 5)
+    ownership._learn_owners(12, {1: None})  # the dead writer's key deleted (watched)
+    ownership._learn_owners(11, {1: ("10.0.0.8:50051", 5), 2: None})  # a read begun before it
+    assert ownership.owner_of(1) is None
+    assert ownership.owner_of(2) is None
+    ownership._learn_owners(13, {1: ("10.0.0.9:50051", 13)})
+    assert ownership.owner_of(1) == ("10.0.0.9:50051", 13)
+
+
 @pytest.mark.parametrize(
     ("shards", "held", "share"),
     [

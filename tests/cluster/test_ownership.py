@@ -10,6 +10,7 @@ import pytest
 from tests.cluster.etcd import EtcdCluster
 from tests.cluster.waits import wait_until
 from writer_service.coordination import (
+    MAX_TXN_KEYS,
     ClusterKeys,
     EtcdClient,
     LeaseGoneError,
@@ -40,6 +41,37 @@ def test_one_of_two_contenders_gets_each_key(etcd1: EtcdCluster):
                 assert held.owner == winner
                 assert held.epoch == next(epoch for epoch in got if epoch is not None)
                 assert held.lease_id == (lease_one.id if winner == FIRST else lease_two.id)
+
+    asyncio.run(scenario())
+
+
+def test_many_keys_are_acquired_in_one_transaction_all_or_none(etcd1: EtcdCluster):
+    """try_acquire_all: every key or none; a set with one key held by another changes nothing; the
+    same set asked again by its holder answers the same epochs (a retried transaction that had
+    landed); MAX_TXN_KEYS keys go in one transaction (etcd's default --max-txn-ops), one more is
+    refused before anything is sent."""
+
+    async def scenario():
+        async with EtcdClient(etcd1.endpoints) as one, EtcdClient(etcd1.endpoints) as two:
+            lease_one, lease_two = await one.grant_lease(30), await two.grant_lease(30)
+            assert await two.try_acquire(KEYS.shard(5), lease_two, SECOND) is not None
+            contested = [KEYS.shard(shard) for shard in range(10)]
+            assert await one.try_acquire_all(contested, lease_one, FIRST) is None
+            assert set((await one.owners(KEYS.shards)).owners) == {KEYS.shard(5)}
+            free = [KEYS.shard(shard) for shard in range(10, 10 + MAX_TXN_KEYS)]
+            epochs = await one.try_acquire_all(free, lease_one, FIRST)
+            assert epochs is not None
+            assert set(epochs) == set(free)
+            held = (await one.owners(KEYS.shards)).owners
+            assert all(held[key].epoch == epochs[key] and held[key].owner == FIRST for key in free)
+            assert await one.try_acquire_all(free, lease_one, FIRST) == epochs
+            assert await two.try_acquire_all(free[:3], lease_two, SECOND) is None
+            with pytest.raises(ValueError, match="distinct keys"):
+                await one.try_acquire_all(
+                    [KEYS.shard(shard) for shard in range(MAX_TXN_KEYS + 1)], lease_one, FIRST
+                )
+            with pytest.raises(ValueError, match="distinct keys"):
+                await one.try_acquire_all([KEYS.shard(1), KEYS.shard(1)], lease_one, FIRST)
 
     asyncio.run(scenario())
 

@@ -170,9 +170,8 @@ def data_dir(tmp_path: Path) -> Path:
 def test_two_writers_split_the_shards_and_only_the_owner_writes(
     etcd1: EtcdCluster, data_dir: Path, tmp_path: Path
 ):
-    """Two writers on one data root each own about half the shards (epochs are the keys' create
-    revisions, all distinct); a session is written by its shard's owner, and the other writer
-    answers UNAVAILABLE NOT_OWNER, writing nothing."""
+    """Two writers on one data root each own about half the shards; a session is written by its shard's
+    owner, and the other writer answers UNAVAILABLE NOT_OWNER, writing nothing."""
     one = Writer(start_writer(data_dir, tmp_path / "one.log", etcd1.endpoints))
     two = Writer(start_writer(data_dir, tmp_path / "two.log", etcd1.endpoints))
 
@@ -186,7 +185,6 @@ def test_two_writers_split_the_shards_and_only_the_owner_writes(
                 return balanced(held, [one.address, two.address])
 
             await wait_until(split, "the shards split between the two writers")
-            assert len({epoch for _, epoch in held.values()}) == SHARDS
             shard = next(s for s, (address, _) in held.items() if address == one.address)
             session_id = id_in_shard(shard)
             with pytest.raises(grpc.RpcError) as refused:

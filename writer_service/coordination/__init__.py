@@ -27,7 +27,7 @@ Use::
         await etcd.release(keys.shard(42), epoch)
 """
 
-from writer_service.coordination.client import EtcdClient
+from writer_service.coordination.client import MAX_TXN_KEYS, EtcdClient
 from writer_service.coordination.endpoints import Endpoint, parse_endpoints
 from writer_service.coordination.errors import (
     CoordinationError,
@@ -52,6 +52,7 @@ __all__ = [
     "DEADLINE_SLACK",
     "DRIFT_BOUND",
     "MAX_SHARD_COUNT",
+    "MAX_TXN_KEYS",
     "ClusterKeys",
     "ClusterRecord",
     "CoordinationError",

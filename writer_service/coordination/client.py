@@ -31,6 +31,9 @@ log = logging.getLogger(__name__)
 
 #: Seconds :meth:`EtcdClient.close` gives the revocation of each lease still held.
 CLOSE_REVOKE_TIMEOUT = 2.0
+#: Most keys one :meth:`EtcdClient.try_acquire_all` transaction creates: etcd refuses a transaction
+#: with more operations in one branch than its ``--max-txn-ops`` (default 128).
+MAX_TXN_KEYS = 128
 
 
 def _create_if_absent(key: bytes, value: bytes, lease_id: int) -> Any:
@@ -205,6 +208,54 @@ class EtcdClient:
         if held and held[0].lease == lease.id and held[0].value == value:
             return int(held[0].create_revision)
         return None
+
+    async def try_acquire_all(
+        self, keys: Sequence[str], lease: Lease, owner: OwnerRecord, *, timeout: float | None = None
+    ) -> dict[str, int] | None:
+        """Own every one of ``keys`` under ``lease``, or none of them: one transaction creates them
+        all (each only if no key of them exists) with ``owner`` as their value. Returns each key's
+        epoch (the transaction's revision, the create revision of every key it made), or None when
+        any of them is held (nothing was changed: read the owners and choose again).
+
+        Keys this lease already holds with this owner record, all of them, return their epochs (a
+        retried transaction that had landed). Raises ValueError for no key, a key named twice or
+        more than :data:`MAX_TXN_KEYS`; LeaseGoneError when etcd does not know the lease.
+        """
+        if not keys or len(set(keys)) != len(keys) or len(keys) > MAX_TXN_KEYS:
+            raise ValueError(f"one transaction acquires 1 to {MAX_TXN_KEYS} distinct keys, not {len(keys)}")
+        if lease.state is LeaseState.GONE:
+            raise LeaseGoneError(lease.id, f"it cannot hold {len(keys)} keys")
+        value = owner.encode()
+        encoded = [key.encode() for key in keys]
+        request = etcd_rpc.TxnRequest(
+            compare=[
+                etcd_rpc.Compare(
+                    key=key, target=etcd_rpc.Compare.CREATE, result=etcd_rpc.Compare.EQUAL, create_revision=0
+                )
+                for key in encoded
+            ],
+            success=[
+                etcd_rpc.RequestOp(request_put=etcd_rpc.PutRequest(key=key, value=value, lease=lease.id))
+                for key in encoded
+            ],
+            failure=[etcd_rpc.RequestOp(request_range=etcd_rpc.RangeRequest(key=key)) for key in encoded],
+        )
+        answer, _ = await self._rotation.unary(
+            lambda member: member.kv.Txn,
+            request,
+            timeout=self._timeout(timeout),
+            what=f"acquire {len(keys)} keys from {keys[0]!r}",
+            lease_id=lease.id,
+        )
+        if answer.succeeded:
+            return dict.fromkeys(keys, int(answer.header.revision))
+        epochs: dict[str, int] = {}
+        for key, response in zip(keys, answer.responses, strict=True):
+            held = response.response_range.kvs
+            if not held or held[0].lease != lease.id or held[0].value != value:
+                return None
+            epochs[key] = int(held[0].create_revision)
+        return epochs
 
     async def release(self, key: str, epoch: int, *, timeout: float | None = None) -> bool:
         """Delete ``key`` if it is still held at ``epoch`` (compared on its create revision).
