@@ -76,6 +76,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from rollout_client import AsyncRolloutClient, AsyncSession, RetryPolicy, RolloutError, user
 from shared.shards import shard_of
+from tests.cluster.cluster_writers import shard_owners
 from tests.cluster.etcd import EtcdCluster, etcd_cluster, free_ports
 from tests.cluster.paused_owner import paused_owner_round
 from tests.processes import ServiceProcess, start_service
@@ -142,8 +143,7 @@ class Writers:
 
 async def owners(etcd: EtcdClient, keys: ClusterKeys) -> dict[int, str]:
     """Shard -> owner address, as etcd holds them now."""
-    snapshot = await etcd.owners(keys.shards)
-    return {keys.shard_of(key): held.owner.address for key, held in snapshot.owners.items()}
+    return {shard: address for shard, (address, _) in (await shard_owners(etcd, keys)).items()}
 
 
 async def settled(etcd: EtcdClient, keys: ClusterKeys, shards: int, addresses: list[str]) -> dict[int, str]:
@@ -267,12 +267,18 @@ async def verify(reader_client: AsyncRolloutClient, agents: list[Agent]) -> tupl
 # -- failover ------------------------------------------------------------------------------
 
 
-async def failover(options: argparse.Namespace, root: Path) -> None:
-    with etcd_cluster(root / "etcd", 3) as cluster:
-        keys = ClusterKeys("failover")
-        data = root / "failover-data"
+@contextlib.asynccontextmanager
+async def _three_writers(
+    options: argparse.Namespace, root: Path, name: str
+) -> AsyncIterator[tuple[EtcdCluster, EtcdClient, ClusterKeys, Writers, list[str], str]]:
+    """Three writers of cluster ``name`` on a fresh three-member etcd, with the shards settled
+    over them, and a reader (no content index) on their data root: (etcd cluster, a client of
+    it, the cluster's keys, the writers, their addresses, the reader's address). Every process
+    is stopped at the end."""
+    with etcd_cluster(root / f"{name}-etcd", 3) as cluster:
+        keys = ClusterKeys(name)
+        data, logs = root / f"{name}-data", root / f"{name}-logs"
         data.mkdir()
-        logs = root / "failover-logs"
         logs.mkdir()
         writers = Writers(
             data, logs, cluster.endpoints, keys.name, options.shards, options.lease_ttl, options.durability
@@ -282,10 +288,15 @@ async def failover(options: argparse.Namespace, root: Path) -> None:
         try:
             async with EtcdClient(cluster.endpoints) as etcd:
                 await settled(etcd, keys, options.shards, addresses)
-                await _failover_runs(options, cluster, etcd, keys, writers, addresses, reader.address)
+                yield cluster, etcd, keys, writers, addresses, reader.address
         finally:
             writers.stop()
             reader.stop()
+
+
+async def failover(options: argparse.Namespace, root: Path) -> None:
+    async with _three_writers(options, root, "failover") as (cluster, etcd, keys, writers, addresses, reader):
+        await _failover_runs(options, cluster, etcd, keys, writers, addresses, reader)
 
 
 async def _failover_runs(
@@ -475,43 +486,26 @@ async def _loaded_cluster(
 ) -> AsyncIterator[tuple[EtcdCluster, EtcdClient, ClusterKeys, Writers, list[str], Load]]:
     """Three writers on a fresh three-member etcd with ``--agents`` agents appending; at the end the
     load stops and every agent's session is replayed and checked (lost, duplicated, verifying)."""
-    with etcd_cluster(root / f"{name}-etcd", 3) as cluster:
-        keys = ClusterKeys(name)
-        data, logs = root / f"{name}-data", root / f"{name}-logs"
-        data.mkdir()
-        logs.mkdir()
-        writers = Writers(
-            data, logs, cluster.endpoints, keys.name, options.shards, options.lease_ttl, options.durability
-        )
-        addresses = [writers.start(f"127.0.0.1:{port}") for port in free_ports(3)]
-        reader = start_service("reader", data, logs / "reader.log", "--no-search")
+    async with (
+        _three_writers(options, root, name) as (cluster, etcd, keys, writers, addresses, reader),
+        AsyncRolloutClient(",".join(addresses), reader, retry=AGENT_RETRY) as client,
+    ):
+        agents = [Agent(await client.create_session(f"agent-{i}", root=True)) for i in range(options.agents)]
+        load = Load(agents)
+        tasks = [asyncio.create_task(load.run(agent, i)) for i, agent in enumerate(agents)]
         try:
-            async with (
-                EtcdClient(cluster.endpoints) as etcd,
-                AsyncRolloutClient(",".join(addresses), reader.address, retry=AGENT_RETRY) as client,
-            ):
-                await settled(etcd, keys, options.shards, addresses)
-                agents = [
-                    Agent(await client.create_session(f"agent-{i}", root=True)) for i in range(options.agents)
-                ]
-                load = Load(agents)
-                tasks = [asyncio.create_task(load.run(agent, i)) for i, agent in enumerate(agents)]
-                try:
-                    yield cluster, etcd, keys, writers, addresses, load
-                finally:
-                    load.stop.set()
-                    await asyncio.gather(*tasks)
-                checked, lost, duplicated, problems = await verify(client, agents)
-                print(
-                    f"  {load.acknowledged()} appends acknowledged; {checked} checked: lost {lost},"
-                    f" duplicated {duplicated}; sessions not verifying or out of order: {len(problems)};"
-                    f" errors the agents saw after the SDK's retries: {sum(load.errors.values())}"
-                )
-                for kind, count in load.errors.most_common():
-                    print(f"    {count:6d}  {kind}")
+            yield cluster, etcd, keys, writers, addresses, load
         finally:
-            writers.stop()
-            reader.stop()
+            load.stop.set()
+            await asyncio.gather(*tasks)
+        checked, lost, duplicated, problems = await verify(client, agents)
+        print(
+            f"  {load.acknowledged()} appends acknowledged; {checked} checked: lost {lost},"
+            f" duplicated {duplicated}; sessions not verifying or out of order: {len(problems)};"
+            f" errors the agents saw after the SDK's retries: {sum(load.errors.values())}"
+        )
+        for kind, count in load.errors.most_common():
+            print(f"    {count:6d}  {kind}")
 
 
 async def etcd_faults(options: argparse.Namespace, root: Path) -> None:

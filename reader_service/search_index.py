@@ -285,11 +285,6 @@ def _json_words(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def fts_query(query: str) -> str:
-    """The FTS5 expression of the records holding every term of a person's query (:func:`fts_terms`)."""
-    return " ".join(fts_terms(query))
-
-
 def fts_terms(query: str) -> list[str]:
     """The FTS5 terms of a person's query: each word (or "quoted phrase") a literal phrase; a
     word ending in ``*`` a prefix. So any text is a search, never a syntax error; a NUL is a
@@ -903,12 +898,12 @@ class SearchIndex:
         rarest, *others = sorted(terms, key=lambda term: self._frequency(connection, term))
         found, capped = self._sessions_holding(connection, rarest, where, arguments)
         for term in others:
-            found = [
-                (*row[:11], max(row[11], in_title), row[12])
-                for row in found
-                for in_title in [self._holding(connection, term, row[0])]
-                if in_title is not None
-            ]
+            kept = []
+            for row in found:
+                count, in_title = self._in_session(connection, term, row[0])
+                if count:
+                    kept.append((*row[:11], max(row[11], in_title), row[12]))
+            found = kept
         with self._lock:
             if self._forgotten:  # deleted, rows not deleted yet
                 found = [row for row in found if row[12] not in self._forgotten]
@@ -934,7 +929,9 @@ class SearchIndex:
                 updated_at=row[7],
                 title=row[8],
                 title_match=bool(row[11]),
-                match_count=int(row[10]) if len(terms) == 1 else self._count(connection, either, row[0]),
+                match_count=int(row[10])
+                if len(terms) == 1
+                else self._in_session(connection, either, row[0])[0],
                 score=score,
                 matches=self._matches(connection, terms, row[0]),
             )
@@ -980,25 +977,16 @@ class SearchIndex:
         )
 
     @staticmethod
-    def _holding(connection: sqlite3.Connection, term: str, session_row: int) -> int | None:
-        """Whether session row ``session_row`` holds FTS5 ``term``: None when no record does, else
-        1 when a title does, 0 when only other records do. (No bm25 here: SQLite computes it from
-        the term's whole posting list at each statement, the cost of a common word.)"""
-        (in_title,) = connection.execute(
-            "SELECT max(kind = 'title') FROM records WHERE records MATCH ? AND rowid BETWEEN ? AND ?",
-            (term, *session_rows(session_row)),
+    def _in_session(connection: sqlite3.Connection, expression: str, session_row: int) -> tuple[int, int]:
+        """(records of session row ``session_row`` matching FTS5 ``expression``, 1 when a title is
+        among them else 0). No bm25 here: SQLite computes it from a term's whole posting list at
+        each statement, the cost of a common word."""
+        count, in_title = connection.execute(
+            "SELECT count(*), coalesce(max(kind = 'title'), 0) FROM records"
+            " WHERE records MATCH ? AND rowid BETWEEN ? AND ?",
+            (expression, *session_rows(session_row)),
         ).fetchone()
-        return None if in_title is None else int(in_title)
-
-    @staticmethod
-    def _count(connection: sqlite3.Connection, expression: str, session_row: int) -> int:
-        """Records of session row ``session_row`` matching ``expression``."""
-        return int(
-            connection.execute(
-                "SELECT count(*) FROM records WHERE records MATCH ? AND rowid BETWEEN ? AND ?",
-                (expression, *session_rows(session_row)),
-            ).fetchone()[0]
-        )
+        return int(count), int(in_title)
 
     @staticmethod
     def _matches(connection: sqlite3.Connection, terms: list[str], session_row: int) -> list[Match]:

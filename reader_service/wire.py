@@ -551,7 +551,7 @@ _SEARCH_TOKEN = re.compile(r"s1:([0-9]{1,9})")
 def search_request(request: reader_pb2.SearchSessionsRequest) -> tuple[int, int, SearchFilters]:
     """(page size, offset, filters but the tenant) of a SearchSessions request;
     InvalidArgumentError for a page size out of range, a malformed page_token or since (the
-    query is checked by reader_service.search_index.fts_query)."""
+    query is checked by reader_service.search_index.fts_terms)."""
     if not 0 <= request.page_size <= MAX_SEARCH_PAGE_SIZE:
         raise InvalidArgumentError("page_size", f"must be 0..{MAX_SEARCH_PAGE_SIZE}, got {request.page_size}")
     offset = 0

@@ -56,6 +56,7 @@ from writer_service.coordination import (
     Lease,
     LeaseState,
     OwnerRecord,
+    OwnershipSnapshot,
     RecordFormatError,
     ShardCountMismatchError,
 )
@@ -286,6 +287,16 @@ class EtcdOwnership:
                 updated[shard] = owner
         self._owners = updated
 
+    def _read_owners(self, snapshot: OwnershipSnapshot) -> dict[int, tuple[str, int]]:
+        """Every shard's owner (address, epoch) in a read of the shard keys, which
+        :meth:`owner_of` then answers (:meth:`_learn_owners`)."""
+        owners = {
+            self.keys.shard_of(key): (record.owner.address, record.epoch)
+            for key, record in snapshot.owners.items()
+        }
+        self._learn_owners(snapshot.revision, {shard: owners.get(shard) for shard in range(self.shard_count)})
+        return owners
+
     def _watched_owner(self, event: KeyEvent) -> None:
         """Take a watched change of a shard's owner key (a key or value this version does not
         write is left to the next read of the owners, which refuses it)."""
@@ -375,16 +386,13 @@ class EtcdOwnership:
         if keys.drain(self.writer_id) in await etcd.values(keys.drains):
             self._drain_requested = self._draining = True
         held: dict[str, int] = {record.owner.writer_id: 0 for record in writers.owners.values()}
-        owners: dict[int, tuple[str, int]] = {}
         mine_in_etcd: dict[int, int] = {}
         for key, record in shards.owners.items():
-            shard = keys.shard_of(key)
-            owners[shard] = (record.owner.address, record.epoch)
             if record.owner.writer_id in held:
                 held[record.owner.writer_id] += 1
             if record.lease_id == lease.id:
-                mine_in_etcd[shard] = record.epoch
-        self._learn_owners(shards.revision, {shard: owners.get(shard) for shard in range(self.shard_count)})
+                mine_in_etcd[keys.shard_of(key)] = record.epoch
+        owners = self._read_owners(shards)
         for shard, (epoch, _) in list(self._owned.items()):
             if mine_in_etcd.get(shard) != epoch:  # etcd says it is not ours (any more)
                 log.warning("shard %d (epoch %d) is no longer this writer's in etcd: dropped", shard, epoch)
@@ -426,14 +434,7 @@ class EtcdOwnership:
             transactions += 1
             epochs = await etcd.try_acquire_all([keys.shard(shard) for shard in chosen], lease, me)
             if epochs is None:  # another writer took one of them first
-                snapshot = await etcd.owners(keys.shards)
-                owners = {
-                    keys.shard_of(key): (record.owner.address, record.epoch)
-                    for key, record in snapshot.owners.items()
-                }
-                self._learn_owners(
-                    snapshot.revision, {shard: owners.get(shard) for shard in range(self.shard_count)}
-                )
+                owners = self._read_owners(await etcd.owners(keys.shards))
                 continue
             for shard in chosen:
                 taken[shard] = epochs[keys.shard(shard)]

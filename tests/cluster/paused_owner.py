@@ -28,14 +28,13 @@ from pathlib import Path
 
 import grpc
 import orjson
-from google.rpc import error_details_pb2, status_pb2
 
 from reader_service.replay import verify_findings, verify_session
 from rollout.v1 import records_pb2, writer_pb2, writer_pb2_grpc
-from shared.reasons import NOT_OWNER
 from shared.shards import shard_of
+from tests.cluster.cluster_writers import not_owner_metadata, shard_owners, start_cluster_writer
 from tests.cluster.waits import wait_until
-from tests.processes import ServiceProcess, start_service
+from tests.processes import ServiceProcess
 from writer_service.committer import STOP_BEFORE_SYNC_ENV
 from writer_service.coordination import ClusterKeys, EtcdClient
 
@@ -104,15 +103,8 @@ class PausedOwnerRound:
 
 def not_owner_epoch(error: grpc.aio.AioRpcError) -> str | None:
     """The ``epoch`` of an UNAVAILABLE NOT_OWNER answer's ErrorInfo; None for another error."""
-    if error.code() != grpc.StatusCode.UNAVAILABLE:
-        return None
-    for key, value in error.trailing_metadata() or ():
-        if key == "grpc-status-details-bin":
-            for detail in status_pb2.Status.FromString(value).details:
-                info = error_details_pb2.ErrorInfo()
-                if detail.Unpack(info) and info.reason == NOT_OWNER:
-                    return str(info.metadata["epoch"])
-    return None
+    info = not_owner_metadata(error)
+    return None if info is None else info["epoch"]
 
 
 def _process_stopped(pid: int) -> bool:
@@ -169,26 +161,13 @@ class _Writer:
 def _start_writer(
     data_dir: Path, log: Path, etcd: str, cluster: str, ttl: int, env: dict[str, str] | None = None
 ) -> _Writer:
-    process = start_service(
-        "writer",
-        data_dir,
-        log,
-        "--etcd",
-        etcd,
-        "--cluster",
-        cluster,
-        "--shards",
-        str(SHARDS),
-        "--lease-ttl",
-        str(ttl),
-        env=env,
+    return _Writer(
+        start_cluster_writer(data_dir, log, etcd, cluster, SHARDS, "--lease-ttl", str(ttl), env=env)
     )
-    return _Writer(process)
 
 
 async def _owners(etcd: EtcdClient, keys: ClusterKeys) -> dict[int, str]:
-    snapshot = await etcd.owners(keys.shards)
-    return {keys.shard_of(key): held.owner.address for key, held in snapshot.owners.items()}
+    return {shard: address for shard, (address, _) in (await shard_owners(etcd, keys)).items()}
 
 
 async def paused_owner_round(endpoints: str, root: Path, name: str, ttl: int = 2) -> PausedOwnerRound:

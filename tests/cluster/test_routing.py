@@ -10,13 +10,13 @@ from pathlib import Path
 
 import grpc
 import pytest
-from google.rpc import error_details_pb2, status_pb2
 
 from rollout.v1 import writer_pb2
 from rollout_client import RetryPolicy, RolloutClient, delegation, user
-from shared.reasons import NOT_OWNER, OWNER_ADDRESS, OWNER_EPOCH
+from shared.reasons import OWNER_ADDRESS, OWNER_EPOCH
 from shared.shards import shard_of
 from tests.client.conftest import TEST_RETRY
+from tests.cluster.cluster_writers import not_owner_metadata
 from tests.cluster.etcd import EtcdCluster
 from tests.cluster.test_writers import SHARDS, Writer, balanced, id_in_shard, owners, start_writer
 from tests.cluster.waits import wait_until
@@ -25,13 +25,9 @@ from writer_service.coordination import EtcdClient
 
 def not_owner_info(error: grpc.RpcError) -> dict[str, str]:
     """The NOT_OWNER ErrorInfo metadata of an UNAVAILABLE status (AssertionError otherwise)."""
-    assert error.code() is grpc.StatusCode.UNAVAILABLE, error
-    (raw,) = [value for key, value in error.trailing_metadata() if key == "grpc-status-details-bin"]
-    for detail in status_pb2.Status.FromString(raw).details:
-        info = error_details_pb2.ErrorInfo()
-        if detail.Unpack(info) and info.reason == NOT_OWNER:
-            return dict(info.metadata)
-    raise AssertionError(f"no NOT_OWNER in {error}")
+    info = not_owner_metadata(error)
+    assert info is not None, f"no UNAVAILABLE NOT_OWNER in {error}"
+    return info
 
 
 async def shard_map(writer: Writer) -> dict[int, tuple[str, int]]:

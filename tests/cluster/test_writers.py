@@ -20,12 +20,11 @@ import grpc
 import orjson
 import pytest
 from click.testing import CliRunner
-from google.rpc import error_details_pb2, status_pb2
 
 from rollout.v1 import records_pb2, writer_pb2, writer_pb2_grpc
 from rollout_cli.main import cli
-from shared.reasons import NOT_OWNER
 from shared.shards import shard_of
+from tests.cluster.cluster_writers import not_owner_metadata, shard_owners, start_cluster_writer
 from tests.cluster.etcd import EtcdCluster, free_ports
 from tests.cluster.proxy import TcpRelay
 from tests.cluster.waits import wait_until
@@ -37,28 +36,14 @@ KEYS = ClusterKeys("test")
 
 
 def start_writer(data_dir: Path, log: Path, etcd: str, *extra: str) -> ServiceProcess:
-    return start_service(
-        "writer",
-        data_dir,
-        log,
-        "--etcd",
-        etcd,
-        "--cluster",
-        KEYS.name,
-        "--shards",
-        str(SHARDS),
-        "--durability",
-        "unsafe_no_fsync",
-        *extra,
+    return start_cluster_writer(
+        data_dir, log, etcd, KEYS.name, SHARDS, "--durability", "unsafe_no_fsync", *extra
     )
 
 
 async def owners(etcd: EtcdClient) -> dict[int, tuple[str, int]]:
     """Shard -> (owner address, epoch), as etcd holds them now."""
-    snapshot = await etcd.owners(KEYS.shards)
-    return {
-        KEYS.shard_of(key): (record.owner.address, record.epoch) for key, record in snapshot.owners.items()
-    }
+    return await shard_owners(etcd, KEYS)
 
 
 def balanced(held: dict[int, tuple[str, int]], addresses: list[str]) -> bool:
@@ -77,16 +62,7 @@ def id_in_shard(shard: int) -> str:
 
 def not_owner(error: grpc.RpcError) -> bool:
     """Whether ``error`` is UNAVAILABLE with ErrorInfo NOT_OWNER."""
-    if error.code() != grpc.StatusCode.UNAVAILABLE:
-        return False
-    for key, value in error.trailing_metadata() or ():
-        if key == "grpc-status-details-bin":
-            status = status_pb2.Status.FromString(value)
-            for detail in status.details:
-                info = error_details_pb2.ErrorInfo()
-                if detail.Unpack(info) and info.reason == NOT_OWNER:
-                    return True
-    return False
+    return not_owner_metadata(error) is not None
 
 
 def user(text: str) -> writer_pb2.AppendRecord:

@@ -15,7 +15,7 @@ from reader_service.search_index import (
     SearchFilters,
     SearchIndex,
     branch_of,
-    fts_query,
+    fts_terms,
     record_texts,
 )
 from shared.errors import InvalidArgumentError
@@ -171,11 +171,16 @@ def test_an_index_left_by_an_earlier_run_is_used_and_a_broken_one_rebuilt(data_d
 
 
 def test_any_text_is_a_literal_search_and_a_query_without_words_is_refused() -> None:
-    assert fts_query('ECONNRESET "db.ts:42" NOT econn* ("') == '"ECONNRESET" "db.ts:42" "NOT" "econn"*'
-    assert fts_query('say "a ""b"" c"') == '"say" "a " "b" " c"'
+    assert fts_terms('ECONNRESET "db.ts:42" NOT econn* ("') == [
+        '"ECONNRESET"',
+        '"db.ts:42"',
+        '"NOT"',
+        '"econn"*',
+    ]
+    assert fts_terms('say "a ""b"" c"') == ['"say"', '"a "', '"b"', '" c"']
     for query in ("", "  ", "# ! *", "x" * 1001):
         with pytest.raises(InvalidArgumentError, match=r"^query: "):
-            fts_query(query)
+            fts_terms(query)
 
 
 def test_what_a_record_contributes() -> None:
@@ -279,10 +284,10 @@ def test_a_nul_in_a_query_is_a_word_break_not_an_unreadable_index(data_dir, inde
     string may) searches its words, never failing as if the index could not be read."""
     three_sessions(data_dir)
     index.catch_up()
-    assert "\x00" not in fts_query("db\x00ts")
+    assert "\x00" not in " ".join(fts_terms("db\x00ts"))
     assert found(index, "ECONNRESET\x00db") == ["1"]
     with pytest.raises(InvalidArgumentError, match=r"^query: holds no word"):
-        fts_query("\x00")
+        fts_terms("\x00")
 
 
 def test_another_tenants_records_neither_hide_a_tenants_matches_nor_show_in_its_cap(
@@ -361,6 +366,25 @@ def test_the_words_of_a_query_may_stand_in_different_records_of_a_session(data_d
     assert found(index, '"fixture is flaky" db.ts') == ["1"]
     assert found(index, "upload ECONNRESET nowhere") == []
     assert found(index, "upload ECONNRESET", SearchFilters()) == ["3", "1"]
+
+
+def test_a_title_holding_any_word_of_a_query_labels_the_hit_a_title_match(data_dir, index) -> None:
+    """A title match is labelled apart from a content match (SearchSessions) whichever word of
+    the query the title holds: here the commoner one, looked for after the rarest."""
+    write(
+        data_dir,
+        1,
+        "T1",
+        ("event", {"kind": "title", "body": {"title": "Deploy checklist"}}),
+        user("ECONNRESET on deploy"),
+    )
+    write(data_dir, 2, "T1", user("ECONNRESET while reading the checklist"))
+    write(data_dir, 3, "T1", user("checklist"), user("the checklist again"), user("checklist done"))
+    index.catch_up()
+    hits = {hit.session_id[-1:]: hit for hit in index.search("ECONNRESET checklist", T1, 20, 0).hits}
+    assert sorted(hits) == ["1", "2"]
+    assert hits["1"].title_match
+    assert not hits["2"].title_match
 
 
 def test_temporary_index_folders_left_by_readers_that_died_are_removed(

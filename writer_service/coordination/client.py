@@ -192,22 +192,8 @@ class EtcdClient:
         A key this lease already holds with this owner record returns its epoch (a retried
         transaction that had landed). Raises LeaseGoneError when etcd does not know the lease.
         """
-        if lease.state is LeaseState.GONE:
-            raise LeaseGoneError(lease.id, f"it cannot hold {key!r}")
-        value = owner.encode()
-        answer, _ = await self._rotation.unary(
-            lambda member: member.kv.Txn,
-            _create_if_absent(key.encode(), value, lease.id),
-            timeout=self._timeout(timeout),
-            what=f"acquire {key!r}",
-            lease_id=lease.id,
-        )
-        if answer.succeeded:
-            return int(answer.header.revision)
-        held = answer.responses[0].response_range.kvs
-        if held and held[0].lease == lease.id and held[0].value == value:
-            return int(held[0].create_revision)
-        return None
+        epochs = await self.try_acquire_all([key], lease, owner, timeout=timeout)
+        return None if epochs is None else epochs[key]
 
     async def try_acquire_all(
         self, keys: Sequence[str], lease: Lease, owner: OwnerRecord, *, timeout: float | None = None
@@ -223,8 +209,9 @@ class EtcdClient:
         """
         if not keys or len(set(keys)) != len(keys) or len(keys) > MAX_TXN_KEYS:
             raise ValueError(f"one transaction acquires 1 to {MAX_TXN_KEYS} distinct keys, not {len(keys)}")
+        named = repr(keys[0]) if len(keys) == 1 else f"{len(keys)} keys from {keys[0]!r}"
         if lease.state is LeaseState.GONE:
-            raise LeaseGoneError(lease.id, f"it cannot hold {len(keys)} keys")
+            raise LeaseGoneError(lease.id, f"it cannot hold {named}")
         value = owner.encode()
         encoded = [key.encode() for key in keys]
         request = etcd_rpc.TxnRequest(
@@ -244,7 +231,7 @@ class EtcdClient:
             lambda member: member.kv.Txn,
             request,
             timeout=self._timeout(timeout),
-            what=f"acquire {len(keys)} keys from {keys[0]!r}",
+            what=f"acquire {named}",
             lease_id=lease.id,
         )
         if answer.succeeded:
