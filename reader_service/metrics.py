@@ -6,6 +6,8 @@ counted twice on the read path):
 * ``rollout_replay_cache_answers_total{how}``: replays answered from a rendered copy
   unchanged (``unchanged``), extended by new records only (``extended``), or rendered
   from the first byte (``rebuilt``: a miss); the hit rate is (unchanged + extended) / all;
+* ``rollout_recent_tail_reads_total{how}``: limited GetRecentMessages of files the cache did
+  not hold, answered from the file's tail (``settled``) or not (``unsettled``: rebuilt whole);
 * ``rollout_replay_cache_evictions_total`` and ``rollout_replay_cache_bytes`` (what the
   kept copies are charged);
 * ``rollout_listing_activity_total{how}``: listing entries whose activity was still
@@ -43,6 +45,15 @@ class _ReaderCollector(Collector):
         for how in ("unchanged", "extended", "rebuilt"):
             answers.add_metric([how], sum(cache.counts[how] for cache in caches))
         yield answers
+        tail = CounterMetricFamily(
+            "rollout_recent_tail_reads",
+            "Limited GetRecentMessages of files the replay cache did not hold: answered from the"
+            " file's tail (settled) or left to the whole-file rebuild (unsettled).",
+            labels=["how"],
+        )
+        tail.add_metric(["settled"], sum(cache.counts["tail"] for cache in caches))
+        tail.add_metric(["unsettled"], sum(cache.counts["tail_unsettled"] for cache in caches))
+        yield tail
         yield CounterMetricFamily(
             "rollout_replay_cache_evictions",
             "Rendered replays dropped to stay within the cache's budget.",

@@ -51,11 +51,12 @@ from typing import Any, TypeVar
 import orjson
 
 from reader_service.replay import ReplayFacts, checkpoint_verification, digest_status_of
-from reader_service.wire import canonical_entry, message_entry
+from reader_service.wire import canonical_entry, canonical_message_entry, message_entry
 from shared.committed_lines import CommittedLines
 from shared.digest import digest_of_framed, framed_canonical
 from shared.layout import open_session_file
 from shared.rebuild import PendingReasoning, Rebuilder, collector_paused
+from shared.rebuild_tail import recent_from_tail
 
 _T = TypeVar("_T")
 
@@ -103,13 +104,15 @@ class _RenderingRebuilder(Rebuilder):
 @dataclass(frozen=True, slots=True)
 class RecentMessages:
     """The tail of a rebuilt sequence: reply entries of its last messages, their origins
-    (shared.records.message_origin), how many messages the whole sequence has, and the seq
-    after the last record read."""
+    (shared.records.message_origin), how many messages the whole sequence has (at least, with
+    ``count_at_least``), and the seq after the last record read."""
 
     entries: list[bytes]
     origins: list[int]
     message_count: int
     next_seq: int
+    #: ``message_count`` counts only the messages a tail read held (a lower bound).
+    count_at_least: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,7 +230,15 @@ class ReplayCache:
         self._charges: dict[str, int] = {}
         self._charged = 0
         #: Answers by how they were made: from an unchanged entry, an extended one, or a new one.
-        self.counts = {"unchanged": 0, "extended": 0, "rebuilt": 0, "evicted": 0}
+        #: Limited reads of files it did not hold: answered from the tail, or not settled by it.
+        self.counts = {
+            "unchanged": 0,
+            "extended": 0,
+            "rebuilt": 0,
+            "evicted": 0,
+            "tail": 0,
+            "tail_unsettled": 0,
+        }
 
     @property
     def charged_bytes(self) -> int:
@@ -248,6 +259,36 @@ class ReplayCache:
         canonical JSON (:func:`reader_service.wire.canonical_entry`). No digest is computed.
         Raises OSError as :meth:`rendered` does."""
         return self._use(path, lambda entry, tail: entry.recent(limit, canonical))
+
+    def recent_from_tail(self, path: Path, limit: int, canonical: bool = False) -> RecentMessages | None:
+        """The last ``limit`` (> 0) messages of a session file this cache holds no entry for, rebuilt
+        from the file's tail (shared.rebuild_tail, the same answer as :meth:`recent`); None when
+        the cache holds the file (its entry answers for less) or the tail cannot settle the
+        answer (the caller then calls :meth:`recent`). Counted in ``counts`` as ``tail`` or
+        ``tail_unsettled``. Raises OSError as :meth:`rendered` does."""
+        with self._lock:
+            if str(path) in self._entries:
+                return None
+        fd = open_session_file(path)
+        try:
+            found = recent_from_tail(fd, limit)
+        except OSError as exc:
+            if exc.filename is None:  # pread and fstat errors name no file
+                raise OSError(exc.errno, exc.strerror, os.fspath(path)) from exc
+            raise
+        finally:
+            os.close(fd)
+        self._count("tail" if found is not None else "tail_unsettled")
+        if found is None:
+            return None
+        render = canonical_message_entry if canonical else message_entry
+        return RecentMessages(
+            [render(message) for message in found.messages],
+            found.origins,
+            found.message_count,
+            found.next_seq,
+            not found.count_exact,
+        )
 
     def _use(self, path: Path, use: Callable[[_Entry, bytes], _T]) -> _T | None:
         """``use(entry, uncommitted tail)`` on the current entry of ``path`` (under its lock), or None."""

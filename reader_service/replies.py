@@ -75,13 +75,17 @@ def replay_reply(
 def recent_reply(
     cache: ReplayCache, session_id: str, path: Path, limit: int, canonical: bool, max_reply_bytes: int
 ) -> bytes:
-    """The serialized RecentMessagesResponse of one session file: from the cache, or rebuilt in
-    bounded memory (offsets) with only the returned messages read back.
+    """The serialized RecentMessagesResponse of one session file: with a limit, of a file the
+    cache does not hold, from the file's tail (shared.rebuild_tail); otherwise, or when the
+    tail cannot settle it, from the cache, or rebuilt in bounded memory (offsets) with only
+    the returned messages read back.
 
     Raises ReplyTooLargeError when it exceeds ``max_reply_bytes``, OSError when the file
     cannot be read.
     """
-    recent = cache.recent(path, limit, canonical)
+    recent = cache.recent_from_tail(path, limit, canonical) if limit > 0 else None
+    if recent is None:
+        recent = cache.recent(path, limit, canonical)
     if recent is None:
         handles, origins, count, next_seq = index_recent(path, limit)
         render = wire.canonical_message_entry if canonical else wire.message_entry
@@ -89,7 +93,12 @@ def recent_reply(
             entries = [render(source.message(handle)) for handle in handles]
         recent = RecentMessages(entries, origins, count, next_seq)
     reply = wire.recent_reply(
-        session_id, recent.entries, recent.origins, recent.message_count, recent.next_seq
+        session_id,
+        recent.entries,
+        recent.origins,
+        recent.message_count,
+        recent.next_seq,
+        recent.count_at_least,
     )
     return _within(reply, session_id, max_reply_bytes, "StreamReplay (or ask for fewer messages)")
 

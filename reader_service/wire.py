@@ -328,14 +328,24 @@ def replay_reply(session_id: str, entries: Iterable[bytes], facts: ReplayFacts, 
 
 
 def recent_reply(
-    session_id: str, entries: Iterable[bytes], origins: Iterable[int], message_count: int, next_seq: int
+    session_id: str,
+    entries: Iterable[bytes],
+    origins: Iterable[int],
+    message_count: int,
+    next_seq: int,
+    count_at_least: bool = False,
 ) -> bytes:
     """The serialized RecentMessagesResponse: header, message entries (:func:`message_entry`, field 2
-    as in a ReplayResponse), then each message's origin, the count and the next seq."""
+    as in a ReplayResponse), then each message's origin, the count (a lower bound with
+    ``count_at_least``) and the next seq."""
     head = reader_pb2.RecentMessagesResponse(session_id=session_id).SerializeToString()
     seqs, indexes = origin_arrays(origins)
     tail = reader_pb2.RecentMessagesResponse(
-        origin_seqs=seqs, origin_history_indexes=indexes, message_count=message_count, next_seq=next_seq
+        origin_seqs=seqs,
+        origin_history_indexes=indexes,
+        message_count=message_count,
+        next_seq=next_seq,
+        message_count_at_least=count_at_least,
     ).SerializeToString()
     return b"".join((head, *entries, tail))
 

@@ -86,6 +86,17 @@ def lines_before(fd: int, offset: int, chunk_bytes: int = 64 * 1024) -> Iterator
     a chunk is joined before it is yielded. The caller stops the iteration when it has read far
     enough. Raises OSError as ``os.pread`` does.
     """
+    return chain.from_iterable(line_blocks_before(fd, offset, chunk_bytes))
+
+
+def line_blocks_before(fd: int, offset: int, chunk_bytes: int = 64 * 1024) -> Iterator[list[bytes]]:
+    """:func:`lines_before` one read at a time: per read of ``chunk_bytes`` (or less, at the
+    file's start), the lines it completed, last first (an empty list when a line longer than a
+    chunk is still open). For a caller that decides after each read whether to read on (the
+    tail rebuild, shared.rebuild_tail). Given ``offset`` = the file's size, the first line of
+    the first list is the bytes after the last ``\\n`` (``b""`` when the file ends with one).
+    Raises OSError as ``os.pread`` does.
+    """
     if chunk_bytes <= 0:
         raise ValueError(f"chunk_bytes must be > 0, got {chunk_bytes}")
     position = offset
@@ -99,4 +110,5 @@ def lines_before(fd: int, offset: int, chunk_bytes: int = 64 * 1024) -> Iterator
             del lines[0]
         else:
             pending = b""
-        yield from reversed(lines)
+        lines.reverse()
+        yield lines

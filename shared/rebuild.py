@@ -605,18 +605,8 @@ class Rebuilder:
         """Take an ``agent_checkpoint``: check its lines digest against the lines before it."""
         pinned = payload.get("lines_digest")
         sound = not self.damaged
-        if pinned is not None:
-            self.add_checks()
-            found = self.lines_digest.result()
-            if pinned != found:
-                self.degrade(
-                    DegradedKind.LINES_DIGEST_MISMATCH,
-                    line,
-                    offset,
-                    f"the checkpoint pins the {line - 2} lines between the first and it as {clip(pinned, 80)!r}, they now"
-                    f" give {found!r}: a line before it was changed, removed or added",
-                )
-                sound = False
+        if pinned is not None and not self.lines_match(pinned, line, offset):
+            sound = False
         record = checkpoint_record(seq, payload, line, offset, sound)
         if record is None:
             self.degrade(
@@ -628,6 +618,22 @@ class Rebuilder:
             return
         self.result.last_checkpoint = record
         self.result.checkpoint_messages = list(self.messages)
+
+    def lines_match(self, pinned: Any, line: int, offset: int) -> bool:
+        """Whether the lines before the checkpoint at ``line`` still give the lines digest it pins
+        (``pinned``); a mismatch is damage (``lines_digest_mismatch``)."""
+        self.add_checks()
+        found = self.lines_digest.result()
+        if pinned == found:
+            return True
+        self.degrade(
+            DegradedKind.LINES_DIGEST_MISMATCH,
+            line,
+            offset,
+            f"the checkpoint pins the {line - 2} lines between the first and it as {clip(pinned, 80)!r}, they now"
+            f" give {found!r}: a line before it was changed, removed or added",
+        )
+        return False
 
     def resumed(self, body: Any, line: int, offset: int) -> None:
         """A ``resumed`` event: when an operator forced it over damage, that stays damage."""

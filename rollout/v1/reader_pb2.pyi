@@ -102,7 +102,7 @@ class RecentMessagesRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., limit: _Optional[int] = ..., canonical: _Optional[bool] = ...) -> None: ...
 
 class RecentMessagesResponse(_message.Message):
-    __slots__ = ("session_id", "messages", "origin_seqs", "origin_history_indexes", "message_count", "next_seq", "canonical_messages")
+    __slots__ = ("session_id", "messages", "origin_seqs", "origin_history_indexes", "message_count", "next_seq", "canonical_messages", "message_count_at_least")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     ORIGIN_SEQS_FIELD_NUMBER: _ClassVar[int]
@@ -110,6 +110,7 @@ class RecentMessagesResponse(_message.Message):
     MESSAGE_COUNT_FIELD_NUMBER: _ClassVar[int]
     NEXT_SEQ_FIELD_NUMBER: _ClassVar[int]
     CANONICAL_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_COUNT_AT_LEAST_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     messages: _containers.RepeatedCompositeFieldContainer[_records_pb2.ChatMessage]
     origin_seqs: _containers.RepeatedScalarFieldContainer[int]
@@ -117,7 +118,8 @@ class RecentMessagesResponse(_message.Message):
     message_count: int
     next_seq: int
     canonical_messages: _containers.RepeatedScalarFieldContainer[bytes]
-    def __init__(self, session_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_records_pb2.ChatMessage, _Mapping]]] = ..., origin_seqs: _Optional[_Iterable[int]] = ..., origin_history_indexes: _Optional[_Iterable[int]] = ..., message_count: _Optional[int] = ..., next_seq: _Optional[int] = ..., canonical_messages: _Optional[_Iterable[bytes]] = ...) -> None: ...
+    message_count_at_least: bool
+    def __init__(self, session_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_records_pb2.ChatMessage, _Mapping]]] = ..., origin_seqs: _Optional[_Iterable[int]] = ..., origin_history_indexes: _Optional[_Iterable[int]] = ..., message_count: _Optional[int] = ..., next_seq: _Optional[int] = ..., canonical_messages: _Optional[_Iterable[bytes]] = ..., message_count_at_least: _Optional[bool] = ...) -> None: ...
 
 class MemoryViewRequest(_message.Message):
     __slots__ = ("session_id", "max_tool_output_chars", "max_reasoning_chars")

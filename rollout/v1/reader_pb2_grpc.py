@@ -163,7 +163,11 @@ class RolloutReaderServicer:
         set to next_seq: refused if anything was appended since). Same rules as
         GetReplay, from the same rendered copy, so a repeated call on an
         unchanged or grown session costs what it returns; no digest is computed
-        and no degraded ledger returned (GetReplay has both).
+        and no degraded ledger returned (GetReplay has both). A limited read of a
+        session the reader has not cached costs what its tail holds: the last
+        lines are read back until they settle the answer (shared.rebuild_tail),
+        the whole file only when they cannot (damage in them, or an answer that
+        needs more than 4 MiB of them).
         INVALID_ARGUMENT: negative limit. NOT_FOUND: unknown session.
         RESOURCE_EXHAUSTED (ErrorInfo REPLY_TOO_LARGE): the messages asked for do
         not fit in one reply (ask for fewer, or use StreamReplay).

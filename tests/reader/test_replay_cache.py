@@ -200,7 +200,14 @@ def test_an_unchanged_or_grown_file_is_not_read_again(tmp_path) -> None:
     session.append("message", {"role": "assistant", "content": "hi"})
     reply = reader_pb2.ReplayResponse.FromString(cached_reply(cache, session.path))
     assert [m.text for m in reply.messages] == ["hello", "hi"]
-    assert cache.counts == {"unchanged": 1, "extended": 1, "rebuilt": 1, "evicted": 0}
+    assert cache.counts == {
+        "unchanged": 1,
+        "extended": 1,
+        "rebuilt": 1,
+        "evicted": 0,
+        "tail": 0,
+        "tail_unsettled": 0,
+    }
 
 
 def _texts(cache: ReplayCache, path: Path) -> list[str]:
