@@ -566,7 +566,7 @@ class LedgerSession:
                 while True:
                     tail = attached.tail
                     if tail is None or (not tail.entries and not tail.whole):
-                        await self._read_tail(attached, 1)
+                        await self._read_tail(attached, TAIL_MESSAGES)  # one read for the next pops too
                         tail = attached.tail
                     assert tail is not None
                     if not tail.entries:

@@ -1,6 +1,7 @@
 """A LedgerSession's appends over a kept AppendStream (rollout_client/_kept_stream.py): one stream
 per session and event loop, and exactly once as over unary Appends when the stream loses an
-answer or refuses a request (the same request is then settled by the unary path)."""
+answer or refuses a request (the same request is then settled by the unary path); and the RPCs
+a run of pops makes."""
 
 from __future__ import annotations
 
@@ -175,3 +176,29 @@ def test_the_stream_is_not_used_while_the_writer_channel_is_not_connected() -> N
     answer = asyncio.run(KeptAppendStream().send(_Client(), pending))  # type: ignore[arg-type]
     assert answer is None
     assert not pending.maybe_landed
+
+
+def test_a_run_of_pops_reads_the_tail_once_per_kept_tail_not_once_per_pop(
+    writer_process, reader_process
+) -> None:
+    """Pops past the object's kept tail read the next TAIL_MESSAGES messages at once: 80 pops of a
+    fresh object make 2 GetRecentMessages calls, not one per pop."""
+    calls: Counter[str] = Counter()
+
+    def opener(_service: str, address: str) -> grpc.aio.Channel:
+        interceptors = [_CountingUnary(calls), _CountingStreams(calls)]
+        return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS, interceptors=interceptors)
+
+    async def run() -> list[Any]:
+        await LedgerSession("pops", client=client).add_items(
+            [{"role": "user", "content": f"m{n}"} for n in range(100)]
+        )
+        ledger = LedgerSession("pops", client=client)
+        return [await ledger.pop_item() for _ in range(80)]
+
+    with RolloutClient(
+        writer_process.address, reader_process.address, retry=TEST_RETRY, channels=opener
+    ) as client:
+        popped = asyncio.run(run())
+    assert popped == [{"role": "user", "content": f"m{n}"} for n in range(99, 19, -1)]
+    assert calls["/rollout.v1.RolloutReader/GetRecentMessages"] == 2
