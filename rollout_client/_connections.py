@@ -112,6 +112,11 @@ class ServiceConnection(Generic[StubT]):
         """The stub on the running loop's channel (opened now if the loop has none)."""
         return self._opened.get().stub
 
+    def ready(self) -> bool:
+        """Whether the running loop's channel is open and connected now (no wait, no connect begun)."""
+        opened = None if self.closed else self._opened.current()
+        return opened is not None and opened.channel.get_state() is grpc.ChannelConnectivity.READY
+
     def serves(self, method: object) -> bool:
         """Whether ``method`` is one of the running loop's stub methods of this service."""
         opened = self._opened.current()

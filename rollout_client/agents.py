@@ -20,6 +20,11 @@ the SDK's own ``SQLiteSession`` does on the SDK's own tests (docs/spec.md §11):
 * **mutations finish what they started**: a cancelled ``add_items``, ``pop_item`` or
   ``clear_session`` is waited for (its outcome is in the ledger, or not written) before
   the cancellation is raised;
+* **appends over a kept stream**: ``add_items``, ``pop_item`` and ``clear_session`` are sent on
+  one writer ``AppendStream`` per session object and event loop, kept open between calls
+  (:mod:`rollout_client._kept_stream`; closed by ``close()``), each exactly once as a unary
+  Append is: a request whose answer the stream does not give is settled by the unary path
+  with the same request id;
 * ``get_items(limit=N)`` reads the last N messages from the reader's rendered copy
   (``GetRecentMessages``), not a replay of the whole session;
 * **automatic compaction**: the SDK's ``OpenAIResponsesCompactionSession`` (and
@@ -399,6 +404,7 @@ class LedgerSession:
             if create:
                 await self._writer_knows(session)
         if self._attached is None:
+            session.keep_stream()
             self._attached = _Attachment(session)
         return self._attached
 
@@ -560,7 +566,7 @@ class LedgerSession:
                 while True:
                     tail = attached.tail
                     if tail is None or (not tail.entries and not tail.whole):
-                        await self._read_tail(attached, 1)
+                        await self._read_tail(attached, TAIL_MESSAGES)  # one read for the next pops too
                         tail = attached.tail
                     assert tail is not None
                     if not tail.entries:
@@ -671,6 +677,8 @@ class LedgerSession:
         """Release this session object: later calls raise RuntimeError (the client stays open;
         it is the caller's). Closing twice is harmless."""
         self._closed = True
+        if self._attached is not None:
+            self._attached.session.close_stream()
         self._attached = None
 
 
