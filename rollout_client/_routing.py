@@ -77,7 +77,9 @@ class WriterRouting:
         self.redirects = 0
         self._map_wanted = len(self.addresses) > 1
         #: Per event loop, the GetShardMap ask under way (a list of at most one task).
-        self._asking: PerLoop[list[asyncio.Task[None]]] = PerLoop(list)
+        self._asking: PerLoop[list[asyncio.Task[bool]]] = PerLoop(list)
+        #: GetShardMap asks under way, on every loop.
+        self._asks = 0
 
     def connection(self, address: str) -> WriterConnection:
         """The connection to the writer at ``address`` (made on first use)."""
@@ -132,25 +134,30 @@ class WriterRouting:
         One ask per event loop is in flight at a time (:meth:`_ask_map`); a call that finds one
         under way waits for it within its own deadline, then goes on with the map as known (an ask
         that outlives a caller is not cancelled: others may be waiting for it)."""
+        if not self._map_wanted and not self._asks:
+            return  # the common case: nothing asked, nothing to ask
         asking = self._asking.get()
         if not asking or asking[0].done():
             if not self._map_wanted:
                 return
             self._map_wanted = False
             bound = min(max(deadline, 0.01), MAP_ASK_S)
-            asking[:] = [asyncio.get_running_loop().create_task(self._ask_map(bound))]
+            self._asks += 1
+            task = asyncio.get_running_loop().create_task(self._ask_map(bound))
+            task.add_done_callback(self._ask_ended)
+            asking[:] = [task]
         try:
             async with asyncio.timeout(max(deadline, 0.0)):
                 await asyncio.shield(asking[0])
         except TimeoutError:
             return
 
-    async def _ask_map(self, bound: float) -> None:
+    async def _ask_map(self, bound: float) -> bool:
         """Ask GetShardMap of the writers known (owners, then the addresses given) all at once,
         each within ``bound`` seconds, and take the first map answered; the other asks are then
         cancelled, so a dead or paused writer costs nothing while another answers. A writer that
-        does not serve GetShardMap (an older writer) counts as answering with no map. When no
-        writer answers, the map is wanted again at the next call."""
+        does not serve GetShardMap (an older writer) counts as answering with no map. Returns
+        whether a writer answered."""
         candidates = dict.fromkeys([address for address, _ in self.owners.values()] + list(self.addresses))
         asks = {asyncio.create_task(self._ask_one(address, bound)): address for address in candidates}
         answered = False
@@ -171,8 +178,14 @@ class WriterRouting:
             for ask in asks:
                 ask.cancel()
             await asyncio.wait(asks)
-            if not answered:
-                self._map_wanted = True
+        return answered
+
+    def _ask_ended(self, task: asyncio.Task[bool]) -> None:
+        """An ask of the map ended: when no writer answered it (or it was cancelled, even before it
+        began, or failed), the map is wanted again at the next call."""
+        self._asks -= 1
+        if task.cancelled() or task.exception() is not None or not task.result():
+            self._map_wanted = True
 
     async def _ask_one(self, address: str, bound: float) -> writer_pb2.GetShardMapResponse | bool | None:
         """The map the writer at ``address`` answers within ``bound`` seconds; True when it does not
