@@ -45,7 +45,9 @@ the baseline) and clusters of 1, 2 and 3 writers take the same load: ``--agents`
 (all writer processes, /proc schedstat) per 1,000 appends, as the median over the rounds and
 as a ratio to the embedded writer's of the same round; etcd requests other than keepalives
 per second idle and under load (from etcd's own gRPC counters: the same rate under load
-means no etcd round trip on the append path); and, on each cluster idle for ``--idle``
+means no etcd round trip on the append path); the embedded writer under a third of the agents
+(``embedded /3``, each appending three times as often: what each of three writers takes) and
+the ratio of three writers to it; and, on each cluster idle for ``--idle``
 seconds, keepalives per second per writer, the etcd CPU each writer adds to etcd's own idle
 load (measured with no writer, during the embedded run) and a writer's own CPU when idle.
 """
@@ -590,7 +592,11 @@ async def rebalance(options: argparse.Namespace, root: Path) -> None:
 
 # -- cost ------------------------------------------------------------------------------------
 
-CONFIGS = ("embedded", "1 writer", "2 writers", "3 writers")
+#: The embedded writer under a third of the agents (each of three writers' share of the load).
+THIRD = "embedded /3"
+CONFIGS = ("embedded", "1 writer", "2 writers", "3 writers", THIRD)
+#: Configurations the ratios compare with the embedded writer under the whole load.
+CLUSTERS = CONFIGS[1:4]
 
 
 async def cost(options: argparse.Namespace, root: Path) -> None:
@@ -600,11 +606,12 @@ async def cost(options: argparse.Namespace, root: Path) -> None:
             for config in CONFIGS:
                 await _cost_round(options, root, cluster, config, round_index, figures[config])
             latest = {config: figures[config]["cpu"][-1] for config in CONFIGS}
-            ratios = ", ".join(f"{latest[config] / latest['embedded']:.2f}" for config in CONFIGS[1:])
+            ratios = ", ".join(f"{latest[config] / latest['embedded']:.2f}" for config in CLUSTERS)
             print(
                 f"round {round_index + 1}: writer CPU ms / 1,000 appends: "
                 + ", ".join(f"{config} {value:.0f}" for config, value in latest.items())
-                + f" (ratios to embedded {ratios})",
+                + f" (ratios to embedded {ratios}; 3 writers to embedded /3"
+                + f" {latest['3 writers'] / latest[THIRD]:.2f})",
                 flush=True,
             )
     print()
@@ -621,13 +628,20 @@ async def cost(options: argparse.Namespace, root: Path) -> None:
             f"  appends/s {statistics.median(figures[config]['rate']):.0f}"
         )
         print(line)
+    thirds = [
+        value / third for value, third in zip(figures["3 writers"]["cpu"], figures[THIRD]["cpu"], strict=True)
+    ]
+    print(
+        f"  3 writers against the embedded writer under a third of the agents ({options.agents // 3} agents,"
+        f" each writer's share): ratio {statistics.median(thirds):.2f} ({min(thirds):.2f}-{max(thirds):.2f})"
+    )
     base = figures["embedded"]
     print(
         f"etcd load, lease TTL {options.lease_ttl} s; idle {options.idle:g} s on each cluster; with no writer:"
         f" etcd CPU {statistics.median(base['etcd_cpu_idle']):.1f} ms/s (3 members),"
         f" requests {statistics.median(base['etcd_other_idle']):.1f}/s"
     )
-    for config in CONFIGS[1:]:
+    for config in CLUSTERS:
         values, count = figures[config], int(config.split()[0])
         added = [
             (value - empty) / count
@@ -652,17 +666,25 @@ async def _cost_round(
     round_index: int,
     figures: dict[str, list[float]],
 ) -> None:
-    tag = f"cost-{round_index}-{config.split()[0]}"
+    tag = f"cost-{round_index}-{config.split()[0]}{'-third' if config == THIRD else ''}"
     data = root / tag
     data.mkdir()
     logs = root / f"{tag}-logs"
     logs.mkdir()
-    count = 1 if config == "embedded" else int(config.split()[0])
-    etcd = None if config == "embedded" else cluster.endpoints
+    embedded = config in ("embedded", THIRD)
+    count = 1 if embedded else int(config.split()[0])
+    etcd = None if embedded else cluster.endpoints
+    # The embedded writer under a third of the agents, each appending three times as often: the
+    # share of the load each of three writers takes (fewer records per durability round).
+    agent_count, appends = (
+        (options.agents // 3, options.appends * 3) if config == THIRD else (options.agents, options.appends)
+    )
     keys = ClusterKeys(tag)
     writers = Writers(data, logs, etcd, keys.name, options.shards, options.lease_ttl, options.durability)
     try:
-        if etcd is None:  # no writer uses etcd: its own idle load, the baseline of the per-writer figures
+        if (
+            config == "embedded"
+        ):  # no writer uses etcd: its own idle load, the baseline of the per-writer figures
             idle_counts = etcd_counters(cluster)  # scraped outside the CPU window: /metrics costs etcd CPU
             idle_cpu = etcd_cpu(cluster)
             await asyncio.sleep(options.idle)
@@ -683,15 +705,13 @@ async def _cost_round(
             figures["etcd_other_idle"].append(_other(counts) / options.idle)
             figures["writer_idle"].append((_cpu(writers) - idle_writers) / 1e6 / options.idle / count)
         async with AsyncRolloutClient(writers.addresses, retry=AGENT_RETRY) as client:
-            agents = [
-                Agent(await client.create_session(f"agent-{i}", root=True)) for i in range(options.agents)
-            ]
+            agents = [Agent(await client.create_session(f"agent-{i}", root=True)) for i in range(agent_count)]
             load = Load(agents)
             await asyncio.gather(*(load.run(agent, i, 5) for i, agent in enumerate(agents)))  # warm-up
             before_counts = etcd_counters(cluster) if etcd is not None else Counter()
             before_cpu, before_etcd = _cpu(writers), etcd_cpu(cluster)
             before_acked, started = load.acknowledged(), time.monotonic()
-            await asyncio.gather(*(load.run(agent, i, options.appends) for i, agent in enumerate(agents)))
+            await asyncio.gather(*(load.run(agent, i, appends) for i, agent in enumerate(agents)))
             elapsed = time.monotonic() - started
             appends = load.acknowledged() - before_acked
             writer_cpu, etcd_load = _cpu(writers) - before_cpu, etcd_cpu(cluster) - before_etcd

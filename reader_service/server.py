@@ -45,6 +45,7 @@ from reader_service.memory_view import (
     DEFAULT_MAX_TOOL_OUTPUT_CHARS,
     MemoryViewer,
 )
+from reader_service.owner_probe import OwnerProbe
 from reader_service.pending_rounds import check_pending_request, last_append_at, pending_rounds
 from reader_service.replay import STREAM_CHUNK_BYTES, verify_findings, verify_session
 from reader_service.replay_cache import ReplayCache
@@ -91,7 +92,10 @@ class ReaderConfig:
     ``search``: keep the content index (reader_service.search_index) in
     ``search_index_dir`` (None: a temporary folder);
     ``follow_poll_seconds``: how often WatchSession looks at every followed file besides
-    inotify (writes made on another host: reader_service.watch; 0: inotify alone).
+    inotify (writes made on another host: reader_service.watch; 0: inotify alone);
+    ``writers``: ``host:port`` of a cluster's writers, asked whether a session whose file this
+    reader does not see exists (reader_service.owner_probe; empty: NOT_FOUND from the files
+    alone), over TLS with the roots of ``writers_tls_ca`` when given.
     """
 
     data_dir: Path
@@ -104,6 +108,14 @@ class ReaderConfig:
     search: bool = True
     search_index_dir: Path | None = None
     follow_poll_seconds: float = DEFAULT_POLL_SECONDS
+    writers: tuple[str, ...] = ()
+    writers_tls_ca: Path | None = None
+
+
+def _writer_credentials(tls_ca: Path | None) -> grpc.ChannelCredentials | None:
+    """Channel credentials trusting the roots in ``tls_ca`` (None: plaintext). OSError when it
+    cannot be read."""
+    return None if tls_ca is None else grpc.ssl_channel_credentials(root_certificates=tls_ca.read_bytes())
 
 
 def _located(index: ListingIndex, session_id: str) -> tuple[Path, int]:
@@ -175,6 +187,12 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
         )
         self.round_cache = RoundCache()
         self.search_index = SearchIndex(self.root, config.search_index_dir) if config.search else None
+        #: Asks a session's owner about a session whose file is not seen here (docs/cluster.md §5).
+        self.owner_probe = (
+            OwnerProbe(config.writers, self.root.shards, _writer_credentials(config.writers_tls_ca))
+            if config.writers
+            else None
+        )
         #: The memory artifacts (read only: docs/memory.md §6).
         self.memory_store = MemoryStore(self.root.memories_folder)
         # A session file that goes (deleted) takes its cached replay, rounds and indexed text with it.
@@ -201,8 +219,16 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
     async def _locate(self, session_id: str) -> tuple[Path, int]:
         """The path and size (bytes) of a session's file, found off the event loop (a miss
         rescans the sessions folder; a header may be read for the tenant check). Raises what
-        :meth:`ListingIndex.locate` raises."""
-        return await self._cheap_run(_located, self.index, session_id)
+        :meth:`ListingIndex.locate` raises; in a cluster (``ReaderConfig.writers``) a session not
+        found here is SessionNotVisibleError (UNAVAILABLE) unless its shard's owner does not hold
+        it either (reader_service.owner_probe)."""
+        try:
+            return await self._cheap_run(_located, self.index, session_id)
+        except SessionNotFoundError:
+            if self.owner_probe is None:
+                raise
+            await self.owner_probe.check_missing(session_id, self.root.shard_of(session_id))
+            raise
 
     async def _admit(self, context: grpc.aio.ServicerContext, cost: int) -> None:
         """Wait for ``cost`` bytes of the read budget, held until the RPC is done (reply sent)."""
@@ -511,6 +537,8 @@ class RunningReader(RunningService):
     async def stop(self, grace: float = 5.0) -> None:
         self.servicer.watches.close()  # endless streams end now, not at the end of the grace
         await self.service.stop(grace)
+        if self.servicer.owner_probe is not None:
+            await self.servicer.owner_probe.close()
         self.servicer.close()
 
 

@@ -381,6 +381,22 @@ def _cluster_ownership(
     help="WatchSession looks at every followed file this often besides inotify, which does not see"
     " writes made on another host of a shared volume (0: inotify alone; one host only).",
 )
+@click.option(
+    "--writers",
+    envvar="ROLLOUT_READER_WRITERS",
+    default="",
+    help="host:port[,...] of the cluster's writers (env ROLLOUT_READER_WRITERS). A session whose file"
+    " this reader does not see is NOT_FOUND only once its shard's owner does not hold it either;"
+    " else UNAVAILABLE, retry (a new file can take a while to show on another host of a shared"
+    " volume). Empty: NOT_FOUND from the files alone.",
+)
+@click.option(
+    "--writers-tls-ca",
+    envvar="ROLLOUT_READER_WRITERS_TLS_CA",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="PEM roots to trust for the --writers (TLS; default: plaintext).",
+)
 @service_options
 def serve_reader(
     data_dir: Path,
@@ -391,6 +407,8 @@ def serve_reader(
     search_index_dir: Path | None,
     search: bool,
     follow_poll_ms: int,
+    writers: str,
+    writers_tls_ca: Path | None,
     serving: ServeOptions,
 ) -> None:
     """Run a reader service (any number may serve one data root; it never writes to it)."""
@@ -405,6 +423,8 @@ def serve_reader(
         search=search,
         search_index_dir=search_index_dir,
         follow_poll_seconds=follow_poll_ms / 1000,
+        writers=tuple(address.strip() for address in writers.split(",") if address.strip()),
+        writers_tls_ca=writers_tls_ca,
     )
     try:
         asyncio.run(

@@ -5,10 +5,12 @@ A cluster's writers each own some shards; a session belongs to the shard
 :func:`shared.shards.shard_of` names (the one function computing it: the client never hashes
 an id itself). The client keeps, per shard, the owner's address and epoch it last learnt:
 
-* from **GetShardMap** (writer.proto), asked of the writers it was given, the first that
-  answers: at the first call when several writer addresses were given, and again after a
-  NOT_OWNER that named no owner it did not know; a client given one address asks only after
-  its first NOT_OWNER (until then every call goes to that writer, as with one writer);
+* from **GetShardMap** (writer.proto), asked of every writer known at once, the first map
+  answered taken (a dead or paused writer costs nothing while another answers): at the first
+  call when several writer addresses were given, and again after a NOT_OWNER that named no
+  owner it did not know; a client given one address asks only after its first NOT_OWNER (until
+  then every call goes to that writer, as with one writer). Calls that find an ask under way
+  wait for it within their own deadlines;
 * from **NOT_OWNER** itself (UNAVAILABLE, ErrorInfo metadata ``owner_address`` and
   ``owner_epoch``): the call is sent again at once to the owner named, within its deadline;
 * once a map is known, a call that cannot connect to its shard's owner (nothing sent: the
@@ -74,7 +76,10 @@ class WriterRouting:
         #: NOT_OWNER answers received (each followed to the owner it named, or the map refreshed).
         self.redirects = 0
         self._map_wanted = len(self.addresses) > 1
-        self._fetching: PerLoop[asyncio.Lock] = PerLoop(asyncio.Lock)
+        #: Per event loop, the GetShardMap ask under way (a list of at most one task).
+        self._asking: PerLoop[list[asyncio.Task[bool]]] = PerLoop(list)
+        #: GetShardMap asks under way, on every loop.
+        self._asks = 0
 
     def connection(self, address: str) -> WriterConnection:
         """The connection to the writer at ``address`` (made on first use)."""
@@ -96,9 +101,9 @@ class WriterRouting:
 
     async def route(self, session_id: str, deadline: float) -> WriterConnection:
         """The connection to the owner of ``session_id``'s shard as known now (the default writer
-        when unknown), the map asked for first when it is wanted (within ``deadline`` seconds)."""
-        if self._map_wanted:
-            await self.refresh(deadline)
+        when unknown), after the map when it is wanted or being asked for (:meth:`refresh`, within
+        ``deadline`` seconds)."""
+        await self.refresh(deadline)
         shard = self.shard(session_id)
         owner = self.owners.get(shard) if shard is not None else None
         return self.connection(owner[0]) if owner is not None else self.default
@@ -125,31 +130,76 @@ class WriterRouting:
                 self.learn(owner.shard, owner.address, owner.epoch)
 
     async def refresh(self, deadline: float) -> None:
-        """Ask GetShardMap of the writers known (owners first, then the addresses given) until one
-        answers, each within ``deadline`` seconds; a writer that does not answer is skipped, and
-        one that does not serve GetShardMap (an older writer) counts as answering with no map."""
-        async with self._fetching.get():
+        """Wait at most ``deadline`` seconds for the shard map when it is wanted or being asked for.
+        One ask per event loop is in flight at a time (:meth:`_ask_map`); a call that finds one
+        under way waits for it within its own deadline, then goes on with the map as known (an ask
+        that outlives a caller is not cancelled: others may be waiting for it)."""
+        if not self._map_wanted and not self._asks:
+            return  # the common case: nothing asked, nothing to ask
+        asking = self._asking.get()
+        if not asking or asking[0].done():
             if not self._map_wanted:
-                return  # another call of this loop fetched it meanwhile
-            self._map_wanted = False
-            candidates = dict.fromkeys(
-                [address for address, _ in self.owners.values()] + list(self.addresses)
-            )
-            for address in candidates:
-                try:
-                    response = await asyncio.wait_for(
-                        self.connection(address).stub.GetShardMap(writer_pb2.GetShardMapRequest()),
-                        max(deadline, 0.01),
-                    )
-                except grpc.aio.AioRpcError as exc:
-                    if exc.code() is grpc.StatusCode.UNIMPLEMENTED:
-                        return
-                    continue
-                except TimeoutError:
-                    continue
-                self.connection(address).answered = True
-                self.take_map(response)
                 return
+            self._map_wanted = False
+            bound = min(max(deadline, 0.01), MAP_ASK_S)
+            self._asks += 1
+            task = asyncio.get_running_loop().create_task(self._ask_map(bound))
+            task.add_done_callback(self._ask_ended)
+            asking[:] = [task]
+        try:
+            async with asyncio.timeout(max(deadline, 0.0)):
+                await asyncio.shield(asking[0])
+        except TimeoutError:
+            return
+
+    async def _ask_map(self, bound: float) -> bool:
+        """Ask GetShardMap of the writers known (owners, then the addresses given) all at once,
+        each within ``bound`` seconds, and take the first map answered; the other asks are then
+        cancelled, so a dead or paused writer costs nothing while another answers. A writer that
+        does not serve GetShardMap (an older writer) counts as answering with no map. Returns
+        whether a writer answered."""
+        candidates = dict.fromkeys([address for address, _ in self.owners.values()] + list(self.addresses))
+        asks = {asyncio.create_task(self._ask_one(address, bound)): address for address in candidates}
+        answered = False
+        try:
+            pending = set(asks)
+            while pending and not answered:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for ask in done:
+                    response = ask.result()
+                    if response is None:
+                        continue
+                    answered = True
+                    self.connection(asks[ask]).answered = True
+                    if isinstance(response, writer_pb2.GetShardMapResponse):
+                        self.take_map(response)
+                        break
+        finally:
+            for ask in asks:
+                ask.cancel()
+            await asyncio.wait(asks)
+        return answered
+
+    def _ask_ended(self, task: asyncio.Task[bool]) -> None:
+        """An ask of the map ended: when no writer answered it (or it was cancelled, even before it
+        began, or failed), the map is wanted again at the next call."""
+        self._asks -= 1
+        if task.cancelled() or task.exception() is not None or not task.result():
+            self._map_wanted = True
+
+    async def _ask_one(self, address: str, bound: float) -> writer_pb2.GetShardMapResponse | bool | None:
+        """The map the writer at ``address`` answers within ``bound`` seconds; True when it does not
+        serve GetShardMap; None when it did not answer (unreachable, failed or too slow)."""
+        try:
+            async with asyncio.timeout(bound):
+                response: writer_pb2.GetShardMapResponse = await self.connection(address).stub.GetShardMap(
+                    writer_pb2.GetShardMapRequest()
+                )
+                return response
+        except grpc.aio.AioRpcError as exc:
+            return True if exc.code() is grpc.StatusCode.UNIMPLEMENTED else None
+        except (TimeoutError, ClientClosedError):
+            return None
 
     def redirect(self, error: RolloutError, tried: WriterConnection) -> WriterConnection | None:
         """Take note of ``error`` from the writer of ``tried``: for a NOT_OWNER, the owner it names
@@ -199,6 +249,11 @@ class WriterRouting:
         known: Any = len(self.owners)
         return f"<WriterRouting {','.join(self.addresses)}: {known} of {self.shard_count} shards known>"
 
+
+#: Seconds one ask of GetShardMap (an answer from memory) may take before the writer is passed
+#: over: all writers known are asked at once and the first map wins, so this bounds the wait only
+#: when none answers (a dead or paused writer among them costs nothing while another answers).
+MAP_ASK_S = 2.0
 
 #: Seconds a call of a cluster's client waits for a connection to its shard's owner before it asks
 #: the map again (the owner may be dead, its shards taken by another writer).

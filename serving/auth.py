@@ -55,7 +55,7 @@ import hmac
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -351,7 +351,7 @@ class AuthInterceptor(AsyncServerInterceptor):
             caller = self.tokens.caller_of(digest)
             if caller is None:
                 return "the bearer token is not one this service accepts"
-            return Credentials(caller, digest, not_after)
+            return Credentials(replace(caller, bearer=token), digest, not_after)
         assert certificate is not None
         tenant = certificate_tenant(certificate)
         return tenant if isinstance(tenant, str) else Credentials(tenant, None, not_after)

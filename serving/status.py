@@ -56,6 +56,7 @@ from shared.errors import (
     SessionExistsError,
     SessionFileChangedError,
     SessionNotFoundError,
+    SessionNotVisibleError,
     SessionStateError,
     SessionUnavailableError,
     StorageWriteError,
@@ -67,9 +68,11 @@ from shared.reasons import (
     NOT_OWNER,
     OWNER_ADDRESS,
     OWNER_EPOCH,
+    OWNER_UNREACHED,
     REPAIR_FAILED,
     REPLY_TOO_LARGE,
     SESSION_EXISTS,
+    SESSION_NOT_VISIBLE,
     SESSION_STATE,
     WRITE_FAILED,
 )
@@ -183,6 +186,13 @@ def _status_of(error: AnyLedgerError, prefix: str) -> tuple[grpc.StatusCode, str
         case SessionFileChangedError():  # the stream cannot go on: watch again from seq 0
             info = error_details_pb2.ErrorInfo(reason=error.reason, domain=ERROR_DOMAIN)
             return grpc.StatusCode.ABORTED, message, [info]
+        case SessionNotVisibleError():
+            info = error_details_pb2.ErrorInfo(
+                reason=SESSION_NOT_VISIBLE if error.confirmed else OWNER_UNREACHED,
+                domain=ERROR_DOMAIN,
+                metadata={"shard": str(error.shard), OWNER_ADDRESS: error.owner},
+            )
+            return grpc.StatusCode.UNAVAILABLE, message, [info]
         case WatchClosedError() | SearchUnavailableError():
             return grpc.StatusCode.UNAVAILABLE, message, []
         case _:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from shared.errors import PermissionDeniedError, SessionNotFoundError
@@ -38,6 +38,9 @@ class Caller:
     #: Which credential made the call, for audit records (no secret): ``token:<12 hex>`` (the
     #: start of the token's BLAKE2b digest), ``certificate:<CN>``, or "" without authentication.
     credential: str = ""
+    #: The bearer token the call carried (None: none), passed on only when this service asks another
+    #: on the caller's behalf (a reader asking a session's owner: docs/cluster.md §5); never shown.
+    bearer: str | None = field(default=None, repr=False, compare=False)
 
     def sees(self, tenant: str) -> bool:
         """True when a session of ``tenant`` is visible to this caller."""

@@ -20,6 +20,9 @@ The hierarchy::
     ├── NotOwnerError                UNAVAILABLE       (this writer does not own the session's
     │                                                   shard, or stopped owning it before a
     │                                                   write was acknowledged; ErrorInfo NOT_OWNER)
+    ├── SessionNotVisibleError       UNAVAILABLE       (a reader of a cluster does not see the file
+    │                                                   of a session its owner holds, or could ask
+    │                                                   no owner; retry; ErrorInfo says which)
     ├── ResourceLimitError           RESOURCE_EXHAUSTED
     │   ├── QueueFullError           RESOURCE_EXHAUSTED (a session's queue; retry with backoff)
     │   └── ReplyTooLargeError       RESOURCE_EXHAUSTED (use the streaming RPC)
@@ -193,6 +196,24 @@ class NotOwnerError(LedgerError):
         self.owner = owner
 
 
+class SessionNotVisibleError(LedgerError):
+    """A reader of a cluster does not see a session's file, which its shard's owner holds
+    (``confirmed``: a new file another host's directory cache does not show yet), or no owner
+    could be asked (not ``confirmed``): either way NOT_FOUND would be a guess (docs/cluster.md §5).
+    Retry: the file shows once this host's view of the folder catches up.
+
+    ``shard`` is the session's shard; ``owner`` the ``host:port`` asked last ("" when none).
+    Sent as UNAVAILABLE with an ``ErrorInfo`` of reason ``SESSION_NOT_VISIBLE`` or
+    ``OWNER_UNREACHED`` (shared.reasons).
+    """
+
+    def __init__(self, message: str, *, shard: int, owner: str, confirmed: bool) -> None:
+        super().__init__(message)
+        self.shard = shard
+        self.owner = owner
+        self.confirmed = confirmed
+
+
 class ResourceLimitError(LedgerError):
     """A configured limit was reached; the message says which and what to do."""
 
@@ -272,6 +293,7 @@ AnyLedgerError: TypeAlias = (
     | CorruptSessionError
     | SessionUnavailableError
     | NotOwnerError
+    | SessionNotVisibleError
     | ResourceLimitError
     | QueueFullError
     | ReplyTooLargeError
@@ -295,6 +317,7 @@ LEDGER_ERROR_CLASSES: Final = (
     CorruptSessionError,
     SessionUnavailableError,
     NotOwnerError,
+    SessionNotVisibleError,
     ResourceLimitError,
     QueueFullError,
     ReplyTooLargeError,

@@ -13,7 +13,10 @@ of a message:
   :data:`WRITE_FAILED` / :data:`REPAIR_FAILED` when the failure had no errno;
   :data:`NOT_OWNER` (UNAVAILABLE; metadata ``shard``, ``epoch``, and the owner's address and epoch
   as the writer knows them, :data:`OWNER_ADDRESS` and :data:`OWNER_EPOCH`, empty when unknown:
-  retry there, or after refreshing the shard map);
+  retry there, or after refreshing the shard map); :data:`SESSION_NOT_VISIBLE` and
+  :data:`OWNER_UNREACHED` (UNAVAILABLE of a reader of a cluster that does not see a session's
+  file: its owner holds the session, or no owner could be asked; metadata ``shard`` and
+  :data:`OWNER_ADDRESS`: retry);
 * ``PreconditionFailure`` violations (FAILED_PRECONDITION) of type :data:`SESSION_STATE`:
   the subject names what the precondition is about (:func:`session_subject`,
   :func:`request_subject`, :func:`seq_subject`); a stopped session's description is
@@ -48,6 +51,12 @@ REPAIR_FAILED = "REPAIR_FAILED"
 #: the write was durable (nothing acknowledged; retry); metadata ``shard``, ``epoch`` (the epoch this
 #: writer wrote under, empty when it never owned the shard), :data:`OWNER_ADDRESS` and :data:`OWNER_EPOCH`.
 NOT_OWNER = "NOT_OWNER"
+#: UNAVAILABLE of a reader of a cluster: the session's file is not visible on its host yet, while
+#: the owner of the session's shard holds the session (retry); metadata ``shard``, OWNER_ADDRESS.
+SESSION_NOT_VISIBLE = "SESSION_NOT_VISIBLE"
+#: UNAVAILABLE of a reader of a cluster: the session's file is not visible on its host and no owner
+#: of its shard could be asked whether it exists (retry); metadata ``shard``, OWNER_ADDRESS.
+OWNER_UNREACHED = "OWNER_UNREACHED"
 #: NOT_OWNER metadata: the ``host:port`` of the shard's owner as the writer knows it ("" when unknown).
 OWNER_ADDRESS = "owner_address"
 #: NOT_OWNER metadata: the epoch of that owner's ownership of the shard ("" when unknown).

@@ -42,6 +42,7 @@ from shared.errors import (
     SessionExistsError,
     SessionFileChangedError,
     SessionNotFoundError,
+    SessionNotVisibleError,
     SessionStateError,
     SessionUnavailableError,
     StorageWriteError,
@@ -86,6 +87,10 @@ SAMPLES: list[tuple[LedgerError, str]] = [
     (CorruptSessionError("line 3 at byte 120 is damaged"), REFUSED),
     (SessionUnavailableError("awaiting a repair", errno_name="ENOSPC"), RETRY),
     (NotOwnerError("this writer's ownership of shard 3 (epoch 7) ended", shard=3, epoch=7), RETRY),
+    (
+        SessionNotVisibleError("not visible on this reader's host yet", shard=3, owner="w:1", confirmed=True),
+        RETRY,
+    ),
     (ResourceLimitError("a configured limit was reached"), RETRY_UNWRITTEN),
     (QueueFullError("the session's queue is full"), RETRY_UNWRITTEN),
     (ReplyTooLargeError("use StreamReplay"), REFUSED),

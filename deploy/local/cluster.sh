@@ -168,7 +168,8 @@ for i in "${!writer_port[@]}"; do
   writers="${writers:+$writers,}$address"
 done
 start_service "reader 127.0.0.1:$reader_port" "$dir/logs/reader.log" serve-reader \
-  --data-dir "$dir/data" --address "127.0.0.1:$reader_port" --search-index-dir "$dir/search-index"
+  --data-dir "$dir/data" --address "127.0.0.1:$reader_port" --search-index-dir "$dir/search-index" \
+  --writers "$writers"
 
 echo "cluster $cluster is up (data root $dir/data, logs in $dir/logs):"
 for i in "${!pids[@]}"; do

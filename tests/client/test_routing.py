@@ -5,13 +5,16 @@ writers (client_settings)."""
 from __future__ import annotations
 
 import ast
+import asyncio
 import uuid
 from pathlib import Path
+from typing import Any, cast
 
 import grpc
+import pytest
 
 from rollout.v1 import writer_pb2, writer_pb2_grpc
-from rollout_client import client_settings
+from rollout_client import _routing, client_settings
 from rollout_client._connections import ServiceConnection
 from rollout_client._errors import ErrorInfo, UnavailableError
 from rollout_client._routing import MAX_IMMEDIATE_REDIRECTS, WriterRouting, nothing_done
@@ -130,3 +133,89 @@ def test_a_call_follows_a_bounded_number_of_redirects_at_once() -> None:
         for i in range(MAX_IMMEDIATE_REDIRECTS + 2)
     ]
     assert hops == [True] * MAX_IMMEDIATE_REDIRECTS + [False, False]
+
+
+class MapStub:
+    """A writer stub whose GetShardMap answers ``answer``, or never (None: a paused writer, whose
+    asks are counted and left waiting until cancelled)."""
+
+    def __init__(self, answer: writer_pb2.GetShardMapResponse | None) -> None:
+        self.asked = 0
+        self.cancelled = 0
+        self._answer = answer
+        self.GetShardMap = self._get_shard_map
+
+    async def _get_shard_map(self, request: writer_pb2.GetShardMapRequest) -> writer_pb2.GetShardMapResponse:
+        self.asked += 1
+        if self._answer is not None:
+            return self._answer
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+        raise AssertionError("unreachable")
+
+
+def stubbed_routing(stubs: dict[str, MapStub]) -> WriterRouting:
+    """A routing over ``stubs``' addresses (in order) whose connections use those stubs."""
+
+    def connect(address: str) -> ServiceConnection[writer_pb2_grpc.RolloutWriterStub]:
+        stub: Any = stubs[address]
+        return ServiceConnection("writer", address, lambda: cast(grpc.aio.Channel, None), lambda _: stub)
+
+    return WriterRouting(tuple(stubs), connect)
+
+
+#: Seconds these tests allow a call that should not wait at all (generous: a loaded machine).
+PROMPT = 60.0
+
+
+def test_a_paused_writer_first_in_the_list_does_not_hold_the_map_back() -> None:
+    """The first writer given never answers GetShardMap (paused), the second answers at once: the
+    map is taken from the second without waiting out the caller's whole deadline (1 h here, which
+    the asks of a paused writer took before, one after the other), and the paused ask is cancelled."""
+    paused, live = MapStub(None), MapStub(shard_map(4, {0: ("b:2", 1), 1: ("b:2", 1)}))
+    routes = stubbed_routing({"a:1": paused, "b:2": live})
+
+    async def learn() -> None:
+        async with asyncio.timeout(PROMPT):
+            await routes.refresh(3600.0)
+
+    asyncio.run(learn())
+    assert (routes.shard_count, routes.owners[1]) == (4, ("b:2", 1))
+    assert (paused.asked, paused.cancelled, live.asked) == (1, 1, 1)
+    assert not routes._map_wanted
+
+
+def test_a_call_waiting_for_a_map_ask_gives_up_at_its_own_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A call asks the map of the only writer, which never answers (each ask bounded by an hour
+    here); meanwhile a NOT_OWNER naming no owner makes the map wanted again. The next call of the
+    same event loop waits for the ask under way only within its own short deadline, then goes on
+    (to the default writer); the ask outlives the call that started it (others may wait for it).
+    When no writer answered, the map is wanted again."""
+    monkeypatch.setattr(_routing, "MAP_ASK_S", 3600.0)
+    paused = MapStub(None)
+    routes = stubbed_routing({"a:1": paused})
+    routes._map_wanted = True
+
+    async def two_calls() -> None:
+        first = asyncio.create_task(routes.refresh(3600.0))
+        while not paused.asked:
+            await asyncio.sleep(0.01)
+        assert routes.redirect(not_owner(2, "", ""), routes.default) is None
+        async with asyncio.timeout(PROMPT):
+            assert await routes.route(str(uuid.uuid4()), 0.2) is routes.default
+        assert paused.asked == 1
+        assert not first.done()
+        first.cancel()
+        await asyncio.wait([first])
+        assert paused.cancelled == 0
+        (asking,) = routes._asking.get()
+        asking.cancel()
+        await asyncio.wait([asking])
+
+    asyncio.run(two_calls())
+    assert paused.cancelled == 1
+    assert routes._map_wanted
+    assert routes.shard_count == 0

@@ -7,6 +7,8 @@ owner change."""
 
 from __future__ import annotations
 
+import asyncio
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +17,14 @@ import pytest
 from google.rpc import error_details_pb2, status_pb2
 
 from rollout.v1 import records_pb2, writer_pb2, writer_pb2_grpc
-from rollout_client import InvalidArgumentError, RolloutClient, delegation, user
+from rollout_client import (
+    AsyncRolloutClient,
+    InvalidArgumentError,
+    RetryPolicy,
+    RolloutClient,
+    delegation,
+    user,
+)
 from rollout_client._appends import PendingAppend
 from rollout_client._records import append_record, record_lines
 from shared.naming import session_id_for_key
@@ -208,6 +217,39 @@ def test_the_client_sends_each_session_to_its_shards_owner(cluster: StaticCluste
         assert all(session.verify().ok for session in sessions)
     for session in sessions:
         assert lines_holding(cluster, session.id, f"hello {session.id}") == 1
+
+
+def test_a_writer_that_never_answers_first_in_the_list_does_not_stall_the_client(
+    cluster: StaticCluster, reader_of: str
+) -> None:
+    """The first writer given accepts connections and never answers (a paused process). The client
+    asks every writer for the map at once and takes the first answer, so its calls, several at
+    once on one event loop, reach their owners well within their deadline (all of which the old
+    one-after-the-other ask spent on the silent writer): every session is written once, no call
+    goes to the silent writer."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)
+        paused = f"127.0.0.1:{silent.getsockname()[1]}"
+        writers = ",".join([paused, *cluster.addresses])
+        retry = RetryPolicy(deadline=30.0, initial_backoff=0.02, max_backoff=0.5)
+
+        async def agents() -> list[str]:
+            async with AsyncRolloutClient(writers, reader_of, retry=retry) as client:
+
+                async def agent(shard: int) -> str:
+                    session = await client.create_session(session_id=id_in_shard(shard, SHARDS), root=True)
+                    await session.append(user(f"hello {session.id}"))
+                    return session.id
+
+                made = await asyncio.gather(*(agent(shard) for shard in range(SHARDS)))
+                assert client.routing.shard_count == SHARDS
+                assert paused not in {address for address, _ in client.routing.owners.values()}
+                return made
+
+        sessions = asyncio.run(agents())
+    for session_id in sessions:
+        assert lines_holding(cluster, session_id, f"hello {session_id}") == 1
 
 
 def test_a_client_given_one_writer_follows_redirects_to_the_owner(
