@@ -79,8 +79,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from rollout_client import AsyncRolloutClient, AsyncSession, RetryPolicy, RolloutError, user
 from shared.shards import shard_of
 from tests.cluster.cluster_writers import shard_owners
-from tests.cluster.etcd import EtcdCluster, etcd_cluster, free_ports
+from tests.cluster.etcd import EtcdCluster, etcd_cluster
 from tests.cluster.paused_owner import paused_owner_round
+from tests.ports import free_ports
 from tests.processes import ServiceProcess, start_service
 from writer_service.coordination import ClusterKeys, EtcdClient, EventKind, OwnerRecord
 

@@ -20,6 +20,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from rollout.v1 import records_pb2, writer_pb2, writer_pb2_grpc
 from tests.conftest import REPO, run_rollout, start_service
+from tests.ports import free_port
 from tests.processes import launch, prefixed, reap
 
 
@@ -40,12 +41,6 @@ def test_both_services_answer_health_checks_and_reflection(writer_process, reade
             assert {service, "grpc.health.v1.Health"} <= names
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def _scrape_until(port: int, line: str, attempts: int = 600) -> str:
     """The metrics page once it holds ``line``, or the last page read after ``attempts`` scrapes
     50 ms apart (the caller's assertion then shows what was there)."""
@@ -60,7 +55,7 @@ def _scrape_until(port: int, line: str, attempts: int = 600) -> str:
 
 def test_metrics_endpoint_counts_appended_records(data_dir) -> None:
     """serve-writer --metrics-port exports Prometheus metrics that count appended records and batches."""
-    port = _free_port()
+    port = free_port()
     writer = start_service("writer", data_dir, "--metrics-port", str(port))
     try:
         with grpc.insecure_channel(writer.address) as channel:
@@ -141,7 +136,7 @@ def _wait_for_pair(process: subprocess.Popen[str]) -> dict[str, str]:
 def test_serve_runs_the_pair_passes_writer_options_and_stops_cleanly_on_ctrl_c(data_dir) -> None:
     """`rollout serve` starts a writer and a reader (both print their address), hands
     --metrics-port to the writer, and on SIGINT both drain and the command exits 0."""
-    metrics_port = _free_port()
+    metrics_port = free_port()
     with _serve(data_dir, "--metrics-port", str(metrics_port)) as (process, _log):
         _wait_for_pair(process)
         deadline = time.monotonic() + 30

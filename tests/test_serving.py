@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -31,15 +30,10 @@ from shared.session_meta import read_session_meta
 from tests.conftest import run_rollout, start_service
 from tests.data_roots import session_file, session_files
 from tests.e2e.secured import A, B, bearer, make_certificates, tls_arguments, tls_channel, write_tokens
+from tests.ports import free_port
 from tests.processes import launch, reap
 
 PAUSED = records_pb2.StopKind.Value("STOP_KIND_PAUSED")
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _user(text: str) -> writer_pb2.AppendRecord:
@@ -170,7 +164,7 @@ def test_metrics_of_both_services_and_a_json_log_line_per_refused_call(data_dir)
     --metrics-address; the writer its append latency, queue depth and open sessions; the reader
     its replay cache answers. With --log-format json a refused call logs one JSON line naming the
     RPC, the code and the message."""
-    writer_port, reader_port = _free_port(), _free_port()
+    writer_port, reader_port = free_port(), free_port()
     writer = start_service(
         "writer", data_dir, "--metrics-address", f"127.0.0.1:{writer_port}", "--log-format", "json"
     )
@@ -277,7 +271,7 @@ def test_a_tls_service_answers_health_checks_in_plaintext_on_its_health_address(
     """--health-address serves health checking alone, in plaintext (for grpc probes), beside a TLS port;
     nothing else is served there."""
     certificates = make_certificates(tmp_path)
-    port = _free_port()
+    port = free_port()
     reader = start_service(
         "reader", data_dir, *tls_arguments(certificates), "--health-address", f"127.0.0.1:{port}"
     )
@@ -407,7 +401,7 @@ def test_serve_passes_tls_and_tokens_to_both_services(tmp_path, data_dir) -> Non
     serves the reader's metrics."""
     certificates = make_certificates(tmp_path)
     tokens = write_tokens(tmp_path / "tokens.json")
-    writer_port, reader_port, metrics_port = _free_port(), _free_port(), _free_port()
+    writer_port, reader_port, metrics_port = free_port(), free_port(), free_port()
     serve = launch(
         [
             *(sys.executable, "-m", "rollout_cli.main", "serve", "--data-dir", str(data_dir)),

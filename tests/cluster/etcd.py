@@ -19,7 +19,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -27,6 +26,8 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tests.ports import free_ports
 
 #: Seconds a cluster (or a restarted member) may take to report itself healthy.
 HEALTHY_LIMIT = 90.0
@@ -39,20 +40,6 @@ _running: set[subprocess.Popen[bytes]] = set()
 def etcd_binary() -> str | None:
     """The etcd server's path, or None when it is not installed."""
     return shutil.which("etcd")
-
-
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct loopback ports free at the time of asking."""
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 @atexit.register

@@ -15,9 +15,9 @@ from pathlib import Path
 
 from rollout_client import AsyncRolloutClient, RetryPolicy, user
 from shared.shards import shard_of
-from tests.cluster.etcd import free_ports
 from tests.cluster.waits import wait_until
 from tests.conftest import REPO
+from tests.ports import free_ports
 from tests.processes import launch, reap
 from writer_service.cluster_ownership import ClusterView, read_cluster
 

@@ -25,9 +25,10 @@ from rollout.v1 import records_pb2, writer_pb2, writer_pb2_grpc
 from rollout_cli.main import cli
 from shared.shards import shard_of
 from tests.cluster.cluster_writers import not_owner_metadata, shard_owners, start_cluster_writer
-from tests.cluster.etcd import EtcdCluster, free_ports
+from tests.cluster.etcd import EtcdCluster
 from tests.cluster.proxy import TcpRelay
 from tests.cluster.waits import wait_until
+from tests.ports import free_ports
 from tests.processes import ServiceProcess, start_service
 from writer_service.coordination import ClusterKeys, EtcdClient
 

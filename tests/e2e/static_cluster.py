@@ -5,7 +5,6 @@ without a coordination service. A map change is a restart of the writers with a 
 from __future__ import annotations
 
 import os
-import socket
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,15 +12,8 @@ from pathlib import Path
 import orjson
 
 from shared.shards import create_cluster, shard_of
+from tests.ports import free_port
 from tests.processes import ServiceProcess, start_service
-
-
-def free_port() -> int:
-    """A port nothing listens on now (bound to port 0 and released)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def id_in_shard(shard: int, shards: int) -> str:

@@ -24,8 +24,8 @@ from grpc_status import rpc_status
 from rollout.v1 import records_pb2, writer_pb2, writer_pb2_grpc
 from shared.records import encode_line
 from tests.data_roots import session_file, session_files
+from tests.ports import free_port
 from tests.processes import ServiceProcess, start_service
-from tests.test_operations import _free_port
 
 TS = "2026-11-30T10:00:00.000000Z"
 WRITER = "rollout.v1.RolloutWriter"
@@ -100,7 +100,7 @@ def test_a_repair_without_space_refuses_that_session_only_and_succeeds_once_spac
         torn_file.write_bytes(good + torn_bytes)
         filler = fill(disk, leave_bytes=64 * 1024)
 
-        metrics_port = _free_port()
+        metrics_port = free_port()
         writer = writer_on(
             data_dir, tmp_path, "--metrics-port", str(metrics_port), "--repair-retry-seconds", "0.2"
         )
