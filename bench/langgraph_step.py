@@ -13,7 +13,9 @@ temporary data root) and, each round, measures (medians, ms):
 * **live**: the same steps against the writer (``put_writes``, ``put``, the step);
 * **two Appends / one Append**: the records of one live step (the writes record; the
   checkpoint record and its ledger message) appended to another session as the saver sends
-  them, two requests, and as one request: what a step would cost in one round trip;
+  them, two requests, and as one request: what a step would cost in one round trip; unary
+  Appends, and the same two requests over a kept AppendStream as the saver sends them
+  (**two stream Appends**);
 * **client / plain stub**: a one-record Append through ``RolloutClient`` and the same request
   through a blocking gRPC stub (no event loop, no retries): the client library's share of a
   round trip;
@@ -148,6 +150,8 @@ def one_round(client: RolloutClient, writer_address: str, args: Any, run: str) -
 
     live = Steps(LedgerSaver(client), args.history, args.message_bytes, f"{run}-live")
     session = client.create_session("bench-langgraph-step", root=True)
+    streamed = client.create_session("bench-langgraph-step", root=True)
+    streamed.core.keep_stream()  # as the saver's thread sessions
     small = Event("bench.probe", {"n": 1})
     record = append_record(small, 0)
     with grpc.insecure_channel(writer_address) as channel:
@@ -163,8 +167,13 @@ def one_round(client: RolloutClient, writer_address: str, args: Any, run: str) -
             )
             stub.Append(request, timeout=60)
 
+        def two_streamed() -> None:
+            streamed.append(*writes_records)
+            streamed.append(*checkpoint_records)
+
         parts: dict[str, Callable[[], object]] = {
             "two Appends": two,
+            "two stream Appends": two_streamed,
             "one Append": lambda: session.append(*writes_records, *checkpoint_records),
             "client Append": lambda: session.append(small),
             "plain stub Append": plain,
@@ -218,6 +227,8 @@ def main() -> int:
         ("two Appends / one Append", result["two Appends"] / result["one Append"]),
         ("client Append / plain stub Append", result["client Append"] / result["plain stub Append"]),
         ("live step / two Appends", result["live: step"] / result["two Appends"]),
+        ("live step / two stream Appends", result["live: step"] / result["two stream Appends"]),
+        ("two stream Appends / two Appends", result["two stream Appends"] / result["two Appends"]),
     ]
     for label, ratio in ratios:
         print(f"{label:34} {ratio:6.2f}")

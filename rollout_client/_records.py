@@ -302,9 +302,10 @@ def append_record(record: Record, index: int) -> writer_pb2.AppendRecord:
     if isinstance(record, Event):
         if not record.kind:
             raise ValueError(f"{where}: an event needs a kind")
-        return writer_pb2.AppendRecord(
-            event=records_pb2.Event(kind=record.kind, body=python_to_struct(dict(record.body)))
-        )
+        proto = writer_pb2.AppendRecord()  # filled in place: a Struct copied into it costs as much again
+        proto.event.kind = record.kind
+        python_to_struct(record.body, into=proto.event.body)
+        return proto
     if isinstance(record, Compaction):
         compacted = records_pb2.Compacted(summary=record.summary)
         if record.replacement_history is not None:
@@ -315,7 +316,9 @@ def append_record(record: Record, index: int) -> writer_pb2.AppendRecord:
                 )
         return writer_pb2.AppendRecord(compacted=compacted)
     if isinstance(record, TurnContext):
-        return writer_pb2.AppendRecord(turn_context=python_to_struct(dict(record.context)))
+        proto = writer_pb2.AppendRecord()
+        python_to_struct(record.context, into=proto.turn_context)
+        return proto
     if isinstance(record, Retraction):
         if not record.messages:
             raise ValueError(f"{where}: a retraction names at least one message")

@@ -17,6 +17,11 @@ the sync methods from other threads while that loop runs, as LangGraph's async s
   (subgraphs) are a field of each, listed apart as LangGraph expects (a config without
   ``checkpoint_ns`` lists them all). Values are serialized by ``self.serde`` (the serializer
   LangGraph gives the saver), bytes kept exactly.
+* **appends** go over an AppendStream kept open per thread's session and event loop
+  (:mod:`rollout_client._kept_stream`: a request on an open stream costs less than a unary
+  call). ``put`` and ``put_writes`` still return only once their record is durable, each written
+  exactly once as over a unary Append (an answer the stream loses is settled by the unary path
+  with the same request id). A stream ends when its loop shuts down or the thread's state goes.
 * **only what changed is written**: a channel value is stored once per new version; a list
   value whose items start with the items of the version this saver last stored or read for
   that channel (compared by identity: LangGraph's reducers, ``add_messages`` among them, build
@@ -238,6 +243,14 @@ class _Thread:
             )
 
 
+def _kept(session: AsyncSession, next_seq: int = 0) -> _Thread:
+    """The state of a thread whose session's appends go over a kept AppendStream (one per session
+    and event loop, :mod:`rollout_client._kept_stream`: each durable when answered, exactly once
+    as over a unary Append); it ends when its loop shuts down or the thread's state goes."""
+    session.keep_stream()
+    return _Thread(session, next_seq=next_seq)
+
+
 def _text_parts(content: Any) -> str | list[dict[str, Any]]:
     """A LangChain message content in the ledger's shape: text, or a list of object parts."""
     if isinstance(content, str):
@@ -394,9 +407,9 @@ class LedgerSaver(BaseCheckpointSaver[str]):
                     session_id = taken.session_id or session_id
                     await self._writer_knows(session_id)
                 else:  # new: nothing to read but its session_meta (seq 0)
-                    thread = self._threads[thread_id] = _Thread(created, next_seq=created.next_seq or 1)
+                    thread = self._threads[thread_id] = _kept(created, created.next_seq or 1)
                     return thread
-            thread = _Thread(self._core.session(session_id))
+            thread = _kept(self._core.session(session_id))
             await self._refresh(thread)  # read whole, once
             self._threads[thread_id] = thread
             return thread
@@ -775,7 +788,7 @@ class LedgerSaver(BaseCheckpointSaver[str]):
             for summary in page.sessions:
                 if summary.session_id in attached or summary.tenant != tenant:
                     continue
-                listed = _Thread(self._core.session(summary.session_id))
+                listed = _kept(self._core.session(summary.session_id))
                 if await self._refresh(listed) and listed.key:
                     self._threads.setdefault(listed.key, listed)
         for thread_id in list(self._threads):

@@ -85,9 +85,10 @@ def list_to_python(values: struct_pb2.ListValue) -> list[Any]:
     return [value_to_python(value) for value in values.values]
 
 
-def python_to_struct(obj: dict[str, Any]) -> struct_pb2.Struct:
-    """A plain dict as ``google.protobuf.Struct`` (numbers become doubles)."""
-    struct = struct_pb2.Struct()
+def python_to_struct(obj: Mapping[str, Any], into: struct_pb2.Struct | None = None) -> struct_pb2.Struct:
+    """A plain dict as ``google.protobuf.Struct`` (numbers become doubles): ``into`` (a field of
+    the message being built, which is then not copied again) filled, or a new one."""
+    struct = struct_pb2.Struct() if into is None else into
     struct.update(obj)
     return struct
 

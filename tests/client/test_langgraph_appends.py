@@ -1,0 +1,115 @@
+"""LedgerSaver's appends go over the kept AppendStream of each thread's session
+(rollout_client/_kept_stream.py), each durable when ``put`` or ``put_writes`` returns, and exactly
+once when the stream loses an answer (the same request is then settled by the unary path)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.checkpoint.base import Checkpoint
+from langgraph.checkpoint.base.id import uuid6
+
+from rollout_client import CHANNEL_OPTIONS, RolloutClient
+from rollout_client.langgraph import LedgerSaver
+from shared.records import LANGGRAPH_CHECKPOINT_EVENT, LANGGRAPH_WRITES_EVENT
+from tests.client.conftest import TEST_RETRY
+from tests.client.test_exactly_once import APPEND, file_records
+from tests.client.test_kept_stream import APPEND_STREAM, StreamLosingProxy, _CountingStreams, _CountingUnary
+
+
+def _steps(saver: LedgerSaver, thread_id: str, count: int) -> dict[str, Any]:
+    """A thread's first checkpoint then ``count`` steps as LangGraph's loop sends them (the
+    node's writes, then the next checkpoint); the last checkpoint's config."""
+    messages: list[Any] = [HumanMessage("hello", id=f"{thread_id}-0")]
+    version = saver.get_next_version(None, None)
+    config: dict[str, Any] = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+    for step in range(count + 1):
+        if step:
+            new = AIMessage(f"answer {step}", id=f"{thread_id}-{step}")
+            saver.put_writes(config, [("messages", [new])], f"task-{step}")  # type: ignore[arg-type]
+            messages = [*messages, new]
+            version = saver.get_next_version(version, None)
+        checkpoint = Checkpoint(
+            v=1,
+            id=str(uuid6(clock_seq=-1)),
+            ts=datetime.now(UTC).isoformat(),
+            channel_values={"messages": messages},
+            channel_versions={"messages": version},
+            versions_seen={},
+            updated_channels=["messages"],
+        )
+        config = saver.put(config, checkpoint, {"source": "loop", "step": step}, {"messages": version})  # type: ignore[arg-type]
+    return config
+
+
+def test_steps_go_over_one_kept_stream_per_thread(writer_process, reader_process) -> None:
+    """Three steps of each of two threads: one AppendStream per thread's session, no unary Append
+    (a read's next-seq probe, a unary Append that writes nothing, comes after)."""
+    calls: Counter[str] = Counter()
+
+    def opener(_service: str, address: str) -> grpc.aio.Channel:
+        interceptors = [_CountingUnary(calls), _CountingStreams(calls)]
+        return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS, interceptors=interceptors)
+
+    with RolloutClient(
+        writer_process.address, reader_process.address, retry=TEST_RETRY, channels=opener
+    ) as client:
+        saver = LedgerSaver(client)
+        for thread_id in ("kept-a", "kept-b"):
+            _steps(saver, thread_id, 3)
+        sent = calls.copy()
+        latest = saver.get_tuple({"configurable": {"thread_id": "kept-b", "checkpoint_ns": ""}})
+    assert latest is not None
+    assert [message.content for message in latest.checkpoint["channel_values"]["messages"]] == [
+        "hello",
+        "answer 1",
+        "answer 2",
+        "answer 3",
+    ]
+    assert sent[APPEND_STREAM] == 2
+    assert sent[APPEND] == 0
+
+
+@pytest.fixture
+def losing_proxy(data_dir: Path) -> Iterator[StreamLosingProxy]:
+    running = StreamLosingProxy(data_dir)
+    yield running
+    running.close()
+
+
+def test_a_put_whose_stream_answer_is_lost_lands_once(losing_proxy, reader_process, data_dir) -> None:
+    """The stream's answer to a put_writes and to a put is lost after they landed: each returns
+    once the unary path has settled it by its request id, each record is in the file once, and a
+    new saver reads the thread whole."""
+    # The first checkpoint, then step 1's writes (answer lost), its checkpoint, step 2's writes,
+    # its checkpoint (answer lost).
+    losing_proxy.stream_plans = ["forward", "lose_answer", "forward", "forward", "lose_answer"]
+    with RolloutClient(losing_proxy.address, reader_process.address, retry=TEST_RETRY) as client:
+        last = _steps(LedgerSaver(client), "lost", 2)
+        settled_unary = losing_proxy.appends_seen  # before the read's next-seq probes
+        session_id, found = client.resolve_session("lost")
+        assert found
+        read = LedgerSaver(client).get_tuple({"configurable": {"thread_id": "lost", "checkpoint_ns": ""}})
+    assert read is not None
+    assert read.config == last
+    assert [message.content for message in read.checkpoint["channel_values"]["messages"]] == [
+        "hello",
+        "answer 1",
+        "answer 2",
+    ]
+    kinds = [
+        record["payload"]["kind"]
+        for record in file_records(data_dir, session_id)
+        if record["type"] == "event"
+    ]
+    assert kinds.count(LANGGRAPH_CHECKPOINT_EVENT) == 3
+    assert kinds.count(LANGGRAPH_WRITES_EVENT) == 2
+    assert losing_proxy.stream_requests == 5
+    assert settled_unary == 2  # the two lost answers' requests
