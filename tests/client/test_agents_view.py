@@ -112,3 +112,33 @@ def test_an_object_that_read_a_limited_tail_asks_again_for_nothing(tmp_path) -> 
         RolloutClient(ledger.writer, ledger.reader, retry=TEST_RETRY, channels=opener) as client,
     ):
         asyncio.run(run(client))
+
+
+def test_a_reader_that_ignores_the_view_named_is_read_in_full(tmp_path, monkeypatch) -> None:
+    """A reader that predates since_next_seq answers every read in full (no continues_view): the
+    object takes each reply as the whole answer, exact through adds and pops by another object."""
+    from reader_service import wire
+
+    monkeypatch.setattr(wire, "check_recent_request", lambda request: None)
+    seen: list[tuple[int, bool]] = []
+
+    def opener(_service: str, address: str) -> grpc.aio.Channel:
+        return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS, interceptors=[_Replies(seen)])
+
+    async def run(client: RolloutClient) -> None:
+        mine, other = LedgerSession("old", client=client), LedgerSession("old", client=client)
+        await mine.add_items(_items(0, 10))
+        assert await mine.get_items() == _items(0, 10)
+        await other.add_items(_items(10, 2))
+        assert await other.pop_item() == _items(11, 1)[0]
+        assert await mine.get_items() == _items(0, 11)
+        assert await mine.get_items(limit=4) == _items(7, 4)
+        assert await mine.pop_item() == _items(10, 1)[0]
+        assert seen[0] == (10, False)
+        assert not any(continued for _, continued in seen)
+
+    with (
+        InProcessLedger(tmp_path / "ledger") as ledger,
+        RolloutClient(ledger.writer, ledger.reader, retry=TEST_RETRY, channels=opener) as client,
+    ):
+        asyncio.run(run(client))
