@@ -81,6 +81,7 @@ import copy
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any, TypeVar, cast
 
 import orjson
@@ -269,16 +270,19 @@ def message_items(message: Mapping[str, Any], call_types: dict[str, str]) -> lis
     return items
 
 
-def canonical_items(raw_messages: Sequence[bytes]) -> list[list[tuple[dict[str, Any], HeldItem]]]:
-    """Per message of a GetRecentMessages reply's canonical JSON, the items it holds, each with the
-    form a view keeps it in (:data:`HeldItem`; the hot path of :meth:`LedgerSession.get_items`: a
+def canonical_items(
+    raw_messages: Sequence[bytes],
+) -> tuple[list[list[dict[str, Any]]], list[list[HeldItem]]]:
+    """Per message of a GetRecentMessages reply's canonical JSON, the items it holds, and the forms
+    a view keeps them in (:data:`HeldItem`; the hot path of :meth:`LedgerSession.get_items`: a
     carried item is parsed straight from its part, whose text is kept). The cyclic collector is
     paused meanwhile (shared.rebuild.collector_paused): the items hold no cycles, and each
     collection during the parse would walk every item parsed so far, and the caller's heap (a
     quarter of the parse's time in a process that imported the Agents SDK)."""
     loads, dumps = orjson.loads, orjson.dumps
     call_types: dict[str, str] = {}
-    out: list[list[tuple[dict[str, Any], HeldItem]]] = []
+    out: list[list[dict[str, Any]]] = []
+    kept: list[list[HeldItem]] = []
     with collector_paused():
         for raw in raw_messages:
             message = loads(raw)
@@ -287,10 +291,13 @@ def canonical_items(raw_messages: Sequence[bytes]) -> list[list[tuple[dict[str, 
                 carried = carried_agents_item_text(content[0])
                 if carried is not None:
                     item, text = carried
-                    out.append([(item, text if text is not None else copy.deepcopy(item))])
+                    out.append([item])
+                    kept.append([text if text is not None else copy.deepcopy(item)])
                     continue
-            out.append([(item, dumps(item)) for item in message_items(message, call_types)])
-    return out
+            items = message_items(message, call_types)
+            out.append(items)
+            kept.append([dumps(item) for item in items])
+    return out, kept
 
 
 def _held_of_sent(item: Mapping[str, Any], message: Mapping[str, Any]) -> HeldItem:
@@ -313,8 +320,15 @@ def messages_to_items(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, A
     return [item for message in messages for item in message_items(message, call_types)]
 
 
-#: One message of a view: its origin, and the items it holds.
-_Held = tuple[MessageRef, list[HeldItem]]
+#: One message of a view: its origin (seq, and index in a compaction's replacement history or -1:
+#: a MessageRef made only when a retraction names it, :func:`_ref`), and the items it holds.
+_Held = tuple[tuple[int, int], list[HeldItem]]
+
+
+def _ref(origin: tuple[int, int]) -> MessageRef:
+    """The MessageRef of a view entry's origin."""
+    seq, index = origin
+    return MessageRef(seq, index if index >= 0 else None)
 
 
 @dataclass
@@ -334,7 +348,7 @@ class _Tail:
 
     def __post_init__(self) -> None:
         if self.held_bytes < 0:
-            self.held_bytes = sum(_held_size(held) for _, items in self.entries for held in items)
+            self.held_bytes = sum(map(_held_size, chain.from_iterable(items for _, items in self.entries)))
 
     @property
     def whole(self) -> bool:
@@ -404,7 +418,7 @@ def _items_of(
     """The last ``limit`` items (all for None) of a view read, oldest first: those of its last
     messages from ``parsed`` (the items just parsed for them), of the others fresh copies
     (:func:`fresh_item`). ``view`` None: ``parsed`` holds every message."""
-    if view is None:
+    if view is None or len(parsed) == len(view.entries):
         items = [item for held in parsed for item in held]
     else:
         old = len(view.entries) - len(parsed)
@@ -471,13 +485,13 @@ def _suffix_replacement(
         if end > first:
             if position < first:
                 lead = [fresh_item(item) for item in held[: first - position]]
-            retracted.append(origin)
+            retracted.append(_ref(origin))
         elif (
             pruning
             and prune_prefix is not None
             and all(prune_prefix(cast(Any, fresh_item(item))) for item in held)
         ):
-            retracted.append(origin)
+            retracted.append(_ref(origin))
         else:
             pruning = False
         position = end
@@ -603,14 +617,12 @@ class LedgerSession:
                 if not is_reply_too_large(error):
                     raise
                 return None, await self._stream_items(attached)
-            pairs = canonical_items(reply.canonical_messages)
-            entries: list[_Held] = [
-                (MessageRef(seq, index if index >= 0 else None), [kept for _, kept in message])
-                for seq, index, message in zip(
-                    reply.origin_seqs, reply.origin_history_indexes, pairs, strict=True
+            parsed, held_items = canonical_items(reply.canonical_messages)
+            entries: list[_Held] = list(
+                zip(
+                    zip(reply.origin_seqs, reply.origin_history_indexes, strict=True), held_items, strict=True
                 )
-            ]
-            parsed = [[item for item, _ in message] for message in pairs]
+            )
             read: _Tail | None = None
             if since is not None and reply.continues_view:
                 if attached.tail is since and since.next_seq == named:  # not changed meanwhile
@@ -721,7 +733,7 @@ class LedgerSession:
             return
         tail.push(
             [
-                (MessageRef(seq), [_held_of_sent(item, message)])
+                ((seq, -1), [_held_of_sent(item, message)])
                 for seq, item, message in zip(result.seqs, items, messages, strict=True)
             ]
         )
@@ -747,7 +759,7 @@ class LedgerSession:
                     origin, held = tail.entries[-1]
                     items = [fresh_item(item) for item in held]
                     rest = items[:-1]
-                    records: list[Record] = [Retraction([origin], _POP_REASON)]
+                    records: list[Record] = [Retraction([_ref(origin)], _POP_REASON)]
                     records.extend(encoded_message(item_to_message(item)) for item in rest)
                     try:
                         result = await attached.session.append(*records, expected_next_seq=tail.next_seq)
@@ -758,10 +770,7 @@ class LedgerSession:
                         continue
                     tail.drop_last()
                     tail.push(
-                        [
-                            (MessageRef(seq), [item])
-                            for seq, item in zip(result.seqs[1:], held[:-1], strict=True)
-                        ]
+                        [((seq, -1), [item]) for seq, item in zip(result.seqs[1:], held[:-1], strict=True)]
                     )
                     tail.next_seq = result.next_seq
                     return items[-1]

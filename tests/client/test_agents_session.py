@@ -542,9 +542,10 @@ def test_a_reply_is_parsed_with_the_collector_paused_and_left_as_it_was(monkeypa
             (gc.enable if enabled else gc.disable)()
             parsed = agents_module.canonical_items(replies)
             assert gc.isenabled() is enabled
-            assert [item for items in parsed for item, _ in items] == written
-            assert [agents_module.fresh_item(held) for items in parsed for _, held in items] == written
-            assert orjson.dumps(parsed[0][0][0]) == orjson.dumps(written[0])  # 3.0 stays a float
+            items, kept = parsed
+            assert [item for message in items for item in message] == written
+            assert [agents_module.fresh_item(held) for message in kept for held in message] == written
+            assert orjson.dumps(items[0][0]) == orjson.dumps(written[0])  # 3.0 stays a float
     finally:
         (gc.enable if was else gc.disable)()
     assert seen == [False] * 4
