@@ -13,6 +13,9 @@ output messages. Each round measures, SQLite first then the ledger, on fresh ses
 * ``get_items(limit=10)`` of a session of ``--large-items`` items (ms);
 * each read's first call apart, for information (the reader builds its cache of a session on
   its first read: a pass over the whole file), its CPU time not counted in the read's;
+* ``get_items()`` by a new session object of the same session, three times (ms, the median),
+  for information: what a caller that makes one object per request pays (a LedgerSession that
+  has read or written the session asks the reader only for what changed since);
 * ``pop_item()`` of the last item, 50 times (ms each);
 * before each read figure, the ledger's services are let settle (their CPU time flat: the
   reader indexes what was just written in the background);
@@ -103,9 +106,12 @@ class CpuClock:
             settle(service, quiet_seconds=0.5, limit=120)
 
 
-async def measure(session: Any, large: Any, count: int, large_count: int, cpu: CpuClock) -> dict[str, float]:
-    """One round's figures of one session kind (``large`` is a second session for the big read),
-    each with its CPU time per item (adds) or per call (reads, pops), in ms, under "<figure> cpu"."""
+async def measure(
+    session: Any, large: Any, reopen: Callable[[], Any], count: int, large_count: int, cpu: CpuClock
+) -> dict[str, float]:
+    """One round's figures of one session kind (``large`` is a second session for the big read,
+    ``reopen()`` a new object of ``session``'s session), each with its CPU time per item (adds)
+    or per call (reads, pops), in ms, under "<figure> cpu"."""
     figures: dict[str, float] = {}
     single = items(count // 4)
     spent, used = 0.0, cpu.now()
@@ -125,6 +131,12 @@ async def measure(session: Any, large: Any, count: int, large_count: int, cpu: C
     reads = [await timed(session.get_items) for _ in range(7)]
     figures["get_items() at N"] = statistics.median(reads) * 1000
     figures["get_items() at N cpu"] = (cpu.now() - used) / len(reads) / 1e6
+    fresh = []
+    for _ in range(3):
+        other = reopen()
+        fresh.append(await timed(other.get_items))
+        other.close()
+    figures["get_items() at N, new object"] = statistics.median(fresh) * 1000
     for first in range(0, large_count, 500):
         await large.add_items(items(min(500, large_count - first), first))
     cpu.settle()
@@ -160,12 +172,20 @@ async def one_round(
     writer, reader = services
     sqlite = SQLiteSession(f"s{round_no}", folder / f"sqlite-{round_no}.db")
     sqlite_large = SQLiteSession(f"l{round_no}", folder / f"sqlite-large-{round_no}.db")
-    baseline = await measure(sqlite, sqlite_large, args.items, args.large_items, CpuClock([os.getpid()]))
+    baseline = await measure(
+        sqlite,
+        sqlite_large,
+        lambda: SQLiteSession(f"s{round_no}", folder / f"sqlite-{round_no}.db"),
+        args.items,
+        args.large_items,
+        CpuClock([os.getpid()]),
+    )
     sqlite.close()
     sqlite_large.close()
     ledger = await measure(
         make_ledger(f"s{round_no}"),
         make_ledger(f"l{round_no}"),
+        lambda: make_ledger(f"s{round_no}"),
         args.items,
         args.large_items,
         CpuClock([os.getpid(), writer.process.pid, reader.process.pid], services),
@@ -242,7 +262,11 @@ def main() -> int:
             f"{label:34} {sqlite:>10.2f} {unit:<3} {ledger:>10.2f} {unit:<3} {ratio:>7.2f}  {sign} {target}"
             f" {'met' if met else 'NOT MET'} (ratios {min(ratios):.2f}-{max(ratios):.2f})"
         )
-    for name in ("first get_items() at N", "first get_items(limit=10) at LARGE"):
+    for name in (
+        "first get_items() at N",
+        "get_items() at N, new object",
+        "first get_items(limit=10) at LARGE",
+    ):
         label = name.replace("N", str(args.items)).replace("LARGE", str(args.large_items))
         sqlite = statistics.median(base[name] for base, _ in results)
         ledger = statistics.median(led[name] for _, led in results)

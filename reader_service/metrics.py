@@ -7,7 +7,8 @@ counted twice on the read path):
   unchanged (``unchanged``), extended by new records only (``extended``), or rendered
   from the first byte (``rebuilt``: a miss); the hit rate is (unchanged + extended) / all;
 * ``rollout_recent_tail_reads_total{how}``: limited GetRecentMessages of files the cache did
-  not hold, answered from the file's tail (``settled``) or not (``unsettled``: rebuilt whole);
+  not hold, answered from the file's tail (``settled``), from the last such answer of the
+  unchanged file (``repeated``) or not (``unsettled``: rebuilt whole);
 * ``rollout_replay_cache_evictions_total`` and ``rollout_replay_cache_bytes`` (what the
   kept copies are charged);
 * ``rollout_listing_activity_total{how}``: listing entries whose activity was still
@@ -48,10 +49,12 @@ class _ReaderCollector(Collector):
         tail = CounterMetricFamily(
             "rollout_recent_tail_reads",
             "Limited GetRecentMessages of files the replay cache did not hold: answered from the"
-            " file's tail (settled) or left to the whole-file rebuild (unsettled).",
+            " file's tail (settled), from the last such answer of the unchanged file (repeated) or"
+            " left to the whole-file rebuild (unsettled).",
             labels=["how"],
         )
         tail.add_metric(["settled"], sum(cache.counts["tail"] for cache in caches))
+        tail.add_metric(["repeated"], sum(cache.counts["tail_repeated"] for cache in caches))
         tail.add_metric(["unsettled"], sum(cache.counts["tail_unsettled"] for cache in caches))
         yield tail
         yield CounterMetricFamily(

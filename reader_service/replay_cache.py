@@ -51,12 +51,13 @@ from typing import Any, TypeVar
 import orjson
 
 from reader_service.replay import ReplayFacts, checkpoint_verification, digest_status_of
-from reader_service.wire import canonical_entry, canonical_message_entry, message_entry
+from reader_service.wire import ViewHeld, canonical_entry, canonical_message_entry, message_entry
 from shared.committed_lines import CommittedLines
 from shared.digest import digest_of_framed, framed_canonical
 from shared.layout import open_session_file
-from shared.rebuild import PendingReasoning, Rebuilder, collector_paused
+from shared.rebuild import PendingReasoning, Rebuilder, collector_paused, view_continues
 from shared.rebuild_tail import recent_from_tail
+from shared.tail import next_seq_of_tail, read_tail
 
 _T = TypeVar("_T")
 
@@ -66,6 +67,11 @@ READ_BYTES = 4 * 1024 * 1024
 LINE_CHECK_BYTES = 4096
 #: Bytes an entry is charged per message besides its rendered bytes (objects and list slots).
 MESSAGE_OVERHEAD_BYTES = 160
+#: Rendered bytes the tail reads' answers kept for a repeat may hold together (each answer
+#: at most a sixteenth of it).
+TAIL_MEMO_BYTES = 8 * 1024 * 1024
+#: Bytes read back first to find a file's last record (doubled while it holds none).
+LAST_RECORD_BYTES = 4096
 
 
 #: One message of a cached sequence: its reply entry (:func:`reader_service.wire.message_entry`)
@@ -113,6 +119,16 @@ class RecentMessages:
     next_seq: int
     #: ``message_count`` counts only the messages a tail read held (a lower bound).
     count_at_least: bool = False
+    #: The caller's view continues into this one: ``entries`` are only messages after it.
+    continues: bool = False
+
+    def since(self, view: ViewHeld | None) -> RecentMessages:
+        """This answer for a caller holding ``view``, from a pass that does not hold the whole
+        sequence (a tail read): no messages when nothing was written since the view
+        (shared.rebuild.view_continues), else this answer."""
+        if view is None or not view_continues(view.next_seq, view.message_count, self.next_seq):
+            return self
+        return RecentMessages([], [], self.message_count, self.next_seq, self.count_at_least, True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,16 +208,26 @@ class _Entry:
         self.answer = (key, rendered)
         return rendered
 
-    def recent(self, limit: int, canonical: bool) -> RecentMessages:
-        """The last ``limit`` messages of the applied lines (0: all), as :meth:`ReplayCache.recent`."""
+    def recent(self, limit: int, canonical: bool, view: ViewHeld | None = None) -> RecentMessages:
+        """The last ``limit`` messages of the applied lines (0: all), as :meth:`ReplayCache.recent`;
+        only those after ``view`` when it continues into them."""
         state = self.state
         messages: list[RenderedMessage] = state.messages
+        next_seq = state.result.last_seq + 1
+        continues = view is not None and view_continues(
+            view.next_seq, view.message_count, next_seq, state.origins, state.rewritten_seq
+        )
         first = max(0, len(messages) - limit) if limit else 0
+        if continues:
+            assert view is not None
+            # view_continues with an unknown count means the same lines: nothing after the view.
+            first = max(first, len(messages) if view.message_count is None else view.message_count)
         return RecentMessages(
             [canonical_entry(framed) if canonical else entry for entry, framed in messages[first:]],
             state.origins[first:].tolist(),
             len(messages),
-            state.result.last_seq + 1,
+            next_seq,
+            continues=continues,
         )
 
     def charge(self) -> int:
@@ -238,7 +264,14 @@ class ReplayCache:
             "evicted": 0,
             "tail": 0,
             "tail_unsettled": 0,
+            "tail_repeated": 0,
         }
+        #: Tail reads' answers by (path, limit, canonical): the file's identity when read, the answer.
+        self._tails: OrderedDict[tuple[str, int, bool], tuple[tuple[int, ...], RecentMessages]] = (
+            OrderedDict()
+        )
+        self._tails_charges: dict[tuple[str, int, bool], int] = {}
+        self._tails_charged = 0
 
     @property
     def charged_bytes(self) -> int:
@@ -252,25 +285,44 @@ class ReplayCache:
         """
         return self._use(path, lambda entry, tail: entry.replay(tail, max_messages))
 
-    def recent(self, path: Path, limit: int, canonical: bool = False) -> RecentMessages | None:
+    def recent(
+        self, path: Path, limit: int, canonical: bool = False, view: ViewHeld | None = None
+    ) -> RecentMessages | None:
         """The last ``limit`` messages (0: all) of the session file at ``path`` with their origins,
         the sequence's length and the next seq as read; None when the file is over
         ``max_file_bytes``. Entries are reply entries of ChatMessages, or with ``canonical`` of
         canonical JSON (:func:`reader_service.wire.canonical_entry`). No digest is computed.
-        Raises OSError as :meth:`rendered` does."""
-        return self._use(path, lambda entry, tail: entry.recent(limit, canonical))
+        With ``view`` (what the caller holds), only the messages after it when it continues into
+        the sequence (shared.rebuild.view_continues; ``continues`` set). Raises OSError as
+        :meth:`rendered` does."""
+        return self._use(path, lambda entry, tail: entry.recent(limit, canonical, view))
 
-    def recent_from_tail(self, path: Path, limit: int, canonical: bool = False) -> RecentMessages | None:
+    def recent_from_tail(
+        self, path: Path, limit: int, canonical: bool = False, view: ViewHeld | None = None
+    ) -> RecentMessages | None:
         """The last ``limit`` (> 0) messages of a session file this cache holds no entry for, rebuilt
         from the file's tail (shared.rebuild_tail, the same answer as :meth:`recent`); None when
         the cache holds the file (its entry answers for less) or the tail cannot settle the
-        answer (the caller then calls :meth:`recent`). Counted in ``counts`` as ``tail`` or
-        ``tail_unsettled``. Raises OSError as :meth:`rendered` does."""
+        answer (the caller then calls :meth:`recent`). With ``view``, no messages when nothing was
+        written since it (:meth:`RecentMessages.since`). A repeated read of the same file
+        (device, inode, size, modification and change times) with the same limit and form is
+        answered from the last one's answer, kept within :data:`TAIL_MEMO_BYTES`. Counted in
+        ``counts`` as ``tail``, ``tail_repeated`` or ``tail_unsettled``. Raises OSError as
+        :meth:`rendered` does."""
+        key = (str(path), limit, canonical)
         with self._lock:
-            if str(path) in self._entries:
+            if key[0] in self._entries:
                 return None
         fd = open_session_file(path)
         try:
+            stat = os.fstat(fd)
+            identity = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+            with self._lock:
+                kept = self._tails.get(key)
+                if kept is not None and kept[0] == identity:
+                    self._tails.move_to_end(key)
+                    self.counts["tail_repeated"] += 1
+                    return kept[1].since(view)
             found = recent_from_tail(fd, limit)
         except OSError as exc:
             if exc.filename is None:  # pread and fstat errors name no file
@@ -282,13 +334,60 @@ class ReplayCache:
         if found is None:
             return None
         render = canonical_message_entry if canonical else message_entry
-        return RecentMessages(
+        recent = RecentMessages(
             [render(message) for message in found.messages],
             found.origins,
             found.message_count,
             found.next_seq,
             not found.count_exact,
         )
+        self._keep_tail(key, identity, recent)
+        return recent.since(view)
+
+    def unchanged_since(self, path: Path, view: ViewHeld) -> RecentMessages | None:
+        """For a caller holding ``view`` of a session file this cache holds no entry for: an answer
+        with no messages (``continues``; the view's own count, flagged a lower bound when it gave
+        none) when nothing was written since it, read from the file's last record alone
+        (shared.tail); None otherwise, or when the cache holds the file or the last record's line
+        check fails (the caller answers in full). Raises OSError as :meth:`rendered` does."""
+        with self._lock:
+            if str(path) in self._entries:
+                return None
+        fd = open_session_file(path)
+        try:
+            tail = read_tail(fd, 1, LAST_RECORD_BYTES)
+        except OSError as exc:
+            if exc.filename is None:  # pread and fstat errors name no file
+                raise OSError(exc.errno, exc.strerror, os.fspath(path)) from exc
+            raise
+        finally:
+            os.close(fd)
+        if tail.damage or not tail.records:
+            return None
+        next_seq = next_seq_of_tail(tail.records)
+        if not view_continues(view.next_seq, view.message_count, next_seq):
+            return None
+        count = view.message_count
+        return RecentMessages([], [], count or 0, next_seq, count is None, True)
+
+    def _keep_tail(
+        self, key: tuple[str, int, bool], identity: tuple[int, ...], recent: RecentMessages
+    ) -> None:
+        """Keep a tail read's answer for a repeat, dropping the least recently used beyond
+        :data:`TAIL_MEMO_BYTES` (an answer over a sixteenth of it is not kept)."""
+        charge = sum(map(len, recent.entries)) + len(recent.entries) * MESSAGE_OVERHEAD_BYTES
+        with self._lock:
+            if key in self._tails:
+                del self._tails[key]
+                self._tails_charged -= self._tails_charges.pop(key)
+            if charge > TAIL_MEMO_BYTES // 16:
+                return
+            self._tails[key] = (identity, recent)
+            self._tails_charges[key] = charge
+            self._tails_charged += charge
+            while self._tails_charged > TAIL_MEMO_BYTES:
+                oldest, _ = self._tails.popitem(last=False)
+                self._tails_charged -= self._tails_charges.pop(oldest)
 
     def _use(self, path: Path, use: Callable[[_Entry, bytes], _T]) -> _T | None:
         """``use(entry, uncommitted tail)`` on the current entry of ``path`` (under its lock), or None."""
@@ -342,6 +441,9 @@ class ReplayCache:
         with self._lock:
             if self._entries.pop(key, None) is not None:
                 self._charged -= self._charges.pop(key)
+            for tail_key in [tail_key for tail_key in self._tails if tail_key[0] == key]:
+                del self._tails[tail_key]
+                self._tails_charged -= self._tails_charges.pop(tail_key)
 
     def _drop(self, key: str, entry: _Entry) -> None:
         with self._lock:

@@ -73,19 +73,31 @@ def replay_reply(
 
 
 def recent_reply(
-    cache: ReplayCache, session_id: str, path: Path, limit: int, canonical: bool, max_reply_bytes: int
+    cache: ReplayCache,
+    session_id: str,
+    path: Path,
+    limit: int,
+    canonical: bool,
+    max_reply_bytes: int,
+    view: wire.ViewHeld | None = None,
 ) -> bytes:
     """The serialized RecentMessagesResponse of one session file: with a limit, of a file the
     cache does not hold, from the file's tail (shared.rebuild_tail); otherwise, or when the
     tail cannot settle it, from the cache, or rebuilt in bounded memory (offsets) with only
-    the returned messages read back.
+    the returned messages read back. ``view``: what the caller holds; the cache and the tail
+    answer only what follows it when it continues (``continues_view``; for a file the cache
+    does not hold, an unchanged one is told so from its last record), the bounded rebuild
+    always in full.
 
     Raises ReplyTooLargeError when it exceeds ``max_reply_bytes``, OSError when the file
     cannot be read.
     """
-    recent = cache.recent_from_tail(path, limit, canonical) if limit > 0 else None
+    if limit > 0:
+        recent = cache.recent_from_tail(path, limit, canonical, view)
+    else:
+        recent = cache.unchanged_since(path, view) if view is not None else None
     if recent is None:
-        recent = cache.recent(path, limit, canonical)
+        recent = cache.recent(path, limit, canonical, view)
     if recent is None:
         handles, origins, count, next_seq = index_recent(path, limit)
         render = wire.canonical_message_entry if canonical else wire.message_entry
@@ -99,6 +111,7 @@ def recent_reply(
         recent.message_count,
         recent.next_seq,
         recent.count_at_least,
+        recent.continues,
     )
     return _within(reply, session_id, max_reply_bytes, "StreamReplay (or ask for fewer messages)")
 

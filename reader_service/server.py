@@ -288,12 +288,19 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
     async def GetRecentMessages(
         self, request: reader_pb2.RecentMessagesRequest, context: grpc.aio.ServicerContext
     ) -> bytes:
-        wire.check_recent_request(request)
+        view = wire.check_recent_request(request)
         session_id, limit = request.session_id, self.config.max_reply_bytes
         path, size = await self._locate(session_id)
         await self._admit(context, unary_reply_cost(size, limit))
         return await self._heavy_run(
-            replies.recent_reply, self.replays, session_id, path, request.limit, request.canonical, limit
+            replies.recent_reply,
+            self.replays,
+            session_id,
+            path,
+            request.limit,
+            request.canonical,
+            limit,
+            view,
         )
 
     def _viewer(self, request: reader_pb2.MemoryViewRequest) -> MemoryViewer:

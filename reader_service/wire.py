@@ -30,6 +30,7 @@ from __future__ import annotations
 import io
 import re
 from collections.abc import Generator, Iterable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -334,10 +335,11 @@ def recent_reply(
     message_count: int,
     next_seq: int,
     count_at_least: bool = False,
+    continues: bool = False,
 ) -> bytes:
     """The serialized RecentMessagesResponse: header, message entries (:func:`message_entry`, field 2
     as in a ReplayResponse), then each message's origin, the count (a lower bound with
-    ``count_at_least``) and the next seq."""
+    ``count_at_least``), the next seq, and whether the entries continue the caller's view."""
     head = reader_pb2.RecentMessagesResponse(session_id=session_id).SerializeToString()
     seqs, indexes = origin_arrays(origins)
     tail = reader_pb2.RecentMessagesResponse(
@@ -346,6 +348,7 @@ def recent_reply(
         message_count=message_count,
         next_seq=next_seq,
         message_count_at_least=count_at_least,
+        continues_view=continues,
     ).SerializeToString()
     return b"".join((head, *entries, tail))
 
@@ -374,10 +377,31 @@ def canonical_message_entry(payload: Mapping[str, Any]) -> bytes:
     return canonical_entry(framed_canonical(payload))
 
 
-def check_recent_request(request: reader_pb2.RecentMessagesRequest) -> None:
-    """Refuse (InvalidArgumentError, field ``limit``) a negative limit."""
+@dataclass(frozen=True, slots=True)
+class ViewHeld:
+    """The view a GetRecentMessages caller already holds: the next seq it was read at, and its
+    message count when known exactly (RecentMessagesRequest.since_next_seq, since_message_count)."""
+
+    next_seq: int
+    message_count: int | None
+
+
+def check_recent_request(request: reader_pb2.RecentMessagesRequest) -> ViewHeld | None:
+    """The view the caller holds (None: none given); refuses (InvalidArgumentError naming the
+    field) a negative limit, since_next_seq or since_message_count."""
     if request.limit < 0:
         raise InvalidArgumentError("limit", f"must be 0 (all messages) or more, got {request.limit}")
+    if request.since_next_seq < 0:
+        raise InvalidArgumentError(
+            "since_next_seq",
+            f"must be the next_seq of a reply (0: no view held), got {request.since_next_seq}",
+        )
+    count = request.since_message_count if request.HasField("since_message_count") else None
+    if count is not None and count < 0:
+        raise InvalidArgumentError(
+            "since_message_count", f"must be the held view's message count (0 or more), got {count}"
+        )
+    return ViewHeld(request.since_next_seq, count) if request.since_next_seq else None
 
 
 def replay_summary(facts: ReplayFacts, token_budget: int) -> reader_pb2.ReplaySummary:

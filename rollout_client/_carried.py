@@ -41,11 +41,21 @@ def carried_agents_item(part: Any) -> dict[str, Any] | None:
     """The Agents SDK item a content part carries, or None when ``part`` carries none (another
     part, or a carried value that is not a JSON object). Raises ValueError for a part whose
     ``json`` text is not JSON."""
+    carried = carried_agents_item_text(part)
+    return None if carried is None else carried[0]
+
+
+def carried_agents_item_text(part: Any) -> tuple[dict[str, Any], str | None] | None:
+    """:func:`carried_agents_item`'s item with the text it was read from when orjson reads that
+    text back exactly (None when only Python's json module does, or the part holds the item
+    itself): a copy of the item is then one orjson parse of the text. None, and ValueError, as
+    :func:`carried_agents_item`."""
     if not isinstance(part, dict) or part.get("type") != AGENTS_ITEM_PART:
         return None
     text = part.get("json")
     if isinstance(text, str):
-        item = json.loads(text) if part.get("codec") == "json" else orjson.loads(text)
-        return item if isinstance(item, dict) else None
+        exact = part.get("codec") != "json"
+        item = orjson.loads(text) if exact else json.loads(text)
+        return (item, text if exact else None) if isinstance(item, dict) else None
     carried = part.get("item")  # written by earlier versions
-    return carried if set(part) == {"type", "item"} and isinstance(carried, dict) else None
+    return (carried, None) if set(part) == {"type", "item"} and isinstance(carried, dict) else None

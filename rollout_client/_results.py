@@ -147,13 +147,17 @@ class RecentMessages:
     """The last messages of a session's rebuilt view (:meth:`Session.recent_messages`): message
     dicts oldest first, each one's origin (what a :class:`Retraction` names), how many
     messages the whole view has, and the next seq as read (pass it as ``expected_next_seq``
-    to apply a change to exactly this view)."""
+    to apply a change to exactly this view). ``message_count_at_least``: a limited read
+    answered from the file's tail counted only the messages the tail held, so
+    ``message_count`` is a lower bound (greater than the messages returned), not the view's
+    size (reader.proto RecentMessagesResponse; docs/spec.md §5.1)."""
 
     session_id: str
     messages: list[dict[str, Any]]
     origins: list[MessageRef]
     message_count: int
     next_seq: int
+    message_count_at_least: bool = False
 
     @classmethod
     def from_proto(cls, reply: reader_pb2.RecentMessagesResponse) -> RecentMessages:
@@ -171,6 +175,7 @@ class RecentMessages:
             ],
             reply.message_count,
             reply.next_seq,
+            reply.message_count_at_least,
         )
 
 

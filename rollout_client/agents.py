@@ -27,6 +27,12 @@ the SDK's own ``SQLiteSession`` does on the SDK's own tests (docs/spec.md §11):
   with the same request id;
 * ``get_items(limit=N)`` reads the last N messages from the reader's rendered copy
   (``GetRecentMessages``), not a replay of the whole session;
+* **reads name the view held**: the object keeps the end of the view it last read or wrote
+  (up to :data:`VIEW_BYTES` of items) and each read asks the reader for what followed it
+  (``since_next_seq``): one call, that sees every acknowledged append of any process, whose
+  reply carries only the new messages, or the whole answer when the reader finds that
+  something before them changed (a pop, a compaction; shared.rebuild.view_continues). Every
+  item returned is a fresh object;
 * **automatic compaction**: the SDK's ``OpenAIResponsesCompactionSession`` (and
   ``EncryptedSession``) compact the latest exchange of a longer history in place, as over
   SQLiteSession: :meth:`LedgerSession._get_compaction_snapshot` gives them the last items and
@@ -71,9 +77,11 @@ appends the others again, in the same request.
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any, TypeVar, cast
 
 import orjson
@@ -85,7 +93,12 @@ from agents.memory.session_settings import coerce_session_settings
 from rollout.v1 import reader_pb2
 from rollout_client._aio import AsyncRolloutClient
 from rollout_client._appends import Attempts, is_reply_too_large
-from rollout_client._carried import AGENTS_ITEM_PART, agents_item_part, carried_agents_item
+from rollout_client._carried import (
+    AGENTS_ITEM_PART,
+    agents_item_part,
+    carried_agents_item,
+    carried_agents_item_text,
+)
 from rollout_client._errors import (
     AlreadyExistsError,
     FailedPreconditionError,
@@ -130,8 +143,29 @@ _NATIVE_KEYS = {
     "function_call": ("type", "call_id", "name", "arguments"),
     "function_call_output": ("type", "call_id", "output"),
 }
-#: Messages of the view a session keeps at most, for its next pops.
+#: Messages of the view a session object reads at least for its next pops, and keeps at least.
 TAIL_MESSAGES = 64
+#: Bytes of item text a session object keeps of the view it last read or wrote (its last messages,
+#: TAIL_MESSAGES at least): a later read asks the reader only for what changed since.
+VIEW_BYTES = 4 * 1024 * 1024
+
+#: One item of a kept view: its JSON text, parsed afresh with orjson for each caller; or, for an item
+#: only Python's json module reads back exactly (see :mod:`rollout_client._carried`), the item
+#: itself, deep-copied for each caller. Either way no caller holds the view's own objects.
+HeldItem = str | bytes | dict[str, Any]
+
+
+def fresh_item(held: HeldItem) -> dict[str, Any]:
+    """A new copy of a kept item (:data:`HeldItem`)."""
+    if isinstance(held, dict):
+        return copy.deepcopy(held)
+    item: dict[str, Any] = orjson.loads(held)
+    return item
+
+
+def _held_size(held: HeldItem) -> int:
+    """What a kept item counts against :data:`VIEW_BYTES` (its text's length; a held dict's repr's)."""
+    return len(held) if not isinstance(held, dict) else len(repr(held))
 
 
 def _native_message(item: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -236,26 +270,47 @@ def message_items(message: Mapping[str, Any], call_types: dict[str, str]) -> lis
     return items
 
 
-def canonical_items(raw_messages: Sequence[bytes]) -> list[list[dict[str, Any]]]:
-    """Per message of a GetRecentMessages reply's canonical JSON, the items it holds (the hot path of
-    :meth:`LedgerSession.get_items`: a carried item is parsed straight from its part). The cyclic
-    collector is paused meanwhile (shared.rebuild.collector_paused): the items hold no cycles, and
-    each collection during the parse would walk every item parsed so far, and the caller's heap
-    (a quarter of the parse's time in a process that imported the Agents SDK)."""
-    loads = orjson.loads
+def canonical_items(
+    raw_messages: Sequence[bytes],
+) -> tuple[list[list[dict[str, Any]]], list[list[HeldItem]]]:
+    """Per message of a GetRecentMessages reply's canonical JSON, the items it holds, and the forms
+    a view keeps them in (:data:`HeldItem`; the hot path of :meth:`LedgerSession.get_items`: a
+    carried item is parsed straight from its part, whose text is kept). The cyclic collector is
+    paused meanwhile (shared.rebuild.collector_paused): the items hold no cycles, and each
+    collection during the parse would walk every item parsed so far, and the caller's heap (a
+    quarter of the parse's time in a process that imported the Agents SDK)."""
+    loads, dumps = orjson.loads, orjson.dumps
     call_types: dict[str, str] = {}
     out: list[list[dict[str, Any]]] = []
+    kept: list[list[HeldItem]] = []
     with collector_paused():
         for raw in raw_messages:
             message = loads(raw)
             content = message.get("content")
             if type(content) is list and len(content) == 1 and "tool_calls" not in message:
-                item = carried_agents_item(content[0])
-                if item is not None:
+                carried = carried_agents_item_text(content[0])
+                if carried is not None:
+                    item, text = carried
                     out.append([item])
+                    kept.append([text if text is not None else copy.deepcopy(item)])
                     continue
-            out.append(message_items(message, call_types))
-    return out
+            items = message_items(message, call_types)
+            out.append(items)
+            kept.append([dumps(item) for item in items])
+    return out, kept
+
+
+def _held_of_sent(item: Mapping[str, Any], message: Mapping[str, Any]) -> HeldItem:
+    """The kept form of an item as the reader will give it back, from the message that stores it
+    (:func:`item_to_message`): a carried item's text, or a native item's JSON."""
+    content = message.get("content")
+    if type(content) is list:  # carried: a native message holds text, or no content
+        part = content[0]
+        if "codec" not in part:
+            text: str = part["json"]
+            return text
+        return cast(dict[str, Any], carried_agents_item(part))  # as the reader's copy reads it
+    return orjson.dumps(item)
 
 
 def messages_to_items(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -265,21 +320,122 @@ def messages_to_items(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, A
     return [item for message in messages for item in message_items(message, call_types)]
 
 
+#: One message of a view: its origin (seq, and index in a compaction's replacement history or -1:
+#: a MessageRef made only when a retraction names it, :func:`_ref`), and the items it holds.
+_Held = tuple[tuple[int, int], list[HeldItem]]
+
+
+def _ref(origin: tuple[int, int]) -> MessageRef:
+    """The MessageRef of a view entry's origin."""
+    seq, index = origin
+    return MessageRef(seq, index if index >= 0 else None)
+
+
 @dataclass
 class _Tail:
     """The end of the session's view as this object last knew it: per message, its origin and
-    the items it holds; ``next_seq`` the session's next seq then; ``whole`` when it holds every
-    message of the view. A pop is sent with ``expected_next_seq=next_seq``: a stale tail is
-    refused by the writer, never acted on."""
+    the items it holds; ``next_seq`` the session's next seq then; ``message_count`` the messages
+    of the whole view (a lower bound unless ``count_exact``). A pop is sent with
+    ``expected_next_seq=next_seq``: a stale tail is refused by the writer, never acted on; a read
+    asks the reader only for what followed it (RecentMessagesRequest.since_next_seq), and the
+    reader, not this object, says whether anything before its end changed."""
 
-    entries: list[tuple[MessageRef, list[dict[str, Any]]]]
+    entries: list[_Held]
     next_seq: int
-    whole: bool
-    message_count: int = 0
+    message_count: int
+    count_exact: bool = True
+    held_bytes: int = field(default=-1, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.held_bytes < 0:
+            self.held_bytes = sum(map(_held_size, chain.from_iterable(items for _, items in self.entries)))
 
     @property
-    def item_count(self) -> int:
-        return sum(len(items) for _, items in self.entries)
+    def whole(self) -> bool:
+        """Whether it holds every message of the view."""
+        return self.count_exact and len(self.entries) == self.message_count
+
+    def answers(self, items: int | None) -> bool:
+        """Whether it holds what a read asks for: every item (None), or the last ``items``."""
+        if self.whole:
+            return True
+        if items is None:
+            return False
+        held = 0
+        for _, kept in reversed(self.entries):
+            held += len(kept)
+            if held >= items:
+                return True
+        return False
+
+    def push(self, entries: Sequence[_Held]) -> None:
+        """Add messages appended after its end (the caller sets ``next_seq``), then :meth:`trim`."""
+        self.entries.extend(entries)
+        self.message_count += len(entries)
+        self.held_bytes += sum(_held_size(held) for _, items in entries for held in items)
+        self.trim()
+
+    def drop_last(self) -> None:
+        """Take its last message out (a pop; the caller sets ``next_seq``)."""
+        _, items = self.entries.pop()
+        self.message_count -= 1
+        self.held_bytes -= sum(map(_held_size, items))
+
+    def trim(self) -> _Tail:
+        """Keep only its last messages within :data:`VIEW_BYTES` (TAIL_MESSAGES at least); itself."""
+        first = 0
+        entries = self.entries
+        while self.held_bytes > VIEW_BYTES and len(entries) - first > TAIL_MESSAGES:
+            self.held_bytes -= sum(map(_held_size, entries[first][1]))
+            first += 1
+        del entries[:first]
+        return self
+
+
+def _continued(held: _Tail, reply: reader_pb2.RecentMessagesResponse, entries: list[_Held]) -> _Tail | None:
+    """The view read when the reader says the kept view ``held`` (unchanged since it was named in
+    the request) continues into the reply (``continues_view``): ``held`` itself, grown by the
+    reply's messages ``entries`` (:meth:`_Tail.push`), or those alone when they do not start
+    where ``held`` ends. None when the counts disagree with ``held``'s (read the view in full)."""
+    count, exact = reply.message_count, not reply.message_count_at_least
+    if not entries and reply.next_seq == held.next_seq:  # nothing written since
+        if held.count_exact and (count > held.message_count or (exact and count != held.message_count)):
+            return None
+        return held
+    start = count - len(entries)
+    if held.count_exact and exact and start == held.message_count:
+        held.push(entries)
+        held.next_seq = reply.next_seq
+        return held
+    if held.count_exact and start < held.message_count:
+        return None
+    return _Tail(entries, reply.next_seq, count, exact)
+
+
+def _items_of(
+    view: _Tail | None, parsed: list[list[dict[str, Any]]], limit: int | None
+) -> list[dict[str, Any]]:
+    """The last ``limit`` items (all for None) of a view read, oldest first: those of its last
+    messages from ``parsed`` (the items just parsed for them), of the others fresh copies
+    (:func:`fresh_item`). ``view`` None: ``parsed`` holds every message."""
+    if view is None or len(parsed) == len(view.entries):
+        items = [item for held in parsed for item in held]
+    else:
+        old = len(view.entries) - len(parsed)
+        taken: list[list[dict[str, Any]]] = []
+        count = 0
+        with collector_paused():
+            for position in range(len(view.entries) - 1, -1, -1):
+                if limit is not None and count >= limit:
+                    break
+                if position >= old:
+                    held_items = parsed[position - old]
+                else:
+                    held_items = [fresh_item(held) for held in view.entries[position][1]]
+                taken.append(held_items)
+                count += len(held_items)
+        items = [item for held_items in reversed(taken) for item in held_items]
+    return items if limit is None else items[max(0, len(items) - limit) :]
 
 
 @dataclass
@@ -328,10 +484,14 @@ def _suffix_replacement(
         end = position + len(held)
         if end > first:
             if position < first:
-                lead = held[: first - position]
-            retracted.append(origin)
-        elif pruning and prune_prefix is not None and all(prune_prefix(cast(Any, item)) for item in held):
-            retracted.append(origin)
+                lead = [fresh_item(item) for item in held[: first - position]]
+            retracted.append(_ref(origin))
+        elif (
+            pruning
+            and prune_prefix is not None
+            and all(prune_prefix(cast(Any, fresh_item(item))) for item in held)
+        ):
+            retracted.append(_ref(origin))
         else:
             pruning = False
         position = end
@@ -392,11 +552,13 @@ class LedgerSession:
             return self._attached
         session_id, found = await self._core.resolve_session(self.session_id, tenant=self._tenant)
         session: AsyncSession | None = None
+        made = False
         if not found:
             if not create:
                 return None
             try:
                 session = await self._core.create_session(session_key=self.session_id, tenant=self._tenant)
+                made = True
             except AlreadyExistsError as taken:  # another call or process created it meanwhile
                 session_id = taken.session_id or session_id
         if session is None:
@@ -406,6 +568,8 @@ class LedgerSession:
         if self._attached is None:
             session.keep_stream()
             self._attached = _Attachment(session)
+            if made and session.next_seq is not None:  # created by this call: its view is empty
+                self._attached.tail = _Tail([], session.next_seq, 0)
         return self._attached
 
     async def _writer_knows(self, session: AsyncSession) -> None:
@@ -425,42 +589,65 @@ class LedgerSession:
     # -- reads -------------------------------------------------------------------------
 
     async def _read_tail(
-        self, attached: _Attachment, items: int | None, *, every_origin: bool = False
-    ) -> tuple[list[list[dict[str, Any]]], _Tail | None]:
-        """The items of the last messages of the view, per message: at least ``items`` items (all of
-        the view for None); and the last :data:`TAIL_MESSAGES` of those messages (all of them with
-        ``every_origin``) with their origins, as a new tail (None for a view too large for one
-        reply, read with StreamReplay, which gives no origins). Keeps the last TAIL_MESSAGES as
-        the session's tail for the next pops."""
+        self, attached: _Attachment, items: int | None
+    ) -> tuple[_Tail | None, list[list[dict[str, Any]]]]:
+        """The last messages of the view, at least ``items`` items (all of the view for None): the
+        view read (each message's origin and items, ending at the view's end; the object's kept
+        view itself when it continues, so use it before the next await), and the items just
+        parsed for its last messages (those the reply carried; :func:`_items_of` copies the
+        others). The view read is kept (its end, :meth:`_Tail.trim`) for the next reads and pops.
+        When the kept view can answer, the request names it (since_next_seq) and the reader sends
+        only what followed it, unless something before it changed; a view too large for one reply
+        is read with StreamReplay (no view: every message's items, no origins)."""
         want = TAIL_MESSAGES if items is None else max(items, 1)
+        held = attached.tail
+        since = held if held is not None and held.answers(items) else None
         while True:
             request = reader_pb2.RecentMessagesRequest(
                 session_id=attached.session.id, limit=0 if items is None else want, canonical=True
             )
+            named = -1  # the next seq of the view named: every change to a kept view moves it
+            if since is not None:
+                named = request.since_next_seq = since.next_seq
+                if since.count_exact:
+                    request.since_message_count = since.message_count
             try:
                 reply = await self._core.call(self._core.reader_stub.GetRecentMessages, request)
             except ResourceExhaustedError as error:
                 if not is_reply_too_large(error):
                     raise
-                return await self._stream_items(attached), None
-            per_message = canonical_items(reply.canonical_messages)
-            whole = len(per_message) == reply.message_count
-            if whole or items is None or sum(map(len, per_message)) >= items:
-                first = 0 if every_origin else max(0, len(per_message) - TAIL_MESSAGES)
-                seqs, indexes = reply.origin_seqs[first:], reply.origin_history_indexes[first:]
-                entries = [
-                    (MessageRef(seq, index if index >= 0 else None), message)
-                    for seq, index, message in zip(seqs, indexes, per_message[first:], strict=True)
-                ]
-                read = _Tail(entries, reply.next_seq, whole and first == 0, reply.message_count)
-                kept = entries[-TAIL_MESSAGES:]
-                attached.tail = _Tail(
-                    kept, read.next_seq, whole and len(kept) == len(per_message), read.message_count
+                return None, await self._stream_items(attached)
+            parsed, held_items = canonical_items(reply.canonical_messages)
+            entries: list[_Held] = list(
+                zip(
+                    zip(reply.origin_seqs, reply.origin_history_indexes, strict=True), held_items, strict=True
                 )
-                if attached.session.next_seq is None:
-                    attached.session.learn_next_seq(reply.next_seq)
-                return per_message, read
-            want *= 2
+            )
+            read: _Tail | None = None
+            if since is not None and reply.continues_view:
+                if attached.tail is since and since.next_seq == named:  # not changed meanwhile
+                    read = _continued(since, reply, entries)
+                if read is None or not read.answers(items):
+                    since = None  # ask for the view itself
+                    continue
+            else:
+                read = _Tail(entries, reply.next_seq, reply.message_count, not reply.message_count_at_least)
+                if not read.answers(items) and len(entries) < reply.message_count:
+                    want *= 2
+                    continue
+            if read is not since:
+                attached.tail = read
+                if read.held_bytes > VIEW_BYTES:  # kept trimmed; the whole read is answered from
+                    attached.tail = _Tail(
+                        list(read.entries),
+                        read.next_seq,
+                        read.message_count,
+                        read.count_exact,
+                        read.held_bytes,
+                    ).trim()
+            if attached.session.next_seq is None:
+                attached.session.learn_next_seq(reply.next_seq)
+            return read, parsed
 
     async def _stream_items(self, attached: _Attachment) -> list[list[dict[str, Any]]]:
         """Every message's items read with StreamReplay: for a view too large for one unary reply
@@ -484,16 +671,12 @@ class LedgerSession:
             attached = await self._attach(create=False)
             if attached is None:
                 return []
+            wanted = limit if limit is not None and limit > 0 else None
             try:
-                per_message, _ = await self._read_tail(
-                    attached, limit if limit is not None and limit > 0 else None
-                )
+                view, parsed = await self._read_tail(attached, wanted)
             except NotFoundError:
                 return []
-            items = [item for held in per_message for item in held]
-            if limit is not None and limit > 0:
-                items = items[max(0, len(items) - limit) :]
-            return items
+            return _items_of(view, parsed, wanted)
 
         return cast(list[TResponseInputItem], await self._run(read))
 
@@ -548,10 +731,12 @@ class LedgerSession:
         if tail is None or result.seqs[0] != tail.next_seq or any(m.get("role") == "tool" for m in messages):
             attached.tail = None  # a tool output may have replaced another in place: read it again
             return
-        tail.entries.extend((MessageRef(seq), [item]) for seq, item in zip(result.seqs, items, strict=True))
-        del tail.entries[:-TAIL_MESSAGES]
-        tail.whole = tail.whole and tail.message_count + len(items) <= TAIL_MESSAGES
-        tail.message_count += len(items)
+        tail.push(
+            [
+                ((seq, -1), [_held_of_sent(item, message)])
+                for seq, item, message in zip(result.seqs, items, messages, strict=True)
+            ]
+        )
         tail.next_seq = result.next_seq
 
     async def pop_item(self) -> TResponseInputItem | None:
@@ -571,9 +756,10 @@ class LedgerSession:
                     assert tail is not None
                     if not tail.entries:
                         return None
-                    origin, items = tail.entries[-1]
+                    origin, held = tail.entries[-1]
+                    items = [fresh_item(item) for item in held]
                     rest = items[:-1]
-                    records: list[Record] = [Retraction([origin], _POP_REASON)]
+                    records: list[Record] = [Retraction([_ref(origin)], _POP_REASON)]
                     records.extend(encoded_message(item_to_message(item)) for item in rest)
                     try:
                         result = await attached.session.append(*records, expected_next_seq=tail.next_seq)
@@ -582,11 +768,10 @@ class LedgerSession:
                             raise
                         attached.tail = None  # the session moved on: read its tail again
                         continue
-                    del tail.entries[-1]
-                    tail.entries.extend(
-                        (MessageRef(seq), [item]) for seq, item in zip(result.seqs[1:], rest, strict=True)
+                    tail.drop_last()
+                    tail.push(
+                        [((seq, -1), [item]) for seq, item in zip(result.seqs[1:], held[:-1], strict=True)]
                     )
-                    tail.message_count += len(rest) - 1
                     tail.next_seq = result.next_seq
                     return items[-1]
 
@@ -601,7 +786,7 @@ class LedgerSession:
                 return
             async with attached.lock():
                 result = await attached.session.append(Compaction(_CLEAR_SUMMARY, []))
-                attached.tail = _Tail([], result.next_seq, whole=True)
+                attached.tail = _Tail([], result.next_seq, 0)
 
         await self._mutate(clear)
 
@@ -626,18 +811,22 @@ class LedgerSession:
         async def read() -> _Tail | None:
             attached = await self._attach(create=False)
             if attached is None:
-                return _Tail([], 0, whole=True)
+                return _Tail([], 0, 0)
             try:
-                every = None if prune_prefix is not None else limit
-                _, view = await self._read_tail(attached, every, every_origin=True)
+                view, _ = await self._read_tail(attached, None if prune_prefix is not None else limit)
             except NotFoundError:
-                return _Tail([], 0, whole=True)
-            return view
+                return _Tail([], 0, 0)
+            if view is None:
+                return None
+            # A copy: later pops change the kept view in place, and a replacement applies to this one.
+            return _Tail(
+                list(view.entries), view.next_seq, view.message_count, view.count_exact, view.held_bytes
+            )
 
         view = await self._run(read)
         if view is None:
             return None
-        items = [item for _, held in view.entries for item in held]
+        items = [fresh_item(item) for _, held in view.entries for item in held]
         window = items[-limit:]
 
         async def replace_suffix(start: int, output: list[TResponseInputItem]) -> bool:

@@ -399,6 +399,10 @@ class Rebuilder:
         self.first_line_left_out = False
         #: Whether a damage entry has been found (a checkpoint after it is not sound).
         self.damaged = False
+        #: The seq of the last record that took out or changed a message already in the view (a
+        #: retraction, a compaction, an output replacing another in place); -1: none. Read by
+        #: :func:`view_continues`; no rule reads it.
+        self.rewritten_seq = -1
 
     def degrade(self, kind: DegradedKind, line: int, offset: int, detail: str) -> None:
         if kind in DAMAGE_KINDS:
@@ -469,6 +473,7 @@ class Rebuilder:
             elif pairing.output_index >= 0:
                 self.messages[pairing.output_index] = kept
                 self.origins[pairing.output_index] = origin
+                self.rewritten_seq = origin >> _ORIGIN_SHIFT
                 self.result.superseded_outputs += 1
                 return
             else:
@@ -566,8 +571,10 @@ class Rebuilder:
         elif record_type == _TURN_CONTEXT:
             pass
         elif record_type == _COMPACTED:
+            self.rewritten_seq = seq
             self.compact(payload, line, offset, seq)
         elif record_type == _RETRACTION:
+            self.rewritten_seq = seq
             self.retract(payload, line, offset)
         elif record_type == _AGENT_CHECKPOINT:
             self.checkpoint(seq, payload, line, offset)
@@ -793,6 +800,36 @@ class Rebuilder:
                 offset,
                 f"{len(tail)} bytes after the last newline are not committed; ignored",
             )
+
+
+def view_continues(
+    since_next_seq: int,
+    since_count: int | None,
+    next_seq: int,
+    origins: array[int] | None = None,
+    rewritten_seq: int = -1,
+) -> bool:
+    """Whether a caller's view of a session, rebuilt from the records before seq ``since_next_seq``
+    and holding ``since_count`` messages (None: a count not known exactly), is the start of the
+    view rebuilt from the records before ``next_seq`` (docs/spec.md §3, §5.1): then the current
+    view is the caller's followed by its messages from position ``since_count`` on.
+
+    ``origins`` and ``rewritten_seq`` are those of a :class:`Rebuilder` that holds the whole
+    current view; None for a pass that does not (a tail read), which can only tell that nothing
+    was written since. The rules change a message already in the view only by taking it out (a
+    retraction, a compaction) or by putting a later line's message in its place (an output
+    replacing another): so the view continues when no such record came since, or when the first
+    ``since_count`` messages all came from lines before ``since_next_seq``.
+    """
+    if since_next_seq < 1 or next_seq < since_next_seq:
+        return False  # no view held, or one this reader has not read up to
+    if next_seq == since_next_seq:
+        return True  # the same lines, the same view
+    if origins is None or since_count is None or since_count > len(origins):
+        return False
+    if rewritten_seq < since_next_seq:
+        return True  # only messages appended since
+    return since_count == 0 or max(origins[:since_count]) < message_origin(since_next_seq)
 
 
 def rebuild(data: bytes, *, max_messages: int = 0) -> Rebuild:

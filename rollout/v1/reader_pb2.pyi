@@ -92,17 +92,21 @@ class ReplayChunk(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., first_index: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[_records_pb2.ChatMessage, _Mapping]]] = ..., summary: _Optional[_Union[ReplaySummary, _Mapping]] = ...) -> None: ...
 
 class RecentMessagesRequest(_message.Message):
-    __slots__ = ("session_id", "limit", "canonical")
+    __slots__ = ("session_id", "limit", "canonical", "since_next_seq", "since_message_count")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     CANONICAL_FIELD_NUMBER: _ClassVar[int]
+    SINCE_NEXT_SEQ_FIELD_NUMBER: _ClassVar[int]
+    SINCE_MESSAGE_COUNT_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     limit: int
     canonical: bool
-    def __init__(self, session_id: _Optional[str] = ..., limit: _Optional[int] = ..., canonical: _Optional[bool] = ...) -> None: ...
+    since_next_seq: int
+    since_message_count: int
+    def __init__(self, session_id: _Optional[str] = ..., limit: _Optional[int] = ..., canonical: _Optional[bool] = ..., since_next_seq: _Optional[int] = ..., since_message_count: _Optional[int] = ...) -> None: ...
 
 class RecentMessagesResponse(_message.Message):
-    __slots__ = ("session_id", "messages", "origin_seqs", "origin_history_indexes", "message_count", "next_seq", "canonical_messages", "message_count_at_least")
+    __slots__ = ("session_id", "messages", "origin_seqs", "origin_history_indexes", "message_count", "next_seq", "canonical_messages", "message_count_at_least", "continues_view")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     ORIGIN_SEQS_FIELD_NUMBER: _ClassVar[int]
@@ -111,6 +115,7 @@ class RecentMessagesResponse(_message.Message):
     NEXT_SEQ_FIELD_NUMBER: _ClassVar[int]
     CANONICAL_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_COUNT_AT_LEAST_FIELD_NUMBER: _ClassVar[int]
+    CONTINUES_VIEW_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     messages: _containers.RepeatedCompositeFieldContainer[_records_pb2.ChatMessage]
     origin_seqs: _containers.RepeatedScalarFieldContainer[int]
@@ -119,7 +124,8 @@ class RecentMessagesResponse(_message.Message):
     next_seq: int
     canonical_messages: _containers.RepeatedScalarFieldContainer[bytes]
     message_count_at_least: bool
-    def __init__(self, session_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_records_pb2.ChatMessage, _Mapping]]] = ..., origin_seqs: _Optional[_Iterable[int]] = ..., origin_history_indexes: _Optional[_Iterable[int]] = ..., message_count: _Optional[int] = ..., next_seq: _Optional[int] = ..., canonical_messages: _Optional[_Iterable[bytes]] = ..., message_count_at_least: _Optional[bool] = ...) -> None: ...
+    continues_view: bool
+    def __init__(self, session_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_records_pb2.ChatMessage, _Mapping]]] = ..., origin_seqs: _Optional[_Iterable[int]] = ..., origin_history_indexes: _Optional[_Iterable[int]] = ..., message_count: _Optional[int] = ..., next_seq: _Optional[int] = ..., canonical_messages: _Optional[_Iterable[bytes]] = ..., message_count_at_least: _Optional[bool] = ..., continues_view: _Optional[bool] = ...) -> None: ...
 
 class MemoryViewRequest(_message.Message):
     __slots__ = ("session_id", "max_tool_output_chars", "max_reasoning_chars")

@@ -167,8 +167,12 @@ class RolloutReaderServicer:
         session the reader has not cached costs what its tail holds: the last
         lines are read back until they settle the answer (shared.rebuild_tail),
         the whole file only when they cannot (damage in them, or an answer that
-        needs more than 4 MiB of them).
-        INVALID_ARGUMENT: negative limit. NOT_FOUND: unknown session.
+        needs more than 4 MiB of them). A caller that holds the view as of a
+        next seq (since_next_seq) is answered with only the messages after it
+        when nothing before them changed (continues_view); a repeated limited read
+        of an unchanged file is answered from the tail read made for the last one.
+        INVALID_ARGUMENT: negative limit, since_next_seq or since_message_count.
+        NOT_FOUND: unknown session.
         RESOURCE_EXHAUSTED (ErrorInfo REPLY_TOO_LARGE): the messages asked for do
         not fit in one reply (ask for fewer, or use StreamReplay).
         UNAVAILABLE: the session file cannot be read (ErrorInfo names the errno).

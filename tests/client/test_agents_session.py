@@ -529,21 +529,23 @@ def test_a_reply_is_parsed_with_the_collector_paused_and_left_as_it_was(monkeypa
     written = [{"type": "message", "id": "m", "n": 3.0, "big": 2**60}, {"z": 1, "a": [True, None]}]
     replies = [canonical_message(item_to_message(item)) for item in written]
     seen: list[bool] = []
-    carried = agents_module.carried_agents_item
+    carried = agents_module.carried_agents_item_text
 
     def watched(part: Any) -> Any:
         seen.append(gc.isenabled())
         return carried(part)
 
-    monkeypatch.setattr(agents_module, "carried_agents_item", watched)
+    monkeypatch.setattr(agents_module, "carried_agents_item_text", watched)
     was = gc.isenabled()
     try:
         for enabled in (True, False):
             (gc.enable if enabled else gc.disable)()
             parsed = agents_module.canonical_items(replies)
             assert gc.isenabled() is enabled
-            assert [held for items in parsed for held in items] == written
-            assert orjson.dumps(parsed[0][0]) == orjson.dumps(written[0])  # 3.0 stays a float
+            items, kept = parsed
+            assert [item for message in items for item in message] == written
+            assert [agents_module.fresh_item(held) for message in kept for held in message] == written
+            assert orjson.dumps(items[0][0]) == orjson.dumps(written[0])  # 3.0 stays a float
     finally:
         (gc.enable if was else gc.disable)()
     assert seen == [False] * 4

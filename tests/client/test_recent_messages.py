@@ -89,3 +89,18 @@ def test_an_uncached_session_gets_the_same_answer_as_a_cached_one(client, data_d
         cached = replies.recent_reply(ReplayCache(1 << 20), session.id, path, limit, canonical, 1 << 20)
         bounded = replies.recent_reply(ReplayCache(0, 0), session.id, path, limit, canonical, 1 << 20)
         assert cached == bounded
+
+
+def test_a_count_from_the_tail_is_flagged_a_lower_bound(client) -> None:
+    """A limited read the reader answers from the file's tail counts only what the tail held:
+    message_count_at_least says so (a count above the messages returned, below the view's); a
+    read of all messages is exact."""
+    session = client.create_session()
+    session.append(*(user(f"m{n} " + "x" * 500) for n in range(200)))
+    limited = session.recent_messages(5)
+    assert [m["content"][:4] for m in limited.messages] == ["m195", "m196", "m197", "m198", "m199"]
+    assert limited.message_count_at_least
+    assert 5 < limited.message_count < 200
+    every = session.recent_messages()
+    assert not every.message_count_at_least
+    assert every.message_count == 200

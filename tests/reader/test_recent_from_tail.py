@@ -72,6 +72,9 @@ def test_a_cold_limited_reply_reads_a_small_part_of_the_file(tmp_path, monkeypat
     assert reply.message_count_at_least
     assert sum(read) * 10 < size
     assert cache.counts["rebuilt"] == 0
+    read.clear()
     again = replies.recent_reply(cache, session.id, path, 10, False, 64 * 1024 * 1024)
     assert again == reply.SerializeToString()
-    assert (cache.counts["tail"], cache.counts["rebuilt"]) == (2, 0)  # nothing cached by a tail read
+    assert not read, "a repeat of an unchanged file reads nothing"
+    counts = (cache.counts["tail"], cache.counts["tail_repeated"], cache.counts["rebuilt"])
+    assert counts == (1, 1, 0)  # nothing cached by a tail read but its answer

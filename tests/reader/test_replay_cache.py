@@ -207,6 +207,7 @@ def test_an_unchanged_or_grown_file_is_not_read_again(tmp_path) -> None:
         "evicted": 0,
         "tail": 0,
         "tail_unsettled": 0,
+        "tail_repeated": 0,
     }
 
 
