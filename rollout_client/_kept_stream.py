@@ -25,6 +25,7 @@ later by gRPC on a loop that no longer runs).
 from __future__ import annotations
 
 import asyncio
+import warnings
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -38,8 +39,13 @@ if TYPE_CHECKING:
     from rollout_client._session import SessionClient
 
 
-#: Seconds an ending stream waits for the writer's status before it is cancelled.
-END_SECONDS = 2.0
+#: Seconds an ending stream waits for the writer's status before it is cancelled. Short: when
+#: ``asyncio.run`` ends, it cancels every task of its loop, gRPC's own task that receives a
+#: stream's status among them, before it closes the async generators that end the streams; no
+#: status can come then, and this wait is how long the run's exit is delayed. Cancelling a
+#: stream costs nothing at the writer: every request sent on it was answered, or is settled by
+#: the unary path.
+END_SECONDS = 0.25
 
 
 async def _half_close(call: Any) -> None:
@@ -75,6 +81,21 @@ async def _held(call: Any) -> AsyncIterator[None]:
         await _end(call)
 
 
+async def _start_held(holder: AsyncIterator[None]) -> None:
+    """Start ``holder`` (:func:`_held`): the running loop now knows it, and its next
+    ``shutdown_asyncgens()`` closes it. A loop whose owner called that already and keeps running
+    (the Agents SDK's ``Runner.run_sync`` does after every run) still closes it at its next one;
+    the ResourceWarning asyncio gives for a generator started after a shutdown is not raised
+    (a caller's warnings-as-errors filter would make it the append's error). The generator runs
+    to its ``yield`` without suspending, so the filter is changed only while nothing else runs
+    on this thread."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", "asynchronous generator .* after loop.shutdown_asyncgens", ResourceWarning
+        )
+        await anext(holder)
+
+
 class KeptAppendStream:
     """One session's AppendStream on one event loop (see the module doc); opened on first use,
     opened again after it ends."""
@@ -96,7 +117,7 @@ class KeptAppendStream:
                 return None
             call = connection.stub.AppendStream()
             holder = _held(call)
-            await anext(holder)  # the loop now knows it: its shutdown closes it
+            await _start_held(holder)
             self._call, self._holder = call, holder
         try:
             async with asyncio.timeout(client.retry.attempt_timeout):

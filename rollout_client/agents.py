@@ -754,6 +754,11 @@ class LedgerSession:
                         await self._read_tail(attached, TAIL_MESSAGES)  # one read for the next pops too
                         tail = attached.tail
                     assert tail is not None
+                    # The next seq first, then the item: a pop or add of another loop (its own
+                    # thread) changes the entries before the next seq, so an item chosen from
+                    # newer entries is sent with an older next seq and refused, never retracted
+                    # twice.
+                    expected_next_seq = tail.next_seq
                     if not tail.entries:
                         return None
                     origin, held = tail.entries[-1]
@@ -762,7 +767,7 @@ class LedgerSession:
                     records: list[Record] = [Retraction([_ref(origin)], _POP_REASON)]
                     records.extend(encoded_message(item_to_message(item)) for item in rest)
                     try:
-                        result = await attached.session.append(*records, expected_next_seq=tail.next_seq)
+                        result = await attached.session.append(*records, expected_next_seq=expected_next_seq)
                     except FailedPreconditionError as moved:
                         if moved.next_seq is None:
                             raise

@@ -4,13 +4,16 @@ after the one they return, and a cancelled mutation finishes before its cancella
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import subprocess
 import sys
+import threading
+from typing import Any
 
 import pytest
 
-from rollout_client import RolloutClient
+from rollout_client import RolloutClient, agents
 from rollout_client.agents import LedgerSession
 from tests.client.conftest import TEST_RETRY
 from tests.conftest import REPO
@@ -131,3 +134,39 @@ def test_a_cancelled_add_finishes_before_the_cancellation_is_raised(writer_proce
             return await ledger.get_items()
 
     assert asyncio.run(run()) == [{"role": "user", "content": "first"}, {"role": "user", "content": "second"}]
+
+
+def test_one_object_popped_from_two_threads_never_returns_an_item_twice(client, monkeypatch) -> None:
+    """One LedgerSession popped at once from two threads, a loop each (their locks are per loop; the
+    kept tail is shared): when one thread's pop lands between the other's choice of an item and
+    its request, that request is refused by the next seq its item was chosen at, and the pop
+    chooses again, never retracting the same message twice. The interleaving is forced: the
+    second thread to choose waits, before sending, until the first thread's pop has returned."""
+    ledger = LedgerSession("pops-two-threads", client=client)
+    asyncio.run(ledger.add_items(_items("item", 5)))
+    first = asyncio.run(ledger.pop_item())  # the object now keeps the tail both threads share
+    chosen = threading.Barrier(2)
+    landed = threading.Event()
+    calls = itertools.count()
+    real_retraction = agents.Retraction
+
+    def retraction_after_the_other_pop(*args: Any, **kwargs: Any) -> Any:
+        if next(calls) < 2 and chosen.wait(timeout=120) != 0:  # both threads have chosen an item
+            landed.wait(timeout=120)
+        return real_retraction(*args, **kwargs)
+
+    monkeypatch.setattr(agents, "Retraction", retraction_after_the_other_pop)
+    popped: list[Any] = []
+
+    def pop() -> None:
+        popped.append(asyncio.run(ledger.pop_item()))
+        landed.set()
+
+    threads = [threading.Thread(target=pop) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=240)
+    assert [first["content"]] == ["item 4"]
+    assert sorted(item["content"] for item in popped) == ["item 2", "item 3"]
+    assert asyncio.run(ledger.get_items()) == _items("item", 2)

@@ -6,6 +6,7 @@ a run of pops makes."""
 from __future__ import annotations
 
 import asyncio
+import warnings
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -202,3 +203,21 @@ def test_a_run_of_pops_reads_the_tail_once_per_kept_tail_not_once_per_pop(
         popped = asyncio.run(run())
     assert popped == [{"role": "user", "content": f"m{n}"} for n in range(99, 19, -1)]
     assert calls["/rollout.v1.RolloutReader/GetRecentMessages"] == 2
+
+
+def test_a_loop_whose_async_generators_were_shut_down_keeps_a_stream_without_a_warning(client) -> None:
+    """Runner.run_sync leaves its loop open and calls ``shutdown_asyncgens()`` after each run: the
+    stream a later run opens is still kept (and ended by the next shutdown) with no ResourceWarning,
+    which a test suite that turns warnings into errors would raise from add_items."""
+    ledger = LedgerSession("run-sync-loop", client=client)
+    loop = asyncio.new_event_loop()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", ResourceWarning)
+            for run in range(3):
+                loop.run_until_complete(ledger.add_items([{"role": "user", "content": f"run {run}"}]))
+                loop.run_until_complete(loop.shutdown_asyncgens())
+        items = loop.run_until_complete(ledger.get_items())
+    finally:
+        loop.close()
+    assert items == [{"role": "user", "content": f"run {run}"} for run in range(3)]
