@@ -27,17 +27,14 @@ from __future__ import annotations
 import asyncio
 import warnings
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 
 from rollout.v1 import writer_pb2
-from rollout_client._appends import PendingAppend
+from rollout_client._appends import PendingAppend, RetryPolicy
 from rollout_client._connections import refused_at_connect
-
-if TYPE_CHECKING:
-    from rollout_client._session import SessionClient
-
+from rollout_client._routing import WriterRouting
 
 #: Seconds an ending stream waits for the writer's status before it is cancelled. Short: when
 #: ``asyncio.run`` ends, it cancels every task of its loop, gRPC's own task that receives a
@@ -104,7 +101,9 @@ class KeptAppendStream:
         self._call: Any = None  # a grpc.aio StreamStreamCall while open
         self._holder: AsyncIterator[None] | None = None
 
-    async def send(self, client: SessionClient, pending: PendingAppend) -> writer_pb2.AppendResponse | None:
+    async def send(
+        self, routing: WriterRouting, retry: RetryPolicy, pending: PendingAppend
+    ) -> writer_pb2.AppendResponse | None:
         """The writer's answer to ``pending`` sent on the stream, or None when the stream gave none:
         then the stream is closed, ``pending`` notes whether the attempt may have landed, and the
         caller settles it with the unary path (the same request). A cancellation closes the
@@ -112,7 +111,7 @@ class KeptAppendStream:
         call = self._call
         if call is None or call.done():
             self._call = None
-            connection = await client.routing.route(pending.session_id, client.retry.deadline)
+            connection = await routing.route(pending.session_id, retry.deadline)
             if not connection.ready():
                 return None
             call = connection.stub.AppendStream()
@@ -120,7 +119,7 @@ class KeptAppendStream:
             await _start_held(holder)
             self._call, self._holder = call, holder
         try:
-            async with asyncio.timeout(client.retry.attempt_timeout):
+            async with asyncio.timeout(retry.attempt_timeout):
                 await call.write(pending.request())
                 response = await call.read()
         except asyncio.InvalidStateError:  # the stream had ended: nothing of this request was sent

@@ -178,7 +178,7 @@ class AsyncSession:
         """Settle ``pending``: first on the kept stream when there is one, else (or when the stream
         gave no answer) with the unary path."""
         if self._streams is not None:
-            answer = await self._streams.get().send(self.client, pending)
+            answer = await self._streams.get().send(self.client.routing, self.client.retry, pending)
             if answer is not None:
                 return answer
         return await self.client.append(pending)

@@ -169,12 +169,8 @@ def test_the_stream_is_not_used_while_the_writer_channel_is_not_connected() -> N
         async def route(self, session_id: str, deadline: float) -> _Connection:
             return _Connection()
 
-    class _Client:
-        routing = _Routing()
-        retry = RetryPolicy()
-
     pending = PendingAppend("s", [writer_pb2.AppendRecord()], [1], 1)
-    answer = asyncio.run(KeptAppendStream().send(_Client(), pending))  # type: ignore[arg-type]
+    answer = asyncio.run(KeptAppendStream().send(_Routing(), RetryPolicy(), pending))  # type: ignore[arg-type]
     assert answer is None
     assert not pending.maybe_landed
 
