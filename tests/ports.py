@@ -5,7 +5,8 @@ outgoing connection of the host also draws its local port from: between the ask 
 service's own bind, a client connection of a parallel test may be handed the same number (the
 service then fails with "address already in use"). These ports are drawn at random from below
 that range instead, each checked free by a bind, so only another chooser drawing the same
-number of ~12,000 at the same moment can collide.
+number of ~12,000 at the same moment can collide. A process is never handed the same port
+twice (a test that asks again while the ports it has are not bound yet gets others).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from pathlib import Path
 #: Lowest port handed out (above the registered services a host usually runs).
 LOWEST_PORT = 20000
 _DRAWS = random.SystemRandom()
+#: Ports this process was handed.
+_HANDED: set[int] = set()
 
 
 def _ephemeral_start() -> int:
@@ -30,10 +33,12 @@ def _ephemeral_start() -> int:
 def free_ports(count: int) -> list[int]:
     """``count`` distinct loopback ports nothing listens on now, below the ephemeral range."""
     high = max(_ephemeral_start(), LOWEST_PORT + 1000)
+    if len(_HANDED) + count > (high - LOWEST_PORT) // 2:
+        _HANDED.clear()  # a long-lived process: start the round again
     chosen: list[int] = []
     while len(chosen) < count:
         port = _DRAWS.randrange(LOWEST_PORT, high)
-        if port in chosen:
+        if port in _HANDED:
             continue
         with socket.socket() as probe:
             try:
@@ -41,6 +46,7 @@ def free_ports(count: int) -> list[int]:
             except OSError:
                 continue
         chosen.append(port)
+        _HANDED.add(port)
     return chosen
 
 
