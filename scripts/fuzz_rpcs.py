@@ -625,13 +625,21 @@ class Fuzzer:
     def sweep(self, attempts: int = SWEEP_ATTEMPTS) -> None:
         """Each RPC the random run never saw answer OK gets valid requests until one does (at most
         ``attempts``): a run whose draws missed an RPC's success still shows that it can succeed,
-        whatever the seed. Counted apart (``sweep_counts``); findings as in the run."""
-        for kind, method in self.methods:
-            rpc = f"{SERVICES[kind].name}/{method.name}"
-            for _ in range(attempts):
-                if self.counts[rpc].get("OK") or self.sweep_counts[rpc].get("OK"):
-                    break
-                self.call(kind, method, SWEEP, partial(_valid_bytes, method, self.pool))
+        whatever the seed. Counted apart (``sweep_counts``); findings as in the run. The valid
+        requests aim at sessions seeded for the sweep: the run may have deleted, stopped or
+        retracted from the ones it was seeded with (a GetRound of their first round then finds none)."""
+        fuzzed = self.pool.sessions
+        self.pool.sessions = []
+        try:
+            self.seed_sessions()
+            for kind, method in self.methods:
+                rpc = f"{SERVICES[kind].name}/{method.name}"
+                for _ in range(attempts):
+                    if self.counts[rpc].get("OK") or self.sweep_counts[rpc].get("OK"):
+                        break
+                    self.call(kind, method, SWEEP, partial(_valid_bytes, method, self.pool))
+        finally:
+            self.pool.sessions = fuzzed + self.pool.sessions
 
     def crashed(self) -> list[str]:
         return [kind for kind, process in self.processes.items() if process.process.poll() is not None]
