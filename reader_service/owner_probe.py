@@ -32,12 +32,11 @@ from collections.abc import Callable, Sequence
 
 import grpc
 import grpc.aio
-from google.rpc import error_details_pb2, status_pb2
 
 from rollout.v1 import records_pb2, writer_pb2, writer_pb2_grpc
 from serving.tenancy import current_caller
 from shared.errors import SessionNotVisibleError
-from shared.reasons import NOT_OWNER, OWNER_ADDRESS, OWNER_EPOCH
+from shared.reasons import NOT_OWNER, OWNER_ADDRESS, OWNER_EPOCH, error_info_metadata, status_of_trailer
 from shared.shards import HASH_NAME
 
 #: Seconds one question (GetShardMap or the probe) may take before its writer is passed over.
@@ -54,19 +53,6 @@ PROBE = writer_pb2.AppendRecord(event=records_pb2.Event(kind="reader.visibility_
 _writer_stub: Callable[[grpc.aio.Channel], writer_pb2_grpc.RolloutWriterStub] = (
     writer_pb2_grpc.RolloutWriterStub
 )
-
-
-def _not_owner(error: grpc.aio.AioRpcError) -> dict[str, str] | None:
-    """The metadata of ``error``'s ErrorInfo NOT_OWNER, None when it carries none."""
-    for key, value in error.trailing_metadata() or ():
-        if key != "grpc-status-details-bin" or not isinstance(value, bytes):
-            continue
-        status = status_pb2.Status.FromString(value)
-        for detail in status.details:
-            info = error_details_pb2.ErrorInfo()
-            if detail.Unpack(info) and info.reason == NOT_OWNER:
-                return dict(info.metadata)
-    return None
 
 
 class OwnerProbe:
@@ -177,7 +163,7 @@ class OwnerProbe:
                 await self._stub(address).Append(request, metadata=metadata)
         except grpc.aio.AioRpcError as exc:
             if exc.code() is grpc.StatusCode.UNAVAILABLE:
-                return _not_owner(exc)
+                return error_info_metadata(status_of_trailer(exc.trailing_metadata()), NOT_OWNER)
             return exc.code()
         except TimeoutError:
             return None

@@ -42,7 +42,8 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
@@ -77,6 +78,21 @@ LAST_RECORD_BYTES = 4096
 #: One message of a cached sequence: its reply entry (:func:`reader_service.wire.message_entry`)
 #: and its framed canonical bytes (:func:`shared.digest.framed_canonical`, the digest's input).
 RenderedMessage = tuple[bytes, bytes]
+
+
+@contextmanager
+def _session_fd(path: Path) -> Iterator[int]:
+    """A session file opened for reading (shared.layout.open_session_file), closed after; an
+    OSError raised meanwhile without a file name (pread, fstat) is raised again naming ``path``."""
+    fd = open_session_file(path)
+    try:
+        yield fd
+    except OSError as exc:
+        if exc.filename is None:
+            raise OSError(exc.errno, exc.strerror, os.fspath(path)) from exc
+        raise
+    finally:
+        os.close(fd)
 
 
 def render(payload: dict[str, Any]) -> RenderedMessage:
@@ -313,8 +329,7 @@ class ReplayCache:
         with self._lock:
             if key[0] in self._entries:
                 return None
-        fd = open_session_file(path)
-        try:
+        with _session_fd(path) as fd:
             stat = os.fstat(fd)
             identity = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
             with self._lock:
@@ -324,12 +339,6 @@ class ReplayCache:
                     self.counts["tail_repeated"] += 1
                     return kept[1].since(view)
             found = recent_from_tail(fd, limit)
-        except OSError as exc:
-            if exc.filename is None:  # pread and fstat errors name no file
-                raise OSError(exc.errno, exc.strerror, os.fspath(path)) from exc
-            raise
-        finally:
-            os.close(fd)
         self._count("tail" if found is not None else "tail_unsettled")
         if found is None:
             return None
@@ -353,15 +362,8 @@ class ReplayCache:
         with self._lock:
             if str(path) in self._entries:
                 return None
-        fd = open_session_file(path)
-        try:
+        with _session_fd(path) as fd:
             tail = read_tail(fd, 1, LAST_RECORD_BYTES)
-        except OSError as exc:
-            if exc.filename is None:  # pread and fstat errors name no file
-                raise OSError(exc.errno, exc.strerror, os.fspath(path)) from exc
-            raise
-        finally:
-            os.close(fd)
         if tail.damage or not tail.records:
             return None
         next_seq = next_seq_of_tail(tail.records)
@@ -391,15 +393,8 @@ class ReplayCache:
 
     def _use(self, path: Path, use: Callable[[_Entry, bytes], _T]) -> _T | None:
         """``use(entry, uncommitted tail)`` on the current entry of ``path`` (under its lock), or None."""
-        fd = open_session_file(path)
-        try:
+        with _session_fd(path) as fd:
             return self._rendered(str(path), fd, use)
-        except OSError as exc:
-            if exc.filename is None:  # pread and fstat errors name no file
-                raise OSError(exc.errno, exc.strerror, os.fspath(path)) from exc
-            raise
-        finally:
-            os.close(fd)
 
     def _rendered(self, key: str, fd: int, use: Callable[[_Entry, bytes], _T]) -> _T | None:
         """:meth:`_use` of the open file ``fd``; ``key`` names it in the cache."""

@@ -30,12 +30,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import grpc
-from google.protobuf.message import DecodeError
-from google.rpc import error_details_pb2, status_pb2
+from google.rpc import error_details_pb2
 
-from shared.reasons import SESSION_EXISTS, SESSION_IS_OPEN, next_seq_of_precondition
-
-_DETAILS_KEY = "grpc-status-details-bin"
+from shared.reasons import SESSION_EXISTS, SESSION_IS_OPEN, next_seq_of_precondition, status_of_trailer
 
 
 @dataclass(frozen=True)
@@ -211,17 +208,6 @@ _CLASSES: dict[grpc.StatusCode, type[RolloutError]] = {
 }
 
 
-def _status_details(error: grpc.aio.AioRpcError) -> status_pb2.Status | None:
-    """The google.rpc.Status of the ``grpc-status-details-bin`` trailer, or None."""
-    for key, value in error.trailing_metadata() or ():
-        if key == _DETAILS_KEY and isinstance(value, bytes):
-            try:
-                return status_pb2.Status.FromString(value)
-            except DecodeError:
-                return None
-    return None
-
-
 def error_from_rpc(error: grpc.aio.AioRpcError) -> RolloutError:
     """The typed exception of a failed call, with its BadRequest, PreconditionFailure and
     ErrorInfo details decoded (details of other types are ignored)."""
@@ -230,7 +216,7 @@ def error_from_rpc(error: grpc.aio.AioRpcError) -> RolloutError:
     fields: list[FieldViolation] = []
     preconditions: list[PreconditionViolation] = []
     infos: list[ErrorInfo] = []
-    status = _status_details(error)
+    status = status_of_trailer(error.trailing_metadata())
     for packed in status.details if status is not None else ():
         bad_request = error_details_pb2.BadRequest()
         failure = error_details_pb2.PreconditionFailure()

@@ -31,6 +31,10 @@ it every time, so clients read it as not retryable.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
+
+from google.protobuf.message import DecodeError
+from google.rpc import error_details_pb2, status_pb2
 
 #: ``ErrorInfo.domain`` of every reason the ledger sends.
 ERROR_DOMAIN = "rollout-ledger"
@@ -99,3 +103,28 @@ def next_seq_of_precondition(description: str) -> int | None:
     """The next seq a seq mismatch's description names (:func:`next_seq_precondition`), else None."""
     match = _NEXT_SEQ_PRECONDITION.fullmatch(description)
     return int(match.group(1)) if match is not None else None
+
+
+#: The trailing metadata key that carries a failed call's google.rpc.Status.
+STATUS_DETAILS_KEY = "grpc-status-details-bin"
+
+
+def status_of_trailer(metadata: Iterable[tuple[str, str | bytes]] | None) -> status_pb2.Status | None:
+    """The google.rpc.Status a failed call's trailing metadata carries (:data:`STATUS_DETAILS_KEY`),
+    or None when it carries none or one that does not decode."""
+    for key, value in metadata or ():
+        if key == STATUS_DETAILS_KEY and isinstance(value, bytes):
+            try:
+                return status_pb2.Status.FromString(value)
+            except DecodeError:
+                return None
+    return None
+
+
+def error_info_metadata(status: status_pb2.Status | None, reason: str) -> dict[str, str] | None:
+    """The metadata of ``status``'s ErrorInfo of ``reason``, or None when it carries none."""
+    for detail in status.details if status is not None else ():
+        info = error_details_pb2.ErrorInfo()
+        if detail.Unpack(info) and info.reason == reason:
+            return dict(info.metadata)
+    return None
