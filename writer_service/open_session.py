@@ -34,7 +34,7 @@ from shared.records import (
 )
 from shared.stop_kinds import classify_session
 from writer_service.committer import SessionLog
-from writer_service.retractions import RecentRecords
+from writer_service.retractions import LineStarts, RecentRecords
 from writer_service.session_index import IndexEntry
 
 #: One request's records as the wire gives them: per request record, the payloads it becomes.
@@ -165,6 +165,8 @@ class OpenSession:
     saved_offset: int = 0
     #: What the records queued last hold for a retraction (writer_service.retractions).
     recent: RecentRecords = field(default_factory=RecentRecords)
+    #: Where the lines queued since the session was opened start (writer_service.retractions).
+    line_starts: LineStarts = field(default_factory=LineStarts)
 
     @property
     def next_seq(self) -> int:

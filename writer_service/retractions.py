@@ -21,6 +21,7 @@ retraction is resolved from the file.
 from __future__ import annotations
 
 import os
+from array import array
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -42,6 +43,8 @@ RECENT_RECORDS = 256
 RECENT_BYTES = 16 * 1024 * 1024
 #: Messages a remembered record may hold (a longer replacement history is resolved from the file).
 RECENT_MESSAGES = 1024
+#: Seqs whose line starts an open session keeps at most (8 bytes each).
+LINE_STARTS = 64 * 1024
 
 #: What each reference to one record resolves to: the history index it names (None: the record
 #: itself) -> the tool call ids of the message named. A reference not in it names no message.
@@ -113,6 +116,43 @@ class RecentRecords:
         return found
 
 
+class LineStarts:
+    """Where the lines an open session queued since it was opened start in its file, by seq (event
+    loop only): a contiguous run of seqs, at most about :data:`LINE_STARTS` of them (the oldest
+    forgotten). A session whose round failed is reopened with none, as with :class:`RecentRecords`."""
+
+    __slots__ = ("_end", "_first", "_starts")
+
+    def __init__(self) -> None:
+        self._first = 0  # the seq of _starts[0]
+        self._starts = array("q")
+        self._end = 0  # where the last noted line ends
+
+    def note(self, first_seq: int, start: int, lines: Sequence[bytes]) -> None:
+        """Note queued ``lines`` of seqs ``first_seq``... written from byte ``start`` on."""
+        if not self._starts or first_seq != self._first + len(self._starts) or start != self._end:
+            self._first, self._starts = first_seq, array("q")  # not contiguous: start again
+        position = start
+        for line in lines:
+            self._starts.append(position)
+            position += len(line)
+        self._end = position
+        if len(self._starts) > 2 * LINE_STARTS:  # forget the oldest half at once (amortized)
+            dropped = len(self._starts) - LINE_STARTS
+            del self._starts[:dropped]
+            self._first += dropped
+
+    def spans(self, seqs: Iterable[int]) -> dict[int, tuple[int, int]]:
+        """(start, end) of each line of ``seqs`` this knows (end includes the ``\\n``)."""
+        starts, first, count = self._starts, self._first, len(self._starts)
+        found: dict[int, tuple[int, int]] = {}
+        for seq in seqs:
+            position = seq - first
+            if 0 <= position < count:
+                found[seq] = (starts[position], starts[position + 1] if position + 1 < count else self._end)
+        return found
+
+
 def referenced_seqs(retractions: Sequence[tuple[int, dict[str, Any]]], next_seq: int) -> set[int]:
     """The seqs the (request index, retraction payload) pairs name. Raises RecordValidationError
     naming ``retraction.messages[j]`` for a seq not in the session (``next_seq`` or later)."""
@@ -130,10 +170,15 @@ def referenced_seqs(retractions: Sequence[tuple[int, dict[str, Any]]], next_seq:
 
 
 def resolve_retractions(
-    path: Path, end_offset: int, next_seq: int, retractions: Sequence[tuple[int, dict[str, Any]]]
+    path: Path,
+    end_offset: int,
+    next_seq: int,
+    retractions: Sequence[tuple[int, dict[str, Any]]],
+    spans: dict[int, tuple[int, int]] | None = None,
 ) -> None:
     """Check the references of each (request index, retraction payload) and set its ``call_ids``
-    (I/O thread). ``end_offset`` is where the durable lines end; ``next_seq`` the session's.
+    (I/O thread). ``end_offset`` is where the durable lines end; ``next_seq`` the session's;
+    ``spans`` where some named lines lie (:meth:`LineStarts.spans`), read directly.
 
     The payloads' shape was checked (writer_service.open_session.check_retraction). Raises
     RecordValidationError naming ``retraction.messages[j]`` for a reference to a seq not
@@ -141,7 +186,7 @@ def resolve_retractions(
     :data:`MAX_LOOKBACK_BYTES`; OSError when the file cannot be read.
     """
     wanted = referenced_seqs(retractions, next_seq)
-    found = _records_at(path, end_offset, wanted)
+    found = _records_at(path, end_offset, wanted, spans or {})
     resolve_references(
         {seq: record_targets(record["type"], record["payload"]) for seq, record in found.items()}, retractions
     )
@@ -167,23 +212,45 @@ def resolve_references(found: dict[int, Targets], retractions: Sequence[tuple[in
         payload["call_ids"] = list(dict.fromkeys(call_ids))
 
 
-def _records_at(path: Path, end_offset: int, seqs: set[int]) -> dict[int, dict[str, Any]]:
-    """The parsed records at ``seqs`` among the lines before ``end_offset`` (read back, bounded)."""
+def _records_at(
+    path: Path, end_offset: int, seqs: set[int], spans: dict[int, tuple[int, int]]
+) -> dict[int, dict[str, Any]]:
+    """The parsed records at ``seqs`` among the lines before ``end_offset``: those of ``spans``
+    read where they lie (checked: one whole line of that seq), the rest read back, bounded."""
     found: dict[int, dict[str, Any]] = {}
     if not seqs:
         return found
-    lowest, read = min(seqs), 0
     fd = open_session_file(path)
     try:
-        for raw in lines_before(fd, min(end_offset, os.fstat(fd).st_size)):
-            read += len(raw) + 1
-            seq = line_seq(raw)
-            if seq is not None and seq in seqs:
-                record = parse_record(raw)
+        for seq in sorted(seqs):
+            span = spans.get(seq)
+            if span is None or span[1] > end_offset or end_offset - span[0] > MAX_LOOKBACK_BYTES:
+                continue  # unknown, not durable, or further back than a read back goes
+            raw = os.pread(fd, span[1] - span[0], span[0])
+            if raw.endswith(b"\n") and line_seq(raw) == seq:
+                record = parse_record(raw[:-1])
                 if record is not None:
                     found[seq] = record
-            if (seq is not None and seq <= lowest) or read > MAX_LOOKBACK_BYTES:
-                break
+        missing = seqs.difference(found)
+        if missing:
+            found.update(_records_read_back(fd, end_offset, missing))
     finally:
         os.close(fd)
+    return found
+
+
+def _records_read_back(fd: int, end_offset: int, seqs: set[int]) -> dict[int, dict[str, Any]]:
+    """The parsed records at ``seqs`` among the lines of ``fd`` before ``end_offset`` (read back
+    from there, at most :data:`MAX_LOOKBACK_BYTES`)."""
+    found: dict[int, dict[str, Any]] = {}
+    lowest, read = min(seqs), 0
+    for raw in lines_before(fd, min(end_offset, os.fstat(fd).st_size)):
+        read += len(raw) + 1
+        seq = line_seq(raw)
+        if seq is not None and seq in seqs:
+            record = parse_record(raw)
+            if record is not None:
+                found[seq] = record
+        if (seq is not None and seq <= lowest) or read > MAX_LOOKBACK_BYTES:
+            break
     return found

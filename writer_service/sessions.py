@@ -625,8 +625,9 @@ class SessionLedger:
             await state.log.drain()
             state = await self.open_session(session_id)
             with self.holding(session_id):  # a Delete begun meanwhile waits for the read
+                spans = state.line_starts.spans(referenced_seqs(retractions, state.next_seq))
                 await self.run_io(
-                    resolve_retractions, state.path, state.log.size, state.next_seq, retractions
+                    resolve_retractions, state.path, state.log.size, state.next_seq, retractions, spans
                 )
             state = await self.open_session(session_id)  # the lines were read: look again
             if request_id:
@@ -649,9 +650,10 @@ class SessionLedger:
                 f"session {session_id} has {state.log.queued_records} records queued"
                 f" (limit {self.config.max_queued_records}); retry with backoff"
             )
-        first_seq = state.next_seq
+        first_seq, first_start = state.next_seq, state.log.submitted_bytes
         durable = state.queue(b"".join(lines) if count > 1 else lines[0], count, view.committed())
         state.recent.remember(first_seq, (typed for payloads in records for typed in payloads), lines)
+        state.line_starts.note(first_seq, first_start, lines)
         if request_id:
             answer = RememberedAppend(print_, seqs, state.next_seq, durable, state.log.submitted_bytes)
             self._requests.remember(session_id, request_id, answer)

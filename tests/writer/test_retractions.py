@@ -223,3 +223,60 @@ def test_a_retraction_of_records_the_writer_queued_last_reads_no_file(data_dir, 
     lines = asyncio.run(scenario())
     retractions = [line["payload"] for line in lines if line["type"] == "retraction"]
     assert [payload["call_ids"] for payload in retractions] == [["c1"], ["c2"], ["c1"], ["c2"]]
+
+
+def test_a_run_of_pops_reads_each_named_line_where_it_starts(data_dir, monkeypatch) -> None:
+    """Retractions naming ever older records (a run of pops past what the writer remembers) read
+    the named line where it starts, never the file back to it, with the same call ids as a read
+    back gives; after a reopen, a line queued before it is found by reading back."""
+    import writer_service.retractions as retractions
+
+    read_back: list[int] = []
+    lines_before = retractions.lines_before
+
+    def counted(fd, end):
+        read_back.append(end)
+        return lines_before(fd, end)
+
+    monkeypatch.setattr(retractions, "lines_before", counted)
+    pops = RECENT_RECORDS + 40
+
+    async def scenario():
+        ledger = SessionLedger(WriterConfig(data_dir=data_dir))
+        try:
+            sid, _ = await ledger.create_session(SessionSpec())
+            seqs = await append(ledger, sid, *(call(f"c{number}") for number in range(pops + 1)))
+            for seq in reversed(seqs[1:]):  # newest first, as pops go
+                await append(ledger, sid, retract({"seq": seq}))
+            assert read_back == []
+            await ledger.close()
+            ledger = SessionLedger(WriterConfig(data_dir=data_dir))
+            await append(ledger, sid, retract({"seq": seqs[0]}))
+            assert len(read_back) == 1
+            return lines_of(ledger, sid)
+        finally:
+            await ledger.close()
+
+    lines = asyncio.run(scenario())
+    retracted = [line["payload"]["call_ids"] for line in lines if line["type"] == "retraction"]
+    assert retracted == [[f"c{number}"] for number in range(pops, -1, -1)]
+
+
+def test_line_starts_forget_the_oldest_and_restart_on_a_gap() -> None:
+    """LineStarts: spans of contiguous noted lines; a gap in seqs or bytes starts over; past twice
+    LINE_STARTS the oldest are forgotten."""
+    from writer_service.retractions import LINE_STARTS, LineStarts
+
+    starts = LineStarts()
+    starts.note(5, 100, [b"a\n", b"bb\n"])
+    starts.note(7, 105, [b"ccc\n"])
+    assert starts.spans([4, 5, 6, 7, 8]) == {5: (100, 102), 6: (102, 105), 7: (105, 109)}
+    starts.note(9, 109, [b"d\n"])  # seq 8 never noted: start over
+    assert starts.spans([5, 7, 9]) == {9: (109, 111)}
+    starts.note(10, 200, [b"e\n"])  # bytes not contiguous: start over
+    assert starts.spans([9, 10]) == {10: (200, 202)}
+    many = [b"x\n"] * (2 * LINE_STARTS + 1)
+    starts.note(11, 202, many)
+    known = starts.spans(range(10, 12 + 2 * LINE_STARTS))
+    assert min(known) == 12 + LINE_STARTS  # 2 * LINE_STARTS + 2 held, the oldest LINE_STARTS + 2 dropped
+    assert max(known) == 11 + 2 * LINE_STARTS
