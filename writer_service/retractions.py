@@ -10,8 +10,9 @@ follows the retraction from that one line, at reopen as at validation (a client 
 sets them). Whether a named message is still in the view is the rebuild's to say (a
 ``retraction_missed`` note); the writer checks only that it exists.
 
-A session the writer holds open remembers the records it queued last (:class:`RecentRecords`,
-at most :data:`RECENT_RECORDS` records and :data:`RECENT_BYTES` bytes of lines): a retraction
+A session the writer holds open remembers the records it queued last that a retraction may name
+(:class:`RecentRecords`, at most :data:`RECENT_RECORDS` records and :data:`RECENT_BYTES` bytes of
+lines; retractions, events and reasoning take no place): a retraction
 whose references all name those records is resolved from them, as the same rules read them
 (:func:`resolve_references`), with no read of the file and no wait for the queue to drain (the
 named lines are queued before the retraction, so they are durable before it is). Any other
@@ -84,26 +85,31 @@ class RecentRecords:
     """The targets of the records an open session queued last, by seq (event loop only).
     Append-only like the file; a session whose round failed is reopened with none."""
 
-    __slots__ = ("_bytes", "_targets")
+    __slots__ = ("_end", "_targets")
 
     def __init__(self) -> None:
+        #: seq -> (targets, where its line starts in the bytes noted so far)
         self._targets: OrderedDict[int, tuple[Targets, int]] = OrderedDict()
-        self._bytes = 0
+        self._end = 0  # bytes of every line noted so far, remembered or not
 
     def remember(
         self, first_seq: int, records: Iterable[tuple[RecordType, dict[str, Any]]], lines: Sequence[bytes]
     ) -> None:
         """Note queued lines: ``records`` (type, payload) and their encoded ``lines``, in order,
-        from seq ``first_seq`` on; the oldest are forgotten beyond the bounds."""
+        from seq ``first_seq`` on. A record naming no message is not kept; the oldest kept are
+        forgotten past :data:`RECENT_RECORDS`, or once more than :data:`RECENT_BYTES` of lines
+        (any) follow their start."""
         seqs = range(first_seq, first_seq + len(lines))
         for seq, (record_type, payload), line in zip(seqs, records, lines, strict=True):
             targets = record_targets(record_type, payload)
-            if len(targets) <= RECENT_MESSAGES:
-                self._targets[seq] = (targets, len(line))
-                self._bytes += len(line)
-        while self._targets and (len(self._targets) > RECENT_RECORDS or self._bytes > RECENT_BYTES):
-            _, (_, size) = self._targets.popitem(last=False)
-            self._bytes -= size
+            if targets and len(targets) <= RECENT_MESSAGES:
+                self._targets[seq] = (targets, self._end)
+            self._end += len(line)
+        held = self._targets
+        while held and (
+            len(held) > RECENT_RECORDS or self._end - next(iter(held.values()))[1] > RECENT_BYTES
+        ):
+            held.popitem(last=False)
 
     def targets_at(self, seqs: Iterable[int]) -> dict[int, Targets] | None:
         """The targets of the records at ``seqs``, or None when one of them is not remembered."""

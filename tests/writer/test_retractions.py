@@ -207,8 +207,14 @@ def test_a_retraction_of_records_the_writer_queued_last_reads_no_file(data_dir, 
                 ledger, sid, retract({"seq": 1}), retract({"seq": 3}, {"seq": 2, "history_index": 0})
             )
             assert from_file == []
-            for _ in range(RECENT_RECORDS):
+            for _ in range(RECENT_RECORDS):  # events take no place among the remembered records
                 await append(ledger, sid, record(event=records_pb2.Event(kind="ui")))
+            await append(ledger, sid, retract({"seq": 1}))
+            assert from_file == []
+            await ledger.close()
+            ledger = SessionLedger(WriterConfig(data_dir=data_dir))  # lines queued before a reopen
+            for number in range(RECENT_RECORDS):
+                await append(ledger, sid, user(f"u{number}"))
             await append(ledger, sid, call("c3"))
             await append(ledger, sid, retract({"seq": 1}))  # named again: still a message, read back
             assert from_file == [1]
@@ -222,7 +228,7 @@ def test_a_retraction_of_records_the_writer_queued_last_reads_no_file(data_dir, 
 
     lines = asyncio.run(scenario())
     retractions = [line["payload"] for line in lines if line["type"] == "retraction"]
-    assert [payload["call_ids"] for payload in retractions] == [["c1"], ["c2"], ["c1"], ["c2"]]
+    assert [payload["call_ids"] for payload in retractions] == [["c1"], ["c2"], ["c1"], ["c1"], ["c2"]]
 
 
 def test_a_run_of_pops_reads_each_named_line_where_it_starts(data_dir, monkeypatch) -> None:
@@ -280,3 +286,22 @@ def test_line_starts_forget_the_oldest_and_restart_on_a_gap() -> None:
     known = starts.spans(range(10, 12 + 2 * LINE_STARTS))
     assert min(known) == 12 + LINE_STARTS  # 2 * LINE_STARTS + 2 held, the oldest LINE_STARTS + 2 dropped
     assert max(known) == 11 + 2 * LINE_STARTS
+
+
+def test_remembered_records_skip_records_naming_no_message_and_count_every_line(monkeypatch) -> None:
+    """RecentRecords keeps only records a retraction may name, and forgets one once more than
+    RECENT_BYTES of lines (remembered or not) follow it: memory never resolves a reference the
+    file's read back would not reach."""
+    import writer_service.retractions as retractions
+    from shared.records import RecordType
+    from writer_service.retractions import RecentRecords
+
+    monkeypatch.setattr(retractions, "RECENT_BYTES", 100)
+    recent = RecentRecords()
+    message = (RecordType.MESSAGE, {"role": "user", "content": "x"})
+    event = (RecordType.EVENT, {"kind": "ui"})
+    recent.remember(1, [message, event], [b"m" * 10, b"e" * 50])
+    assert recent.targets_at([1]) == {1: {None: ()}}
+    assert recent.targets_at([2]) is None  # an event names no message: not kept
+    recent.remember(3, [event], [b"e" * 41])  # 101 bytes follow seq 1's start now
+    assert recent.targets_at([1]) is None
