@@ -287,6 +287,13 @@ class SessionLog:
         self._last = future
         return asyncio.shield(future)
 
+    @property
+    def last_durable(self) -> asyncio.Future[None] | None:
+        """The committer's own future of the last :meth:`submit` (what :meth:`submit` returns is a
+        shield over it, so no caller's cancellation reaches it): an answer kept for later callers
+        (a retried request id) holds this one, and each caller awaits its own shield of it."""
+        return self._last
+
     async def drain(self) -> None:
         """Wait until everything queued so far is written (or has failed)."""
         last = self._last

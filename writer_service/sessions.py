@@ -604,8 +604,8 @@ class SessionLedger:
                 if await self._landed(state, request_id, print_, records, request_since_seq):
                     remembered = self._requests.recall(session_id, request_id, print_)
                 state = await self.open_session(session_id)  # the lookup awaited: look again
-            if remembered is not None:
-                return remembered.seqs, remembered.next_seq, remembered.durable
+            if remembered is not None:  # each caller waits through its own shield
+                return remembered.seqs, remembered.next_seq, asyncio.shield(remembered.durable)
         retractions = [
             (index, payload)
             for index, payloads in enumerate(records)
@@ -633,7 +633,7 @@ class SessionLedger:
             if request_id:
                 remembered = self._requests.recall(session_id, request_id, print_)
                 if remembered is not None:  # another attempt of this request was queued meanwhile
-                    return remembered.seqs, remembered.next_seq, remembered.durable
+                    return remembered.seqs, remembered.next_seq, asyncio.shield(remembered.durable)
         state.check_appendable()
         if expected_next_seq is not None and expected_next_seq != state.next_seq:
             raise SessionStateError(
@@ -654,11 +654,14 @@ class SessionLedger:
         durable = state.queue(b"".join(lines) if count > 1 else lines[0], count, view.committed())
         state.recent.remember(first_seq, (typed for payloads in records for typed in payloads), lines)
         state.line_starts.note(first_seq, first_start, lines)
+        # The committer's future, which this caller's cancellation (its shield's) never reaches.
+        written = state.log.last_durable
+        assert written is not None
         if request_id:
-            answer = RememberedAppend(print_, seqs, state.next_seq, durable, state.log.submitted_bytes)
+            answer = RememberedAppend(print_, seqs, state.next_seq, written, state.log.submitted_bytes)
             self._requests.remember(session_id, request_id, answer)
         if state.log.submitted_bytes - state.saved_offset > SAVE_EVERY_BYTES:
-            self.cache.save_later(state, state.log.submitted_bytes, durable)
+            self.cache.save_later(state, state.log.submitted_bytes, written)
         return seqs, state.next_seq, durable
 
     async def _landed(

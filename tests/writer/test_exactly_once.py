@@ -142,3 +142,47 @@ def test_an_undecodable_request_in_a_stream_ends_it_with_invalid_argument(
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "request 1 of the stream" in caught.value.details()
     assert len(lines_of(data_dir, sid)) == 2
+
+
+def test_a_retry_after_the_first_attempt_was_cancelled_gets_the_first_answer(data_dir, monkeypatch) -> None:
+    """A caller cancelled while its append waits for durability (a client's deadline, a dropped
+    connection) and then retried with the same request id gets the first answer once the lines
+    are durable: the answer kept for the retry waits on the committer's own future, never on the
+    cancelled caller's (whose retry raised CancelledError in the writer)."""
+    import asyncio
+
+    from shared.session_meta import SessionSpec
+    from shared.wire import append_payloads
+    from writer_service.committer import SessionLog
+    from writer_service.sessions import SessionLedger, WriterConfig
+
+    release = threading.Event()
+    write_batch = SessionLog.write_batch
+
+    def held(self, data, sync):  # the round waits until the test lets it write
+        release.wait(timeout=600)
+        return write_batch(self, data, sync)
+
+    async def scenario() -> tuple[str, list[int], list[int]]:
+        ledger = SessionLedger(WriterConfig(data_dir=data_dir))
+        try:
+            sid, _ = await ledger.create_session(SessionSpec())
+            monkeypatch.setattr(SessionLog, "write_batch", held)
+            records = [append_payloads(user("once"), 0)]
+            seqs, _, durable = await ledger.enqueue(sid, records, request_id="req-1")
+            waiter = asyncio.ensure_future(durable)
+            await asyncio.sleep(0)
+            waiter.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiter
+            retried, _, again = await ledger.enqueue(sid, records, request_id="req-1")
+            release.set()
+            await again
+            return sid, seqs, retried
+        finally:
+            release.set()
+            await ledger.close()
+
+    sid, seqs, retried = asyncio.run(scenario())
+    assert retried == seqs
+    assert sum(1 for r in lines_of(data_dir, sid) if r["payload"].get("content") == "once") == 1
