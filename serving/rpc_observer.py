@@ -14,7 +14,10 @@ of the gRPC ecosystem's Prometheus interceptors (dashboards written for those wo
 Each call that does not end OK is logged once on the ``rollout.rpc`` logger: a
 *refused* call (the caller's doing: INVALID_ARGUMENT, NOT_FOUND, UNAUTHENTICATED,
 PERMISSION_DENIED, FAILED_PRECONDITION, ...) at WARNING, a *failed* one (INTERNAL,
-UNKNOWN, DATA_LOSS, UNAVAILABLE) at ERROR, a call the client cancelled at INFO. The
+UNKNOWN, DATA_LOSS, UNAVAILABLE) at ERROR, a call the client cancelled at INFO. An UNAVAILABLE
+that sends the caller elsewhere by design (ErrorInfo ``NOT_OWNER``: another writer owns the
+shard; ``SESSION_NOT_VISIBLE``: a reader of a cluster does not see a new session yet,
+docs/cluster.md §4-5) is *redirected*, at WARNING: a cluster at work, not a failure. The
 record's ``extra`` fields (``rpc``, ``code``, ``detail``, ``peer``, ``duration_ms``,
 ``outcome``) become keys of the JSON line with ``--log-format json``
 (:mod:`shared.log_format`); the message carries them for plain text.
@@ -33,6 +36,8 @@ import grpc
 import grpc.aio
 from grpc_interceptor.server import AsyncServerInterceptor
 from prometheus_client import Counter, Histogram
+
+from shared.reasons import NOT_OWNER, SESSION_NOT_VISIBLE, error_info_metadata, status_of_trailer
 
 log = logging.getLogger("rollout.rpc")
 
@@ -58,6 +63,8 @@ SERVER_FAULTS = frozenset(
         grpc.StatusCode.UNAVAILABLE,
     }
 )
+#: ErrorInfo reasons of an UNAVAILABLE that sends the caller elsewhere by design (logged as redirected).
+REDIRECTS = (NOT_OWNER, SESSION_NOT_VISIBLE)
 #: Longest status message kept in a log line (characters).
 DETAIL_MAX_CHARS = 500
 
@@ -83,6 +90,12 @@ def _status_code(context: grpc.aio.ServicerContext, error: BaseException | None)
     if isinstance(error, asyncio.CancelledError | GeneratorExit):
         return grpc.StatusCode.CANCELLED
     return grpc.StatusCode.UNKNOWN
+
+
+def _redirected(context: grpc.aio.ServicerContext) -> bool:
+    """Whether the call's status carries an ErrorInfo of :data:`REDIRECTS`."""
+    status = status_of_trailer(context.trailing_metadata())
+    return any(error_info_metadata(status, reason) is not None for reason in REDIRECTS)
 
 
 #: How many exceptions of a chain (``__cause__`` / ``__context__``) lose their tracebacks.
@@ -231,7 +244,9 @@ class RpcObserver(AsyncServerInterceptor):
         metrics.count(code, elapsed)
         if code is grpc.StatusCode.OK:
             return
-        if code in SERVER_FAULTS:
+        if code is grpc.StatusCode.UNAVAILABLE and _redirected(context):
+            level, outcome = logging.WARNING, "redirected"
+        elif code in SERVER_FAULTS:
             level, outcome = logging.ERROR, "failed"
         elif code is grpc.StatusCode.CANCELLED:
             level, outcome = logging.INFO, "cancelled"

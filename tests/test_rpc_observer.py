@@ -190,3 +190,57 @@ def test_a_response_stream_closed_because_its_client_left_counts_as_cancelled(ca
     [record] = [r for r in caplog.records if r.name == "rollout.rpc"]
     assert record.levelname == "INFO"
     assert "CANCELLED" in record.getMessage()
+
+
+@pytest.mark.parametrize(
+    ("reason", "level", "outcome"),
+    [
+        ("NOT_OWNER", "WARNING", "redirected"),
+        ("SESSION_NOT_VISIBLE", "WARNING", "redirected"),
+        ("OWNER_UNREACHED", "ERROR", "failed"),
+        ("", "ERROR", "failed"),
+    ],
+)
+def test_an_unavailable_that_redirects_by_design_is_logged_as_redirected(
+    caplog, reason: str, level: str, outcome: str
+) -> None:
+    """Over a real server: UNAVAILABLE with ErrorInfo NOT_OWNER or SESSION_NOT_VISIBLE (a cluster
+    sending the caller elsewhere) is logged at WARNING as redirected; any other UNAVAILABLE is a
+    failure at ERROR."""
+    from google.protobuf import any_pb2
+    from google.rpc import code_pb2, error_details_pb2, status_pb2
+    from grpc_status import rpc_status
+
+    from shared.reasons import ERROR_DOMAIN
+
+    message = status_pb2.Status(code=code_pb2.UNAVAILABLE, message="elsewhere")
+    if reason:
+        detail = any_pb2.Any()
+        detail.Pack(error_details_pb2.ErrorInfo(reason=reason, domain=ERROR_DOMAIN))
+        message.details.append(detail)
+    status = rpc_status.to_status(message)
+
+    async def refuse(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        await context.abort(status.code, status.details, status.trailing_metadata)
+        raise AssertionError("unreachable")
+
+    async def scenario() -> grpc.StatusCode:
+        server = grpc.aio.server(interceptors=[RpcObserver("writer")])
+        handlers = {"Append": grpc.unary_unary_rpc_method_handler(refuse)}
+        server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler("rollout.v1.RolloutWriter", handlers),)
+        )
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                with pytest.raises(grpc.aio.AioRpcError) as caught:
+                    await channel.unary_unary("/rollout.v1.RolloutWriter/Append")(b"")
+                return caught.value.code()
+        finally:
+            await server.stop(None)
+
+    with caplog.at_level("INFO", logger="rollout.rpc"):
+        assert asyncio.run(scenario()) is grpc.StatusCode.UNAVAILABLE
+    [record] = [r for r in caplog.records if r.name == "rollout.rpc"]
+    assert (record.levelname, record.outcome) == (level, outcome)
