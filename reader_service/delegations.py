@@ -6,6 +6,8 @@ instead of reading every session. Child to parent: the child's ``session_meta``
 names its coordinates. One role delegated to several times in one parent stays
 distinguishable: each child has its own delegation id (the parent's tool call
 id) and session id. Empty coordinates mean "no coordinates", never "root".
+A reader of a cluster asks the owners about the children it does not see
+(reader_service.server, docs/cluster.md §5.2).
 """
 
 from __future__ import annotations
