@@ -13,6 +13,8 @@ set -euo pipefail
 umask 077
 out="${1:-$(dirname "$0")/secrets}"
 names="DNS:localhost,DNS:writer,DNS:reader,IP:127.0.0.1"
+# The writers of deploy/compose/cluster.yaml, which its reader asks by these names.
+names="$names,DNS:writer-1,DNS:writer-2,DNS:writer-3"
 for service in rollout-writer rollout-reader; do
   names="$names,DNS:$service,DNS:$service.rollout-ledger.svc,DNS:$service.rollout-ledger.svc.cluster.local"
 done

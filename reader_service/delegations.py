@@ -6,6 +6,8 @@ instead of reading every session. Child to parent: the child's ``session_meta``
 names its coordinates. One role delegated to several times in one parent stays
 distinguishable: each child has its own delegation id (the parent's tool call
 id) and session id. Empty coordinates mean "no coordinates", never "root".
+A reader of a cluster asks the owners about the children it does not see
+(reader_service.server, docs/cluster.md §5.2).
 """
 
 from __future__ import annotations
@@ -45,21 +47,35 @@ def _link(index: ListingIndex, child_session_id: str) -> DelegationLink:
     )
 
 
-def find_children(index: ListingIndex, parent_session_id: str, delegation_id: str) -> list[DelegationLink]:
-    """The child sessions a parent delegated to (optionally one delegation), oldest first.
+@dataclass(frozen=True, slots=True)
+class Children:
+    """What :func:`find_children` found: the ``links`` to children served, oldest first, and
+    ``unseen``: the ids of children whose marker is listed but whose file this reader does not
+    see (or whose session the caller may not see), in marker order."""
+
+    links: list[DelegationLink]
+    unseen: list[str]
+
+
+def find_children(index: ListingIndex, parent_session_id: str, delegation_id: str) -> Children:
+    """The child sessions a parent delegated to (optionally one delegation).
 
     Raises FileNameError for a malformed id and SessionNotFoundError for an unknown parent
-    (or one the caller may not see: serving.tenancy). Markers whose child file does not
-    exist (a crash between the two), or whose child the caller may not see, are skipped.
+    (or one the caller may not see: serving.tenancy). A marker whose child file is not seen
+    (a crash between the two; on another host of a shared volume, a file not in view yet) or
+    whose child the caller may not see is in ``unseen``; one whose file went while it was read
+    (a deletion) is left out.
     """
     index.locate(parent_session_id, "parent_session_id")
-    links = []
+    links, unseen = [], []
     for _, child in index.root.delegations_of(parent_session_id, delegation_id):
         try:
             links.append(_link(index, child))
-        except (SessionNotFoundError, FileNotFoundError):
+        except SessionNotFoundError:
+            unseen.append(child)
+        except FileNotFoundError:
             continue
-    return sorted(links, key=lambda link: (link.created_at, link.child_session_id))
+    return Children(sorted(links, key=lambda link: (link.created_at, link.child_session_id)), unseen)
 
 
 def find_parent(index: ListingIndex, child_session_id: str) -> DelegationLink:

@@ -105,10 +105,11 @@ class OwnerProbe:
         if address and (known is None or known[1] <= epoch):
             self.owners[shard] = (address, epoch)
 
-    async def check_missing(self, session_id: str, shard: int) -> None:
-        """Return when the owner of ``shard`` (the session's) does not hold ``session_id`` either,
-        for the current caller (serving.tenancy): the reader's NOT_FOUND stands. Raises
-        SessionNotVisibleError when it holds it (``confirmed``) or no owner could be asked."""
+    async def holder(self, session_id: str, shard: int) -> str | None:
+        """The ``host:port`` of the owner of ``shard`` (the session's) when it holds ``session_id``
+        for the current caller (serving.tenancy); None when it does not. Raises
+        SessionNotVisibleError (``confirmed`` False: OWNER_UNREACHED) when no owner could be asked.
+        The one question every RPC of the reader asks about a session it does not see."""
         if shard not in self.owners:
             await self._ask_maps()
         metadata = self._forwarded()
@@ -121,17 +122,10 @@ class OwnerProbe:
             answer = await self._probe(address, session_id, metadata)
             if answer in HOLDS:
                 self.outcomes["held"] += 1
-                raise SessionNotVisibleError(
-                    f"session {session_id} is not visible on this reader's host yet, but the owner of"
-                    f" its shard ({address}) holds it: a new file can take a while to show on another"
-                    " host of a shared volume; retry",
-                    shard=shard,
-                    owner=address,
-                    confirmed=True,
-                )
+                return address
             if answer is grpc.StatusCode.NOT_FOUND:
                 self.outcomes["unknown"] += 1
-                return
+                return None
             if isinstance(answer, dict):  # NOT_OWNER: the owner it names is asked next
                 named = answer.get(OWNER_ADDRESS, "")
                 with contextlib.suppress(ValueError):
@@ -146,6 +140,21 @@ class OwnerProbe:
             owner=tried[-1] if tried else "",
             confirmed=False,
         )
+
+    async def check_missing(self, session_id: str, shard: int) -> None:
+        """Return when the owner of ``shard`` (the session's) does not hold ``session_id`` either,
+        for the current caller (serving.tenancy): the reader's NOT_FOUND stands. Raises
+        SessionNotVisibleError when it holds it (``confirmed``) or no owner could be asked."""
+        address = await self.holder(session_id, shard)
+        if address is not None:
+            raise SessionNotVisibleError(
+                f"session {session_id} is not visible on this reader's host yet, but the owner of"
+                f" its shard ({address}) holds it: a new file can take a while to show on another"
+                " host of a shared volume; retry",
+                shard=shard,
+                owner=address,
+                confirmed=True,
+            )
 
     def _forwarded(self) -> list[tuple[str, str]]:
         """The caller's bearer token as call metadata (none without one)."""

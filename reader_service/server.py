@@ -219,16 +219,32 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
     async def _locate(self, session_id: str) -> tuple[Path, int]:
         """The path and size (bytes) of a session's file, found off the event loop (a miss
         rescans the sessions folder; a header may be read for the tenant check). Raises what
-        :meth:`ListingIndex.locate` raises; in a cluster (``ReaderConfig.writers``) a session not
-        found here is SessionNotVisibleError (UNAVAILABLE) unless its shard's owner does not hold
-        it either (reader_service.owner_probe)."""
+        :meth:`ListingIndex.locate` raises, a NOT_FOUND confirmed by :meth:`_missing`."""
+        return await self._cheap_read(session_id, _located, self.index, session_id)
+
+    async def _cheap_read(self, session_id: str, function: Callable[..., T], *args: Any) -> T:
+        """``function(*args)`` on a cheap-read thread (:meth:`_cheap_run`), where a
+        SessionNotFoundError, about ``session_id``, stands only once :meth:`_missing` confirms it."""
         try:
-            return await self._cheap_run(_located, self.index, session_id)
+            return await self._cheap_run(function, *args)
         except SessionNotFoundError:
-            if self.owner_probe is None:
-                raise
-            await self.owner_probe.check_missing(session_id, self.root.shard_of(session_id))
+            await self._missing(session_id)
             raise
+
+    async def _missing(self, session_id: str) -> None:
+        """Return when ``session_id``, whose file this reader does not see, is missing for the
+        cluster too: always without ``ReaderConfig.writers``; in a cluster, when the owner of its
+        shard does not hold it either. Raises SessionNotVisibleError (UNAVAILABLE,
+        SESSION_NOT_VISIBLE or OWNER_UNREACHED: reader_service.owner_probe, docs/cluster.md §5)."""
+        if self.owner_probe is not None:
+            await self.owner_probe.check_missing(session_id, self.root.shard_of(session_id))
+
+    async def _holds(self, session_id: str) -> bool:
+        """Whether the cluster holds ``session_id``, whose file this reader does not see (False
+        without ``ReaderConfig.writers``). Raises SessionNotVisibleError (OWNER_UNREACHED)."""
+        if self.owner_probe is None:
+            return False
+        return await self.owner_probe.holder(session_id, self.root.shard_of(session_id)) is not None
 
     async def _admit(self, context: grpc.aio.ServicerContext, cost: int) -> None:
         """Wait for ``cost`` bytes of the read budget, held until the RPC is done (reply sent)."""
@@ -363,7 +379,12 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
     async def ResolveSession(
         self, request: reader_pb2.ResolveSessionRequest, context: grpc.aio.ServicerContext
     ) -> reader_pb2.ResolveSessionResponse:
-        session_id, found = await self._cheap_run(_resolved, self.index, request.session_key, request.tenant)
+        key = request.session_key
+        session_id, found = await self._cheap_run(_resolved, self.index, key, request.tenant)
+        if not found:  # in a cluster, a session its owner holds is found (docs/cluster.md §5)
+            for candidate in dict.fromkeys([key, session_id] if is_session_id(key) else [session_id]):
+                if await self._holds(candidate):
+                    return reader_pb2.ResolveSessionResponse(session_id=candidate, found=True)
         return reader_pb2.ResolveSessionResponse(session_id=session_id, found=found)
 
     @rpc_statuses("FindDelegations")
@@ -378,11 +399,21 @@ class RolloutReaderServicer(reader_pb2_grpc.RolloutReaderServicer):
                 "delegation_id", "narrows a lookup from a parent; a child has exactly one parent"
             )
         if direction == "parent_session_id":
-            found = await self._cheap_run(
-                find_children, self.index, request.parent_session_id, request.delegation_id
+            parent = request.parent_session_id
+            children = await self._cheap_read(
+                parent, find_children, self.index, parent, request.delegation_id
             )
+            # A child whose marker is listed but whose file is not seen here: left out once the
+            # cluster does not hold it either; one the cluster holds fails the whole list
+            # (SESSION_NOT_VISIBLE: retry), never a list missing it (docs/cluster.md §5).
+            asked = await asyncio.gather(*map(self._missing, children.unseen), return_exceptions=True)
+            for answer in asked:
+                if isinstance(answer, BaseException):
+                    raise answer
+            found = children.links
         else:
-            found = [await self._cheap_run(find_parent, self.index, request.child_session_id)]
+            child = request.child_session_id
+            found = [await self._cheap_read(child, find_parent, self.index, child)]
         return reader_pb2.FindDelegationsResponse(
             delegations=[wire.delegation_to_proto(link) for link in found]
         )

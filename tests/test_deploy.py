@@ -265,6 +265,10 @@ def test_make_secrets_makes_files_a_tls_writer_serves_with(tmp_path, data_dir) -
     for service in ("rollout-writer", "rollout-reader"):
         assert f"DNS:{service}.rollout-ledger.svc" in names
     assert "DNS:*.rollout-writer.rollout-ledger.svc" in names  # each writer pod of a cluster
+    cluster_reader = yaml.safe_load((DEPLOY / "compose" / "cluster.yaml").read_text())["services"]["reader"]
+    (writers,) = [arg.partition("=")[2] for arg in cluster_reader["command"] if arg.startswith("--writers=")]
+    for address in writers.split(","):  # the compose cluster's reader asks its writers by name
+        assert f"DNS:{address.rpartition(':')[0]}," in names + ",", address
     callers = list(load_tokens(folder / "tokens.json").values())
     assert sorted(caller.importer for caller in callers) == [False, True]
     writer = start_service(

@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
@@ -48,6 +49,18 @@ def _options(args: list[str]) -> dict[str, Any]:
     command, *rest = args
     assert command == "serve-writer"
     return dict(cli.commands[command].make_context(command, rest, resilient_parsing=False).params)
+
+
+def _reader_options(args: list[str], stand_in: Path) -> tuple[dict[str, Any], str]:
+    """What ``rollout serve-reader ARGS`` parses to, and the ``--writers-tls-ca`` path it names
+    (parsed as ``stand_in``, an existing file: the option requires one)."""
+    command, *rest = args
+    assert command == "serve-reader"
+    ca = _flags(rest).get("--writers-tls-ca", "")
+    stand_in.write_text("")
+    swapped = [f"--writers-tls-ca={stand_in}" if arg.startswith("--writers-tls-ca=") else arg for arg in rest]
+    context = cli.commands[command].make_context(command, swapped, resilient_parsing=False)
+    return dict(context.params), ca
 
 
 def _flags(args: list[str]) -> dict[str, str]:
@@ -205,3 +218,47 @@ def test_the_compose_cluster_runs_three_members_three_writers_on_one_volume_and_
         assert set(service["depends_on"]) == set(members)
     assert len(advertised) == 3
     assert services["reader"]["volumes"] == ["rollout-data:/data:ro"]
+
+
+def test_readers_ask_every_writer_by_its_advertised_name_trusting_the_ca(tmp_path: Path) -> None:
+    """The readers name every writer pod at the address it advertises (docs/cluster.md §5), over
+    TLS as the writers serve it, trusting a CA mounted from the config map the README says to
+    create."""
+    resources = _resources()
+    writer, reader = resources["StatefulSet/rollout-writer"], resources["Deployment/rollout-reader"]
+    writer_options = _options(_container(writer)["args"])
+    assert writer_options["tls_cert"], "the writers serve TLS"
+    pods = [f"{writer['metadata']['name']}-{index}" for index in range(writer["spec"]["replicas"])]
+    container = _container(reader)
+    options, ca = _reader_options(container["args"], tmp_path / "ca.pem")
+    assert options["writers"].split(",") == [
+        writer_options["advertise"].replace("$(POD_NAME)", pod) for pod in pods
+    ]
+    folder, _, key = ca.rpartition("/")
+    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == folder]
+    (volume,) = [v for v in reader["spec"]["template"]["spec"]["volumes"] if v["name"] == mount["name"]]
+    config_map = volume["configMap"]
+    assert [item["path"] for item in config_map["items"]] == [key]
+    (item_key,) = [item["key"] for item in config_map["items"]]
+    readme = (REPO / "README.md").read_text()
+    assert f"create configmap {config_map['name']} --from-file={item_key}=deploy/secrets/ca.pem" in readme
+
+
+def test_the_compose_reader_asks_every_writer_over_tls(tmp_path: Path) -> None:
+    """The compose cluster's reader names every writer service at the port it binds, over TLS as
+    they serve it, trusting the CA of deploy/secrets/ mounted as a secret of its own."""
+    document = yaml.safe_load(COMPOSE.read_text())
+    services = document["services"]
+    writers = sorted(name for name in services if name.startswith("writer-"))
+    reader = services["reader"]
+    options, ca = _reader_options(reader["command"], tmp_path / "ca.pem")
+    ports = [_options(services[name]["command"])["address"].rpartition(":")[2] for name in writers]
+    assert options["writers"].split(",") == [
+        f"{name}:{port}" for name, port in zip(writers, ports, strict=True)
+    ]
+    for name in writers:
+        assert services[name]["environment"]["ROLLOUT_TLS_CERT"], name  # the writers serve TLS
+    folder, _, secret = ca.rpartition("/")
+    assert folder == "/run/secrets"
+    assert secret in reader["secrets"]
+    assert document["secrets"][secret]["file"] == "../secrets/ca.pem"
