@@ -499,12 +499,19 @@ class SessionLedger:
         if session_id in self._deleting:
             raise SessionBusyError("a Delete of this session is in progress; retry when it ends")
         pending = self._loading.get(session_id)
-        if pending is not None:
-            return await asyncio.shield(pending)
-        shard = self.root.shard_of(session_id)
-        epoch = self.committer.epoch_of(shard)
-        future: asyncio.Future[OpenSession] = asyncio.get_running_loop().create_future()
-        self._loading[session_id] = future
+        if pending is None:
+            shard = self.root.shard_of(session_id)
+            epoch = self.committer.epoch_of(shard)
+            # The load is a task of its own, never the first caller's: a caller cancelled while
+            # it runs (a client's deadline, a dropped connection) leaves it to the others waiting
+            # for it, and its file is opened once, not opened and dropped at each cancelled try.
+            pending = asyncio.ensure_future(self._load(session_id, entry, shard, epoch))
+            pending.add_done_callback(_retrieved)
+            self._loading[session_id] = pending
+        return await asyncio.shield(pending)
+
+    async def _load(self, session_id: str, entry: IndexEntry, shard: int, epoch: int) -> OpenSession:
+        """Load a session's file into an open state (:meth:`open_session`'s task; the same errors)."""
         try:
             shard_dir = self.root.shard_dir(shard)
             path = self.root.sessions_folder(shard) / entry.name
@@ -533,16 +540,9 @@ class SessionLedger:
             self._sessions[session_id] = state
             self.cache.close_idle()
             self.index.repairs.repaired(session_id)
-            future.set_result(state)
             return state
         except SessionUnavailableError as exc:
             self.index.repairs.failed(session_id, str(exc))
-            future.set_exception(exc)
-            future.exception()
-            raise
-        except BaseException as exc:
-            future.set_exception(exc)
-            future.exception()  # mark retrieved: waiters re-raise it themselves
             raise
         finally:
             del self._loading[session_id]
@@ -932,6 +932,13 @@ class SessionLedger:
         if self._group is not None:
             self._group.close()
         self._executor.shutdown(wait=True)
+
+
+def _retrieved(load: asyncio.Future[OpenSession]) -> None:
+    """Mark a finished load's error retrieved: each waiter raises it itself, and one no caller
+    waits for any longer (all cancelled) is not reported as never retrieved."""
+    if not load.cancelled():
+        load.exception()
 
 
 def check_queue_fits(records: RequestRecords, max_queued_records: int) -> None:

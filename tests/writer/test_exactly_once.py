@@ -186,3 +186,69 @@ def test_a_retry_after_the_first_attempt_was_cancelled_gets_the_first_answer(dat
     sid, seqs, retried = asyncio.run(scenario())
     assert retried == seqs
     assert sum(1 for r in lines_of(data_dir, sid) if r["payload"].get("content") == "once") == 1
+
+
+def test_a_caller_cancelled_while_a_session_loads_leaves_the_load_to_the_others(
+    data_dir, monkeypatch
+) -> None:
+    """Two appends wait for one session's file to be loaded (a writer just started, a session
+    reopened): the caller that began the load is cancelled (a client's deadline, a dropped
+    connection). The load goes on for the other, whose append lands; it is read once, and its
+    file is left open once (the cancelled caller's load was thrown away, its file descriptor
+    leaked, and the other caller got CancelledError)."""
+    import asyncio
+    import os
+
+    from shared.session_meta import SessionSpec
+    from shared.wire import append_payloads
+    from writer_service import sessions
+    from writer_service.sessions import SessionLedger, WriterConfig
+
+    started = threading.Event()
+    release = threading.Event()
+    loads: list[bool] = []
+    load_session = sessions.load_session
+
+    def held(*args, quick=False, **kwargs):  # the I/O thread's load waits until the test lets it
+        if quick:
+            return None  # no quick reopen: the load goes to an I/O thread
+        loads.append(True)
+        started.set()
+        release.wait(timeout=600)
+        return load_session(*args, **kwargs)
+
+    def descriptors_of(path) -> int:
+        count = 0
+        for name in os.listdir("/proc/self/fd"):
+            try:
+                count += os.readlink(f"/proc/self/fd/{name}") == str(path)
+            except OSError:
+                continue
+        return count
+
+    async def scenario() -> tuple[list[int], int, bool]:
+        ledger = SessionLedger(WriterConfig(data_dir=data_dir))
+        sid, _ = await ledger.create_session(SessionSpec())
+        await ledger.close()
+        monkeypatch.setattr(sessions, "load_session", held)
+        ledger = SessionLedger(WriterConfig(data_dir=data_dir))
+        try:
+            first = asyncio.ensure_future(ledger.append(sid, [append_payloads(user("first"), 0)]))
+            await asyncio.to_thread(started.wait, 600)
+            second = asyncio.ensure_future(ledger.append(sid, [append_payloads(user("second"), 0)]))
+            await asyncio.sleep(0)  # the second append waits for the same load
+            first.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await first
+            release.set()
+            seqs, _ = await second
+            return seqs, descriptors_of(session_file(data_dir, sid)), sid in ledger._sessions
+        finally:
+            release.set()
+            await ledger.close()
+
+    seqs, descriptors, open_now = asyncio.run(scenario())
+    assert seqs == [1]
+    assert open_now
+    assert descriptors == 1
+    assert loads == [True]
