@@ -276,13 +276,13 @@ writer_pb2_grpc.RolloutWriterStub(grpc.insecure_channel(address)).Append(request
 """
 
 
-def _stopped(pid: int) -> bool:
+def stopped_by_signal(pid: int) -> bool:
     """Whether process ``pid`` is stopped by a signal (state T in /proc/<pid>/stat)."""
     stat = Path(f"/proc/{pid}/stat").read_text()
     return stat[stat.rindex(")") + 2] == "T"
 
 
-def _wait_until(condition, what: str, seconds: float = 120.0) -> None:
+def wait_until(condition, what: str, seconds: float = 120.0) -> None:
     """Wait (polling) until ``condition()``; fail naming ``what`` after a generous bound."""
     deadline = time.monotonic() + seconds
     while not condition():
@@ -311,7 +311,7 @@ def test_a_request_of_a_client_killed_mid_durability_is_answered_once_to_another
             stub.Append(writer_pb2.AppendRequest(session_id=sid, records=[user("before")]))
             client = launch([sys.executable, "-c", _ONE_APPEND, address, sid, "killed-1", marker], cwd=REPO)
             try:
-                _wait_until(lambda: _stopped(writer.process.pid), "the writer stopped in the round")
+                wait_until(lambda: stopped_by_signal(writer.process.pid), "the writer stopped in the round")
             finally:
                 reap(client)  # SIGKILL: the client goes with its call in flight
             if writer_killed:
