@@ -835,6 +835,15 @@ class SessionLedger:
             cause,
         )
         self._deleting.add(session_id)  # from here on, opening the session is refused
+        # The removal is a task of its own: a caller cancelled meanwhile (a client's deadline, a
+        # dropped connection) leaves it to finish, never a file removed under a session the index
+        # still holds open (an append then acknowledged into the removed file).
+        removal = asyncio.ensure_future(self._remove(session_id, entry, deletion))
+        removal.add_done_callback(_retrieved)
+        return await asyncio.shield(removal)
+
+    async def _remove(self, session_id: str, entry: IndexEntry, deletion: Deletion) -> DeleteResult:
+        """:meth:`delete`'s removal of a session marked deleting (its task; the same errors)."""
         marked: OpenSession | None = None
         try:
             loading = self._loading.get(session_id)
@@ -861,8 +870,8 @@ class SessionLedger:
             self._deleting.discard(session_id)
             if marked is not None:
                 marked.busy = ""
-        metrics.DELETED_SESSIONS.labels(cause).inc()
-        log.info("deleted %s (%s, by %s)", session_id, cause, deletion.deleted_by)
+        metrics.DELETED_SESSIONS.labels(deletion.cause).inc()
+        log.info("deleted %s (%s, by %s)", session_id, deletion.cause, deletion.deleted_by)
         return DeleteResult(session_id, deletion.deleted_at)
 
     def _tenant_for_deletion(self, session_id: str, entry: IndexEntry) -> str:
@@ -934,11 +943,11 @@ class SessionLedger:
         self._executor.shutdown(wait=True)
 
 
-def _retrieved(load: asyncio.Future[OpenSession]) -> None:
-    """Mark a finished load's error retrieved: each waiter raises it itself, and one no caller
-    waits for any longer (all cancelled) is not reported as never retrieved."""
-    if not load.cancelled():
-        load.exception()
+def _retrieved(work: asyncio.Future[Any]) -> None:
+    """Mark the error of a finished load or removal retrieved: each waiter raises it itself, and
+    one no caller waits for any longer (all cancelled) is not reported as never retrieved."""
+    if not work.cancelled():
+        work.exception()
 
 
 def check_queue_fits(records: RequestRecords, max_queued_records: int) -> None:
