@@ -499,12 +499,19 @@ class SessionLedger:
         if session_id in self._deleting:
             raise SessionBusyError("a Delete of this session is in progress; retry when it ends")
         pending = self._loading.get(session_id)
-        if pending is not None:
-            return await asyncio.shield(pending)
-        shard = self.root.shard_of(session_id)
-        epoch = self.committer.epoch_of(shard)
-        future: asyncio.Future[OpenSession] = asyncio.get_running_loop().create_future()
-        self._loading[session_id] = future
+        if pending is None:
+            shard = self.root.shard_of(session_id)
+            epoch = self.committer.epoch_of(shard)
+            # The load is a task of its own, never the first caller's: a caller cancelled while
+            # it runs (a client's deadline, a dropped connection) leaves it to the others waiting
+            # for it, and its file is opened once, not opened and dropped at each cancelled try.
+            pending = asyncio.ensure_future(self._load(session_id, entry, shard, epoch))
+            pending.add_done_callback(_retrieved)
+            self._loading[session_id] = pending
+        return await asyncio.shield(pending)
+
+    async def _load(self, session_id: str, entry: IndexEntry, shard: int, epoch: int) -> OpenSession:
+        """Load a session's file into an open state (:meth:`open_session`'s task; the same errors)."""
         try:
             shard_dir = self.root.shard_dir(shard)
             path = self.root.sessions_folder(shard) / entry.name
@@ -533,16 +540,9 @@ class SessionLedger:
             self._sessions[session_id] = state
             self.cache.close_idle()
             self.index.repairs.repaired(session_id)
-            future.set_result(state)
             return state
         except SessionUnavailableError as exc:
             self.index.repairs.failed(session_id, str(exc))
-            future.set_exception(exc)
-            future.exception()
-            raise
-        except BaseException as exc:
-            future.set_exception(exc)
-            future.exception()  # mark retrieved: waiters re-raise it themselves
             raise
         finally:
             del self._loading[session_id]
@@ -835,6 +835,15 @@ class SessionLedger:
             cause,
         )
         self._deleting.add(session_id)  # from here on, opening the session is refused
+        # The removal is a task of its own: a caller cancelled meanwhile (a client's deadline, a
+        # dropped connection) leaves it to finish, never a file removed under a session the index
+        # still holds open (an append then acknowledged into the removed file).
+        removal = asyncio.ensure_future(self._remove(session_id, entry, deletion))
+        removal.add_done_callback(_retrieved)
+        return await asyncio.shield(removal)
+
+    async def _remove(self, session_id: str, entry: IndexEntry, deletion: Deletion) -> DeleteResult:
+        """:meth:`delete`'s removal of a session marked deleting (its task; the same errors)."""
         marked: OpenSession | None = None
         try:
             loading = self._loading.get(session_id)
@@ -861,8 +870,8 @@ class SessionLedger:
             self._deleting.discard(session_id)
             if marked is not None:
                 marked.busy = ""
-        metrics.DELETED_SESSIONS.labels(cause).inc()
-        log.info("deleted %s (%s, by %s)", session_id, cause, deletion.deleted_by)
+        metrics.DELETED_SESSIONS.labels(deletion.cause).inc()
+        log.info("deleted %s (%s, by %s)", session_id, deletion.cause, deletion.deleted_by)
         return DeleteResult(session_id, deletion.deleted_at)
 
     def _tenant_for_deletion(self, session_id: str, entry: IndexEntry) -> str:
@@ -932,6 +941,13 @@ class SessionLedger:
         if self._group is not None:
             self._group.close()
         self._executor.shutdown(wait=True)
+
+
+def _retrieved(work: asyncio.Future[Any]) -> None:
+    """Mark the error of a finished load or removal retrieved: each waiter raises it itself, and
+    one no caller waits for any longer (all cancelled) is not reported as never retrieved."""
+    if not work.cancelled():
+        work.exception()
 
 
 def check_queue_fits(records: RequestRecords, max_queued_records: int) -> None:

@@ -170,3 +170,64 @@ def test_one_object_popped_from_two_threads_never_returns_an_item_twice(client, 
     assert [first["content"]] == ["item 4"]
     assert sorted(item["content"] for item in popped) == ["item 2", "item 3"]
     assert asyncio.run(ledger.get_items()) == _items("item", 2)
+
+
+def test_adds_pops_and_clears_cancelled_at_random_points_leave_a_known_history(
+    writer_process, reader_process
+) -> None:
+    """120 adds, pops and clears of one object, each cancelled after a random number of event-loop
+    steps (or left to finish), each followed by a read: a finished call is in the history; a
+    cancelled one is there whole or not at all once its CancelledError is raised, and nothing
+    lands after it (every later read agrees with what the earlier ones showed); a pop returns the
+    last item; a fresh object reads the same history."""
+    import random
+
+    draw = random.Random(22)
+
+    async def step(call: Any) -> tuple[bool, Any]:
+        task = asyncio.ensure_future(call)
+        for _ in range(draw.randrange(0, 60)):
+            await asyncio.sleep(0)
+        cancelled = draw.random() < 0.7 and task.cancel()
+        try:
+            return False, await task
+        except asyncio.CancelledError:
+            assert cancelled
+            return True, None
+
+    async def run(client: RolloutClient) -> tuple[list[Any], list[Any], dict[str, int]]:
+        ledger = LedgerSession("cancelled-at-random", client=client)
+        held: list[Any] = []
+        counts: dict[str, int] = {}
+        for number in range(120):
+            kind = draw.choice(["add", "add", "pop", "pop", "clear"] if number % 20 == 19 else ["add", "pop"])
+            if kind == "add":
+                items = _items(f"item {number}", draw.randint(1, 3))
+                cancelled, _ = await step(ledger.add_items(items))
+                after = await ledger.get_items()
+                landed = after == held + items
+                assert landed or (cancelled and after == held)
+                held = after
+            elif kind == "pop":
+                cancelled, popped = await step(ledger.pop_item())
+                after = await ledger.get_items()
+                landed = bool(held) and after == held[:-1]
+                assert landed or after == held
+                if not cancelled:
+                    assert popped == (held[-1] if held else None)
+                    assert landed or not held
+                held = after
+            else:
+                cancelled, _ = await step(ledger.clear_session())
+                after = await ledger.get_items()
+                landed = after == []
+                assert landed or (cancelled and after == held)
+                held = after
+            key = f"{kind} {'cancelled' if cancelled else 'finished'} {'landed' if landed else 'not written'}"
+            counts[key] = counts.get(key, 0) + 1
+        return held, await LedgerSession("cancelled-at-random", client=client).get_items(), counts
+
+    with RolloutClient(writer_process.address, reader_process.address, retry=TEST_RETRY) as client:
+        held, fresh, counts = asyncio.run(run(client))
+    assert fresh == held
+    assert counts.get("add cancelled landed", 0) > 0  # cancellations met calls under way

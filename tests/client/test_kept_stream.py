@@ -6,6 +6,8 @@ a run of pops makes."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import warnings
 from collections import Counter
 from collections.abc import Iterator
@@ -16,10 +18,14 @@ import grpc
 import pytest
 
 from rollout.v1 import writer_pb2
-from rollout_client import CHANNEL_OPTIONS, FailedPreconditionError, RolloutClient
+from rollout_client import CHANNEL_OPTIONS, FailedPreconditionError, RetryPolicy, RolloutClient
 from rollout_client.agents import LedgerSession
 from tests.client.conftest import TEST_RETRY
 from tests.client.test_exactly_once import APPEND, WriterProxy, file_records
+from tests.ports import free_port
+from tests.processes import start_service
+from tests.writer.test_exactly_once import stopped_by_signal, wait_until
+from writer_service.committer import STOP_BEFORE_SYNC_ENV
 
 APPEND_STREAM = "/rollout.v1.RolloutWriter/AppendStream"
 
@@ -217,3 +223,64 @@ def test_a_loop_whose_async_generators_were_shut_down_keeps_a_stream_without_a_w
     finally:
         loop.close()
     assert items == [{"role": "user", "content": f"run {run}"} for run in range(3)]
+
+
+@pytest.mark.parametrize("then", ["attempt-times-out", "writer-killed"])
+def test_a_stream_request_whose_round_stalls_is_settled_once(
+    data_dir, tmp_path, reader_process, then
+) -> None:
+    """An add sent on the kept stream whose lines stall between the round's write and its sync (the
+    writer stops itself: the committer's test hook). Either the stream attempt's timeout passes
+    and the unary path sends the same request (then the writer resumes), or the writer is killed
+    and restarted at the same address with the request in flight: the add returns once, the item
+    is in the history and the file once, and the object goes on adding and popping."""
+    address = f"127.0.0.1:{free_port()}"
+    marker = f"stalled-on-the-stream-{then}"
+    writer = start_service(
+        "writer", data_dir, tmp_path / "writer.log", address=address, env={STOP_BEFORE_SYNC_ENV: marker}
+    )
+    calls: Counter[str] = Counter()
+
+    def opener(_service: str, target: str) -> grpc.aio.Channel:
+        return grpc.aio.insecure_channel(
+            target, options=CHANNEL_OPTIONS, interceptors=[_CountingUnary(calls)]
+        )
+
+    retry = RetryPolicy(deadline=300.0, initial_backoff=0.02, max_backoff=0.5, attempt_timeout=2.0)
+
+    async def run(client: RolloutClient) -> tuple[str, list[Any], Any]:
+        nonlocal writer
+        ledger = LedgerSession("stalled", client=client)
+        await ledger.add_items([{"role": "user", "content": "one"}])
+        unary_before = calls[APPEND]
+        adding = asyncio.ensure_future(ledger.add_items([{"role": "user", "content": marker}]))
+        await asyncio.to_thread(
+            wait_until, lambda: stopped_by_signal(writer.process.pid), "the writer stopped in the round"
+        )
+        if then == "attempt-times-out":
+            await asyncio.to_thread(
+                wait_until, lambda: calls[APPEND] > unary_before, "the unary path sent it"
+            )
+            os.kill(writer.process.pid, signal.SIGCONT)
+        else:
+            await asyncio.to_thread(writer.stop, signal.SIGKILL)
+            writer = await asyncio.to_thread(
+                start_service, "writer", data_dir, tmp_path / "writer-2.log", address=address
+            )
+        await adding
+        await ledger.add_items([{"role": "user", "content": "three"}])
+        popped = await ledger.pop_item()
+        assert ledger._attached is not None
+        return ledger._attached.session.id, await ledger.get_items(), popped
+
+    try:
+        with RolloutClient(address, reader_process.address, retry=retry, channels=opener) as client:
+            session_id, items, popped = asyncio.run(run(client))
+    finally:
+        writer.stop()
+    assert popped == {"role": "user", "content": "three"}
+    assert items == [{"role": "user", "content": "one"}, {"role": "user", "content": marker}]
+    contents = [
+        r["payload"].get("content") for r in file_records(data_dir, session_id) if r["type"] == "message"
+    ]
+    assert contents == ["one", marker, "three"]

@@ -552,3 +552,54 @@ def test_an_append_reading_back_when_a_delete_begins_is_aborted_then_not_found(
             await ledger.close()
 
     asyncio.run(scenario())
+
+
+def test_a_delete_whose_caller_is_cancelled_while_the_file_goes_is_finished(tmp_path, monkeypatch) -> None:
+    """A Delete whose caller is cancelled (a client's deadline, a dropped connection) while the
+    session's file is being removed on an I/O thread is finished all the same: the session leaves
+    the writer's index, an append to it is NOT_FOUND and a second Delete answers already_deleted.
+    (The cancelled caller left the session indexed and open over its removed file: an append was
+    acknowledged into the removed file, lost.)"""
+    from shared.wire import append_payloads
+    from writer_service.sessions import SessionLedger, WriterConfig
+
+    started = threading.Event()
+    release = threading.Event()
+    removed = threading.Event()
+    remove_session = sessions.remove_session
+
+    def held(*args):  # the removal waits until the test lets it run
+        started.set()
+        release.wait(timeout=600)
+        try:
+            return remove_session(*args)
+        finally:
+            removed.set()
+
+    async def scenario() -> None:
+        data_dir = tmp_path / "data"
+        ledger = SessionLedger(WriterConfig(data_dir=data_dir))
+        try:
+            sid, _ = await ledger.create_session(SessionSpec())
+            await ledger.append(sid, [append_payloads(_user("kept"), 0)])
+            monkeypatch.setattr(sessions, "remove_session", held)
+            deleting = asyncio.ensure_future(ledger.delete(sid))
+            await asyncio.to_thread(started.wait, 600)
+            deleting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await deleting
+            release.set()
+            await asyncio.to_thread(removed.wait, 600)
+            for _ in range(60_000):  # the deletion's own task finishes on the loop
+                if sid not in ledger._deleting:
+                    break
+                await asyncio.sleep(0.01)
+            assert ledger.index.get(sid) is None
+            with pytest.raises(SessionNotFoundError):
+                await ledger.append(sid, [append_payloads(_user("after"), 0)])
+            assert (await ledger.delete(sid)).already_deleted
+        finally:
+            release.set()
+            await ledger.close()
+
+    asyncio.run(scenario())

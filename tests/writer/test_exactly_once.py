@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import sys
 import threading
+import time
+from pathlib import Path
 
 import grpc
 import orjson
@@ -10,8 +15,12 @@ import pytest
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
-from rollout.v1 import records_pb2, writer_pb2
+from rollout.v1 import records_pb2, writer_pb2, writer_pb2_grpc
+from tests.conftest import REPO
 from tests.data_roots import session_file
+from tests.ports import free_port
+from tests.processes import launch, reap, start_service
+from writer_service.committer import STOP_BEFORE_SYNC_ENV
 
 
 def user(text: str) -> writer_pb2.AppendRecord:
@@ -186,3 +195,138 @@ def test_a_retry_after_the_first_attempt_was_cancelled_gets_the_first_answer(dat
     sid, seqs, retried = asyncio.run(scenario())
     assert retried == seqs
     assert sum(1 for r in lines_of(data_dir, sid) if r["payload"].get("content") == "once") == 1
+
+
+def test_a_caller_cancelled_while_a_session_loads_leaves_the_load_to_the_others(
+    data_dir, monkeypatch
+) -> None:
+    """Two appends wait for one session's file to be loaded (a writer just started, a session
+    reopened): the caller that began the load is cancelled (a client's deadline, a dropped
+    connection). The load goes on for the other, whose append lands; it is read once, and its
+    file is left open once (the cancelled caller's load was thrown away, its file descriptor
+    leaked, and the other caller got CancelledError)."""
+    import asyncio
+    import os
+
+    from shared.session_meta import SessionSpec
+    from shared.wire import append_payloads
+    from writer_service import sessions
+    from writer_service.sessions import SessionLedger, WriterConfig
+
+    started = threading.Event()
+    release = threading.Event()
+    loads: list[bool] = []
+    load_session = sessions.load_session
+
+    def held(*args, quick=False, **kwargs):  # the I/O thread's load waits until the test lets it
+        if quick:
+            return None  # no quick reopen: the load goes to an I/O thread
+        loads.append(True)
+        started.set()
+        release.wait(timeout=600)
+        return load_session(*args, **kwargs)
+
+    def descriptors_of(path) -> int:
+        count = 0
+        for name in os.listdir("/proc/self/fd"):
+            try:
+                count += os.readlink(f"/proc/self/fd/{name}") == str(path)
+            except OSError:
+                continue
+        return count
+
+    async def scenario() -> tuple[list[int], int, bool]:
+        ledger = SessionLedger(WriterConfig(data_dir=data_dir))
+        sid, _ = await ledger.create_session(SessionSpec())
+        await ledger.close()
+        monkeypatch.setattr(sessions, "load_session", held)
+        ledger = SessionLedger(WriterConfig(data_dir=data_dir))
+        try:
+            first = asyncio.ensure_future(ledger.append(sid, [append_payloads(user("first"), 0)]))
+            await asyncio.to_thread(started.wait, 600)
+            second = asyncio.ensure_future(ledger.append(sid, [append_payloads(user("second"), 0)]))
+            await asyncio.sleep(0)  # the second append waits for the same load
+            first.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await first
+            release.set()
+            seqs, _ = await second
+            return seqs, descriptors_of(session_file(data_dir, sid)), sid in ledger._sessions
+        finally:
+            release.set()
+            await ledger.close()
+
+    seqs, descriptors, open_now = asyncio.run(scenario())
+    assert seqs == [1]
+    assert open_now
+    assert descriptors == 1
+    assert loads == [True]
+
+
+#: A client process that sends one Append (session, request id, text from argv) and waits for it.
+_ONE_APPEND = """
+import sys, grpc
+from rollout.v1 import records_pb2, writer_pb2, writer_pb2_grpc
+address, session_id, request_id, text = sys.argv[1:5]
+record = writer_pb2.AppendRecord(message=records_pb2.ChatMessage(role="user", text=text))
+request = writer_pb2.AppendRequest(
+    session_id=session_id, records=[record], request_id=request_id, request_since_seq=2
+)
+writer_pb2_grpc.RolloutWriterStub(grpc.insecure_channel(address)).Append(request, timeout=600)
+"""
+
+
+def stopped_by_signal(pid: int) -> bool:
+    """Whether process ``pid`` is stopped by a signal (state T in /proc/<pid>/stat)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rindex(")") + 2] == "T"
+
+
+def wait_until(condition, what: str, seconds: float = 120.0) -> None:
+    """Wait (polling) until ``condition()``; fail naming ``what`` after a generous bound."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("writer_killed", [False, True], ids=["writer-kept", "writer-killed-too"])
+def test_a_request_of_a_client_killed_mid_durability_is_answered_once_to_another_process(
+    data_dir, tmp_path, writer_killed
+) -> None:
+    """A client process is killed (SIGKILL) while its Append's lines wait for durability (the
+    writer stops itself between the round's write and its sync: the committer's test hook).
+    Another process sends the same request id: it gets the first answer (seq 2) once the round
+    is durable, from the writer's memory or, when the writer was killed too and restarted, from
+    the file; the record is there once and the next append follows it."""
+    address = f"127.0.0.1:{free_port()}"
+    marker = "durability-of-a-killed-client"
+    writer = start_service(
+        "writer", data_dir, tmp_path / "writer.log", address=address, env={STOP_BEFORE_SYNC_ENV: marker}
+    )
+    try:
+        with grpc.insecure_channel(address) as channel:
+            stub = writer_pb2_grpc.RolloutWriterStub(channel)
+            sid = stub.CreateSession(writer_pb2.CreateSessionRequest()).session_id
+            stub.Append(writer_pb2.AppendRequest(session_id=sid, records=[user("before")]))
+            client = launch([sys.executable, "-c", _ONE_APPEND, address, sid, "killed-1", marker], cwd=REPO)
+            try:
+                wait_until(lambda: stopped_by_signal(writer.process.pid), "the writer stopped in the round")
+            finally:
+                reap(client)  # SIGKILL: the client goes with its call in flight
+            if writer_killed:
+                writer.stop(signal.SIGKILL)
+                writer = start_service("writer", data_dir, tmp_path / "writer-2.log", address=address)
+            else:
+                os.kill(writer.process.pid, signal.SIGCONT)
+            retry = writer_pb2.AppendRequest(
+                session_id=sid, records=[user(marker)], request_id="killed-1", request_since_seq=2
+            )
+            first = stub.Append(retry, timeout=120, wait_for_ready=True)
+            again = stub.Append(retry, timeout=120)
+            after = stub.Append(writer_pb2.AppendRequest(session_id=sid, records=[user("after")]))
+    finally:
+        writer.stop()
+    assert list(first.seqs) == list(again.seqs) == [2]
+    assert list(after.seqs) == [3]
+    assert [r["payload"].get("content") for r in lines_of(data_dir, sid)[1:]] == ["before", marker, "after"]
