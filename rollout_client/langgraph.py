@@ -382,23 +382,24 @@ class LedgerSaver(BaseCheckpointSaver[str]):
 
     # -- threads ---------------------------------------------------------------------------
 
-    async def _attach(self, thread_id: str, create: bool) -> _Thread | None:
-        """The state of thread ``thread_id`` (its session created when ``create``), or None.
-        One attach at a time per saver (LangGraph sends a step's writes and its checkpoint
-        at once): a new thread is created once."""
+    async def _attach(self, thread_id: str, create: bool) -> tuple[_Thread | None, bool | None]:
+        """The state of thread ``thread_id`` (its session created when ``create``), or None; and
+        whether this call read it whole and found the session there (None: it read nothing, the
+        state was held already or is new). One attach at a time per saver (LangGraph sends a
+        step's writes and its checkpoint at once): a new thread is created once."""
         thread = self._threads.get(thread_id)
         if thread is not None:
-            return thread
+            return thread, None
         if self._attaching is None:
             self._attaching = asyncio.Lock()
         async with self._attaching:
             thread = self._threads.get(thread_id)
             if thread is not None:
-                return thread
+                return thread, None
             session_id, found = await self._core.resolve_session(thread_id, tenant=self._tenant)
             if not found:
                 if not create:
-                    return None
+                    return None, None
                 try:
                     created = await self._core.create_session(
                         THREAD_AGENT, root=True, session_key=thread_id, tenant=self._tenant
@@ -408,11 +409,11 @@ class LedgerSaver(BaseCheckpointSaver[str]):
                     await self._writer_knows(session_id)
                 else:  # new: nothing to read but its session_meta (seq 0)
                     thread = self._threads[thread_id] = _kept(created, created.next_seq or 1)
-                    return thread
+                    return thread, None
             thread = _kept(self._core.session(session_id))
-            await self._refresh(thread)  # read whole, once
+            there = await self._refresh(thread)  # read whole, once
             self._threads[thread_id] = thread
-            return thread
+            return thread, there
 
     async def _writer_knows(self, session_id: str) -> None:
         """Wait (the client's backoff, within its deadline) while the writer answers NOT_FOUND for
@@ -428,9 +429,14 @@ class LedgerSaver(BaseCheckpointSaver[str]):
                     raise
 
     async def _current(self, thread_id: str, create: bool = False) -> _Thread | None:
-        """:meth:`_attach`, then extended with the records other writers appended since."""
-        thread = await self._attach(thread_id, create)
-        if thread is not None and not await self._refresh(thread):
+        """:meth:`_attach`, then extended with the records other writers appended since (unless
+        the attach has just read it whole: one next-seq probe per read)."""
+        thread, there = await self._attach(thread_id, create)
+        if thread is None:
+            return None
+        if there is None:
+            there = await self._refresh(thread)
+        if not there:
             if self._threads.get(thread_id) is thread:
                 del self._threads[thread_id]
             return None  # deleted (by another saver) since this one read it
@@ -544,7 +550,7 @@ class LedgerSaver(BaseCheckpointSaver[str]):
         configurable = config["configurable"]
         thread_id = str(configurable["thread_id"])
         ns = str(configurable.get("checkpoint_ns", ""))
-        thread = await self._attach(thread_id, create=True)
+        thread, _ = await self._attach(thread_id, create=True)
         assert thread is not None
         saved: dict[str, Any] = dict(checkpoint)
         values: dict[str, Any] = saved.pop("channel_values", {})
@@ -598,7 +604,7 @@ class LedgerSaver(BaseCheckpointSaver[str]):
         thread_id = str(configurable["thread_id"])
         ns = str(configurable.get("checkpoint_ns", ""))
         checkpoint_id = str(configurable["checkpoint_id"])
-        thread = await self._attach(thread_id, create=True)
+        thread, _ = await self._attach(thread_id, create=True)
         assert thread is not None
         held = thread.writes.get((ns, checkpoint_id), {})
         records = []
@@ -784,15 +790,20 @@ class LedgerSaver(BaseCheckpointSaver[str]):
             return
         tenant = recorded_tenant(self._tenant)
         attached = {thread.session.id for thread in self._threads.values()}
+        read_now: set[str] = set()  # threads read whole just now: no second probe
         async for page in self._core.list_sessions(agent_name=THREAD_AGENT, tenant=self._tenant):
             for summary in page.sessions:
                 if summary.session_id in attached or summary.tenant != tenant:
                     continue
                 listed = _kept(self._core.session(summary.session_id))
-                if await self._refresh(listed) and listed.key:
-                    self._threads.setdefault(listed.key, listed)
+                if (
+                    await self._refresh(listed)
+                    and listed.key
+                    and self._threads.setdefault(listed.key, listed) is listed
+                ):
+                    read_now.add(listed.key)
         for thread_id in list(self._threads):
-            thread = await self._current(thread_id)
+            thread = self._threads.get(thread_id) if thread_id in read_now else await self._current(thread_id)
             if thread is None:
                 continue
             removed = []

@@ -77,6 +77,42 @@ def test_steps_go_over_one_kept_stream_per_thread(writer_process, reader_process
     assert sent[APPEND] == 0
 
 
+RESOLVE = "/rollout.v1.RolloutReader/ResolveSession"
+
+
+@pytest.mark.parametrize("read", ["get_tuple", "list"])
+def test_a_threads_first_read_probes_its_next_seq_once(client, writer_process, reader_process, read) -> None:
+    """A saver that never saw the thread reads it: one ResolveSession and one next-seq probe (a
+    unary Append that writes nothing), as every later read; the attach's whole read is that
+    read's probe, not one more."""
+    _steps(LedgerSaver(client), f"first-{read}", 2)
+    calls: Counter[str] = Counter()
+
+    def opener(_service: str, address: str) -> grpc.aio.Channel:
+        interceptors = [_CountingUnary(calls), _CountingStreams(calls)]
+        return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS, interceptors=interceptors)
+
+    config: Any = {"configurable": {"thread_id": f"first-{read}", "checkpoint_ns": ""}}
+    with RolloutClient(
+        writer_process.address, reader_process.address, retry=TEST_RETRY, channels=opener
+    ) as counted:
+        saver = LedgerSaver(counted)
+        found = [saver.get_tuple(config)] if read == "get_tuple" else list(saver.list(config))
+        first = calls.copy()
+        again = [saver.get_tuple(config)] if read == "get_tuple" else list(saver.list(config))
+    assert found[0] is not None
+    assert [message.content for message in found[0].checkpoint["channel_values"]["messages"]] == [
+        "hello",
+        "answer 1",
+        "answer 2",
+    ]
+    assert again == found
+    assert first[RESOLVE] == 1
+    assert first[APPEND] == 1
+    assert calls[RESOLVE] == 1
+    assert calls[APPEND] == 2
+
+
 @pytest.fixture
 def losing_proxy(data_dir: Path) -> Iterator[StreamLosingProxy]:
     running = StreamLosingProxy(data_dir)
