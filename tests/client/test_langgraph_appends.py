@@ -80,6 +80,47 @@ def test_steps_go_over_one_kept_stream_per_thread(writer_process, reader_process
 RESOLVE = "/rollout.v1.RolloutReader/ResolveSession"
 
 
+def test_the_state_a_saver_keeps_of_its_own_appends_is_the_state_its_records_give(client) -> None:
+    """The saver holds what it appended from the values it serialized, not by decoding the records
+    it sent: every checkpoint (all channels: a list as a delta, a whole value, one emptied), its
+    metadata, parent and pending writes (special ones too) read the same from it as from a new
+    saver that reads the records; and its next step still extends the ledger view."""
+    saver = LedgerSaver(client)
+    config = _steps(saver, "own", 2)
+    saver.put_writes(config, [("count", 3), ("__interrupt__", {"why": "ask"})], "task-x", "path-x")  # type: ignore[arg-type]
+    head = saver.get_tuple(config)
+    assert head is not None
+    messages = head.checkpoint["channel_values"]["messages"]
+    version = saver.get_next_version(head.checkpoint["channel_versions"]["messages"], None)
+    versions = {"messages": version, "count": version, "scratch": version}
+    checkpoint = Checkpoint(
+        v=1,
+        id=str(uuid6(clock_seq=-1)),
+        ts=datetime.now(UTC).isoformat(),
+        channel_values={"messages": [*messages, AIMessage("more", id="own-more")], "count": 3},
+        channel_versions=versions,
+        versions_seen={"agent": {"messages": version}},
+        updated_channels=["messages", "count", "scratch"],
+    )
+    last = saver.put(config, checkpoint, {"source": "loop", "step": 3}, versions)  # type: ignore[arg-type]
+    thread: Any = {"configurable": {"thread_id": "own"}}
+    kept = list(saver.list(thread))
+    read = list(LedgerSaver(client).list(thread))
+    assert len(kept) == 4
+    assert kept == read
+    assert kept[0].config == last
+    assert kept[0].checkpoint["channel_values"]["count"] == 3
+    assert "scratch" not in kept[0].checkpoint["channel_values"]
+    assert {(task, channel) for task, channel, _ in kept[1].pending_writes} >= {
+        ("task-x", "count"),
+        ("task-x", "__interrupt__"),
+    }
+    shown = [
+        message["content"] for message in client.session(client.resolve_session("own")[0]).replay().messages
+    ]
+    assert shown == ["hello", "answer 1", "answer 2", "more"]
+
+
 @pytest.mark.parametrize("read", ["get_tuple", "list"])
 def test_a_threads_first_read_probes_its_next_seq_once(client, writer_process, reader_process, read) -> None:
     """A saver that never saw the thread reads it: one ResolveSession and one next-seq probe (a
