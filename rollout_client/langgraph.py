@@ -22,6 +22,10 @@ the sync methods from other threads while that loop runs, as LangGraph's async s
   call). ``put`` and ``put_writes`` still return only once their record is durable, each written
   exactly once as over a unary Append (an answer the stream loses is settled by the unary path
   with the same request id). A stream ends when its loop shuts down or the thread's state goes.
+  One request at a time per thread: the calls made while one is in flight (LangGraph's loop
+  sends a step's ``put_writes`` and ``put`` in the background, and with ``durability="async"``
+  the next step's before those are done) go together in the next request, one round trip for
+  all, each returning once it is durable (a request refused whole is sent again call by call).
 * **only what changed is written**: a channel value is stored once per new version; a list
   value whose items start with the items of the version this saver last stored or read for
   that channel (compared by identity: LangGraph's reducers, ``add_messages`` among them, build
@@ -87,7 +91,12 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from rollout_client._aio import AsyncRolloutClient
 from rollout_client._appends import Attempts
-from rollout_client._errors import AlreadyExistsError, NotFoundError
+from rollout_client._errors import (
+    AlreadyExistsError,
+    InvalidArgumentError,
+    NotFoundError,
+    ResourceExhaustedError,
+)
 from rollout_client._records import Compaction, EncodedMessage, Event, Record, message_json
 from rollout_client._session import AsyncSession
 from rollout_client._sync import RolloutClient
@@ -161,6 +170,20 @@ _NamedBlob = tuple[str, str, _Blob, bool]
 _Pending = Mapping[str, Any] | Callable[[], None] | None
 
 
+#: The most calls one request of a thread carries (the rest wait for the next one).
+REQUEST_CALLS = 32
+
+
+@dataclass(slots=True)
+class _Outgoing:
+    """The records of one ``put``, ``put_writes`` or removal, waiting for its thread's next
+    request; ``change`` is what they do to the saver's state, taken once they are durable."""
+
+    records: tuple[Record, ...]
+    change: _Pending
+    done: asyncio.Future[None]
+
+
 @dataclass
 class _Thread:
     """The saver's state of one thread's session: what its records up to ``next_seq`` say."""
@@ -178,6 +201,81 @@ class _Thread:
     view_version: str | None = None  # the messages version the ledger view shows
     key: str = ""  # the thread id (its session_meta's session_key), once read
     lock: asyncio.Lock | None = None
+    sending: bool = False  # a request of this thread is in flight
+    outgoing: list[_Outgoing] = field(default_factory=list)  # calls waiting for the next request
+    sender: asyncio.Task[None] | None = None  # sends the waiting calls once the request ends
+
+    async def append(self, change: _Pending, *records: Record) -> None:
+        """Append ``records`` (the first an event: one line) to the thread's session and take
+        ``change`` at their seq; return once they are durable, with the append's errors.
+
+        One request at a time per thread: a call made while one is in flight waits, and all the
+        calls that waited go together in the next request (atomic: one round trip, one group
+        commit), each returning once that request is durable. LangGraph's loop sends a step's
+        ``put_writes`` and ``put`` in the background, and with ``durability="async"`` the next
+        step's before those are done: such calls share a round trip instead of queuing one by
+        one. A request the writer refuses as a whole (InvalidArgumentError,
+        ResourceExhaustedError: nothing written) is sent again call by call, so that each call
+        gets its own outcome."""
+        outgoing = _Outgoing(records, change, asyncio.get_running_loop().create_future())
+        self.outgoing.append(outgoing)
+        if self.sending:
+            await outgoing.done  # sent with the calls waiting with it, once the request in flight ends
+            return
+        self.sending = True  # this call sends its own request (with nothing else: none is waiting)
+        try:
+            await self._send(self._take())
+        finally:
+            if self.outgoing:
+                self.sender = asyncio.get_running_loop().create_task(self._send_waiting())
+            else:
+                self.sending = False
+        await outgoing.done
+
+    def _take(self) -> list[_Outgoing]:
+        """The waiting calls the next request carries (those whose caller stopped waiting: none)."""
+        taken = [outgoing for outgoing in self.outgoing[:REQUEST_CALLS] if not outgoing.done.done()]
+        del self.outgoing[:REQUEST_CALLS]
+        return taken
+
+    async def _send_waiting(self) -> None:
+        """Send the calls that waited, a request at a time, until none waits."""
+        try:
+            while self.outgoing:
+                await self._send(self._take())
+        finally:
+            left, self.outgoing = self.outgoing, []  # only when this task was cancelled
+            for call in left:
+                _settle(call, asyncio.CancelledError())
+            self.sending = False
+            self.sender = None
+
+    async def _send(self, calls: list[_Outgoing]) -> None:
+        """Send ``calls`` as one request; settle each call's ``done`` with the outcome."""
+        if not calls:
+            return
+        try:
+            result = await self.session.append(*(record for call in calls for record in call.records))
+        except (InvalidArgumentError, ResourceExhaustedError, TypeError, ValueError) as refused:
+            if len(calls) == 1:
+                _settle(calls[0], refused)
+                return
+            for call in calls:  # nothing was written: each on its own, for its own outcome
+                await self._send([call])
+            return
+        except BaseException as failed:
+            for call in calls:
+                _settle(call, failed)
+            if not isinstance(failed, Exception):
+                raise
+            return
+        position = 0
+        for call in calls:
+            first = result.seqs[position]
+            position += len(call.records)
+            end = result.seqs[position] if position < len(result.seqs) else result.next_seq
+            self.landed((first,), end, call.change)
+            _settle(call, None)
 
     def landed(self, seqs: Sequence[int], next_seq: int, event: _Pending) -> None:
         """Take an append of ours: ``event`` (a record dict, or its change to the state) at
@@ -267,6 +365,19 @@ class _Thread:
             if write.idx >= 0 and (write.task_id, write.idx) in held:
                 continue
             held[(write.task_id, write.idx)] = write
+
+
+def _settle(call: _Outgoing, failed: BaseException | None) -> None:
+    """End a call's wait: its request was durable (``failed`` None) or failed (cancelled: the
+    call is cancelled too). Nothing for a call whose caller stopped waiting."""
+    if call.done.done():
+        return
+    if failed is None:
+        call.done.set_result(None)
+    elif isinstance(failed, asyncio.CancelledError):
+        call.done.cancel()
+    else:
+        call.done.set_exception(failed)
 
 
 def _kept(session: AsyncSession, next_seq: int = 0) -> _Thread:
@@ -624,11 +735,10 @@ class LedgerSaver(BaseCheckpointSaver[str]):
         if parent:
             body["parent"] = parent
         stored = _Stored(typed_checkpoint, typed_metadata, parent or None, versions)
-        result = await thread.session.append(Event(LANGGRAPH_CHECKPOINT_EVENT, body), *view)
-        thread.landed(
-            result.seqs,
-            result.next_seq,
+        await thread.append(
             functools.partial(thread.take_checkpoint, ns, str(checkpoint["id"]), stored, held_blobs),
+            Event(LANGGRAPH_CHECKPOINT_EVENT, body),
+            *view,
         )
         for channel, (version, held) in lists.items():
             kept = thread.blobs.get((ns, channel, version))
@@ -673,9 +783,9 @@ class LedgerSaver(BaseCheckpointSaver[str]):
             "task_path": task_path,
             "writes": records,
         }
-        result = await thread.session.append(Event(LANGGRAPH_WRITES_EVENT, body))
-        thread.landed(
-            result.seqs, result.next_seq, functools.partial(thread.take_writes, ns, checkpoint_id, taken)
+        await thread.append(
+            functools.partial(thread.take_writes, ns, checkpoint_id, taken),
+            Event(LANGGRAPH_WRITES_EVENT, body),
         )
 
     # -- reads -----------------------------------------------------------------------------
@@ -817,9 +927,8 @@ class LedgerSaver(BaseCheckpointSaver[str]):
         if not removed:
             return
         body = {"checkpoints": removed}
-        result = await thread.session.append(Event(LANGGRAPH_REMOVED_EVENT, body))
-        event = {"kind": LANGGRAPH_REMOVED_EVENT, "body": body}
-        thread.landed(result.seqs, result.next_seq, {"type": RecordType.EVENT, "payload": event})
+        event = {"type": RecordType.EVENT, "payload": {"kind": LANGGRAPH_REMOVED_EVENT, "body": body}}
+        await thread.append(event, Event(LANGGRAPH_REMOVED_EVENT, body))
 
     async def _prune(self, thread_ids: Sequence[str], strategy: str) -> None:
         if strategy not in ("keep_latest", "delete"):

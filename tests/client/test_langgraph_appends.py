@@ -4,6 +4,7 @@ once when the stream loses an answer (the same request is then settled by the un
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -16,7 +17,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.base import Checkpoint
 from langgraph.checkpoint.base.id import uuid6
 
-from rollout_client import CHANNEL_OPTIONS, RolloutClient
+from rollout_client import CHANNEL_OPTIONS, AsyncRolloutClient, Event, InvalidArgumentError, RolloutClient
 from rollout_client.langgraph import LedgerSaver
 from shared.records import LANGGRAPH_CHECKPOINT_EVENT, LANGGRAPH_WRITES_EVENT
 from tests.client.conftest import TEST_RETRY
@@ -190,3 +191,96 @@ def test_a_put_whose_stream_answer_is_lost_lands_once(losing_proxy, reader_proce
     assert kinds.count(LANGGRAPH_WRITES_EVENT) == 2
     assert losing_proxy.stream_requests == 5
     assert settled_unary == 2  # the two lost answers' requests
+
+
+def _checkpoint(messages: list[Any], version: str) -> Checkpoint:
+    return Checkpoint(
+        v=1,
+        id=str(uuid6(clock_seq=-1)),
+        ts=datetime.now(UTC).isoformat(),
+        channel_values={"messages": messages},
+        channel_versions={"messages": version},
+        versions_seen={},
+        updated_channels=["messages"],
+    )
+
+
+async def _concurrent_step(
+    writer_process, reader_process, thread_id: str, refuse: str = ""
+) -> tuple[list, Any]:
+    """A thread's first checkpoint, then two put_writes and a put at once (as LangGraph's loop
+    sends a step's writes and its checkpoint in the background): the requests the saver sent
+    (each a list of the event kinds in it, and the ledger messages as "message"), and each
+    call's outcome. A request holding the writes of task ``refuse`` is refused as the writer
+    refuses a bad record (InvalidArgumentError, nothing written)."""
+    async with AsyncRolloutClient(writer_process.address, reader_process.address, retry=TEST_RETRY) as client:
+        saver = LedgerSaver(client)
+        first = [HumanMessage("hello", id=f"{thread_id}-0")]
+        version = saver.get_next_version(None, None)
+        root: Any = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+        config = await saver.aput(root, _checkpoint(first, version), {"step": 0}, {"messages": version})
+        session = saver._threads[thread_id].session
+        requests: list[list[str]] = []
+        sent = session.append
+
+        async def counted(*records: Any, **options: Any) -> Any:
+            kinds = [record.kind if isinstance(record, Event) else "message" for record in records]
+            requests.append(kinds)
+            if any(isinstance(record, Event) and record.body.get("task_id") == refuse for record in records):
+                raise InvalidArgumentError("refused", field_violations=())
+            return await sent(*records, **options)
+
+        session.append = counted  # type: ignore[method-assign]
+        new = AIMessage("answer", id=f"{thread_id}-1")
+        next_version = saver.get_next_version(version, None)
+        outcomes = await asyncio.gather(
+            saver.aput_writes(config, [("messages", [new])], "task-a"),
+            saver.aput_writes(config, [("other", 1)], "task-b"),
+            saver.aput(
+                config, _checkpoint([*first, new], next_version), {"step": 1}, {"messages": next_version}
+            ),
+            return_exceptions=True,
+        )
+        thread: Any = {"configurable": {"thread_id": thread_id}}
+        kept = [found async for found in saver.alist(thread)]
+        read = [found async for found in LedgerSaver(client).alist(thread)]
+        assert kept == read
+        return requests, outcomes, kept
+
+
+def test_calls_made_while_a_request_is_in_flight_share_the_next_one(writer_process, reader_process) -> None:
+    """put_writes, put_writes, put at once: the first goes alone, the two that waited for it go
+    together in one request; each returns once durable, and the state the saver keeps is the
+    state its records give."""
+    requests, outcomes, kept = asyncio.run(_concurrent_step(writer_process, reader_process, "shared"))
+    assert requests == [
+        [LANGGRAPH_WRITES_EVENT],
+        [LANGGRAPH_WRITES_EVENT, LANGGRAPH_CHECKPOINT_EVENT, "message"],
+    ]
+    assert outcomes[:2] == [None, None]
+    assert [message.content for message in kept[0].checkpoint["channel_values"]["messages"]] == [
+        "hello",
+        "answer",
+    ]
+    assert {task for task, _, _ in kept[1].pending_writes} == {"task-a", "task-b"}
+
+
+def test_a_shared_request_refused_is_sent_again_call_by_call(writer_process, reader_process) -> None:
+    """The request shared by a refused put_writes and a put is refused whole (nothing written):
+    each is sent again alone, the put lands and only the put_writes fails."""
+    requests, outcomes, kept = asyncio.run(
+        _concurrent_step(writer_process, reader_process, "refused", "task-b")
+    )
+    assert requests == [
+        [LANGGRAPH_WRITES_EVENT],
+        [LANGGRAPH_WRITES_EVENT, LANGGRAPH_CHECKPOINT_EVENT, "message"],  # refused
+        [LANGGRAPH_WRITES_EVENT],  # refused
+        [LANGGRAPH_CHECKPOINT_EVENT, "message"],
+    ]
+    assert outcomes[0] is None
+    assert isinstance(outcomes[1], InvalidArgumentError)
+    assert [message.content for message in kept[0].checkpoint["channel_values"]["messages"]] == [
+        "hello",
+        "answer",
+    ]
+    assert {task for task, _, _ in kept[1].pending_writes} == {"task-a"}
