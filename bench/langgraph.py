@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/langgraph.py [--lengths 10,100,1000] [--threads 10] [--steps 10]
                                         [--rounds 5] [--message-bytes 1000] [--no-postgres]
+                                        [--baseline CHECKOUT]
 
 Starts a writer and a reader (subprocesses, a temporary data root), a file-backed SqliteSaver
 (LangGraph's own setup: WAL journal, SQLite's default synchronous=FULL) and, when PostgreSQL's
@@ -25,6 +26,10 @@ and length, medians over ``--rounds``:
   database's tables with their TOAST and indexes, ``pg_total_relation_size``, for
   PostgreSQL), over the steps;
 * get_tuple: the median latency of reading the newest checkpoint of a thread (ms).
+
+``--baseline CHECKOUT`` (another checkout, e.g. a worktree of main) adds its LedgerSaver
+(``CHECKOUT/rollout_client/langgraph.py``, over this checkout's client and the same writer) as
+"LedgerSaver@base", and the ratio of this checkout's steps/s to it at each length.
 
 Targets (issue 25): at 1,000 messages the ledger's steps/s >= 3x SqliteSaver's and its bytes
 per step <= 1/20 of SqliteSaver's; at every length the ledger's steps/s >= PostgresSaver's; the
@@ -68,7 +73,23 @@ from rollout_client.langgraph import LedgerSaver  # noqa: E402
 sys.path.append(str(BENCH))
 from _support import start_service  # noqa: E402
 
-SAVERS = ("LedgerSaver", "SqliteSaver", "PostgresSaver")
+SAVERS = ("LedgerSaver", "LedgerSaver@base", "SqliteSaver", "PostgresSaver")
+
+
+def baseline_saver(checkout: Path) -> type[LedgerSaver]:
+    """The LedgerSaver class of another checkout's ``rollout_client/langgraph.py`` (loaded under a
+    name of its own; the rest of the client is this checkout's)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "baseline_langgraph", checkout / "rollout_client" / "langgraph.py"
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module.LedgerSaver  # type: ignore[no-any-return]
 
 
 def history(count: int, size: int, tag: str) -> list[BaseMessage]:
@@ -163,17 +184,21 @@ def one_round(
     interleaved (thread by thread, length by length), so that the machine's load falls on its
     lengths alike. ``os.sync()`` before each saver's steps: dirty pages another saver left in
     the page cache (PostgreSQL writes its tables lazily) would otherwise be flushed by this
-    saver's first syncs. (steps/s, bytes per step, get_tuple median seconds) per (saver, length)."""
-    names = list(dict.fromkeys(store.name for store in stores))
+    saver's first syncs. The two LedgerSavers of a ``--baseline`` run are one turn, stepped
+    interleaved store by store: the load falls on both alike, and the ratio of the two is
+    measured under it. (steps/s, bytes per step, get_tuple median seconds) per (saver, length)."""
+    names = list(dict.fromkeys(store.name.split("@")[0] for store in stores))
     names = names[round_no % len(names) :] + names[: round_no % len(names)]
     figures = {}
     for name in names:
-        mine = [store for store in stores if store.name == name]
+        mine = [store for store in stores if store.name.split("@")[0] == name]
+        if round_no % 2:
+            mine.reverse()  # which of a turn's savers steps first alternates
         before = {}
         for store in mine:
             store.seed(args.threads, args.message_bytes, run)
             store.spent, store.steps, store.reads = 0.0, 0, []
-            before[store.length] = store.stored_bytes(store.thread_ids())
+            before[(store.name, store.length)] = store.stored_bytes(store.thread_ids())
         os.sync()
         for step in range(args.steps):
             for index in range(args.threads):
@@ -184,8 +209,8 @@ def one_round(
                 for store in mine:
                     store.read(index)
         for store in mine:
-            grown = store.stored_bytes(store.thread_ids()) - before[store.length]
-            figures[(name, store.length)] = (
+            grown = store.stored_bytes(store.thread_ids()) - before[(store.name, store.length)]
+            figures[(store.name, store.length)] = (
                 store.steps / store.spent,
                 grown / store.steps,
                 statistics.median(store.reads),
@@ -305,6 +330,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--message-bytes", type=int, default=1000)
     parser.add_argument("--no-postgres", action="store_true")
+    parser.add_argument("--baseline", type=Path, default=None)
     args = parser.parse_args()
     lengths = [int(length) for length in args.lengths.split(",")]
     print("command:", " ".join([".venv/bin/python", *sys.argv]))
@@ -327,6 +353,12 @@ def main() -> int:
                     Store("LedgerSaver", length, ledger, session_files_bytes(client, data))
                     for length in lengths
                 ]
+                if args.baseline is not None:
+                    base = baseline_saver(args.baseline)(client)
+                    stores += [
+                        Store("LedgerSaver@base", length, base, session_files_bytes(client, data))
+                        for length in lengths
+                    ]
                 for length in lengths:  # a database file per length: its growth is that length's
                     connection = sqlite3.connect(scratch / f"sqlite-{length}.db", check_same_thread=False)
                     stack.callback(connection.close)
@@ -374,7 +406,7 @@ def report(
         f"{args.threads} threads x {args.steps} steps per length, messages of {args.message_bytes} characters,"
         f" {args.rounds} rounds (medians)"
     )
-    print(f"{'history':>8} {'saver':14} {'steps/s':>9} {'bytes/step':>12} {'get_tuple ms':>13}")
+    print(f"{'history':>8} {'saver':16} {'steps/s':>9} {'bytes/step':>12} {'get_tuple ms':>13}")
     medians: dict[tuple[str, int], tuple[float, float, float]] = {}
     for length in lengths:
         for name in names:
@@ -385,7 +417,7 @@ def report(
                 statistics.median(run[2] for run in runs),
             )
             rate, size, read = medians[(name, length)]
-            print(f"{length:>8} {name:14} {rate:>9.1f} {size:>12.0f} {read * 1000:>13.2f}")
+            print(f"{length:>8} {name:16} {rate:>9.1f} {size:>12.0f} {read * 1000:>13.2f}")
     longest, shortest = max(lengths), min(lengths)
     ledger_long, sqlite_long = medians[("LedgerSaver", longest)], medians[("SqliteSaver", longest)]
     checks = [
@@ -398,6 +430,10 @@ def report(
             0.8,
         ),
     ]
+    if "LedgerSaver@base" in names:
+        for length in lengths:
+            ratio = medians[("LedgerSaver", length)][0] / medians[("LedgerSaver@base", length)][0]
+            checks.append((f"steps/s at {length}: ledger / ledger@base", ratio, ">=", 1.0))
     if "PostgresSaver" in names:
         for length in lengths:
             ratio = medians[("LedgerSaver", length)][0] / medians[("PostgresSaver", length)][0]

@@ -22,6 +22,10 @@ the sync methods from other threads while that loop runs, as LangGraph's async s
   call). ``put`` and ``put_writes`` still return only once their record is durable, each written
   exactly once as over a unary Append (an answer the stream loses is settled by the unary path
   with the same request id). A stream ends when its loop shuts down or the thread's state goes.
+  One request at a time per thread: the calls made while one is in flight (LangGraph's loop
+  sends a step's ``put_writes`` and ``put`` in the background, and with ``durability="async"``
+  the next step's before those are done) go together in the next request, one round trip for
+  all, each returning once it is durable (a request refused whole is sent again call by call).
 * **only what changed is written**: a channel value is stored once per new version; a list
   value whose items start with the items of the version this saver last stored or read for
   that channel (compared by identity: LangGraph's reducers, ``add_messages`` among them, build
@@ -62,6 +66,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import functools
 import operator
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
@@ -86,8 +91,13 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from rollout_client._aio import AsyncRolloutClient
 from rollout_client._appends import Attempts
-from rollout_client._errors import AlreadyExistsError, NotFoundError
-from rollout_client._records import Compaction, Event, Record, message_json
+from rollout_client._errors import (
+    AlreadyExistsError,
+    InvalidArgumentError,
+    NotFoundError,
+    ResourceExhaustedError,
+)
+from rollout_client._records import Compaction, EncodedMessage, Event, Record, message_json
 from rollout_client._session import AsyncSession
 from rollout_client._sync import RolloutClient
 from shared.errors import RecordValidationError
@@ -150,13 +160,37 @@ class _Write:
     idx: int
 
 
+#: A stored channel version as a record's ``blobs`` entry names it: (channel, version, blob, whether
+#: it is the version the ledger view shows).
+_NamedBlob = tuple[str, str, _Blob, bool]
+
+#: What a record of the thread's session does to the saver's state: a parsed line (a record dict)
+#: or, for a record this saver appended, the change itself, made from the values it serialized
+#: (not decoded again from the record it sent).
+_Pending = Mapping[str, Any] | Callable[[], None] | None
+
+
+#: The most calls one request of a thread carries (the rest wait for the next one).
+REQUEST_CALLS = 32
+
+
+@dataclass(slots=True)
+class _Outgoing:
+    """The records of one ``put``, ``put_writes`` or removal, waiting for its thread's next
+    request; ``change`` is what they do to the saver's state, taken once they are durable."""
+
+    records: tuple[Record, ...]
+    change: _Pending
+    done: asyncio.Future[None]
+
+
 @dataclass
 class _Thread:
     """The saver's state of one thread's session: what its records up to ``next_seq`` say."""
 
     session: AsyncSession
     next_seq: int = 0
-    pending: dict[int, dict[str, Any] | None] = field(default_factory=dict)
+    pending: dict[int, _Pending] = field(default_factory=dict)
     checkpoints: dict[str, dict[str, _Stored]] = field(default_factory=dict)  # ns -> id -> stored
     order: dict[str, list[str]] = field(default_factory=dict)  # ns -> ids ascending
     blobs: dict[tuple[str, str, str], _Blob] = field(default_factory=dict)  # (ns, channel, version)
@@ -167,9 +201,85 @@ class _Thread:
     view_version: str | None = None  # the messages version the ledger view shows
     key: str = ""  # the thread id (its session_meta's session_key), once read
     lock: asyncio.Lock | None = None
+    sending: bool = False  # a request of this thread is in flight
+    outgoing: list[_Outgoing] = field(default_factory=list)  # calls waiting for the next request
+    sender: asyncio.Task[None] | None = None  # sends the waiting calls once the request ends
 
-    def landed(self, seqs: Sequence[int], next_seq: int, event: dict[str, Any]) -> None:
-        """Take an append of ours: ``event`` (a record dict) at ``seqs[0]``, the rest ours too."""
+    async def append(self, change: _Pending, *records: Record) -> None:
+        """Append ``records`` (the first an event: one line) to the thread's session and take
+        ``change`` at their seq; return once they are durable, with the append's errors.
+
+        One request at a time per thread: a call made while one is in flight waits, and all the
+        calls that waited go together in the next request (atomic: one round trip, one group
+        commit), each returning once that request is durable. LangGraph's loop sends a step's
+        ``put_writes`` and ``put`` in the background, and with ``durability="async"`` the next
+        step's before those are done: such calls share a round trip instead of queuing one by
+        one. A request the writer refuses as a whole (InvalidArgumentError,
+        ResourceExhaustedError: nothing written) is sent again call by call, so that each call
+        gets its own outcome."""
+        outgoing = _Outgoing(records, change, asyncio.get_running_loop().create_future())
+        self.outgoing.append(outgoing)
+        if self.sending:
+            await outgoing.done  # sent with the calls waiting with it, once the request in flight ends
+            return
+        self.sending = True  # this call sends its own request (with nothing else: none is waiting)
+        try:
+            await self._send(self._take())
+        finally:
+            if self.outgoing:
+                self.sender = asyncio.get_running_loop().create_task(self._send_waiting())
+            else:
+                self.sending = False
+        await outgoing.done
+
+    def _take(self) -> list[_Outgoing]:
+        """The waiting calls the next request carries (those whose caller stopped waiting: none)."""
+        taken = [outgoing for outgoing in self.outgoing[:REQUEST_CALLS] if not outgoing.done.done()]
+        del self.outgoing[:REQUEST_CALLS]
+        return taken
+
+    async def _send_waiting(self) -> None:
+        """Send the calls that waited, a request at a time, until none waits."""
+        try:
+            while self.outgoing:
+                await self._send(self._take())
+        finally:
+            left, self.outgoing = self.outgoing, []  # only when this task was cancelled
+            for call in left:
+                _settle(call, asyncio.CancelledError())
+            self.sending = False
+            self.sender = None
+
+    async def _send(self, calls: list[_Outgoing]) -> None:
+        """Send ``calls`` as one request; settle each call's ``done`` with the outcome."""
+        if not calls:
+            return
+        try:
+            result = await self.session.append(*(record for call in calls for record in call.records))
+        except (InvalidArgumentError, ResourceExhaustedError, TypeError, ValueError) as refused:
+            if len(calls) == 1:
+                _settle(calls[0], refused)
+                return
+            for call in calls:  # nothing was written: each on its own, for its own outcome
+                await self._send([call])
+            return
+        except BaseException as failed:
+            for call in calls:
+                _settle(call, failed)
+            if not isinstance(failed, Exception):
+                raise
+            return
+        position = 0
+        for call in calls:
+            first = result.seqs[position]
+            position += len(call.records)
+            end = result.seqs[position] if position < len(result.seqs) else result.next_seq
+            self.landed((first,), end, call.change)
+            _settle(call, None)
+
+    def landed(self, seqs: Sequence[int], next_seq: int, event: _Pending) -> None:
+        """Take an append of ours: ``event`` (a record dict, or its change to the state) at
+        ``seqs[0]``, the rest ours too."""
         self.pending[seqs[0]] = event
         for seq in range(seqs[0] + 1, next_seq):
             self.pending.setdefault(seq, None)
@@ -179,7 +289,9 @@ class _Thread:
         """Apply the pending records that continue the applied ones, in seq order."""
         while self.next_seq in self.pending:
             record = self.pending.pop(self.next_seq)
-            if record is not None:
+            if callable(record):
+                record()
+            elif record is not None:
                 self.apply(record)
             self.next_seq += 1
 
@@ -204,43 +316,68 @@ class _Thread:
                 self.writes.pop((ns, checkpoint_id), None)
 
     def _apply_checkpoint(self, body: Mapping[str, Any]) -> None:
-        ns = str(body["ns"])
+        blobs: list[_NamedBlob] = []
         for blob in body.get("blobs", ()):
-            key = (ns, str(blob["channel"]), str(blob["version"]))
-            if key in self.blobs:
-                continue  # stored once per version
             if blob.get("empty"):
-                self.blobs[key] = _Blob(empty=True)
+                stored_blob = _Blob(empty=True)
             elif "base" in blob:
                 items = [value_of_typed(item) for item in blob["items"]]
-                self.blobs[key] = _Blob(base=str(blob["base"]), keep=int(blob["keep"]), items=items)
+                stored_blob = _Blob(base=str(blob["base"]), keep=int(blob["keep"]), items=items)
             else:
-                self.blobs[key] = _Blob(typed=value_of_typed(blob))
-            if blob.get("view"):
-                self.view_version = key[2]
-        checkpoint_id = str(body["id"])
+                stored_blob = _Blob(typed=value_of_typed(blob))
+            blobs.append((str(blob["channel"]), str(blob["version"]), stored_blob, bool(blob.get("view"))))
         stored = _Stored(
             value_of_typed(body["checkpoint"]),
             value_of_typed(body["metadata"]),
             body.get("parent") or None,
             {str(channel): str(version) for channel, version in body.get("versions", {}).items()},
         )
+        self.take_checkpoint(str(body["ns"]), str(body["id"]), stored, blobs)
+
+    def take_checkpoint(
+        self, ns: str, checkpoint_id: str, stored: _Stored, blobs: Sequence[_NamedBlob]
+    ) -> None:
+        """Hold a checkpoint of namespace ``ns`` and the channel versions its record stored."""
+        for channel, version, blob, view in blobs:
+            key = (ns, channel, version)
+            if key not in self.blobs:  # stored once per version
+                self.blobs[key] = blob
+                if view:
+                    self.view_version = version
         checkpoints = self.checkpoints.setdefault(ns, {})
         if checkpoint_id not in checkpoints:
             bisect.insort(self.order.setdefault(ns, []), checkpoint_id)
         checkpoints[checkpoint_id] = stored
 
     def _apply_writes(self, body: Mapping[str, Any]) -> None:
-        ns, checkpoint_id = str(body["ns"]), str(body["checkpoint_id"])
         task_id, task_path = str(body["task_id"]), str(body.get("task_path", ""))
+        writes = [
+            _Write(task_id, str(write["channel"]), value_of_typed(write), task_path, int(write["idx"]))
+            for write in body.get("writes", ())
+        ]
+        self.take_writes(str(body["ns"]), str(body["checkpoint_id"]), writes)
+
+    def take_writes(self, ns: str, checkpoint_id: str, writes: Sequence[_Write]) -> None:
+        """Hold a task's pending writes for checkpoint ``checkpoint_id`` of namespace ``ns`` (a
+        special write, negative ``idx``, replaces the task's one before it; another does not)."""
         held = self.writes.setdefault((ns, checkpoint_id), {})
-        for write in body.get("writes", ()):
-            idx = int(write["idx"])
-            if idx >= 0 and (task_id, idx) in held:
+        for write in writes:
+            if write.idx >= 0 and (write.task_id, write.idx) in held:
                 continue
-            held[(task_id, idx)] = _Write(
-                task_id, str(write["channel"]), value_of_typed(write), task_path, idx
-            )
+            held[(write.task_id, write.idx)] = write
+
+
+def _settle(call: _Outgoing, failed: BaseException | None) -> None:
+    """End a call's wait: its request was durable (``failed`` None) or failed (cancelled: the
+    call is cancelled too). Nothing for a call whose caller stopped waiting."""
+    if call.done.done():
+        return
+    if failed is None:
+        call.done.set_result(None)
+    elif isinstance(failed, asyncio.CancelledError):
+        call.done.cancel()
+    else:
+        call.done.set_exception(failed)
 
 
 def _kept(session: AsyncSession, next_seq: int = 0) -> _Thread:
@@ -295,11 +432,24 @@ def ledger_message(message: Any, known_calls: set[str]) -> dict[str, Any] | None
         return None
     if isinstance(message, BaseMessage) and message.name:
         payload["name"] = message.name
-    try:
-        message_json(payload, 0)
-    except (TypeError, ValueError, RecordValidationError):  # parts JSON cannot hold: their text instead
-        payload["content"] = str(message.content)
+    if not isinstance(payload["content"], str):
+        try:
+            message_json(payload, 0)
+        except (TypeError, ValueError, RecordValidationError):  # parts JSON cannot hold: their text instead
+            payload["content"] = str(message.content)
     return payload
+
+
+def _shown(message: Any, known_calls: set[str]) -> EncodedMessage | dict[str, Any] | None:
+    """:func:`ledger_message` encoded once, as the append sends it (the dict when it cannot be
+    encoded: the append then refuses it as it refuses any bad message)."""
+    payload = ledger_message(message, known_calls)
+    if payload is None:
+        return None
+    try:
+        return EncodedMessage(message_json(payload, 0))
+    except (TypeError, ValueError, RecordValidationError):
+        return payload
 
 
 def _known_calls(messages: Sequence[Any]) -> set[str]:
@@ -382,23 +532,24 @@ class LedgerSaver(BaseCheckpointSaver[str]):
 
     # -- threads ---------------------------------------------------------------------------
 
-    async def _attach(self, thread_id: str, create: bool) -> _Thread | None:
-        """The state of thread ``thread_id`` (its session created when ``create``), or None.
-        One attach at a time per saver (LangGraph sends a step's writes and its checkpoint
-        at once): a new thread is created once."""
+    async def _attach(self, thread_id: str, create: bool) -> tuple[_Thread | None, bool | None]:
+        """The state of thread ``thread_id`` (its session created when ``create``), or None; and
+        whether this call read it whole and found the session there (None: it read nothing, the
+        state was held already or is new). One attach at a time per saver (LangGraph sends a
+        step's writes and its checkpoint at once): a new thread is created once."""
         thread = self._threads.get(thread_id)
         if thread is not None:
-            return thread
+            return thread, None
         if self._attaching is None:
             self._attaching = asyncio.Lock()
         async with self._attaching:
             thread = self._threads.get(thread_id)
             if thread is not None:
-                return thread
+                return thread, None
             session_id, found = await self._core.resolve_session(thread_id, tenant=self._tenant)
             if not found:
                 if not create:
-                    return None
+                    return None, None
                 try:
                     created = await self._core.create_session(
                         THREAD_AGENT, root=True, session_key=thread_id, tenant=self._tenant
@@ -408,11 +559,11 @@ class LedgerSaver(BaseCheckpointSaver[str]):
                     await self._writer_knows(session_id)
                 else:  # new: nothing to read but its session_meta (seq 0)
                     thread = self._threads[thread_id] = _kept(created, created.next_seq or 1)
-                    return thread
+                    return thread, None
             thread = _kept(self._core.session(session_id))
-            await self._refresh(thread)  # read whole, once
+            there = await self._refresh(thread)  # read whole, once
             self._threads[thread_id] = thread
-            return thread
+            return thread, there
 
     async def _writer_knows(self, session_id: str) -> None:
         """Wait (the client's backoff, within its deadline) while the writer answers NOT_FOUND for
@@ -428,9 +579,14 @@ class LedgerSaver(BaseCheckpointSaver[str]):
                     raise
 
     async def _current(self, thread_id: str, create: bool = False) -> _Thread | None:
-        """:meth:`_attach`, then extended with the records other writers appended since."""
-        thread = await self._attach(thread_id, create)
-        if thread is not None and not await self._refresh(thread):
+        """:meth:`_attach`, then extended with the records other writers appended since (unless
+        the attach has just read it whole: one next-seq probe per read)."""
+        thread, there = await self._attach(thread_id, create)
+        if thread is None:
+            return None
+        if there is None:
+            there = await self._refresh(thread)
+        if not there:
             if self._threads.get(thread_id) is thread:
                 del self._threads[thread_id]
             return None  # deleted (by another saver) since this one read it
@@ -470,29 +626,28 @@ class LedgerSaver(BaseCheckpointSaver[str]):
 
     def _blob(
         self, thread: _Thread, ns: str, channel: str, version: str, values: Mapping[str, Any]
-    ) -> tuple[dict[str, Any], list[Any] | None]:
-        """The record of a new channel version, and the list it holds (None for other values)."""
+    ) -> tuple[dict[str, Any], _Blob, list[Any] | None]:
+        """The record of a new channel version, the version as the state holds it, and the list
+        it holds (None for other values)."""
         if channel not in values:
-            return {"channel": channel, "version": version, "empty": True}, None
+            return {"channel": channel, "version": version, "empty": True}, _Blob(empty=True), None
         value = values[channel]
         if not isinstance(value, list):
-            return {
-                "channel": channel,
-                "version": version,
-                **typed_value(*self.serde.dumps_typed(value)),
-            }, None
+            typed = self.serde.dumps_typed(value)
+            return {"channel": channel, "version": version, **typed_value(*typed)}, _Blob(typed=typed), None
         base_version, kept = thread.recent.get((ns, channel), (None, []))
         if (
             base_version is not None
             and 0 < len(kept) <= len(value)
             and all(map(operator.is_, kept, value))  # identity, item by item (in C: the history is long)
         ):
-            items = [typed_value(*self.serde.dumps_typed(item)) for item in value[len(kept) :]]
+            items = [self.serde.dumps_typed(item) for item in value[len(kept) :]]
             record = {"channel": channel, "version": version, "base": base_version, "keep": len(kept)}
-            return {**record, "items": items}, list(value)
-        return {"channel": channel, "version": version, **typed_value(*self.serde.dumps_typed(value))}, list(
-            value
-        )
+            delta = _Blob(base=base_version, keep=len(kept), items=items)
+            return {**record, "items": [typed_value(*item) for item in items]}, delta, list(value)
+        typed = self.serde.dumps_typed(value)
+        record = {"channel": channel, "version": version, **typed_value(*typed)}
+        return record, _Blob(typed=typed), list(value)
 
     def _view_records(self, thread: _Thread, blob: dict[str, Any], value: list[Any]) -> list[Record]:
         """The ledger messages that show the new messages list ``value`` (see the module doc)."""
@@ -502,13 +657,13 @@ class LedgerSaver(BaseCheckpointSaver[str]):
             known = (
                 _known_calls(value[:keep]) if answers else set()
             )  # the history is read only for tool outputs
-            return [message for item in value[keep:] if (message := ledger_message(item, known)) is not None]
+            return [message for item in value[keep:] if (message := _shown(item, known)) is not None]
         known = set()
+        if thread.view_version is None:
+            return [message for item in value if (message := _shown(item, known)) is not None]
         shown: list[dict[str, Any]] = [
             message for item in value if (message := ledger_message(item, known)) is not None
         ]
-        if thread.view_version is None:
-            return list(shown)
         return [Compaction("LangGraph state replaced", replacement_history=shown)]
 
     async def _anew(self, thread_id: str, write: Callable[[], Awaitable[T]]) -> T:
@@ -544,43 +699,52 @@ class LedgerSaver(BaseCheckpointSaver[str]):
         configurable = config["configurable"]
         thread_id = str(configurable["thread_id"])
         ns = str(configurable.get("checkpoint_ns", ""))
-        thread = await self._attach(thread_id, create=True)
+        thread, _ = await self._attach(thread_id, create=True)
         assert thread is not None
         saved: dict[str, Any] = dict(checkpoint)
         values: dict[str, Any] = saved.pop("channel_values", {})
         blobs: list[dict[str, Any]] = []
-        lists: dict[str, list[Any]] = {}
+        held_blobs: list[_NamedBlob] = []
+        lists: dict[str, tuple[str, list[Any]]] = {}  # channel -> (version, its list)
         view: list[Record] = []
         for channel, raw_version in new_versions.items():
             version = version_key(raw_version)
-            blob, held = self._blob(thread, ns, channel, version, values)
+            blob, held_blob, held = self._blob(thread, ns, channel, version, values)
+            shows = False
             if held is not None:
-                lists[channel] = held
+                lists[channel] = (version, held)
                 if ns == "" and channel == self._messages_channel:
                     view = self._view_records(thread, blob, held)
-                    blob["view"] = True
+                    blob["view"] = shows = True
             blobs.append(blob)
+            held_blobs.append((channel, version, held_blob, shows))
+        typed_checkpoint = self.serde.dumps_typed(saved)
+        typed_metadata = self.serde.dumps_typed(get_checkpoint_metadata(config, metadata))
+        versions = {
+            channel: version_key(version) for channel, version in checkpoint["channel_versions"].items()
+        }
         body: dict[str, Any] = {
             "ns": ns,
             "id": checkpoint["id"],
-            "checkpoint": typed_value(*self.serde.dumps_typed(saved)),
-            "metadata": typed_value(*self.serde.dumps_typed(get_checkpoint_metadata(config, metadata))),
-            "versions": {
-                channel: version_key(version) for channel, version in checkpoint["channel_versions"].items()
-            },
+            "checkpoint": typed_value(*typed_checkpoint),
+            "metadata": typed_value(*typed_metadata),
+            "versions": versions,
             "blobs": blobs,
         }
-        if parent := configurable.get("checkpoint_id"):
+        parent = configurable.get("checkpoint_id")
+        if parent:
             body["parent"] = parent
-        event = {"kind": LANGGRAPH_CHECKPOINT_EVENT, "body": body}
-        result = await thread.session.append(Event(LANGGRAPH_CHECKPOINT_EVENT, body), *view)
-        thread.landed(result.seqs, result.next_seq, {"type": RecordType.EVENT, "payload": event})
-        for channel, held in lists.items():
-            key = (ns, channel, version_key(new_versions[channel]))
-            stored = thread.blobs.get(key)
-            if stored is not None and stored.value is _UNSET:
-                stored.value = held
-            thread.recent[(ns, channel)] = (key[2], held)
+        stored = _Stored(typed_checkpoint, typed_metadata, parent or None, versions)
+        await thread.append(
+            functools.partial(thread.take_checkpoint, ns, str(checkpoint["id"]), stored, held_blobs),
+            Event(LANGGRAPH_CHECKPOINT_EVENT, body),
+            *view,
+        )
+        for channel, (version, held) in lists.items():
+            kept = thread.blobs.get((ns, channel, version))
+            if kept is not None and kept.value is _UNSET:
+                kept.value = held
+            thread.recent[(ns, channel)] = (version, held)
         return {
             "configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}
         }
@@ -598,15 +762,18 @@ class LedgerSaver(BaseCheckpointSaver[str]):
         thread_id = str(configurable["thread_id"])
         ns = str(configurable.get("checkpoint_ns", ""))
         checkpoint_id = str(configurable["checkpoint_id"])
-        thread = await self._attach(thread_id, create=True)
+        thread, _ = await self._attach(thread_id, create=True)
         assert thread is not None
         held = thread.writes.get((ns, checkpoint_id), {})
         records = []
+        taken = []
         for position, (channel, value) in enumerate(writes):
             idx = WRITES_IDX_MAP.get(channel, position)
             if idx >= 0 and (task_id, idx) in held:
                 continue
-            records.append({"idx": idx, "channel": channel, **typed_value(*self.serde.dumps_typed(value))})
+            typed = self.serde.dumps_typed(value)
+            records.append({"idx": idx, "channel": channel, **typed_value(*typed)})
+            taken.append(_Write(task_id, channel, typed, task_path, idx))
         if not records:
             return
         body = {
@@ -616,9 +783,10 @@ class LedgerSaver(BaseCheckpointSaver[str]):
             "task_path": task_path,
             "writes": records,
         }
-        result = await thread.session.append(Event(LANGGRAPH_WRITES_EVENT, body))
-        event = {"kind": LANGGRAPH_WRITES_EVENT, "body": body}
-        thread.landed(result.seqs, result.next_seq, {"type": RecordType.EVENT, "payload": event})
+        await thread.append(
+            functools.partial(thread.take_writes, ns, checkpoint_id, taken),
+            Event(LANGGRAPH_WRITES_EVENT, body),
+        )
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -759,9 +927,8 @@ class LedgerSaver(BaseCheckpointSaver[str]):
         if not removed:
             return
         body = {"checkpoints": removed}
-        result = await thread.session.append(Event(LANGGRAPH_REMOVED_EVENT, body))
-        event = {"kind": LANGGRAPH_REMOVED_EVENT, "body": body}
-        thread.landed(result.seqs, result.next_seq, {"type": RecordType.EVENT, "payload": event})
+        event = {"type": RecordType.EVENT, "payload": {"kind": LANGGRAPH_REMOVED_EVENT, "body": body}}
+        await thread.append(event, Event(LANGGRAPH_REMOVED_EVENT, body))
 
     async def _prune(self, thread_ids: Sequence[str], strategy: str) -> None:
         if strategy not in ("keep_latest", "delete"):
@@ -784,15 +951,20 @@ class LedgerSaver(BaseCheckpointSaver[str]):
             return
         tenant = recorded_tenant(self._tenant)
         attached = {thread.session.id for thread in self._threads.values()}
+        read_now: set[str] = set()  # threads read whole just now: no second probe
         async for page in self._core.list_sessions(agent_name=THREAD_AGENT, tenant=self._tenant):
             for summary in page.sessions:
                 if summary.session_id in attached or summary.tenant != tenant:
                     continue
                 listed = _kept(self._core.session(summary.session_id))
-                if await self._refresh(listed) and listed.key:
-                    self._threads.setdefault(listed.key, listed)
+                if (
+                    await self._refresh(listed)
+                    and listed.key
+                    and self._threads.setdefault(listed.key, listed) is listed
+                ):
+                    read_now.add(listed.key)
         for thread_id in list(self._threads):
-            thread = await self._current(thread_id)
+            thread = self._threads.get(thread_id) if thread_id in read_now else await self._current(thread_id)
             if thread is None:
                 continue
             removed = []

@@ -4,6 +4,7 @@ once when the stream loses an answer (the same request is then settled by the un
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -16,7 +17,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.base import Checkpoint
 from langgraph.checkpoint.base.id import uuid6
 
-from rollout_client import CHANNEL_OPTIONS, RolloutClient
+from rollout_client import CHANNEL_OPTIONS, AsyncRolloutClient, Event, InvalidArgumentError, RolloutClient
 from rollout_client.langgraph import LedgerSaver
 from shared.records import LANGGRAPH_CHECKPOINT_EVENT, LANGGRAPH_WRITES_EVENT
 from tests.client.conftest import TEST_RETRY
@@ -77,6 +78,83 @@ def test_steps_go_over_one_kept_stream_per_thread(writer_process, reader_process
     assert sent[APPEND] == 0
 
 
+RESOLVE = "/rollout.v1.RolloutReader/ResolveSession"
+
+
+def test_the_state_a_saver_keeps_of_its_own_appends_is_the_state_its_records_give(client) -> None:
+    """The saver holds what it appended from the values it serialized, not by decoding the records
+    it sent: every checkpoint (all channels: a list as a delta, a whole value, one emptied), its
+    metadata, parent and pending writes (special ones too) read the same from it as from a new
+    saver that reads the records; and its next step still extends the ledger view."""
+    saver = LedgerSaver(client)
+    config = _steps(saver, "own", 2)
+    saver.put_writes(config, [("count", 3), ("__interrupt__", {"why": "ask"})], "task-x", "path-x")  # type: ignore[arg-type]
+    head = saver.get_tuple(config)
+    assert head is not None
+    messages = head.checkpoint["channel_values"]["messages"]
+    version = saver.get_next_version(head.checkpoint["channel_versions"]["messages"], None)
+    versions = {"messages": version, "count": version, "scratch": version}
+    checkpoint = Checkpoint(
+        v=1,
+        id=str(uuid6(clock_seq=-1)),
+        ts=datetime.now(UTC).isoformat(),
+        channel_values={"messages": [*messages, AIMessage("more", id="own-more")], "count": 3},
+        channel_versions=versions,
+        versions_seen={"agent": {"messages": version}},
+        updated_channels=["messages", "count", "scratch"],
+    )
+    last = saver.put(config, checkpoint, {"source": "loop", "step": 3}, versions)  # type: ignore[arg-type]
+    thread: Any = {"configurable": {"thread_id": "own"}}
+    kept = list(saver.list(thread))
+    read = list(LedgerSaver(client).list(thread))
+    assert len(kept) == 4
+    assert kept == read
+    assert kept[0].config == last
+    assert kept[0].checkpoint["channel_values"]["count"] == 3
+    assert "scratch" not in kept[0].checkpoint["channel_values"]
+    assert {(task, channel) for task, channel, _ in kept[1].pending_writes} >= {
+        ("task-x", "count"),
+        ("task-x", "__interrupt__"),
+    }
+    shown = [
+        message["content"] for message in client.session(client.resolve_session("own")[0]).replay().messages
+    ]
+    assert shown == ["hello", "answer 1", "answer 2", "more"]
+
+
+@pytest.mark.parametrize("read", ["get_tuple", "list"])
+def test_a_threads_first_read_probes_its_next_seq_once(client, writer_process, reader_process, read) -> None:
+    """A saver that never saw the thread reads it: one ResolveSession and one next-seq probe (a
+    unary Append that writes nothing), as every later read; the attach's whole read is that
+    read's probe, not one more."""
+    _steps(LedgerSaver(client), f"first-{read}", 2)
+    calls: Counter[str] = Counter()
+
+    def opener(_service: str, address: str) -> grpc.aio.Channel:
+        interceptors = [_CountingUnary(calls), _CountingStreams(calls)]
+        return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS, interceptors=interceptors)
+
+    config: Any = {"configurable": {"thread_id": f"first-{read}", "checkpoint_ns": ""}}
+    with RolloutClient(
+        writer_process.address, reader_process.address, retry=TEST_RETRY, channels=opener
+    ) as counted:
+        saver = LedgerSaver(counted)
+        found = [saver.get_tuple(config)] if read == "get_tuple" else list(saver.list(config))
+        first = calls.copy()
+        again = [saver.get_tuple(config)] if read == "get_tuple" else list(saver.list(config))
+    assert found[0] is not None
+    assert [message.content for message in found[0].checkpoint["channel_values"]["messages"]] == [
+        "hello",
+        "answer 1",
+        "answer 2",
+    ]
+    assert again == found
+    assert first[RESOLVE] == 1
+    assert first[APPEND] == 1
+    assert calls[RESOLVE] == 1
+    assert calls[APPEND] == 2
+
+
 @pytest.fixture
 def losing_proxy(data_dir: Path) -> Iterator[StreamLosingProxy]:
     running = StreamLosingProxy(data_dir)
@@ -113,3 +191,96 @@ def test_a_put_whose_stream_answer_is_lost_lands_once(losing_proxy, reader_proce
     assert kinds.count(LANGGRAPH_WRITES_EVENT) == 2
     assert losing_proxy.stream_requests == 5
     assert settled_unary == 2  # the two lost answers' requests
+
+
+def _checkpoint(messages: list[Any], version: str) -> Checkpoint:
+    return Checkpoint(
+        v=1,
+        id=str(uuid6(clock_seq=-1)),
+        ts=datetime.now(UTC).isoformat(),
+        channel_values={"messages": messages},
+        channel_versions={"messages": version},
+        versions_seen={},
+        updated_channels=["messages"],
+    )
+
+
+async def _concurrent_step(
+    writer_process, reader_process, thread_id: str, refuse: str = ""
+) -> tuple[list, Any]:
+    """A thread's first checkpoint, then two put_writes and a put at once (as LangGraph's loop
+    sends a step's writes and its checkpoint in the background): the requests the saver sent
+    (each a list of the event kinds in it, and the ledger messages as "message"), and each
+    call's outcome. A request holding the writes of task ``refuse`` is refused as the writer
+    refuses a bad record (InvalidArgumentError, nothing written)."""
+    async with AsyncRolloutClient(writer_process.address, reader_process.address, retry=TEST_RETRY) as client:
+        saver = LedgerSaver(client)
+        first = [HumanMessage("hello", id=f"{thread_id}-0")]
+        version = saver.get_next_version(None, None)
+        root: Any = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+        config = await saver.aput(root, _checkpoint(first, version), {"step": 0}, {"messages": version})
+        session = saver._threads[thread_id].session
+        requests: list[list[str]] = []
+        sent = session.append
+
+        async def counted(*records: Any, **options: Any) -> Any:
+            kinds = [record.kind if isinstance(record, Event) else "message" for record in records]
+            requests.append(kinds)
+            if any(isinstance(record, Event) and record.body.get("task_id") == refuse for record in records):
+                raise InvalidArgumentError("refused", field_violations=())
+            return await sent(*records, **options)
+
+        session.append = counted  # type: ignore[method-assign]
+        new = AIMessage("answer", id=f"{thread_id}-1")
+        next_version = saver.get_next_version(version, None)
+        outcomes = await asyncio.gather(
+            saver.aput_writes(config, [("messages", [new])], "task-a"),
+            saver.aput_writes(config, [("other", 1)], "task-b"),
+            saver.aput(
+                config, _checkpoint([*first, new], next_version), {"step": 1}, {"messages": next_version}
+            ),
+            return_exceptions=True,
+        )
+        thread: Any = {"configurable": {"thread_id": thread_id}}
+        kept = [found async for found in saver.alist(thread)]
+        read = [found async for found in LedgerSaver(client).alist(thread)]
+        assert kept == read
+        return requests, outcomes, kept
+
+
+def test_calls_made_while_a_request_is_in_flight_share_the_next_one(writer_process, reader_process) -> None:
+    """put_writes, put_writes, put at once: the first goes alone, the two that waited for it go
+    together in one request; each returns once durable, and the state the saver keeps is the
+    state its records give."""
+    requests, outcomes, kept = asyncio.run(_concurrent_step(writer_process, reader_process, "shared"))
+    assert requests == [
+        [LANGGRAPH_WRITES_EVENT],
+        [LANGGRAPH_WRITES_EVENT, LANGGRAPH_CHECKPOINT_EVENT, "message"],
+    ]
+    assert outcomes[:2] == [None, None]
+    assert [message.content for message in kept[0].checkpoint["channel_values"]["messages"]] == [
+        "hello",
+        "answer",
+    ]
+    assert {task for task, _, _ in kept[1].pending_writes} == {"task-a", "task-b"}
+
+
+def test_a_shared_request_refused_is_sent_again_call_by_call(writer_process, reader_process) -> None:
+    """The request shared by a refused put_writes and a put is refused whole (nothing written):
+    each is sent again alone, the put lands and only the put_writes fails."""
+    requests, outcomes, kept = asyncio.run(
+        _concurrent_step(writer_process, reader_process, "refused", "task-b")
+    )
+    assert requests == [
+        [LANGGRAPH_WRITES_EVENT],
+        [LANGGRAPH_WRITES_EVENT, LANGGRAPH_CHECKPOINT_EVENT, "message"],  # refused
+        [LANGGRAPH_WRITES_EVENT],  # refused
+        [LANGGRAPH_CHECKPOINT_EVENT, "message"],
+    ]
+    assert outcomes[0] is None
+    assert isinstance(outcomes[1], InvalidArgumentError)
+    assert [message.content for message in kept[0].checkpoint["channel_values"]["messages"]] == [
+        "hello",
+        "answer",
+    ]
+    assert {task for task, _, _ in kept[1].pending_writes} == {"task-a"}
