@@ -209,27 +209,21 @@ class _Thread:
         """Append ``records`` (the first an event: one line) to the thread's session and take
         ``change`` at their seq; return once they are durable, with the append's errors.
 
-        One request at a time per thread: a call made while one is in flight waits, and all the
-        calls that waited go together in the next request (atomic: one round trip, one group
-        commit), each returning once that request is durable. LangGraph's loop sends a step's
-        ``put_writes`` and ``put`` in the background, and with ``durability="async"`` the next
-        step's before those are done: such calls share a round trip instead of queuing one by
-        one. A request the writer refuses as a whole (InvalidArgumentError,
-        ResourceExhaustedError: nothing written) is sent again call by call, so that each call
-        gets its own outcome."""
+        One request at a time per thread, sent by a task of the thread's own (no caller's
+        cancellation stops a request in flight, whose records may land: their change is taken
+        either way): a call made while one is in flight waits, and all the calls that waited go
+        together in the next request (atomic: one round trip, one group commit), each returning
+        once that request is durable. LangGraph's loop sends a step's ``put_writes`` and ``put``
+        in the background, and with ``durability="async"`` the next step's before those are
+        done: such calls share a round trip instead of queuing one by one. A call cancelled
+        before its request is sent is not sent. A request the writer refuses as a whole
+        (InvalidArgumentError, ResourceExhaustedError: nothing written) is sent again call by
+        call, so that each call gets its own outcome."""
         outgoing = _Outgoing(records, change, asyncio.get_running_loop().create_future())
         self.outgoing.append(outgoing)
-        if self.sending:
-            await outgoing.done  # sent with the calls waiting with it, once the request in flight ends
-            return
-        self.sending = True  # this call sends its own request (with nothing else: none is waiting)
-        try:
-            await self._send(self._take())
-        finally:
-            if self.outgoing:
-                self.sender = asyncio.get_running_loop().create_task(self._send_waiting())
-            else:
-                self.sending = False
+        if not self.sending:
+            self.sending = True
+            self.sender = asyncio.get_running_loop().create_task(self._send_waiting())
         await outgoing.done
 
     def _take(self) -> list[_Outgoing]:

@@ -249,13 +249,12 @@ async def _concurrent_step(
 
 
 def test_calls_made_while_a_request_is_in_flight_share_the_next_one(writer_process, reader_process) -> None:
-    """put_writes, put_writes, put at once: the first goes alone, the two that waited for it go
-    together in one request; each returns once durable, and the state the saver keeps is the
-    state its records give."""
+    """put_writes, put_writes, put at once: the thread's sender takes every call waiting when it
+    runs, so the three go together in one request; each returns once durable, and the state the
+    saver keeps is the state its records give."""
     requests, outcomes, kept = asyncio.run(_concurrent_step(writer_process, reader_process, "shared"))
     assert requests == [
-        [LANGGRAPH_WRITES_EVENT],
-        [LANGGRAPH_WRITES_EVENT, LANGGRAPH_CHECKPOINT_EVENT, "message"],
+        [LANGGRAPH_WRITES_EVENT, LANGGRAPH_WRITES_EVENT, LANGGRAPH_CHECKPOINT_EVENT, "message"]
     ]
     assert outcomes[:2] == [None, None]
     assert [message.content for message in kept[0].checkpoint["channel_values"]["messages"]] == [
@@ -272,8 +271,8 @@ def test_a_shared_request_refused_is_sent_again_call_by_call(writer_process, rea
         _concurrent_step(writer_process, reader_process, "refused", "task-b")
     )
     assert requests == [
+        [LANGGRAPH_WRITES_EVENT, LANGGRAPH_WRITES_EVENT, LANGGRAPH_CHECKPOINT_EVENT, "message"],  # refused
         [LANGGRAPH_WRITES_EVENT],
-        [LANGGRAPH_WRITES_EVENT, LANGGRAPH_CHECKPOINT_EVENT, "message"],  # refused
         [LANGGRAPH_WRITES_EVENT],  # refused
         [LANGGRAPH_CHECKPOINT_EVENT, "message"],
     ]
@@ -284,3 +283,47 @@ def test_a_shared_request_refused_is_sent_again_call_by_call(writer_process, rea
         "answer",
     ]
     assert {task for task, _, _ in kept[1].pending_writes} == {"task-a"}
+
+
+def test_a_caller_cancelled_while_its_request_is_in_flight_leaves_the_others_theirs() -> None:
+    """Calls of one thread share the next request while one is in flight; the caller whose request
+    is in flight is cancelled (a deadline, a dropped run): the request goes on, the calls waiting
+    behind it are sent and answered, and every call that landed changes the saver's state."""
+    from rollout_client._results import AppendResult
+    from rollout_client.langgraph import _Thread
+
+    class HeldSession:
+        """Answers each append once the test releases it."""
+
+        def __init__(self) -> None:
+            self.release = asyncio.Event()
+            self.requests: list[int] = []
+            self.next = 1
+
+        async def append(self, *records: object) -> AppendResult:
+            self.requests.append(len(records))
+            await self.release.wait()
+            first, self.next = self.next, self.next + len(records)
+            return AppendResult(tuple(range(first, self.next)), self.next)
+
+    async def scenario() -> tuple[list[str], list[int], int, str]:
+        session = HeldSession()
+        thread = _Thread(session, next_seq=1)  # type: ignore[arg-type]
+        taken: list[str] = []
+        first = asyncio.ensure_future(thread.append(lambda: taken.append("first"), "a"))
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        second = asyncio.ensure_future(thread.append(lambda: taken.append("second"), "b"))
+        await asyncio.sleep(0)
+        first.cancel()
+        await asyncio.sleep(0)
+        session.release.set()
+        await second
+        outcome = "cancelled" if first.cancelled() else "finished"
+        return taken, session.requests, thread.next_seq, outcome
+
+    taken, requests, next_seq, outcome = asyncio.run(scenario())
+    assert outcome == "cancelled"
+    assert taken == ["first", "second"]
+    assert requests == [1, 1]
+    assert next_seq == 3
