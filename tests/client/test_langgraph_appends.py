@@ -37,15 +37,7 @@ def _steps(saver: LedgerSaver, thread_id: str, count: int) -> dict[str, Any]:
             saver.put_writes(config, [("messages", [new])], f"task-{step}")  # type: ignore[arg-type]
             messages = [*messages, new]
             version = saver.get_next_version(version, None)
-        checkpoint = Checkpoint(
-            v=1,
-            id=str(uuid6(clock_seq=-1)),
-            ts=datetime.now(UTC).isoformat(),
-            channel_values={"messages": messages},
-            channel_versions={"messages": version},
-            versions_seen={},
-            updated_channels=["messages"],
-        )
+        checkpoint = _checkpoint(messages, version)
         config = saver.put(config, checkpoint, {"source": "loop", "step": step}, {"messages": version})  # type: ignore[arg-type]
     return config
 
