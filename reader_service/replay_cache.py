@@ -42,8 +42,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
@@ -55,7 +54,7 @@ from reader_service.replay import ReplayFacts, checkpoint_verification, digest_s
 from reader_service.wire import ViewHeld, canonical_entry, canonical_message_entry, message_entry
 from shared.committed_lines import CommittedLines
 from shared.digest import digest_of_framed, framed_canonical
-from shared.layout import open_session_file
+from shared.layout import session_fd
 from shared.rebuild import PendingReasoning, Rebuilder, collector_paused, view_continues
 from shared.rebuild_tail import recent_from_tail
 from shared.tail import next_seq_of_tail, read_tail
@@ -78,21 +77,6 @@ LAST_RECORD_BYTES = 4096
 #: One message of a cached sequence: its reply entry (:func:`reader_service.wire.message_entry`)
 #: and its framed canonical bytes (:func:`shared.digest.framed_canonical`, the digest's input).
 RenderedMessage = tuple[bytes, bytes]
-
-
-@contextmanager
-def _session_fd(path: Path) -> Iterator[int]:
-    """A session file opened for reading (shared.layout.open_session_file), closed after; an
-    OSError raised meanwhile without a file name (pread, fstat) is raised again naming ``path``."""
-    fd = open_session_file(path)
-    try:
-        yield fd
-    except OSError as exc:
-        if exc.filename is None:
-            raise OSError(exc.errno, exc.strerror, os.fspath(path)) from exc
-        raise
-    finally:
-        os.close(fd)
 
 
 def render(payload: dict[str, Any]) -> RenderedMessage:
@@ -329,7 +313,7 @@ class ReplayCache:
         with self._lock:
             if key[0] in self._entries:
                 return None
-        with _session_fd(path) as fd:
+        with session_fd(path) as fd:
             stat = os.fstat(fd)
             identity = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
             with self._lock:
@@ -362,7 +346,7 @@ class ReplayCache:
         with self._lock:
             if str(path) in self._entries:
                 return None
-        with _session_fd(path) as fd:
+        with session_fd(path) as fd:
             tail = read_tail(fd, 1, LAST_RECORD_BYTES)
         if tail.damage or not tail.records:
             return None
@@ -393,7 +377,7 @@ class ReplayCache:
 
     def _use(self, path: Path, use: Callable[[_Entry, bytes], _T]) -> _T | None:
         """``use(entry, uncommitted tail)`` on the current entry of ``path`` (under its lock), or None."""
-        with _session_fd(path) as fd:
+        with session_fd(path) as fd:
             return self._rendered(str(path), fd, use)
 
     def _rendered(self, key: str, fd: int, use: Callable[[_Entry, bytes], _T]) -> _T | None:

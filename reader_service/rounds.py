@@ -30,7 +30,7 @@ from reader_service.replay_cache import LINE_CHECK_BYTES, READ_BYTES
 from rollout.v1 import reader_pb2
 from shared.committed_lines import CommittedLines
 from shared.errors import InvalidArgumentError, ReplyTooLargeError, clip
-from shared.layout import open_session_file
+from shared.layout import open_session_file, session_fd
 from shared.naming import is_session_id
 from shared.rounds import Lineage, Round, RoundTracker, round_to_close, track_file
 from shared.wire import round_to_proto
@@ -163,15 +163,8 @@ class RoundCache:
     ) -> T:
         """``answer`` of the session's entry (under its lock), brought up to date with the file;
         with ``keep`` false, an entry read from the file's start is not kept."""
-        fd = open_session_file(path)
-        try:
+        with session_fd(path) as fd:
             return self._read(str(path), fd, lineage, answer, keep)
-        except OSError as exc:
-            if exc.filename is None:
-                raise OSError(exc.errno, exc.strerror, os.fspath(path)) from exc
-            raise
-        finally:
-            os.close(fd)
 
     def _read(
         self, key: str, fd: int, lineage: Callable[[], Lineage], answer: Callable[[_Entry], T], keep: bool

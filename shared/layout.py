@@ -78,6 +78,8 @@ import errno
 import os
 import stat
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
@@ -144,6 +146,21 @@ def open_session_file(path: Path, flags: int = os.O_RDONLY) -> int:
         if exc.errno == errno.ELOOP:
             raise _link_error(path) from exc
         raise
+
+
+@contextmanager
+def session_fd(path: Path) -> Iterator[int]:
+    """A session file opened for reading (:func:`open_session_file`), closed after; an OSError
+    raised meanwhile without a file name (pread, fstat) is raised again naming ``path``."""
+    fd = open_session_file(path)
+    try:
+        yield fd
+    except OSError as exc:
+        if exc.filename is None:
+            raise OSError(exc.errno, exc.strerror, os.fspath(path)) from exc
+        raise
+    finally:
+        os.close(fd)
 
 
 def read_session_file(path: Path) -> BinaryIO:
